@@ -1,0 +1,232 @@
+//! ES256 tokens (DESIGN.md §3.5): exec tickets (compact JWS) and workload
+//! tokens (JWT), both signed with P-256 over RFC 6979, so fixtures are
+//! byte-stable.
+//!
+//! Checks, in order (the same on the Go side): three base64url parts and a
+//! JSON header (`jws-malformed`), `alg` ES256 (`jws-alg`), a trusted `kid`
+//! (`jws-unknown-kid`), the signature (`jws-bad-signature`), the claims
+//! (`token-claims`), then `iss`, `aud`, `exp`, `iat` and, for tickets, `op`.
+
+use p256::ecdsa::signature::{Signer as _, Verifier as _};
+use serde::{Deserialize, Serialize};
+
+use crate::{Error, Result, Signer as _, b64};
+
+/// The operation an exec ticket grants.
+pub const OP_CONSOLE: &str = "console";
+/// How far in the future `iat` may lie (clock skew), in seconds.
+pub const MAX_SKEW_S: i64 = 60;
+
+/// The claims of an exec ticket, in their serialized order.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecTicket {
+    /// The issuer (the tunnels issuer).
+    pub iss: String,
+    /// `bcd:<node-id>`.
+    pub aud: String,
+    /// Who opens the console.
+    pub sub: String,
+    /// The operation: `console`.
+    pub op: String,
+    /// Issued at (Unix seconds).
+    pub iat: i64,
+    /// Expires at (Unix seconds).
+    pub exp: i64,
+    /// The ticket id.
+    pub jti: String,
+}
+
+/// The claims of a workload token, in their serialized order.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkloadToken {
+    /// The issuer (the workload issuer).
+    pub iss: String,
+    /// The audience the workload asked for.
+    pub aud: String,
+    /// `instance:<id>`.
+    pub sub: String,
+    /// The node the instance runs on.
+    pub node: String,
+    /// Issued at (Unix seconds).
+    pub iat: i64,
+    /// Expires at (Unix seconds).
+    pub exp: i64,
+}
+
+/// The audience of an exec ticket for `node_id`.
+pub fn ticket_audience(node_id: &str) -> String {
+    format!("bcd:{node_id}")
+}
+
+/// Signs `claims` as a compact JWS: header `{"alg":"ES256","kid":…,"typ":"JWT"}`,
+/// signature the raw 64-byte r‖s.
+pub fn sign<C: Serialize>(key: &p256::SecretKey, claims: &C) -> String {
+    let header = format!(r#"{{"alg":"ES256","kid":"{}","typ":"JWT"}}"#, key.keyid());
+    let payload = serde_json::to_vec(claims).expect("claims always serialize");
+    let input = format!("{}.{}", b64::url(header.as_bytes()), b64::url(&payload));
+    let sig: p256::ecdsa::Signature = p256::ecdsa::SigningKey::from(key).sign(input.as_bytes());
+    format!("{input}.{}", b64::url(&sig.to_bytes()))
+}
+
+#[derive(Deserialize)]
+struct Header {
+    alg: Option<String>,
+    kid: Option<String>,
+}
+
+/// Verifies a compact JWS against trusted issuer keys and decodes its claims.
+fn verify<C: for<'de> Deserialize<'de>>(token: &str, trusted: &[p256::PublicKey]) -> Result<C> {
+    let malformed = |reason: &str| Error::JwsMalformed {
+        reason: reason.to_string(),
+    };
+    let parts: Vec<&str> = token.split('.').collect();
+    if parts.len() != 3 {
+        return Err(malformed("not three parts"));
+    }
+    let raw: Vec<Vec<u8>> = parts
+        .iter()
+        .map(|p| b64::url_decode(p).ok_or_else(|| malformed("a part is not base64url")))
+        .collect::<Result<_>>()?;
+    let header: Header =
+        serde_json::from_slice(&raw[0]).map_err(|_| malformed("the header is not JSON"))?;
+    let alg = header.alg.unwrap_or_default();
+    if alg != "ES256" {
+        return Err(Error::JwsAlg { found: alg });
+    }
+    let kid = header.kid.unwrap_or_default();
+    let key = trusted
+        .iter()
+        .find(|k| crate::PublicKey::P256(**k).pin() == kid)
+        .ok_or_else(|| Error::JwsUnknownKid { kid: kid.clone() })?;
+    let sig = p256::ecdsa::Signature::from_slice(&raw[2])
+        .map_err(|_| Error::JwsBadSignature { kid: kid.clone() })?;
+    let input = &token[..parts[0].len() + 1 + parts[1].len()];
+    p256::ecdsa::VerifyingKey::from(key)
+        .verify(input.as_bytes(), &sig)
+        .map_err(|_| Error::JwsBadSignature { kid: kid.clone() })?;
+    serde_json::from_slice(&raw[1]).map_err(|e| Error::TokenClaims {
+        reason: e.to_string(),
+    })
+}
+
+fn check_times(iat: i64, exp: i64, now_ms: i64) -> Result<()> {
+    let now = now_ms.div_euclid(1000);
+    if exp <= now {
+        return Err(Error::TokenExpired { exp, now });
+    }
+    if iat > now + MAX_SKEW_S {
+        return Err(Error::TokenNotYetValid { iat, now });
+    }
+    Ok(())
+}
+
+/// Verifies an exec ticket for `node_id` from `issuer` at `now_ms`.
+pub fn verify_exec_ticket(
+    token: &str,
+    trusted: &[p256::PublicKey],
+    issuer: &str,
+    node_id: &str,
+    now_ms: i64,
+) -> Result<ExecTicket> {
+    let claims: ExecTicket = verify(token, trusted)?;
+    if claims.iss != issuer {
+        return Err(Error::TokenIssuer {
+            expected: issuer.to_string(),
+            found: claims.iss,
+        });
+    }
+    let aud = ticket_audience(node_id);
+    if claims.aud != aud {
+        return Err(Error::TokenAudience {
+            expected: aud,
+            found: claims.aud,
+        });
+    }
+    check_times(claims.iat, claims.exp, now_ms)?;
+    if claims.op != OP_CONSOLE {
+        return Err(Error::TicketOp { found: claims.op });
+    }
+    Ok(claims)
+}
+
+/// Verifies a workload token for `audience` from `issuer` at `now_ms`.
+pub fn verify_workload_token(
+    token: &str,
+    trusted: &[p256::PublicKey],
+    issuer: &str,
+    audience: &str,
+    now_ms: i64,
+) -> Result<WorkloadToken> {
+    let claims: WorkloadToken = verify(token, trusted)?;
+    if claims.iss != issuer {
+        return Err(Error::TokenIssuer {
+            expected: issuer.to_string(),
+            found: claims.iss,
+        });
+    }
+    if claims.aud != audience {
+        return Err(Error::TokenAudience {
+            expected: audience.to_string(),
+            found: claims.aud,
+        });
+    }
+    check_times(claims.iat, claims.exp, now_ms)?;
+    if !claims.sub.starts_with("instance:") {
+        return Err(Error::TokenClaims {
+            reason: format!("sub {:?} does not name an instance", claims.sub),
+        });
+    }
+    Ok(claims)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys;
+
+    fn ticket() -> ExecTicket {
+        ExecTicket {
+            iss: "tunnels".into(),
+            aud: ticket_audience("node_1"),
+            sub: "user:alice".into(),
+            op: OP_CONSOLE.into(),
+            iat: 1000,
+            exp: 1300,
+            jti: "t1".into(),
+        }
+    }
+
+    #[test]
+    fn tickets_verify_and_refuse() {
+        let key = keys::p256("s", "tunnels-issuer");
+        let token = sign(&key, &ticket());
+        assert_eq!(token, sign(&key, &ticket()), "RFC 6979 makes tokens stable");
+        let trusted = [key.public_key()];
+        assert_eq!(
+            verify_exec_ticket(&token, &trusted, "tunnels", "node_1", 1_100_000).unwrap(),
+            ticket()
+        );
+        let code = |t: &str, node: &str, now: i64| {
+            verify_exec_ticket(t, &trusted, "tunnels", node, now)
+                .unwrap_err()
+                .code()
+        };
+        assert_eq!(code(&token, "node_2", 1_100_000), "token-audience");
+        assert_eq!(code(&token, "node_1", 1_300_000), "token-expired");
+        assert_eq!(code(&token, "node_1", 0), "token-not-yet-valid");
+        let other = sign(&keys::p256("s", "x"), &ticket());
+        assert_eq!(code(&other, "node_1", 1_100_000), "jws-unknown-kid");
+    }
+
+    #[test]
+    fn josekit_verifies_our_tokens() {
+        use spki::EncodePublicKey;
+        let key = keys::p256("s", "workload-issuer");
+        let token = sign(&key, &ticket());
+        let der = key.public_key().to_public_key_der().unwrap();
+        let verifier = josekit::jws::ES256
+            .verifier_from_der(der.as_bytes())
+            .unwrap();
+        josekit::jwt::decode_with_verifier(&token, &verifier).unwrap();
+    }
+}

@@ -1,0 +1,201 @@
+//! Seeded key derivation (DESIGN.md §3.1), public keys and signers.
+//!
+//! `okm = HKDF-SHA256(ikm = seed, salt = "bc-fixtures/v1", info = label, L = 32)`.
+//! Ed25519 uses `okm` as its secret seed; P-256 uses it as a big-endian scalar,
+//! deriving again with `label#1`, `label#2`, … while it is 0 or ≥ n.
+
+use ed25519_dalek::Signer as _;
+use hkdf::Hkdf;
+use p256::ecdsa::signature::Verifier as _;
+use sha2::Sha256;
+use spki::{DecodePublicKey, EncodePublicKey};
+
+use crate::{Error, Result, pin};
+
+/// The HKDF salt of every fixture key.
+pub const SALT: &[u8] = b"bc-fixtures/v1";
+
+/// The 32 output bytes of HKDF-SHA256 for one label.
+pub fn okm(seed: &str, label: &str) -> [u8; 32] {
+    let hk = Hkdf::<Sha256>::new(Some(SALT), seed.as_bytes());
+    let mut out = [0u8; 32];
+    hk.expand(label.as_bytes(), &mut out)
+        .expect("32 bytes is a valid HKDF-SHA256 output length");
+    out
+}
+
+/// The Ed25519 key of `label`.
+pub fn ed25519(seed: &str, label: &str) -> ed25519_dalek::SigningKey {
+    ed25519_dalek::SigningKey::from_bytes(&okm(seed, label))
+}
+
+/// The P-256 key of `label` (re-derived with `#1`, `#2`, … out of range).
+pub fn p256(seed: &str, label: &str) -> p256::SecretKey {
+    let mut attempt = 0u32;
+    loop {
+        let info = if attempt == 0 {
+            label.to_string()
+        } else {
+            format!("{label}#{attempt}")
+        };
+        if let Ok(key) = p256::SecretKey::from_slice(&okm(seed, &info)) {
+            return key;
+        }
+        attempt += 1;
+    }
+}
+
+/// A public key as the protocol exchanges it: Ed25519 (control-plane keys) or
+/// ECDSA P-256 (node keys, token issuers, CAs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PublicKey {
+    /// An Ed25519 key; signatures are the 64 raw bytes.
+    Ed25519(ed25519_dalek::VerifyingKey),
+    /// A P-256 key; DSSE signatures are ASN.1 DER ECDSA-SHA256.
+    P256(p256::PublicKey),
+}
+
+impl PublicKey {
+    /// Parses a SubjectPublicKeyInfo (Ed25519 or P-256).
+    pub fn from_spki_der(der: &[u8]) -> Result<Self> {
+        if let Ok(k) = ed25519_dalek::VerifyingKey::from_public_key_der(der) {
+            return Ok(PublicKey::Ed25519(k));
+        }
+        p256::PublicKey::from_public_key_der(der)
+            .map(PublicKey::P256)
+            .map_err(|e| Error::BadPublicKey {
+                reason: e.to_string(),
+            })
+    }
+
+    /// The SubjectPublicKeyInfo DER.
+    pub fn spki_der(&self) -> Vec<u8> {
+        let doc = match self {
+            PublicKey::Ed25519(k) => k.to_public_key_der(),
+            PublicKey::P256(k) => k.to_public_key_der(),
+        };
+        doc.expect("a valid key always encodes").into_vec()
+    }
+
+    /// The key's pin, also its DSSE keyid and JOSE kid.
+    pub fn pin(&self) -> String {
+        pin::pin(&self.spki_der())
+    }
+
+    /// The key as a protocol `PublicKey` message.
+    pub fn to_proto(&self) -> proto::PublicKey {
+        proto::PublicKey {
+            keyid: self.pin(),
+            spki_der: self.spki_der(),
+        }
+    }
+
+    /// Parses a protocol `PublicKey`, refusing one whose keyid is not its pin.
+    pub fn from_proto(msg: &proto::PublicKey) -> Result<Self> {
+        let key = Self::from_spki_der(&msg.spki_der)?;
+        if key.pin() != msg.keyid {
+            return Err(Error::BadPublicKey {
+                reason: format!("keyid {} is not the key's pin", msg.keyid),
+            });
+        }
+        Ok(key)
+    }
+
+    /// Whether `sig` is this key's signature over `msg`.
+    pub fn verify(&self, msg: &[u8], sig: &[u8]) -> bool {
+        match self {
+            PublicKey::Ed25519(k) => ed25519_dalek::Signature::from_slice(sig)
+                .map(|s| k.verify_strict(msg, &s).is_ok())
+                .unwrap_or(false),
+            PublicKey::P256(k) => p256::ecdsa::Signature::from_der(sig)
+                .map(|s| p256::ecdsa::VerifyingKey::from(k).verify(msg, &s).is_ok())
+                .unwrap_or(false),
+        }
+    }
+}
+
+/// Something that signs DSSE payloads: an Ed25519 or P-256 private key.
+pub trait Signer {
+    /// The public half.
+    fn public_key(&self) -> PublicKey;
+    /// A signature over `msg` (Ed25519 raw, or ASN.1 DER ECDSA-SHA256, RFC 6979).
+    fn sign(&self, msg: &[u8]) -> Vec<u8>;
+    /// The key id: the pin of the public half.
+    fn keyid(&self) -> String {
+        self.public_key().pin()
+    }
+}
+
+impl Signer for ed25519_dalek::SigningKey {
+    fn public_key(&self) -> PublicKey {
+        PublicKey::Ed25519(self.verifying_key())
+    }
+    fn sign(&self, msg: &[u8]) -> Vec<u8> {
+        ed25519_dalek::Signer::sign(self, msg).to_bytes().to_vec()
+    }
+}
+
+impl Signer for p256::SecretKey {
+    fn public_key(&self) -> PublicKey {
+        PublicKey::P256(self.public_key())
+    }
+    fn sign(&self, msg: &[u8]) -> Vec<u8> {
+        let key = p256::ecdsa::SigningKey::from(self);
+        let sig: p256::ecdsa::Signature = key.sign(msg);
+        sig.to_der().as_bytes().to_vec()
+    }
+}
+
+/// A fresh P-256 key from the OS random number generator.
+pub fn random_p256() -> p256::SecretKey {
+    loop {
+        let mut bytes = [0u8; 32];
+        getrandom::fill(&mut bytes).expect("the OS random number generator is available");
+        if let Ok(key) = p256::SecretKey::from_slice(&bytes) {
+            return key;
+        }
+    }
+}
+
+/// A fresh Ed25519 key from the OS random number generator.
+pub fn random_ed25519() -> ed25519_dalek::SigningKey {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).expect("the OS random number generator is available");
+    ed25519_dalek::SigningKey::from_bytes(&bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn derivation_is_stable_and_label_separated() {
+        assert_eq!(okm("s", "a"), okm("s", "a"));
+        assert_ne!(okm("s", "a"), okm("s", "b"));
+        assert_ne!(okm("s", "a"), okm("t", "a"));
+        assert_eq!(
+            p256("s", "node-ca").to_bytes(),
+            p256("s", "node-ca").to_bytes()
+        );
+    }
+
+    #[test]
+    fn public_keys_round_trip_through_spki() {
+        for key in [
+            Signer::public_key(&ed25519("s", "x")),
+            Signer::public_key(&p256("s", "y")),
+        ] {
+            assert_eq!(PublicKey::from_spki_der(&key.spki_der()).unwrap(), key);
+            assert_eq!(PublicKey::from_proto(&key.to_proto()).unwrap(), key);
+        }
+    }
+
+    #[test]
+    fn signatures_verify_only_over_their_message() {
+        for key in [&ed25519("s", "x") as &dyn Signer, &p256("s", "y")] {
+            let sig = key.sign(b"m");
+            assert!(key.public_key().verify(b"m", &sig));
+            assert!(!key.public_key().verify(b"n", &sig));
+        }
+    }
+}

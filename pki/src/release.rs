@@ -1,0 +1,195 @@
+//! Release manifests (DESIGN.md §3.7): JSON in a DSSE envelope signed by
+//! release keys, checked against bcd's `[update]` pins: the keys, the
+//! threshold and the lowest acceptable sequence.
+//!
+//! Checks, in order: the signatures (`dsse-bad-signature` for a pinned key
+//! whose signature fails, `release-threshold` for too few pinned signers),
+//! the JSON (`release-malformed`), the sequence (`release-sequence`), the
+//! artifact for this platform (`release-missing-artifact`), then its size
+//! (`release-size`) and digest (`release-digest`).
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::dsse::Envelope;
+use crate::{Error, PublicKey, Result, Signer};
+
+/// A release manifest, members in their serialized order.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    /// The daemon version.
+    pub version: String,
+    /// The release sequence; bcd refuses one below its lowest acceptable.
+    pub sequence: u64,
+    /// One artifact per platform.
+    pub artifacts: Vec<Artifact>,
+}
+
+/// One downloadable binary.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Artifact {
+    /// `linux`.
+    pub os: String,
+    /// `amd64`, `arm64`.
+    pub arch: String,
+    /// Hex SHA-256 of the bytes.
+    pub sha256: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Where to download it.
+    pub url: String,
+}
+
+/// bcd's `[update]` pins.
+#[derive(Clone, Debug)]
+pub struct Policy {
+    /// The pinned release keys.
+    pub keys: Vec<PublicKey>,
+    /// How many of them must sign.
+    pub threshold: usize,
+    /// The lowest acceptable sequence.
+    pub min_sequence: u64,
+}
+
+/// Signs a manifest with release keys.
+pub fn sign(keys: &[&dyn Signer], manifest: &Manifest) -> Envelope {
+    let payload = serde_json::to_vec(manifest).expect("a manifest serializes");
+    Envelope::sign(proto::payload_type::RELEASE, payload, keys)
+}
+
+/// Verifies a manifest's signatures and sequence, and returns it.
+pub fn verify_manifest(env: &Envelope, policy: &Policy) -> Result<Manifest> {
+    let threshold = policy.threshold.max(1);
+    let payload = env
+        .verify(proto::payload_type::RELEASE, &policy.keys, threshold)
+        .map_err(|e| match e {
+            Error::DsseUnsigned | Error::DsseUnknownKey { .. } => Error::ReleaseThreshold {
+                valid: 0,
+                threshold,
+            },
+            Error::DsseThreshold { valid, threshold } => {
+                Error::ReleaseThreshold { valid, threshold }
+            }
+            other => other,
+        })?;
+    let manifest: Manifest =
+        serde_json::from_slice(payload).map_err(|e| Error::ReleaseMalformed {
+            reason: e.to_string(),
+        })?;
+    if manifest.sequence < policy.min_sequence {
+        return Err(Error::ReleaseSequence {
+            sequence: manifest.sequence,
+            min_sequence: policy.min_sequence,
+        });
+    }
+    Ok(manifest)
+}
+
+/// The manifest's artifact for a platform.
+pub fn artifact<'a>(manifest: &'a Manifest, os: &str, arch: &str) -> Result<&'a Artifact> {
+    manifest
+        .artifacts
+        .iter()
+        .find(|a| a.os == os && a.arch == arch)
+        .ok_or_else(|| Error::ReleaseMissingArtifact {
+            os: os.to_string(),
+            arch: arch.to_string(),
+        })
+}
+
+/// Checks downloaded bytes against their artifact entry.
+pub fn check_artifact(artifact: &Artifact, bytes: &[u8]) -> Result<()> {
+    if bytes.len() as u64 != artifact.size {
+        return Err(Error::ReleaseSize {
+            expected: artifact.size,
+            found: bytes.len() as u64,
+        });
+    }
+    let found = hex::encode(Sha256::digest(bytes));
+    if found != artifact.sha256.to_ascii_lowercase() {
+        return Err(Error::ReleaseDigest {
+            expected: artifact.sha256.clone(),
+            found,
+        });
+    }
+    Ok(())
+}
+
+/// Everything at once: the manifest, the platform's artifact and its bytes.
+pub fn verify_release(
+    env: &Envelope,
+    policy: &Policy,
+    os: &str,
+    arch: &str,
+    bytes: &[u8],
+) -> Result<Manifest> {
+    let manifest = verify_manifest(env, policy)?;
+    check_artifact(artifact(&manifest, os, arch)?, bytes)?;
+    Ok(manifest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys;
+
+    #[test]
+    fn a_release_needs_the_threshold_the_sequence_and_the_bytes() {
+        let (a, b) = (
+            keys::ed25519("s", "release/0"),
+            keys::ed25519("s", "release/1"),
+        );
+        let bytes = b"binary";
+        let manifest = Manifest {
+            version: "0.9.0".into(),
+            sequence: 7,
+            artifacts: vec![Artifact {
+                os: "linux".into(),
+                arch: "amd64".into(),
+                sha256: hex::encode(Sha256::digest(bytes)),
+                size: bytes.len() as u64,
+                url: "http://x/bcd".into(),
+            }],
+        };
+        let policy = Policy {
+            keys: vec![a.public_key(), b.public_key()],
+            threshold: 2,
+            min_sequence: 5,
+        };
+        let both = sign(&[&a, &b], &manifest);
+        assert_eq!(
+            verify_release(&both, &policy, "linux", "amd64", bytes).unwrap(),
+            manifest
+        );
+        assert_eq!(
+            verify_release(&sign(&[&a], &manifest), &policy, "linux", "amd64", bytes)
+                .unwrap_err()
+                .code(),
+            "release-threshold"
+        );
+        assert_eq!(
+            verify_release(&both, &policy, "linux", "arm64", bytes)
+                .unwrap_err()
+                .code(),
+            "release-missing-artifact"
+        );
+        assert_eq!(
+            verify_release(&both, &policy, "linux", "amd64", b"binarz")
+                .unwrap_err()
+                .code(),
+            "release-digest"
+        );
+        let old = Manifest {
+            sequence: 4,
+            ..manifest.clone()
+        };
+        assert_eq!(
+            verify_release(&sign(&[&a, &b], &old), &policy, "linux", "amd64", bytes)
+                .unwrap_err()
+                .code(),
+            "release-sequence"
+        );
+    }
+}
