@@ -14,13 +14,7 @@ use crate::{Error, PublicKey, Result, Signer, b64};
 
 /// `PAE = "DSSEv1" SP len(type) SP type SP len(body) SP body`.
 pub fn pae(payload_type: &str, payload: &[u8]) -> Vec<u8> {
-    let mut out = format!(
-        "DSSEv1 {} {} {} ",
-        payload_type.len(),
-        payload_type,
-        payload.len()
-    )
-    .into_bytes();
+    let mut out = format!("DSSEv1 {} {} {} ", payload_type.len(), payload_type, payload.len()).into_bytes();
     out.extend_from_slice(payload);
     out
 }
@@ -65,27 +59,13 @@ impl Envelope {
     /// Signs `payload` with every signer, in order.
     pub fn sign(payload_type: &str, payload: Vec<u8>, signers: &[&dyn Signer]) -> Self {
         let message = pae(payload_type, &payload);
-        let signatures = signers
-            .iter()
-            .map(|s| Signature {
-                keyid: s.keyid(),
-                sig: s.sign(&message),
-            })
-            .collect();
-        Envelope {
-            payload_type: payload_type.to_string(),
-            payload,
-            signatures,
-        }
+        let signatures = signers.iter().map(|s| Signature { keyid: s.keyid(), sig: s.sign(&message) }).collect();
+        Envelope { payload_type: payload_type.to_string(), payload, signatures }
     }
 
     /// An envelope with no signatures (an unsigned command or spec).
     pub fn unsigned(payload_type: &str, payload: Vec<u8>) -> Self {
-        Envelope {
-            payload_type: payload_type.to_string(),
-            payload,
-            signatures: Vec::new(),
-        }
+        Envelope { payload_type: payload_type.to_string(), payload, signatures: Vec::new() }
     }
 
     /// The JSON form, byte-identical to Go's `json.Marshal` of a dsse.Envelope.
@@ -96,10 +76,7 @@ impl Envelope {
             signatures: self
                 .signatures
                 .iter()
-                .map(|s| JsonSignature {
-                    keyid: s.keyid.clone(),
-                    sig: b64::std(&s.sig),
-                })
+                .map(|s| JsonSignature { keyid: s.keyid.clone(), sig: b64::std(&s.sig) })
                 .collect(),
         };
         serde_json::to_string(&json).expect("an envelope always serializes")
@@ -108,27 +85,17 @@ impl Envelope {
     /// Parses the JSON form.
     pub fn from_json(text: &str) -> Result<Self> {
         let malformed = |reason: String| Error::DsseMalformed { reason };
-        let json: JsonEnvelope =
-            serde_json::from_str(text).map_err(|e| malformed(e.to_string()))?;
-        let payload = b64::std_decode(&json.payload)
-            .ok_or_else(|| malformed("payload is not base64".into()))?;
+        let json: JsonEnvelope = serde_json::from_str(text).map_err(|e| malformed(e.to_string()))?;
+        let payload = b64::std_decode(&json.payload).ok_or_else(|| malformed("payload is not base64".into()))?;
         let signatures = json
             .signatures
             .into_iter()
             .map(|s| {
-                let sig =
-                    b64::std_decode(&s.sig).ok_or_else(|| malformed("sig is not base64".into()))?;
-                Ok(Signature {
-                    keyid: s.keyid,
-                    sig,
-                })
+                let sig = b64::std_decode(&s.sig).ok_or_else(|| malformed("sig is not base64".into()))?;
+                Ok(Signature { keyid: s.keyid, sig })
             })
             .collect::<Result<_>>()?;
-        Ok(Envelope {
-            payload_type: json.payload_type,
-            payload,
-            signatures,
-        })
+        Ok(Envelope { payload_type: json.payload_type, payload, signatures })
     }
 
     /// The protobuf message.
@@ -139,10 +106,7 @@ impl Envelope {
             signatures: self
                 .signatures
                 .iter()
-                .map(|s| proto::Signature {
-                    keyid: s.keyid.clone(),
-                    sig: s.sig.clone(),
-                })
+                .map(|s| proto::Signature { keyid: s.keyid.clone(), sig: s.sig.clone() })
                 .collect(),
         }
     }
@@ -155,10 +119,7 @@ impl Envelope {
             signatures: msg
                 .signatures
                 .iter()
-                .map(|s| Signature {
-                    keyid: s.keyid.clone(),
-                    sig: s.sig.clone(),
-                })
+                .map(|s| Signature { keyid: s.keyid.clone(), sig: s.sig.clone() })
                 .collect(),
         }
     }
@@ -169,12 +130,7 @@ impl Envelope {
     /// `dsse-unsigned`, `dsse-bad-signature` (a trusted key id whose signature
     /// fails), then `dsse-unknown-key` (no trusted signer at all) or
     /// `dsse-threshold` (some, but too few).
-    pub fn verify(
-        &self,
-        payload_type: &str,
-        trusted: &[PublicKey],
-        threshold: usize,
-    ) -> Result<&[u8]> {
+    pub fn verify(&self, payload_type: &str, trusted: &[PublicKey], threshold: usize) -> Result<&[u8]> {
         if self.payload_type != payload_type {
             return Err(Error::DssePayloadType {
                 expected: payload_type.to_string(),
@@ -192,30 +148,21 @@ impl Envelope {
                 continue;
             };
             if !trusted[i].verify(&message, &sig.sig) {
-                return Err(Error::DsseBadSignature {
-                    keyid: sig.keyid.clone(),
-                });
+                return Err(Error::DsseBadSignature { keyid: sig.keyid.clone() });
             }
             valid.insert(i);
         }
         match valid.len() {
             n if n >= threshold.max(1) => Ok(&self.payload),
-            0 => Err(Error::DsseUnknownKey {
-                keyids: self.signatures.iter().map(|s| s.keyid.clone()).collect(),
-            }),
-            n => Err(Error::DsseThreshold {
-                valid: n,
-                threshold,
-            }),
+            0 => Err(Error::DsseUnknownKey { keyids: self.signatures.iter().map(|s| s.keyid.clone()).collect() }),
+            n => Err(Error::DsseThreshold { valid: n, threshold }),
         }
     }
 }
 
 /// Decodes a protobuf payload, refusing bytes that do not decode.
 pub fn decode<M: prost::Message + Default>(payload: &[u8]) -> Result<M> {
-    M::decode(payload).map_err(|e| Error::PayloadMalformed {
-        reason: e.to_string(),
-    })
+    M::decode(payload).map_err(|e| Error::PayloadMalformed { reason: e.to_string() })
 }
 
 #[cfg(test)]
@@ -237,50 +184,24 @@ mod tests {
         let key = keys::ed25519("s", "k");
         let env = Envelope::sign("t", b"p".to_vec(), &[&key]);
         let json = env.to_json();
-        assert!(
-            json.starts_with(
-                r#"{"payloadType":"t","payload":"cA==","signatures":[{"keyid":"sha256:"#
-            )
-        );
+        assert!(json.starts_with(r#"{"payloadType":"t","payload":"cA==","signatures":[{"keyid":"sha256:"#));
         assert_eq!(Envelope::from_json(&json).unwrap(), env);
     }
 
     #[test]
     fn verification_counts_distinct_trusted_keys() {
-        let (a, b, c) = (
-            keys::ed25519("s", "a"),
-            keys::ed25519("s", "b"),
-            keys::ed25519("s", "c"),
-        );
+        let (a, b, c) = (keys::ed25519("s", "a"), keys::ed25519("s", "b"), keys::ed25519("s", "c"));
         let trusted = [a.public_key(), b.public_key()];
         let both = Envelope::sign("t", b"p".to_vec(), &[&a, &b]);
         assert!(both.verify("t", &trusted, 2).is_ok());
         let twice = Envelope::sign("t", b"p".to_vec(), &[&a, &a]);
-        assert_eq!(
-            twice.verify("t", &trusted, 2).unwrap_err().code(),
-            "dsse-threshold"
-        );
+        assert_eq!(twice.verify("t", &trusted, 2).unwrap_err().code(), "dsse-threshold");
         let other = Envelope::sign("t", b"p".to_vec(), &[&c]);
-        assert_eq!(
-            other.verify("t", &trusted, 1).unwrap_err().code(),
-            "dsse-unknown-key"
-        );
+        assert_eq!(other.verify("t", &trusted, 1).unwrap_err().code(), "dsse-unknown-key");
         let mut bad = both.clone();
         bad.payload = b"q".to_vec();
-        assert_eq!(
-            bad.verify("t", &trusted, 1).unwrap_err().code(),
-            "dsse-bad-signature"
-        );
-        assert_eq!(
-            both.verify("u", &trusted, 1).unwrap_err().code(),
-            "dsse-payload-type"
-        );
-        assert_eq!(
-            Envelope::unsigned("t", vec![])
-                .verify("t", &trusted, 1)
-                .unwrap_err()
-                .code(),
-            "dsse-unsigned"
-        );
+        assert_eq!(bad.verify("t", &trusted, 1).unwrap_err().code(), "dsse-bad-signature");
+        assert_eq!(both.verify("u", &trusted, 1).unwrap_err().code(), "dsse-payload-type");
+        assert_eq!(Envelope::unsigned("t", vec![]).verify("t", &trusted, 1).unwrap_err().code(), "dsse-unsigned");
     }
 }

@@ -26,34 +26,19 @@ pub enum SignedSpecs {
 
 /// Signs a command with a command root.
 pub fn sign_command(root: &dyn Signer, command: &proto::Command) -> Envelope {
-    Envelope::sign(
-        proto::payload_type::COMMAND,
-        command.encode_to_vec(),
-        &[root],
-    )
+    Envelope::sign(proto::payload_type::COMMAND, command.encode_to_vec(), &[root])
 }
 
 /// Verifies a command: signed by one of `roots`, for `node_id`, not past its
 /// `not_after` at `now_ms`.
-pub fn verify_command(
-    env: &Envelope,
-    roots: &[PublicKey],
-    node_id: &str,
-    now_ms: i64,
-) -> Result<proto::Command> {
+pub fn verify_command(env: &Envelope, roots: &[PublicKey], node_id: &str, now_ms: i64) -> Result<proto::Command> {
     let payload = env.verify(proto::payload_type::COMMAND, roots, 1)?;
     let command: proto::Command = dsse::decode(payload)?;
     if command.node_id != node_id {
-        return Err(Error::CommandWrongNode {
-            expected: node_id.to_string(),
-            found: command.node_id,
-        });
+        return Err(Error::CommandWrongNode { expected: node_id.to_string(), found: command.node_id });
     }
     if command.not_after_ms != 0 && now_ms > command.not_after_ms {
-        return Err(Error::CommandExpired {
-            not_after_ms: command.not_after_ms,
-            now_ms,
-        });
+        return Err(Error::CommandExpired { not_after_ms: command.not_after_ms, now_ms });
     }
     Ok(command)
 }
@@ -65,11 +50,7 @@ pub fn command_digest(env: &Envelope) -> Vec<u8> {
 
 /// Signs a NodeSpec with a command root.
 pub fn sign_spec(root: &dyn Signer, spec: &proto::NodeSpec) -> Envelope {
-    Envelope::sign(
-        proto::payload_type::NODE_SPEC,
-        spec.encode_to_vec(),
-        &[root],
-    )
+    Envelope::sign(proto::payload_type::NODE_SPEC, spec.encode_to_vec(), &[root])
 }
 
 /// Verifies a NodeSpec for `node_id` under `policy`. Under `Access`, an
@@ -98,42 +79,26 @@ pub fn verify_spec(
         dsse::decode(env.verify(proto::payload_type::NODE_SPEC, roots, 1)?)?
     };
     if spec.node_id != node_id {
-        return Err(Error::SpecWrongNode {
-            expected: node_id.to_string(),
-            found: spec.node_id,
-        });
+        return Err(Error::SpecWrongNode { expected: node_id.to_string(), found: spec.node_id });
     }
     Ok(spec)
 }
 
 /// Signs a trust bundle with approvers.
 pub fn sign_trust_bundle(approvers: &[&dyn Signer], bundle: &proto::TrustBundle) -> Envelope {
-    Envelope::sign(
-        proto::payload_type::TRUST_BUNDLE,
-        bundle.encode_to_vec(),
-        approvers,
-    )
+    Envelope::sign(proto::payload_type::TRUST_BUNDLE, bundle.encode_to_vec(), approvers)
 }
 
 /// The public keys of a quorum's approvers.
 pub fn approver_keys(quorum: Option<&proto::Quorum>) -> Result<Vec<PublicKey>> {
-    quorum
-        .map(|q| q.approvers.iter().map(PublicKey::from_proto).collect())
-        .unwrap_or_else(|| Ok(Vec::new()))
+    quorum.map(|q| q.approvers.iter().map(PublicKey::from_proto).collect()).unwrap_or_else(|| Ok(Vec::new()))
 }
 
 /// Checks that a bundle's own quorum can be met.
 pub fn check_quorum(bundle: &proto::TrustBundle) -> Result<()> {
-    let (threshold, approvers) = bundle
-        .quorum
-        .as_ref()
-        .map(|q| (q.threshold, q.approvers.len()))
-        .unwrap_or((0, 0));
+    let (threshold, approvers) = bundle.quorum.as_ref().map(|q| (q.threshold, q.approvers.len())).unwrap_or((0, 0));
     if threshold == 0 || threshold as usize > approvers {
-        return Err(Error::TrustInvalid {
-            threshold,
-            approvers,
-        });
+        return Err(Error::TrustInvalid { threshold, approvers });
     }
     Ok(())
 }
@@ -143,39 +108,20 @@ pub fn check_quorum(bundle: &proto::TrustBundle) -> Result<()> {
 /// trust domain (`trust-domain`), not roll the sequence back
 /// (`trust-rollback`), and have a quorum that can be met (`trust-invalid`).
 /// The same sequence is accepted only for the same bytes (a re-delivery).
-pub fn accept_trust_bundle(
-    current: &proto::TrustBundle,
-    env: &Envelope,
-) -> Result<proto::TrustBundle> {
+pub fn accept_trust_bundle(current: &proto::TrustBundle, env: &Envelope) -> Result<proto::TrustBundle> {
     let approvers = approver_keys(current.quorum.as_ref())?;
-    let threshold = current
-        .quorum
-        .as_ref()
-        .map(|q| q.threshold as usize)
-        .unwrap_or(0)
-        .max(1);
-    let payload = env
-        .verify(proto::payload_type::TRUST_BUNDLE, &approvers, threshold)
-        .map_err(|e| match e {
-            Error::DsseUnsigned | Error::DsseUnknownKey { .. } => Error::TrustQuorum {
-                valid: 0,
-                threshold,
-            },
-            Error::DsseThreshold { valid, threshold } => Error::TrustQuorum { valid, threshold },
-            other => other,
-        })?;
+    let threshold = current.quorum.as_ref().map(|q| q.threshold as usize).unwrap_or(0).max(1);
+    let payload = env.verify(proto::payload_type::TRUST_BUNDLE, &approvers, threshold).map_err(|e| match e {
+        Error::DsseUnsigned | Error::DsseUnknownKey { .. } => Error::TrustQuorum { valid: 0, threshold },
+        Error::DsseThreshold { valid, threshold } => Error::TrustQuorum { valid, threshold },
+        other => other,
+    })?;
     let next: proto::TrustBundle = dsse::decode(payload)?;
     if next.trust_domain != current.trust_domain {
-        return Err(Error::TrustDomain {
-            expected: current.trust_domain.clone(),
-            found: next.trust_domain,
-        });
+        return Err(Error::TrustDomain { expected: current.trust_domain.clone(), found: next.trust_domain });
     }
     if next.sequence < current.sequence || (next.sequence == current.sequence && next != *current) {
-        return Err(Error::TrustRollback {
-            current: current.sequence,
-            found: next.sequence,
-        });
+        return Err(Error::TrustRollback { current: current.sequence, found: next.sequence });
     }
     check_quorum(&next)?;
     Ok(next)
@@ -197,11 +143,7 @@ pub fn batch_threshold(quorum: &proto::Quorum, size: usize) -> usize {
 
 /// Signs a batch approval with approvers.
 pub fn sign_batch_approval(approvers: &[&dyn Signer], approval: &proto::BatchApproval) -> Envelope {
-    Envelope::sign(
-        proto::payload_type::BATCH_APPROVAL,
-        approval.encode_to_vec(),
-        approvers,
-    )
+    Envelope::sign(proto::payload_type::BATCH_APPROVAL, approval.encode_to_vec(), approvers)
 }
 
 /// Verifies that `command` (its envelope, already verified) is approved by
@@ -217,22 +159,13 @@ pub fn verify_batch_approval(
     let approvers = approver_keys(Some(quorum))?;
     // The threshold depends on the batch size, which is inside the payload:
     // decode first to size it, then verify the signatures before trusting it.
-    let size = dsse::decode::<proto::BatchApproval>(&approval.payload)
-        .map(|a| a.command_digests.len())
-        .unwrap_or(1);
+    let size = dsse::decode::<proto::BatchApproval>(&approval.payload).map(|a| a.command_digests.len()).unwrap_or(1);
     let threshold = batch_threshold(quorum, size);
-    let payload = approval
-        .verify(proto::payload_type::BATCH_APPROVAL, &approvers, threshold)
-        .map_err(|e| match e {
-            Error::DsseUnsigned | Error::DsseUnknownKey { .. } => Error::BatchUnapproved {
-                valid: 0,
-                threshold,
-            },
-            Error::DsseThreshold { valid, threshold } => {
-                Error::BatchUnapproved { valid, threshold }
-            }
-            other => other,
-        })?;
+    let payload = approval.verify(proto::payload_type::BATCH_APPROVAL, &approvers, threshold).map_err(|e| match e {
+        Error::DsseUnsigned | Error::DsseUnknownKey { .. } => Error::BatchUnapproved { valid: 0, threshold },
+        Error::DsseThreshold { valid, threshold } => Error::BatchUnapproved { valid, threshold },
+        other => other,
+    })?;
     let batch: proto::BatchApproval = dsse::decode(payload)?;
     if batch.batch_id != command.batch || batch.trust_domain != trust_domain {
         return Err(Error::BatchMismatch {
@@ -241,15 +174,10 @@ pub fn verify_batch_approval(
         });
     }
     if !batch.command_digests.contains(&command_digest(command_env)) {
-        return Err(Error::BatchCommandMissing {
-            command_id: command.id.clone(),
-        });
+        return Err(Error::BatchCommandMissing { command_id: command.id.clone() });
     }
     if batch.not_after_ms != 0 && now_ms > batch.not_after_ms {
-        return Err(Error::BatchExpired {
-            not_after_ms: batch.not_after_ms,
-            now_ms,
-        });
+        return Err(Error::BatchExpired { not_after_ms: batch.not_after_ms, now_ms });
     }
     Ok(batch)
 }
@@ -259,19 +187,12 @@ mod tests {
     use super::*;
     use crate::keys;
 
-    fn bundle(
-        seq: u64,
-        approvers: &[&ed25519_dalek::SigningKey],
-        threshold: u32,
-    ) -> proto::TrustBundle {
+    fn bundle(seq: u64, approvers: &[&ed25519_dalek::SigningKey], threshold: u32) -> proto::TrustBundle {
         proto::TrustBundle {
             trust_domain: "td".into(),
             sequence: seq,
             quorum: Some(proto::Quorum {
-                approvers: approvers
-                    .iter()
-                    .map(|a| Signer::public_key(*a).to_proto())
-                    .collect(),
+                approvers: approvers.iter().map(|a| Signer::public_key(*a).to_proto()).collect(),
                 threshold,
                 ..Default::default()
             }),
@@ -281,18 +202,12 @@ mod tests {
 
     #[test]
     fn trust_rotation_needs_the_current_quorum() {
-        let (a, b, c) = (
-            keys::ed25519("s", "a"),
-            keys::ed25519("s", "b"),
-            keys::ed25519("s", "c"),
-        );
+        let (a, b, c) = (keys::ed25519("s", "a"), keys::ed25519("s", "b"), keys::ed25519("s", "c"));
         let current = bundle(1, &[&a, &b], 2);
         let next = bundle(2, &[&b, &c], 2);
         assert!(accept_trust_bundle(&current, &sign_trust_bundle(&[&a, &b], &next)).is_ok());
         let code = |signers: &[&dyn Signer], b: &proto::TrustBundle| {
-            accept_trust_bundle(&current, &sign_trust_bundle(signers, b))
-                .unwrap_err()
-                .code()
+            accept_trust_bundle(&current, &sign_trust_bundle(signers, b)).unwrap_err().code()
         };
         assert_eq!(code(&[&a], &next), "trust-quorum");
         assert_eq!(code(&[&b, &c], &next), "trust-quorum");
@@ -313,24 +228,15 @@ mod tests {
         let env = sign_command(&root, &cmd);
         let roots = [root.public_key()];
         assert_eq!(verify_command(&env, &roots, "n", 50).unwrap(), cmd);
-        assert_eq!(
-            verify_command(&env, &roots, "m", 50).unwrap_err().code(),
-            "command-wrong-node"
-        );
-        assert_eq!(
-            verify_command(&env, &roots, "n", 101).unwrap_err().code(),
-            "command-expired"
-        );
+        assert_eq!(verify_command(&env, &roots, "m", 50).unwrap_err().code(), "command-wrong-node");
+        assert_eq!(verify_command(&env, &roots, "n", 101).unwrap_err().code(), "command-expired");
     }
 
     #[test]
     fn tiers_raise_the_batch_threshold() {
         let q = proto::Quorum {
             threshold: 1,
-            tiers: vec![proto::QuorumTier {
-                min_commands: 10,
-                threshold: 3,
-            }],
+            tiers: vec![proto::QuorumTier { min_commands: 10, threshold: 3 }],
             ..Default::default()
         };
         assert_eq!(batch_threshold(&q, 2), 1);

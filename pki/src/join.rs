@@ -30,67 +30,34 @@ pub fn seal_token(
     iat: i64,
     rnd: &jwe::SealRandomness,
 ) -> String {
-    let payload = SealedTokenPayload {
-        token: token.to_string(),
-        csr: csr_pin.to_string(),
-        iat,
-    };
+    let payload = SealedTokenPayload { token: token.to_string(), csr: csr_pin.to_string(), iat };
     let kid = PublicKey::P256(*join_encryption).pin();
-    jwe::seal(
-        join_encryption,
-        &kid,
-        &serde_json::to_vec(&payload).expect("the payload serializes"),
-        rnd,
-    )
+    jwe::seal(join_encryption, &kid, &serde_json::to_vec(&payload).expect("the payload serializes"), rnd)
 }
 
 /// Opens a sealed join token presented with the CSR whose pin is `csr_pin`.
-pub fn open_token(
-    join_encryption: &p256::SecretKey,
-    sealed: &str,
-    csr_pin: &str,
-) -> Result<SealedTokenPayload> {
+pub fn open_token(join_encryption: &p256::SecretKey, sealed: &str, csr_pin: &str) -> Result<SealedTokenPayload> {
     let plain = jwe::open(join_encryption, &join_encryption.keyid(), sealed)?;
     let payload: SealedTokenPayload =
-        serde_json::from_slice(&plain).map_err(|e| Error::TokenPayload {
-            reason: e.to_string(),
-        })?;
+        serde_json::from_slice(&plain).map_err(|e| Error::TokenPayload { reason: e.to_string() })?;
     if payload.csr != csr_pin {
-        return Err(Error::TokenCsrMismatch {
-            bound: payload.csr,
-            presented: csr_pin.to_string(),
-        });
+        return Err(Error::TokenCsrMismatch { bound: payload.csr, presented: csr_pin.to_string() });
     }
     Ok(payload)
 }
 
 /// Signs a JoinResponse with the JoinService's signing key.
 pub fn sign_response(key: &dyn Signer, response: &proto::JoinResponse) -> Envelope {
-    Envelope::sign(
-        proto::payload_type::JOIN_RESPONSE,
-        prost::Message::encode_to_vec(response),
-        &[key],
-    )
+    Envelope::sign(proto::payload_type::JOIN_RESPONSE, prost::Message::encode_to_vec(response), &[key])
 }
 
 /// Verifies a JoinResponse against the pinned join-signing key and checks
 /// that it answers the CSR whose pin is `csr_pin`.
-pub fn verify_response(
-    env: &Envelope,
-    join_signing: &PublicKey,
-    csr_pin: &str,
-) -> Result<proto::JoinResponse> {
-    let payload = env.verify(
-        proto::payload_type::JOIN_RESPONSE,
-        std::slice::from_ref(join_signing),
-        1,
-    )?;
+pub fn verify_response(env: &Envelope, join_signing: &PublicKey, csr_pin: &str) -> Result<proto::JoinResponse> {
+    let payload = env.verify(proto::payload_type::JOIN_RESPONSE, std::slice::from_ref(join_signing), 1)?;
     let response: proto::JoinResponse = dsse::decode(payload)?;
     if response.csr_pin != csr_pin {
-        return Err(Error::JoinResponseCsr {
-            expected: csr_pin.to_string(),
-            found: response.csr_pin,
-        });
+        return Err(Error::JoinResponseCsr { expected: csr_pin.to_string(), found: response.csr_pin });
     }
     Ok(response)
 }
@@ -103,48 +70,19 @@ mod tests {
     #[test]
     fn a_sealed_token_opens_only_with_its_csr() {
         let key = keys::p256("s", "join-encryption");
-        let sealed = seal_token(
-            &key.public_key(),
-            "bc_jt_1",
-            "sha256:csr",
-            10,
-            &jwe::SealRandomness::seeded("s", "t"),
-        );
-        assert_eq!(
-            open_token(&key, &sealed, "sha256:csr").unwrap().token,
-            "bc_jt_1"
-        );
-        assert_eq!(
-            open_token(&key, &sealed, "sha256:other")
-                .unwrap_err()
-                .code(),
-            "token-csr-mismatch"
-        );
+        let sealed = seal_token(&key.public_key(), "bc_jt_1", "sha256:csr", 10, &jwe::SealRandomness::seeded("s", "t"));
+        assert_eq!(open_token(&key, &sealed, "sha256:csr").unwrap().token, "bc_jt_1");
+        assert_eq!(open_token(&key, &sealed, "sha256:other").unwrap_err().code(), "token-csr-mismatch");
     }
 
     #[test]
     fn responses_verify_against_the_pinned_key() {
         let key = keys::ed25519("s", "join-signing");
-        let response = proto::JoinResponse {
-            node_id: "n".into(),
-            csr_pin: "p".into(),
-            ..Default::default()
-        };
+        let response = proto::JoinResponse { node_id: "n".into(), csr_pin: "p".into(), ..Default::default() };
         let env = sign_response(&key, &response);
-        assert_eq!(
-            verify_response(&env, &key.public_key(), "p").unwrap(),
-            response
-        );
-        assert_eq!(
-            verify_response(&env, &key.public_key(), "q")
-                .unwrap_err()
-                .code(),
-            "join-response-csr"
-        );
+        assert_eq!(verify_response(&env, &key.public_key(), "p").unwrap(), response);
+        assert_eq!(verify_response(&env, &key.public_key(), "q").unwrap_err().code(), "join-response-csr");
         let other = keys::ed25519("s", "other").public_key();
-        assert_eq!(
-            verify_response(&env, &other, "p").unwrap_err().code(),
-            "dsse-unknown-key"
-        );
+        assert_eq!(verify_response(&env, &other, "p").unwrap_err().code(), "dsse-unknown-key");
     }
 }

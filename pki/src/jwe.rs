@@ -40,11 +40,7 @@ impl SealRandomness {
         let mut iv = [0u8; 12];
         getrandom::fill(&mut cek).expect("the OS random number generator is available");
         getrandom::fill(&mut iv).expect("the OS random number generator is available");
-        SealRandomness {
-            ephemeral: keys::random_p256(),
-            cek,
-            iv,
-        }
+        SealRandomness { ephemeral: keys::random_p256(), cek, iv }
     }
 
     /// Randomness derived from a fixture seed and a label (test-only path).
@@ -52,11 +48,7 @@ impl SealRandomness {
         let cek = keys::okm(seed, &format!("{label}/cek"));
         let mut iv = [0u8; 12];
         iv.copy_from_slice(&keys::okm(seed, &format!("{label}/iv"))[..12]);
-        SealRandomness {
-            ephemeral: keys::p256(seed, &format!("{label}/epk")),
-            cek,
-            iv,
-        }
+        SealRandomness { ephemeral: keys::p256(seed, &format!("{label}/epk")), cek, iv }
     }
 }
 
@@ -81,41 +73,20 @@ fn kek(secret: &p256::SecretKey, public: &p256::PublicKey) -> [u8; 32] {
 /// The protected header, written as an exact string so the bytes are stable.
 fn header(epk: &p256::PublicKey, kid: &str) -> String {
     let (x, y) = pin::xy(epk);
-    format!(
-        r#"{{"alg":"{ALG}","enc":"{ENC}","epk":{{"crv":"P-256","kty":"EC","x":"{x}","y":"{y}"}},"kid":"{kid}"}}"#
-    )
+    format!(r#"{{"alg":"{ALG}","enc":"{ENC}","epk":{{"crv":"P-256","kty":"EC","x":"{x}","y":"{y}"}},"kid":"{kid}"}}"#)
 }
 
 /// Seals `plaintext` to `recipient` with `kid` (the recipient's pin).
-pub fn seal(
-    recipient: &p256::PublicKey,
-    kid: &str,
-    plaintext: &[u8],
-    rnd: &SealRandomness,
-) -> String {
+pub fn seal(recipient: &p256::PublicKey, kid: &str, plaintext: &[u8], rnd: &SealRandomness) -> String {
     let protected = b64::url(header(&rnd.ephemeral.public_key(), kid).as_bytes());
     let kek = kek(&rnd.ephemeral, recipient);
     let mut wrapped = [0u8; 40];
-    aes_kw::KwAes256::new(&kek.into())
-        .wrap_key(&rnd.cek, &mut wrapped)
-        .expect("a 32-byte key wraps into 40 bytes");
+    aes_kw::KwAes256::new(&kek.into()).wrap_key(&rnd.cek, &mut wrapped).expect("a 32-byte key wraps into 40 bytes");
     let sealed = Aes256Gcm::new(&rnd.cek.into())
-        .encrypt(
-            &Nonce::from(rnd.iv),
-            Payload {
-                msg: plaintext,
-                aad: protected.as_bytes(),
-            },
-        )
+        .encrypt(&Nonce::from(rnd.iv), Payload { msg: plaintext, aad: protected.as_bytes() })
         .expect("AES-GCM encryption does not fail for in-memory input");
     let (ciphertext, tag) = sealed.split_at(sealed.len() - 16);
-    format!(
-        "{protected}.{}.{}.{}.{}",
-        b64::url(&wrapped),
-        b64::url(&rnd.iv),
-        b64::url(ciphertext),
-        b64::url(tag)
-    )
+    format!("{protected}.{}.{}.{}.{}", b64::url(&wrapped), b64::url(&rnd.iv), b64::url(ciphertext), b64::url(tag))
 }
 
 #[derive(Deserialize)]
@@ -140,9 +111,7 @@ struct Epk {
 
 /// Opens a compact JWE sealed to `recipient`, whose pin is `kid`.
 pub fn open(recipient: &p256::SecretKey, kid: &str, compact: &str) -> Result<Vec<u8>> {
-    let malformed = |reason: &str| Error::JweMalformed {
-        reason: reason.to_string(),
-    };
+    let malformed = |reason: &str| Error::JweMalformed { reason: reason.to_string() };
     let parts: Vec<&str> = compact.split('.').collect();
     if parts.len() != 5 {
         return Err(malformed("not five parts"));
@@ -151,12 +120,9 @@ pub fn open(recipient: &p256::SecretKey, kid: &str, compact: &str) -> Result<Vec
         .iter()
         .map(|p| b64::url_decode(p).ok_or_else(|| malformed("a part is not base64url")))
         .collect::<Result<_>>()?;
-    let header: Header =
-        serde_json::from_slice(&raw[0]).map_err(|_| malformed("the header is not JSON"))?;
+    let header: Header = serde_json::from_slice(&raw[0]).map_err(|_| malformed("the header is not JSON"))?;
 
-    let bad_header = |reason: &str| Error::JweHeader {
-        reason: reason.to_string(),
-    };
+    let bad_header = |reason: &str| Error::JweHeader { reason: reason.to_string() };
     if header.alg.as_deref() != Some(ALG) {
         return Err(bad_header("alg"));
     }
@@ -175,10 +141,7 @@ pub fn open(recipient: &p256::SecretKey, kid: &str, compact: &str) -> Result<Vec
     }
     let found = header.kid.unwrap_or_default();
     if found != kid {
-        return Err(Error::JweKid {
-            expected: kid.to_string(),
-            found,
-        });
+        return Err(Error::JweKid { expected: kid.to_string(), found });
     }
     let epk = parse_epk(header.epk)?;
 
@@ -188,34 +151,25 @@ pub fn open(recipient: &p256::SecretKey, kid: &str, compact: &str) -> Result<Vec
     }
     let kek = kek(recipient, &epk);
     let mut cek = [0u8; 32];
-    aes_kw::KwAes256::new(&kek.into())
-        .unwrap_key(wrapped, &mut cek)
-        .map_err(|_| Error::JweDecrypt)?;
+    aes_kw::KwAes256::new(&kek.into()).unwrap_key(wrapped, &mut cek).map_err(|_| Error::JweDecrypt)?;
     let mut sealed = ciphertext.clone();
     sealed.extend_from_slice(tag);
     Aes256Gcm::new(&cek.into())
         .decrypt(
             &Nonce::try_from(iv.as_slice()).expect("the IV length was checked"),
-            Payload {
-                msg: &sealed,
-                aad: parts[0].as_bytes(),
-            },
+            Payload { msg: &sealed, aad: parts[0].as_bytes() },
         )
         .map_err(|_| Error::JweDecrypt)
 }
 
 fn parse_epk(epk: Option<Epk>) -> Result<p256::PublicKey> {
-    let bad = |reason: &str| Error::JweEpk {
-        reason: reason.to_string(),
-    };
+    let bad = |reason: &str| Error::JweEpk { reason: reason.to_string() };
     let epk = epk.ok_or_else(|| bad("missing"))?;
     if epk.kty.as_deref() != Some("EC") || epk.crv.as_deref() != Some("P-256") {
         return Err(bad("not an EC P-256 key"));
     }
     let coord = |c: Option<String>| {
-        c.and_then(|c| b64::url_decode(&c))
-            .filter(|b| b.len() == 32)
-            .ok_or_else(|| bad("a coordinate is not 32 bytes"))
+        c.and_then(|c| b64::url_decode(&c)).filter(|b| b.len() == 32).ok_or_else(|| bad("a coordinate is not 32 bytes"))
     };
     let (x, y) = (coord(epk.x)?, coord(epk.y)?);
     let mut sec1 = vec![4u8];
@@ -238,26 +192,11 @@ mod tests {
     #[test]
     fn seal_is_deterministic_with_seeded_randomness_and_opens() {
         let (key, kid) = recipient();
-        let a = seal(
-            &key.public_key(),
-            &kid,
-            b"hello",
-            &SealRandomness::seeded("s", "t"),
-        );
-        let b = seal(
-            &key.public_key(),
-            &kid,
-            b"hello",
-            &SealRandomness::seeded("s", "t"),
-        );
+        let a = seal(&key.public_key(), &kid, b"hello", &SealRandomness::seeded("s", "t"));
+        let b = seal(&key.public_key(), &kid, b"hello", &SealRandomness::seeded("s", "t"));
         assert_eq!(a, b);
         assert_eq!(open(&key, &kid, &a).unwrap(), b"hello");
-        let c = seal(
-            &key.public_key(),
-            &kid,
-            b"hello",
-            &SealRandomness::from_os(),
-        );
+        let c = seal(&key.public_key(), &kid, b"hello", &SealRandomness::from_os());
         assert_ne!(a, c);
         assert_eq!(open(&key, &kid, &c).unwrap(), b"hello");
     }
@@ -268,16 +207,9 @@ mod tests {
         use p256::pkcs8::EncodePrivateKey;
         use spki::EncodePublicKey;
         let (key, kid) = recipient();
-        let ours = seal(
-            &key.public_key(),
-            &kid,
-            b"to josekit",
-            &SealRandomness::seeded("s", "j"),
-        );
+        let ours = seal(&key.public_key(), &kid, b"to josekit", &SealRandomness::seeded("s", "j"));
         let private_der = key.to_pkcs8_der().unwrap();
-        let decrypter = ECDH_ES_A256KW
-            .decrypter_from_der(private_der.as_bytes())
-            .unwrap();
+        let decrypter = ECDH_ES_A256KW.decrypter_from_der(private_der.as_bytes()).unwrap();
         let (plain, _) = josekit::jwe::deserialize_compact(&ours, &decrypter).unwrap();
         assert_eq!(plain, b"to josekit");
 
@@ -285,9 +217,7 @@ mod tests {
         h.set_content_encryption("A256GCM");
         h.set_key_id(&kid);
         let public_der = key.public_key().to_public_key_der().unwrap();
-        let encrypter = ECDH_ES_A256KW
-            .encrypter_from_der(public_der.as_bytes())
-            .unwrap();
+        let encrypter = ECDH_ES_A256KW.encrypter_from_der(public_der.as_bytes()).unwrap();
         let theirs = josekit::jwe::serialize_compact(b"from josekit", &h, &encrypter).unwrap();
         assert_eq!(open(&key, &kid, &theirs).unwrap(), b"from josekit");
     }
@@ -295,33 +225,14 @@ mod tests {
     #[test]
     fn refusals_have_their_codes() {
         let (key, kid) = recipient();
-        let jwe = seal(
-            &key.public_key(),
-            &kid,
-            b"x",
-            &SealRandomness::seeded("s", "t"),
-        );
-        assert_eq!(
-            open(&key, "sha256:other", &jwe).unwrap_err().code(),
-            "jwe-kid"
-        );
-        assert_eq!(
-            open(&keys::p256("s", "other"), &kid, &jwe)
-                .unwrap_err()
-                .code(),
-            "jwe-decrypt"
-        );
-        assert_eq!(
-            open(&key, &kid, "a.b.c").unwrap_err().code(),
-            "jwe-malformed"
-        );
+        let jwe = seal(&key.public_key(), &kid, b"x", &SealRandomness::seeded("s", "t"));
+        assert_eq!(open(&key, "sha256:other", &jwe).unwrap_err().code(), "jwe-kid");
+        assert_eq!(open(&keys::p256("s", "other"), &kid, &jwe).unwrap_err().code(), "jwe-decrypt");
+        assert_eq!(open(&key, &kid, "a.b.c").unwrap_err().code(), "jwe-malformed");
         let mut parts: Vec<String> = jwe.split('.').map(str::to_string).collect();
         let mut tag = b64::url_decode(&parts[4]).unwrap();
         tag[0] ^= 1;
         parts[4] = b64::url(&tag);
-        assert_eq!(
-            open(&key, &kid, &parts.join(".")).unwrap_err().code(),
-            "jwe-decrypt"
-        );
+        assert_eq!(open(&key, &kid, &parts.join(".")).unwrap_err().code(), "jwe-decrypt");
     }
 }

@@ -76,9 +76,7 @@ struct Header {
 
 /// Verifies a compact JWS against trusted issuer keys and decodes its claims.
 fn verify<C: for<'de> Deserialize<'de>>(token: &str, trusted: &[p256::PublicKey]) -> Result<C> {
-    let malformed = |reason: &str| Error::JwsMalformed {
-        reason: reason.to_string(),
-    };
+    let malformed = |reason: &str| Error::JwsMalformed { reason: reason.to_string() };
     let parts: Vec<&str> = token.split('.').collect();
     if parts.len() != 3 {
         return Err(malformed("not three parts"));
@@ -87,8 +85,7 @@ fn verify<C: for<'de> Deserialize<'de>>(token: &str, trusted: &[p256::PublicKey]
         .iter()
         .map(|p| b64::url_decode(p).ok_or_else(|| malformed("a part is not base64url")))
         .collect::<Result<_>>()?;
-    let header: Header =
-        serde_json::from_slice(&raw[0]).map_err(|_| malformed("the header is not JSON"))?;
+    let header: Header = serde_json::from_slice(&raw[0]).map_err(|_| malformed("the header is not JSON"))?;
     let alg = header.alg.unwrap_or_default();
     if alg != "ES256" {
         return Err(Error::JwsAlg { found: alg });
@@ -98,15 +95,12 @@ fn verify<C: for<'de> Deserialize<'de>>(token: &str, trusted: &[p256::PublicKey]
         .iter()
         .find(|k| crate::PublicKey::P256(**k).pin() == kid)
         .ok_or_else(|| Error::JwsUnknownKid { kid: kid.clone() })?;
-    let sig = p256::ecdsa::Signature::from_slice(&raw[2])
-        .map_err(|_| Error::JwsBadSignature { kid: kid.clone() })?;
+    let sig = p256::ecdsa::Signature::from_slice(&raw[2]).map_err(|_| Error::JwsBadSignature { kid: kid.clone() })?;
     let input = &token[..parts[0].len() + 1 + parts[1].len()];
     p256::ecdsa::VerifyingKey::from(key)
         .verify(input.as_bytes(), &sig)
         .map_err(|_| Error::JwsBadSignature { kid: kid.clone() })?;
-    serde_json::from_slice(&raw[1]).map_err(|e| Error::TokenClaims {
-        reason: e.to_string(),
-    })
+    serde_json::from_slice(&raw[1]).map_err(|e| Error::TokenClaims { reason: e.to_string() })
 }
 
 fn check_times(iat: i64, exp: i64, now_ms: i64) -> Result<()> {
@@ -130,17 +124,11 @@ pub fn verify_exec_ticket(
 ) -> Result<ExecTicket> {
     let claims: ExecTicket = verify(token, trusted)?;
     if claims.iss != issuer {
-        return Err(Error::TokenIssuer {
-            expected: issuer.to_string(),
-            found: claims.iss,
-        });
+        return Err(Error::TokenIssuer { expected: issuer.to_string(), found: claims.iss });
     }
     let aud = ticket_audience(node_id);
     if claims.aud != aud {
-        return Err(Error::TokenAudience {
-            expected: aud,
-            found: claims.aud,
-        });
+        return Err(Error::TokenAudience { expected: aud, found: claims.aud });
     }
     check_times(claims.iat, claims.exp, now_ms)?;
     if claims.op != OP_CONSOLE {
@@ -159,22 +147,14 @@ pub fn verify_workload_token(
 ) -> Result<WorkloadToken> {
     let claims: WorkloadToken = verify(token, trusted)?;
     if claims.iss != issuer {
-        return Err(Error::TokenIssuer {
-            expected: issuer.to_string(),
-            found: claims.iss,
-        });
+        return Err(Error::TokenIssuer { expected: issuer.to_string(), found: claims.iss });
     }
     if claims.aud != audience {
-        return Err(Error::TokenAudience {
-            expected: audience.to_string(),
-            found: claims.aud,
-        });
+        return Err(Error::TokenAudience { expected: audience.to_string(), found: claims.aud });
     }
     check_times(claims.iat, claims.exp, now_ms)?;
     if !claims.sub.starts_with("instance:") {
-        return Err(Error::TokenClaims {
-            reason: format!("sub {:?} does not name an instance", claims.sub),
-        });
+        return Err(Error::TokenClaims { reason: format!("sub {:?} does not name an instance", claims.sub) });
     }
     Ok(claims)
 }
@@ -202,15 +182,9 @@ mod tests {
         let token = sign(&key, &ticket());
         assert_eq!(token, sign(&key, &ticket()), "RFC 6979 makes tokens stable");
         let trusted = [key.public_key()];
-        assert_eq!(
-            verify_exec_ticket(&token, &trusted, "tunnels", "node_1", 1_100_000).unwrap(),
-            ticket()
-        );
-        let code = |t: &str, node: &str, now: i64| {
-            verify_exec_ticket(t, &trusted, "tunnels", node, now)
-                .unwrap_err()
-                .code()
-        };
+        assert_eq!(verify_exec_ticket(&token, &trusted, "tunnels", "node_1", 1_100_000).unwrap(), ticket());
+        let code =
+            |t: &str, node: &str, now: i64| verify_exec_ticket(t, &trusted, "tunnels", node, now).unwrap_err().code();
         assert_eq!(code(&token, "node_2", 1_100_000), "token-audience");
         assert_eq!(code(&token, "node_1", 1_300_000), "token-expired");
         assert_eq!(code(&token, "node_1", 0), "token-not-yet-valid");
@@ -224,9 +198,7 @@ mod tests {
         let key = keys::p256("s", "workload-issuer");
         let token = sign(&key, &ticket());
         let der = key.public_key().to_public_key_der().unwrap();
-        let verifier = josekit::jws::ES256
-            .verifier_from_der(der.as_bytes())
-            .unwrap();
+        let verifier = josekit::jws::ES256.verifier_from_der(der.as_bytes()).unwrap();
         josekit::jwt::decode_with_verifier(&token, &verifier).unwrap();
     }
 }

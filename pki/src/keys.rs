@@ -19,8 +19,7 @@ pub const SALT: &[u8] = b"bc-fixtures/v1";
 pub fn okm(seed: &str, label: &str) -> [u8; 32] {
     let hk = Hkdf::<Sha256>::new(Some(SALT), seed.as_bytes());
     let mut out = [0u8; 32];
-    hk.expand(label.as_bytes(), &mut out)
-        .expect("32 bytes is a valid HKDF-SHA256 output length");
+    hk.expand(label.as_bytes(), &mut out).expect("32 bytes is a valid HKDF-SHA256 output length");
     out
 }
 
@@ -33,11 +32,7 @@ pub fn ed25519(seed: &str, label: &str) -> ed25519_dalek::SigningKey {
 pub fn p256(seed: &str, label: &str) -> p256::SecretKey {
     let mut attempt = 0u32;
     loop {
-        let info = if attempt == 0 {
-            label.to_string()
-        } else {
-            format!("{label}#{attempt}")
-        };
+        let info = if attempt == 0 { label.to_string() } else { format!("{label}#{attempt}") };
         if let Ok(key) = p256::SecretKey::from_slice(&okm(seed, &info)) {
             return key;
         }
@@ -63,9 +58,7 @@ impl PublicKey {
         }
         p256::PublicKey::from_public_key_der(der)
             .map(PublicKey::P256)
-            .map_err(|e| Error::BadPublicKey {
-                reason: e.to_string(),
-            })
+            .map_err(|e| Error::BadPublicKey { reason: e.to_string() })
     }
 
     /// The SubjectPublicKeyInfo DER.
@@ -84,19 +77,14 @@ impl PublicKey {
 
     /// The key as a protocol `PublicKey` message.
     pub fn to_proto(&self) -> proto::PublicKey {
-        proto::PublicKey {
-            keyid: self.pin(),
-            spki_der: self.spki_der(),
-        }
+        proto::PublicKey { keyid: self.pin(), spki_der: self.spki_der() }
     }
 
     /// Parses a protocol `PublicKey`, refusing one whose keyid is not its pin.
     pub fn from_proto(msg: &proto::PublicKey) -> Result<Self> {
         let key = Self::from_spki_der(&msg.spki_der)?;
         if key.pin() != msg.keyid {
-            return Err(Error::BadPublicKey {
-                reason: format!("keyid {} is not the key's pin", msg.keyid),
-            });
+            return Err(Error::BadPublicKey { reason: format!("keyid {} is not the key's pin", msg.keyid) });
         }
         Ok(key)
     }
@@ -104,9 +92,9 @@ impl PublicKey {
     /// Whether `sig` is this key's signature over `msg`.
     pub fn verify(&self, msg: &[u8], sig: &[u8]) -> bool {
         match self {
-            PublicKey::Ed25519(k) => ed25519_dalek::Signature::from_slice(sig)
-                .map(|s| k.verify_strict(msg, &s).is_ok())
-                .unwrap_or(false),
+            PublicKey::Ed25519(k) => {
+                ed25519_dalek::Signature::from_slice(sig).map(|s| k.verify_strict(msg, &s).is_ok()).unwrap_or(false)
+            }
             PublicKey::P256(k) => p256::ecdsa::Signature::from_der(sig)
                 .map(|s| p256::ecdsa::VerifyingKey::from(k).verify(msg, &s).is_ok())
                 .unwrap_or(false),
@@ -173,18 +161,12 @@ mod tests {
         assert_eq!(okm("s", "a"), okm("s", "a"));
         assert_ne!(okm("s", "a"), okm("s", "b"));
         assert_ne!(okm("s", "a"), okm("t", "a"));
-        assert_eq!(
-            p256("s", "node-ca").to_bytes(),
-            p256("s", "node-ca").to_bytes()
-        );
+        assert_eq!(p256("s", "node-ca").to_bytes(), p256("s", "node-ca").to_bytes());
     }
 
     #[test]
     fn public_keys_round_trip_through_spki() {
-        for key in [
-            Signer::public_key(&ed25519("s", "x")),
-            Signer::public_key(&p256("s", "y")),
-        ] {
+        for key in [Signer::public_key(&ed25519("s", "x")), Signer::public_key(&p256("s", "y"))] {
             assert_eq!(PublicKey::from_spki_der(&key.spki_der()).unwrap(), key);
             assert_eq!(PublicKey::from_proto(&key.to_proto()).unwrap(), key);
         }

@@ -62,27 +62,15 @@ pub fn sign(keys: &[&dyn Signer], manifest: &Manifest) -> Envelope {
 /// Verifies a manifest's signatures and sequence, and returns it.
 pub fn verify_manifest(env: &Envelope, policy: &Policy) -> Result<Manifest> {
     let threshold = policy.threshold.max(1);
-    let payload = env
-        .verify(proto::payload_type::RELEASE, &policy.keys, threshold)
-        .map_err(|e| match e {
-            Error::DsseUnsigned | Error::DsseUnknownKey { .. } => Error::ReleaseThreshold {
-                valid: 0,
-                threshold,
-            },
-            Error::DsseThreshold { valid, threshold } => {
-                Error::ReleaseThreshold { valid, threshold }
-            }
-            other => other,
-        })?;
+    let payload = env.verify(proto::payload_type::RELEASE, &policy.keys, threshold).map_err(|e| match e {
+        Error::DsseUnsigned | Error::DsseUnknownKey { .. } => Error::ReleaseThreshold { valid: 0, threshold },
+        Error::DsseThreshold { valid, threshold } => Error::ReleaseThreshold { valid, threshold },
+        other => other,
+    })?;
     let manifest: Manifest =
-        serde_json::from_slice(payload).map_err(|e| Error::ReleaseMalformed {
-            reason: e.to_string(),
-        })?;
+        serde_json::from_slice(payload).map_err(|e| Error::ReleaseMalformed { reason: e.to_string() })?;
     if manifest.sequence < policy.min_sequence {
-        return Err(Error::ReleaseSequence {
-            sequence: manifest.sequence,
-            min_sequence: policy.min_sequence,
-        });
+        return Err(Error::ReleaseSequence { sequence: manifest.sequence, min_sequence: policy.min_sequence });
     }
     Ok(manifest)
 }
@@ -93,38 +81,23 @@ pub fn artifact<'a>(manifest: &'a Manifest, os: &str, arch: &str) -> Result<&'a 
         .artifacts
         .iter()
         .find(|a| a.os == os && a.arch == arch)
-        .ok_or_else(|| Error::ReleaseMissingArtifact {
-            os: os.to_string(),
-            arch: arch.to_string(),
-        })
+        .ok_or_else(|| Error::ReleaseMissingArtifact { os: os.to_string(), arch: arch.to_string() })
 }
 
 /// Checks downloaded bytes against their artifact entry.
 pub fn check_artifact(artifact: &Artifact, bytes: &[u8]) -> Result<()> {
     if bytes.len() as u64 != artifact.size {
-        return Err(Error::ReleaseSize {
-            expected: artifact.size,
-            found: bytes.len() as u64,
-        });
+        return Err(Error::ReleaseSize { expected: artifact.size, found: bytes.len() as u64 });
     }
     let found = hex::encode(Sha256::digest(bytes));
     if found != artifact.sha256.to_ascii_lowercase() {
-        return Err(Error::ReleaseDigest {
-            expected: artifact.sha256.clone(),
-            found,
-        });
+        return Err(Error::ReleaseDigest { expected: artifact.sha256.clone(), found });
     }
     Ok(())
 }
 
 /// Everything at once: the manifest, the platform's artifact and its bytes.
-pub fn verify_release(
-    env: &Envelope,
-    policy: &Policy,
-    os: &str,
-    arch: &str,
-    bytes: &[u8],
-) -> Result<Manifest> {
+pub fn verify_release(env: &Envelope, policy: &Policy, os: &str, arch: &str, bytes: &[u8]) -> Result<Manifest> {
     let manifest = verify_manifest(env, policy)?;
     check_artifact(artifact(&manifest, os, arch)?, bytes)?;
     Ok(manifest)
@@ -137,10 +110,7 @@ mod tests {
 
     #[test]
     fn a_release_needs_the_threshold_the_sequence_and_the_bytes() {
-        let (a, b) = (
-            keys::ed25519("s", "release/0"),
-            keys::ed25519("s", "release/1"),
-        );
+        let (a, b) = (keys::ed25519("s", "release/0"), keys::ed25519("s", "release/1"));
         let bytes = b"binary";
         let manifest = Manifest {
             version: "0.9.0".into(),
@@ -153,42 +123,21 @@ mod tests {
                 url: "http://x/bcd".into(),
             }],
         };
-        let policy = Policy {
-            keys: vec![a.public_key(), b.public_key()],
-            threshold: 2,
-            min_sequence: 5,
-        };
+        let policy = Policy { keys: vec![a.public_key(), b.public_key()], threshold: 2, min_sequence: 5 };
         let both = sign(&[&a, &b], &manifest);
+        assert_eq!(verify_release(&both, &policy, "linux", "amd64", bytes).unwrap(), manifest);
         assert_eq!(
-            verify_release(&both, &policy, "linux", "amd64", bytes).unwrap(),
-            manifest
-        );
-        assert_eq!(
-            verify_release(&sign(&[&a], &manifest), &policy, "linux", "amd64", bytes)
-                .unwrap_err()
-                .code(),
+            verify_release(&sign(&[&a], &manifest), &policy, "linux", "amd64", bytes).unwrap_err().code(),
             "release-threshold"
         );
         assert_eq!(
-            verify_release(&both, &policy, "linux", "arm64", bytes)
-                .unwrap_err()
-                .code(),
+            verify_release(&both, &policy, "linux", "arm64", bytes).unwrap_err().code(),
             "release-missing-artifact"
         );
+        assert_eq!(verify_release(&both, &policy, "linux", "amd64", b"binarz").unwrap_err().code(), "release-digest");
+        let old = Manifest { sequence: 4, ..manifest.clone() };
         assert_eq!(
-            verify_release(&both, &policy, "linux", "amd64", b"binarz")
-                .unwrap_err()
-                .code(),
-            "release-digest"
-        );
-        let old = Manifest {
-            sequence: 4,
-            ..manifest.clone()
-        };
-        assert_eq!(
-            verify_release(&sign(&[&a, &b], &old), &policy, "linux", "amd64", bytes)
-                .unwrap_err()
-                .code(),
+            verify_release(&sign(&[&a, &b], &old), &policy, "linux", "amd64", bytes).unwrap_err().code(),
             "release-sequence"
         );
     }

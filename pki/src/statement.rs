@@ -10,26 +10,15 @@ use crate::{Error, PublicKey, Result, Signer, jwe};
 
 /// Signs a statement with a node key.
 pub fn sign(node_key: &dyn Signer, statement: &proto::NodeStatement) -> Envelope {
-    Envelope::sign(
-        proto::payload_type::NODE_STATEMENT,
-        statement.encode_to_vec(),
-        &[node_key],
-    )
+    Envelope::sign(proto::payload_type::NODE_STATEMENT, statement.encode_to_vec(), &[node_key])
 }
 
 /// Verifies a statement signed by the node key `node_key` of node `node_id`.
 pub fn verify(env: &Envelope, node_key: &PublicKey, node_id: &str) -> Result<proto::NodeStatement> {
-    let payload = env.verify(
-        proto::payload_type::NODE_STATEMENT,
-        std::slice::from_ref(node_key),
-        1,
-    )?;
+    let payload = env.verify(proto::payload_type::NODE_STATEMENT, std::slice::from_ref(node_key), 1)?;
     let statement: proto::NodeStatement = dsse::decode(payload)?;
     if statement.node_id != node_id {
-        return Err(Error::StatementWrongNode {
-            expected: node_id.to_string(),
-            found: statement.node_id,
-        });
+        return Err(Error::StatementWrongNode { expected: node_id.to_string(), found: statement.node_id });
     }
     Ok(statement)
 }
@@ -46,18 +35,11 @@ pub fn body_name(statement: &proto::NodeStatement) -> &'static str {
 }
 
 fn wrong_kind(expected: &str, statement: &proto::NodeStatement) -> Error {
-    Error::StatementKind {
-        expected: expected.to_string(),
-        found: body_name(statement).to_string(),
-    }
+    Error::StatementKind { expected: expected.to_string(), found: body_name(statement).to_string() }
 }
 
 /// Verifies a node-signed command result.
-pub fn verify_command_result(
-    env: &Envelope,
-    node_key: &PublicKey,
-    node_id: &str,
-) -> Result<proto::CommandResult> {
+pub fn verify_command_result(env: &Envelope, node_key: &PublicKey, node_id: &str) -> Result<proto::CommandResult> {
     let statement = verify(env, node_key, node_id)?;
     match statement.body {
         Some(proto::node_statement::Body::CommandResult(r)) => Ok(r),
@@ -66,11 +48,7 @@ pub fn verify_command_result(
 }
 
 /// Verifies a node-signed AllocationBound.
-pub fn verify_allocation_bound(
-    env: &Envelope,
-    node_key: &PublicKey,
-    node_id: &str,
-) -> Result<proto::AllocationBound> {
+pub fn verify_allocation_bound(env: &Envelope, node_key: &PublicKey, node_id: &str) -> Result<proto::AllocationBound> {
     let statement = verify(env, node_key, node_id)?;
     match statement.body {
         Some(proto::node_statement::Body::AllocationBound(a)) => Ok(a),
@@ -92,19 +70,13 @@ pub fn verify_secret_request(
     let ephemeral = match PublicKey::from_spki_der(&request.ephemeral_spki_der)? {
         PublicKey::P256(k) => k,
         PublicKey::Ed25519(_) => {
-            return Err(Error::BadPublicKey {
-                reason: "the ephemeral key is not P-256".into(),
-            });
+            return Err(Error::BadPublicKey { reason: "the ephemeral key is not P-256".into() });
         }
     };
     Ok((request, ephemeral))
 }
 
 /// Seals a secret to the ephemeral key of a verified SecretRequest.
-pub fn seal_secret_response(
-    ephemeral: &p256::PublicKey,
-    secret: &[u8],
-    rnd: &jwe::SealRandomness,
-) -> String {
+pub fn seal_secret_response(ephemeral: &p256::PublicKey, secret: &[u8], rnd: &jwe::SealRandomness) -> String {
     jwe::seal(ephemeral, &PublicKey::P256(*ephemeral).pin(), secret, rnd)
 }

@@ -11,8 +11,8 @@ use std::net::IpAddr;
 use der::{Decode, Encode};
 use p256::ecdsa::signature::Verifier as _;
 use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
-    Issuer, KeyIdMethod, KeyUsagePurpose, PublicKeyData, SanType, SerialNumber,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyIdMethod,
+    KeyUsagePurpose, PublicKeyData, SanType, SerialNumber,
 };
 use sha2::{Digest, Sha256};
 use spki::{DecodePublicKey, EncodePublicKey};
@@ -24,8 +24,7 @@ use x509_cert::request::CertReq;
 use crate::{Error, Result, pin};
 
 /// The OID of ecdsa-with-SHA256.
-const ECDSA_WITH_SHA256: der::asn1::ObjectIdentifier =
-    der::asn1::ObjectIdentifier::new_unwrap("1.2.840.10045.4.3.2");
+const ECDSA_WITH_SHA256: der::asn1::ObjectIdentifier = der::asn1::ObjectIdentifier::new_unwrap("1.2.840.10045.4.3.2");
 
 /// Validity of a node certificate: 24 hours (renew after two thirds).
 pub const NODE_CERT_VALIDITY_MS: i64 = 24 * 3600 * 1000;
@@ -44,10 +43,7 @@ impl Rfc6979Key {
     pub fn new(secret: &p256::SecretKey) -> Self {
         use p256::elliptic_curve::sec1::ToSec1Point;
         let point = secret.public_key().to_sec1_point(false).as_bytes().to_vec();
-        Rfc6979Key {
-            key: p256::ecdsa::SigningKey::from(secret),
-            point,
-        }
+        Rfc6979Key { key: p256::ecdsa::SigningKey::from(secret), point }
     }
 }
 
@@ -96,21 +92,16 @@ fn key_id(spki_der: &[u8]) -> Vec<u8> {
 }
 
 fn datetime(ms: i64) -> Result<time::OffsetDateTime> {
-    time::OffsetDateTime::from_unix_timestamp(ms.div_euclid(1000)).map_err(|e| Error::CertBuild {
-        reason: e.to_string(),
-    })
+    time::OffsetDateTime::from_unix_timestamp(ms.div_euclid(1000))
+        .map_err(|e| Error::CertBuild { reason: e.to_string() })
 }
 
 fn build_err(e: rcgen::Error) -> Error {
-    Error::CertBuild {
-        reason: e.to_string(),
-    }
+    Error::CertBuild { reason: e.to_string() }
 }
 
 fn p256_spki(key: &p256::PublicKey) -> Vec<u8> {
-    key.to_public_key_der()
-        .expect("a P-256 key always encodes")
-        .into_vec()
+    key.to_public_key_der().expect("a P-256 key always encodes").into_vec()
 }
 
 /// Parameters of a self-signed CA (node CA, serving CA, EK root).
@@ -131,29 +122,17 @@ pub fn ca_certificate(key: &p256::SecretKey, profile: &CaProfile<'_>) -> Result<
     let mut params = CertificateParams::default();
     params.distinguished_name = DistinguishedName::new();
     if let Some(org) = profile.organization {
-        params
-            .distinguished_name
-            .push(DnType::OrganizationName, org);
+        params.distinguished_name.push(DnType::OrganizationName, org);
     }
-    params
-        .distinguished_name
-        .push(DnType::CommonName, profile.common_name);
+    params.distinguished_name.push(DnType::CommonName, profile.common_name);
     params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
     params.serial_number = Some(SerialNumber::from_slice(profile.serial));
     params.not_before = datetime(profile.validity.not_before_ms)?;
     params.not_after = datetime(profile.validity.not_after_ms)?;
     params.key_identifier_method = KeyIdMethod::PreSpecified(key_id(&p256_spki(&key.public_key())));
     let signer = Rfc6979Key::new(key);
-    Ok(params
-        .self_signed(&signer)
-        .map_err(build_err)?
-        .der()
-        .to_vec())
+    Ok(params.self_signed(&signer).map_err(build_err)?.der().to_vec())
 }
 
 /// What the control plane puts in a node certificate.
@@ -191,31 +170,18 @@ pub fn issue_node_certificate(
 ) -> Result<Vec<u8>> {
     let mut params = CertificateParams::default();
     params.distinguished_name = DistinguishedName::new();
-    params
-        .distinguished_name
-        .push(DnType::CommonName, node.node_id);
+    params.distinguished_name.push(DnType::CommonName, node.node_id);
     let mut sans = vec![node_spiffe_id(node.trust_domain, node.node_id)];
     if let Some(ak) = node.tpm_ak_name {
         sans.push(tpm_ak_uri(ak));
     }
-    params.subject_alt_names = sans
-        .into_iter()
-        .map(|u| Ok(SanType::URI(u.try_into().map_err(build_err)?)))
-        .collect::<Result<_>>()?;
+    params.subject_alt_names =
+        sans.into_iter().map(|u| Ok(SanType::URI(u.try_into().map_err(build_err)?))).collect::<Result<_>>()?;
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-    let validity = Validity {
-        not_before_ms: node.not_before_ms,
-        not_after_ms: node.not_before_ms + NODE_CERT_VALIDITY_MS,
-    };
-    issue_leaf(
-        ca_key,
-        ca_der,
-        &csr.public_key,
-        params,
-        node.serial,
-        validity,
-    )
+    let validity =
+        Validity { not_before_ms: node.not_before_ms, not_after_ms: node.not_before_ms + NODE_CERT_VALIDITY_MS };
+    issue_leaf(ca_key, ca_der, &csr.public_key, params, node.serial, validity)
 }
 
 /// Issues the gateway's serving certificate (EKU serverAuth) for `key`.
@@ -230,10 +196,7 @@ pub fn issue_serving_certificate(
 ) -> Result<Vec<u8>> {
     let mut params = CertificateParams::default();
     params.distinguished_name = DistinguishedName::new();
-    params.distinguished_name.push(
-        DnType::CommonName,
-        dns_names.first().copied().unwrap_or("gateway"),
-    );
+    params.distinguished_name.push(DnType::CommonName, dns_names.first().copied().unwrap_or("gateway"));
     let mut sans = Vec::new();
     for name in dns_names {
         sans.push(SanType::DnsName((*name).try_into().map_err(build_err)?));
@@ -260,23 +223,15 @@ fn issue_leaf(
     params.use_authority_key_identifier_extension = true;
     params.key_identifier_method = KeyIdMethod::PreSpecified(key_id(&p256_spki(subject)));
     let issuer = issuer(ca_der, ca_key)?;
-    let subject = SubjectKey {
-        point: subject.to_sec1_point(false).as_bytes().to_vec(),
-    };
-    Ok(params
-        .signed_by(&subject, &issuer)
-        .map_err(build_err)?
-        .der()
-        .to_vec())
+    let subject = SubjectKey { point: subject.to_sec1_point(false).as_bytes().to_vec() };
+    Ok(params.signed_by(&subject, &issuer).map_err(build_err)?.der().to_vec())
 }
 
 /// The rcgen issuer of a CA made by [`ca_certificate`]: its subject name
 /// rebuilt from the certificate (same attributes, same order, same string
 /// type, hence the same bytes), its key identifier and its key usages.
 fn issuer(ca_der: &[u8], ca_key: &p256::SecretKey) -> Result<Issuer<'static, Rfc6979Key>> {
-    let ca = Certificate::from_der(ca_der).map_err(|e| Error::CertMalformed {
-        reason: format!("CA: {e}"),
-    })?;
+    let ca = Certificate::from_der(ca_der).map_err(|e| Error::CertMalformed { reason: format!("CA: {e}") })?;
     let mut params = CertificateParams::default();
     params.distinguished_name = DistinguishedName::new();
     for rdn in ca.tbs_certificate().subject().iter_rdn() {
@@ -285,21 +240,14 @@ fn issuer(ca_der: &[u8], ca_key: &p256::SecretKey) -> Result<Issuer<'static, Rfc
                 const_oid::db::rfc4519::CN => DnType::CommonName,
                 const_oid::db::rfc4519::O => DnType::OrganizationName,
                 other => {
-                    return Err(Error::CertBuild {
-                        reason: format!("unsupported CA name attribute {other}"),
-                    });
+                    return Err(Error::CertBuild { reason: format!("unsupported CA name attribute {other}") });
                 }
             };
             params.distinguished_name.push(kind, attribute_string(atv)?);
         }
     }
-    params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    params.key_identifier_method =
-        KeyIdMethod::PreSpecified(key_id(&p256_spki(&ca_key.public_key())));
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+    params.key_identifier_method = KeyIdMethod::PreSpecified(key_id(&p256_spki(&ca_key.public_key())));
     Ok(Issuer::new(params, Rfc6979Key::new(ca_key)))
 }
 
@@ -307,14 +255,8 @@ fn attribute_string(atv: &x509_cert::attr::AttributeTypeAndValue) -> Result<Stri
     atv.value
         .decode_as::<der::asn1::Utf8StringRef<'_>>()
         .map(|s| s.to_string())
-        .or_else(|_| {
-            atv.value
-                .decode_as::<der::asn1::PrintableStringRef<'_>>()
-                .map(|s| s.to_string())
-        })
-        .map_err(|e| Error::CertMalformed {
-            reason: format!("name attribute: {e}"),
-        })
+        .or_else(|_| atv.value.decode_as::<der::asn1::PrintableStringRef<'_>>().map(|s| s.to_string()))
+        .map_err(|e| Error::CertMalformed { reason: format!("name attribute: {e}") })
 }
 
 /// A PKCS#10 CSR for `key` with subject CN `common_name` and no extensions,
@@ -322,12 +264,8 @@ fn attribute_string(atv: &x509_cert::attr::AttributeTypeAndValue) -> Result<Stri
 pub fn csr(key: &p256::SecretKey, common_name: &str) -> Result<Vec<u8>> {
     let mut params = CertificateParams::default();
     params.distinguished_name = DistinguishedName::new();
-    params
-        .distinguished_name
-        .push(DnType::CommonName, common_name);
-    let req = params
-        .serialize_request(&Rfc6979Key::new(key))
-        .map_err(build_err)?;
+    params.distinguished_name.push(DnType::CommonName, common_name);
+    let req = params.serialize_request(&Rfc6979Key::new(key)).map_err(build_err)?;
     Ok(req.der().to_vec())
 }
 
@@ -347,29 +285,14 @@ pub fn parse_csr(der: &[u8]) -> Result<Csr> {
     let malformed = |reason: String| Error::CsrMalformed { reason };
     let req = CertReq::from_der(der).map_err(|e| malformed(e.to_string()))?;
     if req.algorithm.oid != ECDSA_WITH_SHA256 {
-        return Err(malformed(format!(
-            "signature algorithm {}",
-            req.algorithm.oid
-        )));
+        return Err(malformed(format!("signature algorithm {}", req.algorithm.oid)));
     }
-    let spki_der = req
-        .info
-        .public_key
-        .to_der()
-        .map_err(|e| malformed(e.to_string()))?;
-    let public_key = p256::PublicKey::from_public_key_der(&spki_der)
-        .map_err(|e| malformed(format!("key: {e}")))?;
+    let spki_der = req.info.public_key.to_der().map_err(|e| malformed(e.to_string()))?;
+    let public_key = p256::PublicKey::from_public_key_der(&spki_der).map_err(|e| malformed(format!("key: {e}")))?;
     let tbs = req.info.to_der().map_err(|e| malformed(e.to_string()))?;
-    let sig = p256::ecdsa::Signature::from_der(req.signature.raw_bytes())
-        .map_err(|_| Error::CsrSignature)?;
-    p256::ecdsa::VerifyingKey::from(&public_key)
-        .verify(&tbs, &sig)
-        .map_err(|_| Error::CsrSignature)?;
-    Ok(Csr {
-        public_key,
-        pin: pin::pin(&spki_der),
-        spki_der,
-    })
+    let sig = p256::ecdsa::Signature::from_der(req.signature.raw_bytes()).map_err(|_| Error::CsrSignature)?;
+    p256::ecdsa::VerifyingKey::from(&public_key).verify(&tbs, &sig).map_err(|_| Error::CsrSignature)?;
+    Ok(Csr { public_key, pin: pin::pin(&spki_der), spki_der })
 }
 
 /// What a verified certificate says.
@@ -394,53 +317,30 @@ pub fn verify_issued(leaf_der: &[u8], ca_der: &[u8], now_ms: i64) -> Result<Veri
     let leaf = Certificate::from_der(leaf_der).map_err(|e| malformed(e.to_string()))?;
     let ca = Certificate::from_der(ca_der).map_err(|e| malformed(format!("CA: {e}")))?;
     if leaf.tbs_certificate().issuer() != ca.tbs_certificate().subject() {
-        return Err(Error::CertChain {
-            reason: "issuer name differs from the CA's subject".into(),
-        });
+        return Err(Error::CertChain { reason: "issuer name differs from the CA's subject".into() });
     }
     if leaf.signature_algorithm().oid != ECDSA_WITH_SHA256 {
-        return Err(Error::CertChain {
-            reason: format!("signature algorithm {}", leaf.signature_algorithm().oid),
-        });
+        return Err(Error::CertChain { reason: format!("signature algorithm {}", leaf.signature_algorithm().oid) });
     }
-    let ca_spki = ca
-        .tbs_certificate()
-        .subject_public_key_info()
-        .to_der()
-        .map_err(|e| malformed(e.to_string()))?;
-    let ca_key = p256::PublicKey::from_public_key_der(&ca_spki)
-        .map_err(|e| malformed(format!("CA key: {e}")))?;
-    let tbs = leaf
-        .tbs_certificate()
-        .to_der()
-        .map_err(|e| malformed(e.to_string()))?;
-    let sig = p256::ecdsa::Signature::from_der(leaf.signature().raw_bytes()).map_err(|_| {
-        Error::CertChain {
-            reason: "signature is not DER ECDSA".into(),
-        }
-    })?;
+    let ca_spki = ca.tbs_certificate().subject_public_key_info().to_der().map_err(|e| malformed(e.to_string()))?;
+    let ca_key = p256::PublicKey::from_public_key_der(&ca_spki).map_err(|e| malformed(format!("CA key: {e}")))?;
+    let tbs = leaf.tbs_certificate().to_der().map_err(|e| malformed(e.to_string()))?;
+    let sig = p256::ecdsa::Signature::from_der(leaf.signature().raw_bytes())
+        .map_err(|_| Error::CertChain { reason: "signature is not DER ECDSA".into() })?;
     p256::ecdsa::VerifyingKey::from(&ca_key)
         .verify(&tbs, &sig)
-        .map_err(|_| Error::CertChain {
-            reason: "signature does not verify under the CA key".into(),
-        })?;
+        .map_err(|_| Error::CertChain { reason: "signature does not verify under the CA key".into() })?;
     let verified = describe(&leaf)?;
     let v = verified.validity;
     if now_ms < v.not_before_ms || now_ms > v.not_after_ms {
-        return Err(Error::CertValidity {
-            now_ms,
-            not_before_ms: v.not_before_ms,
-            not_after_ms: v.not_after_ms,
-        });
+        return Err(Error::CertValidity { now_ms, not_before_ms: v.not_before_ms, not_after_ms: v.not_after_ms });
     }
     Ok(verified)
 }
 
 /// What a certificate says, without verifying anything.
 pub fn describe_der(der: &[u8]) -> Result<Verified> {
-    let cert = Certificate::from_der(der).map_err(|e| Error::CertMalformed {
-        reason: e.to_string(),
-    })?;
+    let cert = Certificate::from_der(der).map_err(|e| Error::CertMalformed { reason: e.to_string() })?;
     describe(&cert)
 }
 
@@ -456,10 +356,7 @@ fn describe(cert: &Certificate) -> Result<Verified> {
         }
     }
     let mut uris = Vec::new();
-    if let Some((_, san)) = tbs
-        .get_extension::<SubjectAltName>()
-        .map_err(|e| malformed(format!("SAN: {e}")))?
-    {
+    if let Some((_, san)) = tbs.get_extension::<SubjectAltName>().map_err(|e| malformed(format!("SAN: {e}")))? {
         for name in san.0 {
             if let GeneralName::UniformResourceIdentifier(uri) = name {
                 uris.push(uri.to_string());
@@ -471,14 +368,8 @@ fn describe(cert: &Certificate) -> Result<Verified> {
     Ok(Verified {
         common_name,
         uris,
-        spki_der: tbs
-            .subject_public_key_info()
-            .to_der()
-            .map_err(|e| malformed(e.to_string()))?,
-        validity: Validity {
-            not_before_ms: ms(&validity.not_before),
-            not_after_ms: ms(&validity.not_after),
-        },
+        spki_der: tbs.subject_public_key_info().to_der().map_err(|e| malformed(e.to_string()))?,
+        validity: Validity { not_before_ms: ms(&validity.not_before), not_after_ms: ms(&validity.not_after) },
         serial: tbs.serial_number().as_bytes().to_vec(),
     })
 }
@@ -496,10 +387,7 @@ mod tests {
             common_name: "bc node CA",
             organization: Some("compute.dev.local"),
             serial: &[1],
-            validity: Validity {
-                not_before_ms: T0,
-                not_after_ms: T0 + 86_400_000 * 3650,
-            },
+            validity: Validity { not_before_ms: T0, not_after_ms: T0 + 86_400_000 * 3650 },
         };
         let der = ca_certificate(&key, &profile).unwrap();
         (key, der)
@@ -523,18 +411,10 @@ mod tests {
         let leaf = issue_node_certificate(&ca_key, &ca_der, &csr, &node).unwrap();
         let v = verify_issued(&leaf, &ca_der, T0 + 1000).unwrap();
         assert_eq!(v.common_name, "node_1");
-        assert_eq!(
-            v.uris,
-            vec![
-                "spiffe://compute.dev.local/node/node_1".to_string(),
-                tpm_ak_uri(b"ak")
-            ]
-        );
+        assert_eq!(v.uris, vec!["spiffe://compute.dev.local/node/node_1".to_string(), tpm_ak_uri(b"ak")]);
         assert_eq!(v.spki_der, csr.spki_der);
         assert_eq!(
-            verify_issued(&leaf, &ca_der, T0 + NODE_CERT_VALIDITY_MS + 1000)
-                .unwrap_err()
-                .code(),
+            verify_issued(&leaf, &ca_der, T0 + NODE_CERT_VALIDITY_MS + 1000).unwrap_err().code(),
             "cert-validity"
         );
         let other_ca = ca_certificate(
@@ -543,17 +423,11 @@ mod tests {
                 common_name: "bc node CA",
                 organization: Some("compute.dev.local"),
                 serial: &[1],
-                validity: Validity {
-                    not_before_ms: T0,
-                    not_after_ms: T0 + 1,
-                },
+                validity: Validity { not_before_ms: T0, not_after_ms: T0 + 1 },
             },
         )
         .unwrap();
-        assert_eq!(
-            verify_issued(&leaf, &other_ca, T0).unwrap_err().code(),
-            "cert-chain"
-        );
+        assert_eq!(verify_issued(&leaf, &other_ca, T0).unwrap_err().code(), "cert-chain");
     }
 
     #[test]
@@ -561,9 +435,6 @@ mod tests {
         let mut der = csr(&keys::p256("s", "node/0"), "bcd").unwrap();
         let n = der.len();
         der[n - 5] ^= 1;
-        assert!(matches!(
-            parse_csr(&der).unwrap_err().code(),
-            "csr-signature" | "csr-malformed"
-        ));
+        assert!(matches!(parse_csr(&der).unwrap_err().code(), "csr-signature" | "csr-malformed"));
     }
 }

@@ -27,10 +27,7 @@ const GO_OUT: &str = "daemon/internal/proto";
 
 /// The workspace root (two levels above this crate).
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .expect("the workspace root exists")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("the workspace root exists")
 }
 
 /// Regenerates both languages' code in place.
@@ -100,14 +97,8 @@ fn generate(root: &Path) -> Result<tempfile::TempDir> {
     let go_out = staged.path().join(GO_OUT);
     fs::create_dir_all(&go_out)?;
     let status = Command::new(&protoc)
-        .arg(format!(
-            "--plugin=protoc-gen-go={}",
-            tools.join("protoc-gen-go").display()
-        ))
-        .arg(format!(
-            "--plugin=protoc-gen-go-grpc={}",
-            tools.join("protoc-gen-go-grpc").display()
-        ))
+        .arg(format!("--plugin=protoc-gen-go={}", tools.join("protoc-gen-go").display()))
+        .arg(format!("--plugin=protoc-gen-go-grpc={}", tools.join("protoc-gen-go-grpc").display()))
         .arg(format!("-I{}", include.display()))
         .arg(format!("--go_out={}", go_out.display()))
         .arg("--go_opt=module=bcd/internal/proto")
@@ -135,11 +126,7 @@ fn generate(root: &Path) -> Result<tempfile::TempDir> {
 fn install_go_plugins(root: &Path) -> Result<PathBuf> {
     let tools = root.join("target/tools");
     for module in [PROTOC_GEN_GO, PROTOC_GEN_GO_GRPC] {
-        let name = module
-            .rsplit('/')
-            .next()
-            .and_then(|n| n.split('@').next())
-            .expect("a module path");
+        let name = module.rsplit('/').next().and_then(|n| n.split('@').next()).expect("a module path");
         if tools.join(name).is_file() && tools.join(format!("{name}.version")).is_file() {
             if fs::read_to_string(tools.join(format!("{name}.version")))? == module {
                 continue;

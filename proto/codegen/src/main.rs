@@ -22,10 +22,7 @@ fn main() -> Result<()> {
             for f in &stale {
                 eprintln!("stale: {}", f.display());
             }
-            bail!(
-                "{} generated file(s) are stale; run `cargo xtask codegen`",
-                stale.len()
-            );
+            bail!("{} generated file(s) are stale; run `cargo xtask codegen`", stale.len());
         }
         println!("codegen: up to date");
     } else {
