@@ -302,6 +302,12 @@ pub struct Verified {
     pub common_name: String,
     /// URI SANs.
     pub uris: Vec<String>,
+    /// DNS SANs.
+    pub dns_names: Vec<String>,
+    /// IP address SANs.
+    pub ips: Vec<IpAddr>,
+    /// Whether basic constraints say CA:true.
+    pub is_ca: bool,
     /// The subject key's SPKI DER.
     pub spki_der: Vec<u8>,
     /// The validity window.
@@ -355,19 +361,33 @@ fn describe(cert: &Certificate) -> Result<Verified> {
             }
         }
     }
-    let mut uris = Vec::new();
+    let (mut uris, mut dns_names, mut ips) = (Vec::new(), Vec::new(), Vec::new());
     if let Some((_, san)) = tbs.get_extension::<SubjectAltName>().map_err(|e| malformed(format!("SAN: {e}")))? {
         for name in san.0 {
-            if let GeneralName::UniformResourceIdentifier(uri) = name {
-                uris.push(uri.to_string());
+            match name {
+                GeneralName::UniformResourceIdentifier(uri) => uris.push(uri.to_string()),
+                GeneralName::DnsName(dns) => dns_names.push(dns.to_string()),
+                GeneralName::IpAddress(ip) => match ip.as_bytes().len() {
+                    4 => ips.push(IpAddr::from(<[u8; 4]>::try_from(ip.as_bytes()).expect("4 bytes"))),
+                    16 => ips.push(IpAddr::from(<[u8; 16]>::try_from(ip.as_bytes()).expect("16 bytes"))),
+                    n => return Err(malformed(format!("an IP SAN of {n} bytes"))),
+                },
+                _ => {}
             }
         }
     }
+    let is_ca = tbs
+        .get_extension::<x509_cert::ext::pkix::BasicConstraints>()
+        .map_err(|e| malformed(format!("basic constraints: {e}")))?
+        .is_some_and(|(_, bc)| bc.ca);
     let validity = tbs.validity();
     let ms = |t: &x509_cert::time::Time| t.to_unix_duration().as_millis() as i64;
     Ok(Verified {
         common_name,
         uris,
+        dns_names,
+        ips,
+        is_ca,
         spki_der: tbs.subject_public_key_info().to_der().map_err(|e| malformed(e.to_string()))?,
         validity: Validity { not_before_ms: ms(&validity.not_before), not_after_ms: ms(&validity.not_after) },
         serial: tbs.serial_number().as_bytes().to_vec(),
