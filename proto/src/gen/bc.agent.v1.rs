@@ -648,6 +648,84 @@ pub struct InventorySection {
     #[prost(string, tag = "3")]
     pub sha256: ::prost::alloc::string::String,
 }
+/// The contents of the inventory sections (InventorySection.content is the
+/// protobuf encoding of one of these). Section names: "system", "gpus",
+/// "network". A machine without GPUs has no "gpus" section.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct SystemInventory {
+    #[prost(string, tag = "1")]
+    pub hostname: ::prost::alloc::string::String,
+    #[prost(string, tag = "2")]
+    pub product: ::prost::alloc::string::String,
+    #[prost(string, tag = "3")]
+    pub serial: ::prost::alloc::string::String,
+    #[prost(string, tag = "4")]
+    pub cpu_model: ::prost::alloc::string::String,
+    #[prost(uint32, tag = "5")]
+    pub cpu_cores: u32,
+    #[prost(uint64, tag = "6")]
+    pub memory_bytes: u64,
+    #[prost(uint32, tag = "7")]
+    pub numa_nodes: u32,
+    #[prost(string, tag = "8")]
+    pub kernel: ::prost::alloc::string::String,
+    #[prost(string, tag = "9")]
+    pub os: ::prost::alloc::string::String,
+    #[prost(uint64, tag = "10")]
+    pub hugepages_2mi: u64,
+    #[prost(uint64, tag = "11")]
+    pub hugepages_1gi: u64,
+}
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct GpuInventory {
+    #[prost(string, tag = "1")]
+    pub driver_version: ::prost::alloc::string::String,
+    #[prost(string, tag = "2")]
+    pub cuda_version: ::prost::alloc::string::String,
+    /// "nvswitch", "pcie"
+    #[prost(string, tag = "3")]
+    pub fabric: ::prost::alloc::string::String,
+    #[prost(message, repeated, tag = "4")]
+    pub gpus: ::prost::alloc::vec::Vec<Gpu>,
+}
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct Gpu {
+    #[prost(uint32, tag = "1")]
+    pub index: u32,
+    #[prost(string, tag = "2")]
+    pub uuid: ::prost::alloc::string::String,
+    #[prost(string, tag = "3")]
+    pub model: ::prost::alloc::string::String,
+    #[prost(uint64, tag = "4")]
+    pub memory_bytes: u64,
+    #[prost(string, tag = "5")]
+    pub pci_bus_id: ::prost::alloc::string::String,
+    #[prost(uint32, tag = "6")]
+    pub numa_node: u32,
+    #[prost(string, tag = "7")]
+    pub serial: ::prost::alloc::string::String,
+}
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct NetworkInventory {
+    #[prost(message, repeated, tag = "1")]
+    pub nics: ::prost::alloc::vec::Vec<Nic>,
+}
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct Nic {
+    #[prost(string, tag = "1")]
+    pub name: ::prost::alloc::string::String,
+    #[prost(string, tag = "2")]
+    pub mac: ::prost::alloc::string::String,
+    #[prost(uint64, tag = "3")]
+    pub speed_mbps: u64,
+    #[prost(string, tag = "4")]
+    pub pci_bus_id: ::prost::alloc::string::String,
+}
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct AllocationReleased {

@@ -3551,6 +3551,405 @@ func (x *InventorySection) GetSha256() string {
 	return ""
 }
 
+// The contents of the inventory sections (InventorySection.content is the
+// protobuf encoding of one of these). Section names: "system", "gpus",
+// "network". A machine without GPUs has no "gpus" section.
+type SystemInventory struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Hostname      string                 `protobuf:"bytes,1,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	Product       string                 `protobuf:"bytes,2,opt,name=product,proto3" json:"product,omitempty"`
+	Serial        string                 `protobuf:"bytes,3,opt,name=serial,proto3" json:"serial,omitempty"`
+	CpuModel      string                 `protobuf:"bytes,4,opt,name=cpu_model,json=cpuModel,proto3" json:"cpu_model,omitempty"`
+	CpuCores      uint32                 `protobuf:"varint,5,opt,name=cpu_cores,json=cpuCores,proto3" json:"cpu_cores,omitempty"`
+	MemoryBytes   uint64                 `protobuf:"varint,6,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	NumaNodes     uint32                 `protobuf:"varint,7,opt,name=numa_nodes,json=numaNodes,proto3" json:"numa_nodes,omitempty"`
+	Kernel        string                 `protobuf:"bytes,8,opt,name=kernel,proto3" json:"kernel,omitempty"`
+	Os            string                 `protobuf:"bytes,9,opt,name=os,proto3" json:"os,omitempty"`
+	Hugepages_2Mi uint64                 `protobuf:"varint,10,opt,name=hugepages_2mi,json=hugepages2mi,proto3" json:"hugepages_2mi,omitempty"`
+	Hugepages_1Gi uint64                 `protobuf:"varint,11,opt,name=hugepages_1gi,json=hugepages1gi,proto3" json:"hugepages_1gi,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SystemInventory) Reset() {
+	*x = SystemInventory{}
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SystemInventory) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SystemInventory) ProtoMessage() {}
+
+func (x *SystemInventory) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SystemInventory.ProtoReflect.Descriptor instead.
+func (*SystemInventory) Descriptor() ([]byte, []int) {
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *SystemInventory) GetHostname() string {
+	if x != nil {
+		return x.Hostname
+	}
+	return ""
+}
+
+func (x *SystemInventory) GetProduct() string {
+	if x != nil {
+		return x.Product
+	}
+	return ""
+}
+
+func (x *SystemInventory) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
+func (x *SystemInventory) GetCpuModel() string {
+	if x != nil {
+		return x.CpuModel
+	}
+	return ""
+}
+
+func (x *SystemInventory) GetCpuCores() uint32 {
+	if x != nil {
+		return x.CpuCores
+	}
+	return 0
+}
+
+func (x *SystemInventory) GetMemoryBytes() uint64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
+func (x *SystemInventory) GetNumaNodes() uint32 {
+	if x != nil {
+		return x.NumaNodes
+	}
+	return 0
+}
+
+func (x *SystemInventory) GetKernel() string {
+	if x != nil {
+		return x.Kernel
+	}
+	return ""
+}
+
+func (x *SystemInventory) GetOs() string {
+	if x != nil {
+		return x.Os
+	}
+	return ""
+}
+
+func (x *SystemInventory) GetHugepages_2Mi() uint64 {
+	if x != nil {
+		return x.Hugepages_2Mi
+	}
+	return 0
+}
+
+func (x *SystemInventory) GetHugepages_1Gi() uint64 {
+	if x != nil {
+		return x.Hugepages_1Gi
+	}
+	return 0
+}
+
+type GpuInventory struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	DriverVersion string                 `protobuf:"bytes,1,opt,name=driver_version,json=driverVersion,proto3" json:"driver_version,omitempty"`
+	CudaVersion   string                 `protobuf:"bytes,2,opt,name=cuda_version,json=cudaVersion,proto3" json:"cuda_version,omitempty"`
+	Fabric        string                 `protobuf:"bytes,3,opt,name=fabric,proto3" json:"fabric,omitempty"` // "nvswitch", "pcie"
+	Gpus          []*Gpu                 `protobuf:"bytes,4,rep,name=gpus,proto3" json:"gpus,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GpuInventory) Reset() {
+	*x = GpuInventory{}
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GpuInventory) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GpuInventory) ProtoMessage() {}
+
+func (x *GpuInventory) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GpuInventory.ProtoReflect.Descriptor instead.
+func (*GpuInventory) Descriptor() ([]byte, []int) {
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *GpuInventory) GetDriverVersion() string {
+	if x != nil {
+		return x.DriverVersion
+	}
+	return ""
+}
+
+func (x *GpuInventory) GetCudaVersion() string {
+	if x != nil {
+		return x.CudaVersion
+	}
+	return ""
+}
+
+func (x *GpuInventory) GetFabric() string {
+	if x != nil {
+		return x.Fabric
+	}
+	return ""
+}
+
+func (x *GpuInventory) GetGpus() []*Gpu {
+	if x != nil {
+		return x.Gpus
+	}
+	return nil
+}
+
+type Gpu struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Index         uint32                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Uuid          string                 `protobuf:"bytes,2,opt,name=uuid,proto3" json:"uuid,omitempty"`
+	Model         string                 `protobuf:"bytes,3,opt,name=model,proto3" json:"model,omitempty"`
+	MemoryBytes   uint64                 `protobuf:"varint,4,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	PciBusId      string                 `protobuf:"bytes,5,opt,name=pci_bus_id,json=pciBusId,proto3" json:"pci_bus_id,omitempty"`
+	NumaNode      uint32                 `protobuf:"varint,6,opt,name=numa_node,json=numaNode,proto3" json:"numa_node,omitempty"`
+	Serial        string                 `protobuf:"bytes,7,opt,name=serial,proto3" json:"serial,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Gpu) Reset() {
+	*x = Gpu{}
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Gpu) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Gpu) ProtoMessage() {}
+
+func (x *Gpu) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Gpu.ProtoReflect.Descriptor instead.
+func (*Gpu) Descriptor() ([]byte, []int) {
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *Gpu) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *Gpu) GetUuid() string {
+	if x != nil {
+		return x.Uuid
+	}
+	return ""
+}
+
+func (x *Gpu) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *Gpu) GetMemoryBytes() uint64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
+func (x *Gpu) GetPciBusId() string {
+	if x != nil {
+		return x.PciBusId
+	}
+	return ""
+}
+
+func (x *Gpu) GetNumaNode() uint32 {
+	if x != nil {
+		return x.NumaNode
+	}
+	return 0
+}
+
+func (x *Gpu) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
+type NetworkInventory struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Nics          []*Nic                 `protobuf:"bytes,1,rep,name=nics,proto3" json:"nics,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NetworkInventory) Reset() {
+	*x = NetworkInventory{}
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NetworkInventory) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NetworkInventory) ProtoMessage() {}
+
+func (x *NetworkInventory) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NetworkInventory.ProtoReflect.Descriptor instead.
+func (*NetworkInventory) Descriptor() ([]byte, []int) {
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *NetworkInventory) GetNics() []*Nic {
+	if x != nil {
+		return x.Nics
+	}
+	return nil
+}
+
+type Nic struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Mac           string                 `protobuf:"bytes,2,opt,name=mac,proto3" json:"mac,omitempty"`
+	SpeedMbps     uint64                 `protobuf:"varint,3,opt,name=speed_mbps,json=speedMbps,proto3" json:"speed_mbps,omitempty"`
+	PciBusId      string                 `protobuf:"bytes,4,opt,name=pci_bus_id,json=pciBusId,proto3" json:"pci_bus_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Nic) Reset() {
+	*x = Nic{}
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Nic) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Nic) ProtoMessage() {}
+
+func (x *Nic) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Nic.ProtoReflect.Descriptor instead.
+func (*Nic) Descriptor() ([]byte, []int) {
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *Nic) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Nic) GetMac() string {
+	if x != nil {
+		return x.Mac
+	}
+	return ""
+}
+
+func (x *Nic) GetSpeedMbps() uint64 {
+	if x != nil {
+		return x.SpeedMbps
+	}
+	return 0
+}
+
+func (x *Nic) GetPciBusId() string {
+	if x != nil {
+		return x.PciBusId
+	}
+	return ""
+}
+
 type AllocationReleased struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	AllocationId  string                 `protobuf:"bytes,1,opt,name=allocation_id,json=allocationId,proto3" json:"allocation_id,omitempty"`
@@ -3560,7 +3959,7 @@ type AllocationReleased struct {
 
 func (x *AllocationReleased) Reset() {
 	*x = AllocationReleased{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[46]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3572,7 +3971,7 @@ func (x *AllocationReleased) String() string {
 func (*AllocationReleased) ProtoMessage() {}
 
 func (x *AllocationReleased) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[46]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3585,7 +3984,7 @@ func (x *AllocationReleased) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocationReleased.ProtoReflect.Descriptor instead.
 func (*AllocationReleased) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{46}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *AllocationReleased) GetAllocationId() string {
@@ -3605,7 +4004,7 @@ type AllocationFailed struct {
 
 func (x *AllocationFailed) Reset() {
 	*x = AllocationFailed{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[47]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3617,7 +4016,7 @@ func (x *AllocationFailed) String() string {
 func (*AllocationFailed) ProtoMessage() {}
 
 func (x *AllocationFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[47]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3630,7 +4029,7 @@ func (x *AllocationFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocationFailed.ProtoReflect.Descriptor instead.
 func (*AllocationFailed) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{47}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *AllocationFailed) GetAllocationId() string {
@@ -3658,7 +4057,7 @@ type InstanceStatus struct {
 
 func (x *InstanceStatus) Reset() {
 	*x = InstanceStatus{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[48]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3670,7 +4069,7 @@ func (x *InstanceStatus) String() string {
 func (*InstanceStatus) ProtoMessage() {}
 
 func (x *InstanceStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[48]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3683,7 +4082,7 @@ func (x *InstanceStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceStatus.ProtoReflect.Descriptor instead.
 func (*InstanceStatus) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{48}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *InstanceStatus) GetId() string {
@@ -3717,7 +4116,7 @@ type HostPressure struct {
 
 func (x *HostPressure) Reset() {
 	*x = HostPressure{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[49]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3729,7 +4128,7 @@ func (x *HostPressure) String() string {
 func (*HostPressure) ProtoMessage() {}
 
 func (x *HostPressure) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[49]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3742,7 +4141,7 @@ func (x *HostPressure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostPressure.ProtoReflect.Descriptor instead.
 func (*HostPressure) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{49}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *HostPressure) GetMemoryPercent() uint32 {
@@ -3770,7 +4169,7 @@ type VolumeStorage struct {
 
 func (x *VolumeStorage) Reset() {
 	*x = VolumeStorage{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[50]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3782,7 +4181,7 @@ func (x *VolumeStorage) String() string {
 func (*VolumeStorage) ProtoMessage() {}
 
 func (x *VolumeStorage) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[50]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3795,7 +4194,7 @@ func (x *VolumeStorage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeStorage.ProtoReflect.Descriptor instead.
 func (*VolumeStorage) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{50}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *VolumeStorage) GetTotalBytes() uint64 {
@@ -3828,7 +4227,7 @@ type SpecRequest struct {
 
 func (x *SpecRequest) Reset() {
 	*x = SpecRequest{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[51]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3840,7 +4239,7 @@ func (x *SpecRequest) String() string {
 func (*SpecRequest) ProtoMessage() {}
 
 func (x *SpecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[51]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3853,7 +4252,7 @@ func (x *SpecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpecRequest.ProtoReflect.Descriptor instead.
 func (*SpecRequest) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{51}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SpecRequest) GetMinGeneration() uint64 {
@@ -3874,7 +4273,7 @@ type WorkloadTokenRequest struct {
 
 func (x *WorkloadTokenRequest) Reset() {
 	*x = WorkloadTokenRequest{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[52]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3886,7 +4285,7 @@ func (x *WorkloadTokenRequest) String() string {
 func (*WorkloadTokenRequest) ProtoMessage() {}
 
 func (x *WorkloadTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[52]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3899,7 +4298,7 @@ func (x *WorkloadTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkloadTokenRequest.ProtoReflect.Descriptor instead.
 func (*WorkloadTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{52}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *WorkloadTokenRequest) GetRequestId() string {
@@ -3932,7 +4331,7 @@ type EventAck struct {
 
 func (x *EventAck) Reset() {
 	*x = EventAck{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[53]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3944,7 +4343,7 @@ func (x *EventAck) String() string {
 func (*EventAck) ProtoMessage() {}
 
 func (x *EventAck) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[53]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3957,7 +4356,7 @@ func (x *EventAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventAck.ProtoReflect.Descriptor instead.
 func (*EventAck) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{53}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *EventAck) GetUpToSeq() uint64 {
@@ -3976,7 +4375,7 @@ type DesiredState struct {
 
 func (x *DesiredState) Reset() {
 	*x = DesiredState{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[54]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3988,7 +4387,7 @@ func (x *DesiredState) String() string {
 func (*DesiredState) ProtoMessage() {}
 
 func (x *DesiredState) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[54]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4001,7 +4400,7 @@ func (x *DesiredState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DesiredState.ProtoReflect.Descriptor instead.
 func (*DesiredState) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{54}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *DesiredState) GetSpec() *Envelope {
@@ -4021,7 +4420,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[55]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4033,7 +4432,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[55]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4046,7 +4445,7 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{55}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *Drain) GetReason() string {
@@ -4072,7 +4471,7 @@ type RevocationNotice struct {
 
 func (x *RevocationNotice) Reset() {
 	*x = RevocationNotice{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[56]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4084,7 +4483,7 @@ func (x *RevocationNotice) String() string {
 func (*RevocationNotice) ProtoMessage() {}
 
 func (x *RevocationNotice) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[56]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4097,7 +4496,7 @@ func (x *RevocationNotice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevocationNotice.ProtoReflect.Descriptor instead.
 func (*RevocationNotice) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{56}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *RevocationNotice) GetReason() string {
@@ -4116,7 +4515,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[57]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4128,7 +4527,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[57]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4141,7 +4540,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{57}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *Cancel) GetCommandId() string {
@@ -4162,7 +4561,7 @@ type SecretResponse struct {
 
 func (x *SecretResponse) Reset() {
 	*x = SecretResponse{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[58]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4174,7 +4573,7 @@ func (x *SecretResponse) String() string {
 func (*SecretResponse) ProtoMessage() {}
 
 func (x *SecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[58]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4187,7 +4586,7 @@ func (x *SecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretResponse.ProtoReflect.Descriptor instead.
 func (*SecretResponse) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{58}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *SecretResponse) GetRequestId() string {
@@ -4222,7 +4621,7 @@ type WorkloadTokenResponse struct {
 
 func (x *WorkloadTokenResponse) Reset() {
 	*x = WorkloadTokenResponse{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[59]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4234,7 +4633,7 @@ func (x *WorkloadTokenResponse) String() string {
 func (*WorkloadTokenResponse) ProtoMessage() {}
 
 func (x *WorkloadTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[59]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4247,7 +4646,7 @@ func (x *WorkloadTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkloadTokenResponse.ProtoReflect.Descriptor instead.
 func (*WorkloadTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{59}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *WorkloadTokenResponse) GetRequestId() string {
@@ -4281,7 +4680,7 @@ type OpenTunnel struct {
 
 func (x *OpenTunnel) Reset() {
 	*x = OpenTunnel{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[60]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4293,7 +4692,7 @@ func (x *OpenTunnel) String() string {
 func (*OpenTunnel) ProtoMessage() {}
 
 func (x *OpenTunnel) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[60]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4306,7 +4705,7 @@ func (x *OpenTunnel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenTunnel.ProtoReflect.Descriptor instead.
 func (*OpenTunnel) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{60}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *OpenTunnel) GetTunnelId() string {
@@ -4333,7 +4732,7 @@ type RenewRequest struct {
 
 func (x *RenewRequest) Reset() {
 	*x = RenewRequest{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[61]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4345,7 +4744,7 @@ func (x *RenewRequest) String() string {
 func (*RenewRequest) ProtoMessage() {}
 
 func (x *RenewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[61]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4358,7 +4757,7 @@ func (x *RenewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
 func (*RenewRequest) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{61}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *RenewRequest) GetCsrDer() []byte {
@@ -4384,7 +4783,7 @@ type RenewReply struct {
 
 func (x *RenewReply) Reset() {
 	*x = RenewReply{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[62]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4396,7 +4795,7 @@ func (x *RenewReply) String() string {
 func (*RenewReply) ProtoMessage() {}
 
 func (x *RenewReply) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[62]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4409,7 +4808,7 @@ func (x *RenewReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewReply.ProtoReflect.Descriptor instead.
 func (*RenewReply) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{62}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *RenewReply) GetResponse() *Envelope {
@@ -4436,7 +4835,7 @@ type TunnelFrame struct {
 
 func (x *TunnelFrame) Reset() {
 	*x = TunnelFrame{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[63]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4448,7 +4847,7 @@ func (x *TunnelFrame) String() string {
 func (*TunnelFrame) ProtoMessage() {}
 
 func (x *TunnelFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[63]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4461,7 +4860,7 @@ func (x *TunnelFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelFrame.ProtoReflect.Descriptor instead.
 func (*TunnelFrame) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{63}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *TunnelFrame) GetTunnelId() string {
@@ -4567,7 +4966,7 @@ type TerminalSize struct {
 
 func (x *TerminalSize) Reset() {
 	*x = TerminalSize{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[64]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4579,7 +4978,7 @@ func (x *TerminalSize) String() string {
 func (*TerminalSize) ProtoMessage() {}
 
 func (x *TerminalSize) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[64]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4592,7 +4991,7 @@ func (x *TerminalSize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminalSize.ProtoReflect.Descriptor instead.
 func (*TerminalSize) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{64}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *TerminalSize) GetRows() uint32 {
@@ -4884,7 +5283,44 @@ const file_bc_agent_v1_agent_proto_rawDesc = "" +
 	"\x10InventorySection\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\acontent\x18\x02 \x01(\fR\acontent\x12\x16\n" +
-	"\x06sha256\x18\x03 \x01(\tR\x06sha256\"9\n" +
+	"\x06sha256\x18\x03 \x01(\tR\x06sha256\"\xcd\x02\n" +
+	"\x0fSystemInventory\x12\x1a\n" +
+	"\bhostname\x18\x01 \x01(\tR\bhostname\x12\x18\n" +
+	"\aproduct\x18\x02 \x01(\tR\aproduct\x12\x16\n" +
+	"\x06serial\x18\x03 \x01(\tR\x06serial\x12\x1b\n" +
+	"\tcpu_model\x18\x04 \x01(\tR\bcpuModel\x12\x1b\n" +
+	"\tcpu_cores\x18\x05 \x01(\rR\bcpuCores\x12!\n" +
+	"\fmemory_bytes\x18\x06 \x01(\x04R\vmemoryBytes\x12\x1d\n" +
+	"\n" +
+	"numa_nodes\x18\a \x01(\rR\tnumaNodes\x12\x16\n" +
+	"\x06kernel\x18\b \x01(\tR\x06kernel\x12\x0e\n" +
+	"\x02os\x18\t \x01(\tR\x02os\x12#\n" +
+	"\rhugepages_2mi\x18\n" +
+	" \x01(\x04R\fhugepages2mi\x12#\n" +
+	"\rhugepages_1gi\x18\v \x01(\x04R\fhugepages1gi\"\x96\x01\n" +
+	"\fGpuInventory\x12%\n" +
+	"\x0edriver_version\x18\x01 \x01(\tR\rdriverVersion\x12!\n" +
+	"\fcuda_version\x18\x02 \x01(\tR\vcudaVersion\x12\x16\n" +
+	"\x06fabric\x18\x03 \x01(\tR\x06fabric\x12$\n" +
+	"\x04gpus\x18\x04 \x03(\v2\x10.bc.agent.v1.GpuR\x04gpus\"\xbb\x01\n" +
+	"\x03Gpu\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\rR\x05index\x12\x12\n" +
+	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12\x14\n" +
+	"\x05model\x18\x03 \x01(\tR\x05model\x12!\n" +
+	"\fmemory_bytes\x18\x04 \x01(\x04R\vmemoryBytes\x12\x1c\n" +
+	"\n" +
+	"pci_bus_id\x18\x05 \x01(\tR\bpciBusId\x12\x1b\n" +
+	"\tnuma_node\x18\x06 \x01(\rR\bnumaNode\x12\x16\n" +
+	"\x06serial\x18\a \x01(\tR\x06serial\"8\n" +
+	"\x10NetworkInventory\x12$\n" +
+	"\x04nics\x18\x01 \x03(\v2\x10.bc.agent.v1.NicR\x04nics\"h\n" +
+	"\x03Nic\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
+	"\x03mac\x18\x02 \x01(\tR\x03mac\x12\x1d\n" +
+	"\n" +
+	"speed_mbps\x18\x03 \x01(\x04R\tspeedMbps\x12\x1c\n" +
+	"\n" +
+	"pci_bus_id\x18\x04 \x01(\tR\bpciBusId\"9\n" +
 	"\x12AllocationReleased\x12#\n" +
 	"\rallocation_id\x18\x01 \x01(\tR\fallocationId\"O\n" +
 	"\x10AllocationFailed\x12#\n" +
@@ -4985,7 +5421,7 @@ func file_bc_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_bc_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_bc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 65)
+var file_bc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
 var file_bc_agent_v1_agent_proto_goTypes = []any{
 	(CommandState)(0),             // 0: bc.agent.v1.CommandState
 	(*Envelope)(nil),              // 1: bc.agent.v1.Envelope
@@ -5034,25 +5470,30 @@ var file_bc_agent_v1_agent_proto_goTypes = []any{
 	(*CommandUpdate)(nil),         // 44: bc.agent.v1.CommandUpdate
 	(*StatusReport)(nil),          // 45: bc.agent.v1.StatusReport
 	(*InventorySection)(nil),      // 46: bc.agent.v1.InventorySection
-	(*AllocationReleased)(nil),    // 47: bc.agent.v1.AllocationReleased
-	(*AllocationFailed)(nil),      // 48: bc.agent.v1.AllocationFailed
-	(*InstanceStatus)(nil),        // 49: bc.agent.v1.InstanceStatus
-	(*HostPressure)(nil),          // 50: bc.agent.v1.HostPressure
-	(*VolumeStorage)(nil),         // 51: bc.agent.v1.VolumeStorage
-	(*SpecRequest)(nil),           // 52: bc.agent.v1.SpecRequest
-	(*WorkloadTokenRequest)(nil),  // 53: bc.agent.v1.WorkloadTokenRequest
-	(*EventAck)(nil),              // 54: bc.agent.v1.EventAck
-	(*DesiredState)(nil),          // 55: bc.agent.v1.DesiredState
-	(*Drain)(nil),                 // 56: bc.agent.v1.Drain
-	(*RevocationNotice)(nil),      // 57: bc.agent.v1.RevocationNotice
-	(*Cancel)(nil),                // 58: bc.agent.v1.Cancel
-	(*SecretResponse)(nil),        // 59: bc.agent.v1.SecretResponse
-	(*WorkloadTokenResponse)(nil), // 60: bc.agent.v1.WorkloadTokenResponse
-	(*OpenTunnel)(nil),            // 61: bc.agent.v1.OpenTunnel
-	(*RenewRequest)(nil),          // 62: bc.agent.v1.RenewRequest
-	(*RenewReply)(nil),            // 63: bc.agent.v1.RenewReply
-	(*TunnelFrame)(nil),           // 64: bc.agent.v1.TunnelFrame
-	(*TerminalSize)(nil),          // 65: bc.agent.v1.TerminalSize
+	(*SystemInventory)(nil),       // 47: bc.agent.v1.SystemInventory
+	(*GpuInventory)(nil),          // 48: bc.agent.v1.GpuInventory
+	(*Gpu)(nil),                   // 49: bc.agent.v1.Gpu
+	(*NetworkInventory)(nil),      // 50: bc.agent.v1.NetworkInventory
+	(*Nic)(nil),                   // 51: bc.agent.v1.Nic
+	(*AllocationReleased)(nil),    // 52: bc.agent.v1.AllocationReleased
+	(*AllocationFailed)(nil),      // 53: bc.agent.v1.AllocationFailed
+	(*InstanceStatus)(nil),        // 54: bc.agent.v1.InstanceStatus
+	(*HostPressure)(nil),          // 55: bc.agent.v1.HostPressure
+	(*VolumeStorage)(nil),         // 56: bc.agent.v1.VolumeStorage
+	(*SpecRequest)(nil),           // 57: bc.agent.v1.SpecRequest
+	(*WorkloadTokenRequest)(nil),  // 58: bc.agent.v1.WorkloadTokenRequest
+	(*EventAck)(nil),              // 59: bc.agent.v1.EventAck
+	(*DesiredState)(nil),          // 60: bc.agent.v1.DesiredState
+	(*Drain)(nil),                 // 61: bc.agent.v1.Drain
+	(*RevocationNotice)(nil),      // 62: bc.agent.v1.RevocationNotice
+	(*Cancel)(nil),                // 63: bc.agent.v1.Cancel
+	(*SecretResponse)(nil),        // 64: bc.agent.v1.SecretResponse
+	(*WorkloadTokenResponse)(nil), // 65: bc.agent.v1.WorkloadTokenResponse
+	(*OpenTunnel)(nil),            // 66: bc.agent.v1.OpenTunnel
+	(*RenewRequest)(nil),          // 67: bc.agent.v1.RenewRequest
+	(*RenewReply)(nil),            // 68: bc.agent.v1.RenewReply
+	(*TunnelFrame)(nil),           // 69: bc.agent.v1.TunnelFrame
+	(*TerminalSize)(nil),          // 70: bc.agent.v1.TerminalSize
 }
 var file_bc_agent_v1_agent_proto_depIdxs = []int32{
 	2,  // 0: bc.agent.v1.Envelope.signatures:type_name -> bc.agent.v1.Signature
@@ -5092,22 +5533,22 @@ var file_bc_agent_v1_agent_proto_depIdxs = []int32{
 	40, // 34: bc.agent.v1.NodeFrame.heartbeat:type_name -> bc.agent.v1.Heartbeat
 	44, // 35: bc.agent.v1.NodeFrame.command_update:type_name -> bc.agent.v1.CommandUpdate
 	45, // 36: bc.agent.v1.NodeFrame.status_report:type_name -> bc.agent.v1.StatusReport
-	52, // 37: bc.agent.v1.NodeFrame.spec_request:type_name -> bc.agent.v1.SpecRequest
+	57, // 37: bc.agent.v1.NodeFrame.spec_request:type_name -> bc.agent.v1.SpecRequest
 	1,  // 38: bc.agent.v1.NodeFrame.secret_request:type_name -> bc.agent.v1.Envelope
-	53, // 39: bc.agent.v1.NodeFrame.workload_token_request:type_name -> bc.agent.v1.WorkloadTokenRequest
-	54, // 40: bc.agent.v1.NodeFrame.event_ack:type_name -> bc.agent.v1.EventAck
+	58, // 39: bc.agent.v1.NodeFrame.workload_token_request:type_name -> bc.agent.v1.WorkloadTokenRequest
+	59, // 40: bc.agent.v1.NodeFrame.event_ack:type_name -> bc.agent.v1.EventAck
 	42, // 41: bc.agent.v1.NodeFrame.pong:type_name -> bc.agent.v1.Pong
 	39, // 42: bc.agent.v1.GatewayFrame.welcome:type_name -> bc.agent.v1.Welcome
 	43, // 43: bc.agent.v1.GatewayFrame.command:type_name -> bc.agent.v1.CommandDelivery
-	55, // 44: bc.agent.v1.GatewayFrame.desired_state:type_name -> bc.agent.v1.DesiredState
+	60, // 44: bc.agent.v1.GatewayFrame.desired_state:type_name -> bc.agent.v1.DesiredState
 	41, // 45: bc.agent.v1.GatewayFrame.ping:type_name -> bc.agent.v1.Ping
-	56, // 46: bc.agent.v1.GatewayFrame.drain:type_name -> bc.agent.v1.Drain
-	57, // 47: bc.agent.v1.GatewayFrame.revocation_notice:type_name -> bc.agent.v1.RevocationNotice
-	58, // 48: bc.agent.v1.GatewayFrame.cancel:type_name -> bc.agent.v1.Cancel
-	59, // 49: bc.agent.v1.GatewayFrame.secret_response:type_name -> bc.agent.v1.SecretResponse
-	60, // 50: bc.agent.v1.GatewayFrame.workload_token_response:type_name -> bc.agent.v1.WorkloadTokenResponse
-	61, // 51: bc.agent.v1.GatewayFrame.open_tunnel:type_name -> bc.agent.v1.OpenTunnel
-	54, // 52: bc.agent.v1.GatewayFrame.event_ack:type_name -> bc.agent.v1.EventAck
+	61, // 46: bc.agent.v1.GatewayFrame.drain:type_name -> bc.agent.v1.Drain
+	62, // 47: bc.agent.v1.GatewayFrame.revocation_notice:type_name -> bc.agent.v1.RevocationNotice
+	63, // 48: bc.agent.v1.GatewayFrame.cancel:type_name -> bc.agent.v1.Cancel
+	64, // 49: bc.agent.v1.GatewayFrame.secret_response:type_name -> bc.agent.v1.SecretResponse
+	65, // 50: bc.agent.v1.GatewayFrame.workload_token_response:type_name -> bc.agent.v1.WorkloadTokenResponse
+	66, // 51: bc.agent.v1.GatewayFrame.open_tunnel:type_name -> bc.agent.v1.OpenTunnel
+	59, // 52: bc.agent.v1.GatewayFrame.event_ack:type_name -> bc.agent.v1.EventAck
 	38, // 53: bc.agent.v1.Hello.drivers:type_name -> bc.agent.v1.DriverManifest
 	1,  // 54: bc.agent.v1.CommandDelivery.command:type_name -> bc.agent.v1.Envelope
 	1,  // 55: bc.agent.v1.CommandDelivery.batch_approval:type_name -> bc.agent.v1.Envelope
@@ -5115,28 +5556,30 @@ var file_bc_agent_v1_agent_proto_depIdxs = []int32{
 	1,  // 57: bc.agent.v1.CommandUpdate.result:type_name -> bc.agent.v1.Envelope
 	46, // 58: bc.agent.v1.StatusReport.inventory:type_name -> bc.agent.v1.InventorySection
 	1,  // 59: bc.agent.v1.StatusReport.allocations:type_name -> bc.agent.v1.Envelope
-	47, // 60: bc.agent.v1.StatusReport.released:type_name -> bc.agent.v1.AllocationReleased
-	48, // 61: bc.agent.v1.StatusReport.failed:type_name -> bc.agent.v1.AllocationFailed
-	49, // 62: bc.agent.v1.StatusReport.instances:type_name -> bc.agent.v1.InstanceStatus
-	50, // 63: bc.agent.v1.StatusReport.pressure:type_name -> bc.agent.v1.HostPressure
-	51, // 64: bc.agent.v1.StatusReport.volume_storage:type_name -> bc.agent.v1.VolumeStorage
-	1,  // 65: bc.agent.v1.DesiredState.spec:type_name -> bc.agent.v1.Envelope
-	11, // 66: bc.agent.v1.RenewRequest.node_key:type_name -> bc.agent.v1.TpmCertification
-	1,  // 67: bc.agent.v1.RenewReply.response:type_name -> bc.agent.v1.Envelope
-	65, // 68: bc.agent.v1.TunnelFrame.resize:type_name -> bc.agent.v1.TerminalSize
-	4,  // 69: bc.agent.v1.Join.Join:input_type -> bc.agent.v1.JoinRequest
-	35, // 70: bc.agent.v1.Gateway.Session:input_type -> bc.agent.v1.NodeFrame
-	62, // 71: bc.agent.v1.Gateway.Renew:input_type -> bc.agent.v1.RenewRequest
-	64, // 72: bc.agent.v1.Gateway.Tunnel:input_type -> bc.agent.v1.TunnelFrame
-	12, // 73: bc.agent.v1.Join.Join:output_type -> bc.agent.v1.JoinReply
-	36, // 74: bc.agent.v1.Gateway.Session:output_type -> bc.agent.v1.GatewayFrame
-	63, // 75: bc.agent.v1.Gateway.Renew:output_type -> bc.agent.v1.RenewReply
-	64, // 76: bc.agent.v1.Gateway.Tunnel:output_type -> bc.agent.v1.TunnelFrame
-	73, // [73:77] is the sub-list for method output_type
-	69, // [69:73] is the sub-list for method input_type
-	69, // [69:69] is the sub-list for extension type_name
-	69, // [69:69] is the sub-list for extension extendee
-	0,  // [0:69] is the sub-list for field type_name
+	52, // 60: bc.agent.v1.StatusReport.released:type_name -> bc.agent.v1.AllocationReleased
+	53, // 61: bc.agent.v1.StatusReport.failed:type_name -> bc.agent.v1.AllocationFailed
+	54, // 62: bc.agent.v1.StatusReport.instances:type_name -> bc.agent.v1.InstanceStatus
+	55, // 63: bc.agent.v1.StatusReport.pressure:type_name -> bc.agent.v1.HostPressure
+	56, // 64: bc.agent.v1.StatusReport.volume_storage:type_name -> bc.agent.v1.VolumeStorage
+	49, // 65: bc.agent.v1.GpuInventory.gpus:type_name -> bc.agent.v1.Gpu
+	51, // 66: bc.agent.v1.NetworkInventory.nics:type_name -> bc.agent.v1.Nic
+	1,  // 67: bc.agent.v1.DesiredState.spec:type_name -> bc.agent.v1.Envelope
+	11, // 68: bc.agent.v1.RenewRequest.node_key:type_name -> bc.agent.v1.TpmCertification
+	1,  // 69: bc.agent.v1.RenewReply.response:type_name -> bc.agent.v1.Envelope
+	70, // 70: bc.agent.v1.TunnelFrame.resize:type_name -> bc.agent.v1.TerminalSize
+	4,  // 71: bc.agent.v1.Join.Join:input_type -> bc.agent.v1.JoinRequest
+	35, // 72: bc.agent.v1.Gateway.Session:input_type -> bc.agent.v1.NodeFrame
+	67, // 73: bc.agent.v1.Gateway.Renew:input_type -> bc.agent.v1.RenewRequest
+	69, // 74: bc.agent.v1.Gateway.Tunnel:input_type -> bc.agent.v1.TunnelFrame
+	12, // 75: bc.agent.v1.Join.Join:output_type -> bc.agent.v1.JoinReply
+	36, // 76: bc.agent.v1.Gateway.Session:output_type -> bc.agent.v1.GatewayFrame
+	68, // 77: bc.agent.v1.Gateway.Renew:output_type -> bc.agent.v1.RenewReply
+	69, // 78: bc.agent.v1.Gateway.Tunnel:output_type -> bc.agent.v1.TunnelFrame
+	75, // [75:79] is the sub-list for method output_type
+	71, // [71:75] is the sub-list for method input_type
+	71, // [71:71] is the sub-list for extension type_name
+	71, // [71:71] is the sub-list for extension extendee
+	0,  // [0:71] is the sub-list for field type_name
 }
 
 func init() { file_bc_agent_v1_agent_proto_init() }
@@ -5182,7 +5625,7 @@ func file_bc_agent_v1_agent_proto_init() {
 		(*GatewayFrame_OpenTunnel)(nil),
 		(*GatewayFrame_EventAck)(nil),
 	}
-	file_bc_agent_v1_agent_proto_msgTypes[63].OneofWrappers = []any{
+	file_bc_agent_v1_agent_proto_msgTypes[68].OneofWrappers = []any{
 		(*TunnelFrame_Ticket)(nil),
 		(*TunnelFrame_Data)(nil),
 		(*TunnelFrame_Resize)(nil),
@@ -5195,7 +5638,7 @@ func file_bc_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bc_agent_v1_agent_proto_rawDesc), len(file_bc_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   65,
+			NumMessages:   70,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
