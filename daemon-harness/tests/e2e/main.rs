@@ -1,0 +1,1 @@
+//! The end-to-end scenarios (feature `bcd-e2e`).
