@@ -3,6 +3,7 @@ module bcd
 go 1.26.0
 
 require (
+	github.com/go-jose/go-jose/v4 v4.1.9
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
 )

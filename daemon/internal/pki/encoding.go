@@ -1,0 +1,172 @@
+// Strict encodings shared with the Rust side: canonical base64 (standard with
+// padding, URL-safe without), JSON objects read the way serde reads a struct,
+// and JSON strings written the way serde_json writes them.
+
+package pki
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"unicode/utf8"
+)
+
+var (
+	stdStrict = base64.StdEncoding.Strict()
+	urlStrict = base64.RawURLEncoding.Strict()
+)
+
+// decodeStd decodes canonical standard base64 with padding. Unlike
+// encoding/base64 it refuses embedded line breaks, as the Rust side does.
+func decodeStd(s string) ([]byte, error) {
+	if strings.ContainsAny(s, "\r\n") {
+		return nil, errors.New("line break in base64")
+	}
+	return stdStrict.DecodeString(s)
+}
+
+// decodeURL decodes canonical URL-safe base64 without padding, refusing line
+// breaks.
+func decodeURL(s string) ([]byte, error) {
+	if strings.ContainsAny(s, "\r\n") {
+		return nil, errors.New("line break in base64url")
+	}
+	return urlStrict.DecodeString(s)
+}
+
+// encodeStd is standard base64 with padding.
+func encodeStd(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
+
+// encodeURL is URL-safe base64 without padding.
+func encodeURL(b []byte) string { return base64.RawURLEncoding.EncodeToString(b) }
+
+// jsonObject holds the members of one JSON object, read the way serde reads
+// a struct: member names are exact (no case folding), a known member may not
+// appear twice, null counts as absent for optional members and as a type
+// error for required ones, and the text must be valid UTF-8.
+type jsonObject map[string]json.RawMessage
+
+// parseObject reads data as exactly one JSON object. known lists the members
+// the caller reads; with denyUnknown, any other member is refused too.
+func parseObject(data []byte, denyUnknown bool, known ...string) (jsonObject, error) {
+	if !utf8.Valid(data) {
+		return nil, errors.New("not UTF-8")
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	if tok != json.Delim('{') {
+		return nil, errors.New("not a JSON object")
+	}
+	obj := jsonObject{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		name, _ := tok.(string)
+		var value json.RawMessage
+		if err := dec.Decode(&value); err != nil {
+			return nil, err
+		}
+		isKnown := contains(known, name)
+		if !isKnown && denyUnknown {
+			return nil, fmt.Errorf("unknown member %q", name)
+		}
+		if !isKnown {
+			continue
+		}
+		if _, dup := obj[name]; dup {
+			return nil, fmt.Errorf("duplicate member %q", name)
+		}
+		obj[name] = value
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("trailing data after the JSON object")
+	}
+	return obj, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// present reports whether a member is there and not null.
+func (o jsonObject) present(name string) bool {
+	raw, ok := o[name]
+	return ok && !isNull(raw)
+}
+
+func isNull(raw json.RawMessage) bool { return string(bytes.TrimSpace(raw)) == "null" }
+
+// required decodes a member that must be present and not null into v.
+func (o jsonObject) required(name string, v any) error {
+	if !o.present(name) {
+		return fmt.Errorf("missing member %q", name)
+	}
+	if err := json.Unmarshal(o[name], v); err != nil {
+		return fmt.Errorf("member %q: %w", name, err)
+	}
+	return nil
+}
+
+// optionalString decodes a member that may be absent or null ("" then).
+func (o jsonObject) optionalString(name string) (string, error) {
+	if !o.present(name) {
+		return "", nil
+	}
+	var s string
+	if err := json.Unmarshal(o[name], &s); err != nil {
+		return "", fmt.Errorf("member %q: %w", name, err)
+	}
+	return s, nil
+}
+
+// appendJSONString appends s as a JSON string exactly as serde_json writes
+// it: only the quote, the backslash and control characters are escaped (the
+// short forms \b \t \n \f \r, else \u00xx in lowercase hex); '<', '>', '&'
+// and U+2028/U+2029 stay as they are, unlike encoding/json. Invalid UTF-8
+// (which a Rust string cannot hold) becomes U+FFFD.
+func appendJSONString(dst []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	dst = append(dst, '"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"':
+			dst = append(dst, '\\', '"')
+		case c == '\\':
+			dst = append(dst, '\\', '\\')
+		case c == '\b':
+			dst = append(dst, '\\', 'b')
+		case c == '\t':
+			dst = append(dst, '\\', 't')
+		case c == '\n':
+			dst = append(dst, '\\', 'n')
+		case c == '\f':
+			dst = append(dst, '\\', 'f')
+		case c == '\r':
+			dst = append(dst, '\\', 'r')
+		case c < 0x20:
+			dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		default:
+			dst = append(dst, c)
+		}
+	}
+	return append(dst, '"')
+}
