@@ -64,7 +64,7 @@ func (in input) string(name string) (string, error) {
 		return "", err
 	}
 	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
+	if string(raw) == "null" || json.Unmarshal(raw, &s) != nil {
 		return "", badCase("input.%s is not a string", name)
 	}
 	return s, nil
@@ -76,7 +76,7 @@ func (in input) int(name string) (int64, error) {
 		return 0, err
 	}
 	var n int64
-	if err := json.Unmarshal(raw, &n); err != nil {
+	if string(raw) == "null" || json.Unmarshal(raw, &n) != nil {
 		return 0, badCase("input.%s is not an integer", name)
 	}
 	return n, nil
@@ -105,7 +105,7 @@ func (in input) labels(name string) ([]string, error) {
 		return nil, err
 	}
 	var labels []string
-	if err := json.Unmarshal(raw, &labels); err != nil {
+	if string(raw) == "null" || json.Unmarshal(raw, &labels) != nil {
 		return nil, badCase("input.%s is not an array of strings", name)
 	}
 	return labels, nil
