@@ -45,13 +45,19 @@ func DeriveEd25519(seed, label string) ed25519.PrivateKey {
 // DeriveP256 returns the P-256 key of label: OKM as a big-endian scalar,
 // derived again with label#1, label#2, … while it is 0 or not below n.
 func DeriveP256(seed, label string) *ecdsa.PrivateKey {
+	return p256FromOKM(label, func(info string) [32]byte { return OKM(seed, info) })
+}
+
+// p256FromOKM is DeriveP256 over any OKM function (so tests can force the
+// out-of-range path, which HKDF hits with probability about 2^-32).
+func p256FromOKM(label string, okm func(info string) [32]byte) *ecdsa.PrivateKey {
 	for attempt := 0; ; attempt++ {
 		info := label
 		if attempt > 0 {
 			info = label + "#" + strconv.Itoa(attempt)
 		}
-		okm := OKM(seed, info)
-		if key, err := ecdsa.ParseRawPrivateKey(elliptic.P256(), okm[:]); err == nil {
+		scalar := okm(info)
+		if key, err := ecdsa.ParseRawPrivateKey(elliptic.P256(), scalar[:]); err == nil {
 			return key
 		}
 	}
