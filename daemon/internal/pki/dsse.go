@@ -122,24 +122,16 @@ func ParseEnvelopeJSON(data []byte) (*Envelope, error) {
 	}
 	var payloadType, payload string
 	var rawSigs []json.RawMessage
-	for _, m := range []struct {
-		name string
-		v    any
-	}{{"payloadType", &payloadType}, {"payload", &payload}, {"signatures", &rawSigs}} {
-		if err := obj.required(m.name, m.v); err != nil {
-			return nil, refuseWith(CodeDSSEMalformed, err, "not a DSSE JSON envelope")
-		}
+	err = obj.requiredAll(map[string]any{"payloadType": &payloadType, "payload": &payload, "signatures": &rawSigs})
+	if err != nil {
+		return nil, refuseWith(CodeDSSEMalformed, err, "not a DSSE JSON envelope")
 	}
 	type jsonSig struct{ keyid, sig string }
-	sigs := make([]jsonSig, 0, len(rawSigs))
-	for _, raw := range rawSigs {
+	sigs := make([]jsonSig, len(rawSigs))
+	for i, raw := range rawSigs {
 		s, err := parseObject(raw, true, "keyid", "sig")
 		if err == nil {
-			var js jsonSig
-			if err = s.required("keyid", &js.keyid); err == nil {
-				err = s.required("sig", &js.sig)
-			}
-			sigs = append(sigs, js)
+			err = s.requiredAll(map[string]any{"keyid": &sigs[i].keyid, "sig": &sigs[i].sig})
 		}
 		if err != nil {
 			return nil, refuseWith(CodeDSSEMalformed, err, "not a DSSE signature")

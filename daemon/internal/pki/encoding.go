@@ -124,6 +124,27 @@ func (o jsonObject) required(name string, v any) error {
 	return nil
 }
 
+// requiredAll decodes several required members, each into its destination.
+func (o jsonObject) requiredAll(members map[string]any) error {
+	for name, dst := range members {
+		if err := o.required(name, dst); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// optionalStrings decodes several optional string members.
+func (o jsonObject) optionalStrings(members map[string]*string) error {
+	for name, dst := range members {
+		var err error
+		if *dst, err = o.optionalString(name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // optionalString decodes a member that may be absent or null ("" then).
 func (o jsonObject) optionalString(name string) (string, error) {
 	if !o.present(name) {

@@ -63,13 +63,7 @@ func parseSealedTokenPayload(plain []byte) (*SealedTokenPayload, error) {
 		return nil, err
 	}
 	p := &SealedTokenPayload{}
-	if err := obj.required("token", &p.Token); err != nil {
-		return nil, err
-	}
-	if err := obj.required("csr", &p.CSR); err != nil {
-		return nil, err
-	}
-	if err := obj.required("iat", &p.IAT); err != nil {
+	if err := obj.requiredAll(map[string]any{"token": &p.Token, "csr": &p.CSR, "iat": &p.IAT}); err != nil {
 		return nil, err
 	}
 	return p, nil

@@ -70,14 +70,17 @@ func OpenJWE(recipient *ecdsa.PrivateKey, compact string) ([]byte, error) {
 }
 
 // jweHeader is the protected header as the Rust side reads it: every member
-// optional, unknown members ignored.
+// optional ("" when absent or null), unknown members ignored.
 type jweHeader struct {
-	alg, enc, kid        string
-	apu, apv, zip, crit  bool
-	epk                  bool
-	kty, crv, epkX, epkY string
-	hasEPKX, hasEPKY     bool
+	alg, enc, kid string
+	// forbidden is the first of apu, apv, zip and crit that is present.
+	forbidden string
+	// epk is the ephemeral key, nil when absent.
+	epk *jweEPK
 }
+
+// jweEPK is the header's ephemeral public JWK, every member optional.
+type jweEPK struct{ kty, crv, x, y string }
 
 // checkJWE runs every check before decryption, in the Rust order.
 func checkJWE(compact, kid string) error {
@@ -103,19 +106,13 @@ func checkJWE(compact, kid string) error {
 		return refuse(CodeJWEHeader, "alg")
 	case h.enc != JWEEnc:
 		return refuse(CodeJWEHeader, "enc")
-	case h.apu:
-		return refuse(CodeJWEHeader, "apu")
-	case h.apv:
-		return refuse(CodeJWEHeader, "apv")
-	case h.zip:
-		return refuse(CodeJWEHeader, "zip")
-	case h.crit:
-		return refuse(CodeJWEHeader, "crit")
+	case h.forbidden != "":
+		return refuse(CodeJWEHeader, "%s", h.forbidden)
 	}
 	if h.kid != kid {
 		return refuse(CodeJWEKid, "kid %q, expected %q", h.kid, kid)
 	}
-	if err := checkEPK(h); err != nil {
+	if err := checkEPK(h.epk); err != nil {
 		return err
 	}
 	if len(raw[1]) != 40 || len(raw[2]) != 12 || len(raw[4]) != 16 {
@@ -125,59 +122,44 @@ func checkJWE(compact, kid string) error {
 }
 
 func parseJWEHeader(data []byte) (*jweHeader, error) {
-	obj, err := parseObject(data, false, "alg", "enc", "kid", "epk", "apu", "apv", "zip", "crit")
+	forbidden := []string{"apu", "apv", "zip", "crit"}
+	obj, err := parseObject(data, false, append([]string{"alg", "enc", "kid", "epk"}, forbidden...)...)
 	if err != nil {
 		return nil, err
 	}
-	h := &jweHeader{
-		apu:  obj.present("apu"),
-		apv:  obj.present("apv"),
-		zip:  obj.present("zip"),
-		crit: obj.present("crit"),
-		epk:  obj.present("epk"),
-	}
-	for _, m := range []struct {
-		name string
-		dst  *string
-	}{{"alg", &h.alg}, {"enc", &h.enc}, {"kid", &h.kid}} {
-		if *m.dst, err = obj.optionalString(m.name); err != nil {
-			return nil, err
+	h := &jweHeader{}
+	for _, name := range forbidden {
+		if obj.present(name) && h.forbidden == "" {
+			h.forbidden = name
 		}
 	}
-	if !h.epk {
+	if err := obj.optionalStrings(map[string]*string{"alg": &h.alg, "enc": &h.enc, "kid": &h.kid}); err != nil {
+		return nil, err
+	}
+	if !obj.present("epk") {
 		return h, nil
 	}
 	epk, err := parseObject(obj["epk"], false, "kty", "crv", "x", "y")
 	if err != nil {
 		return nil, err
 	}
-	for _, m := range []struct {
-		name string
-		dst  *string
-	}{{"kty", &h.kty}, {"crv", &h.crv}, {"x", &h.epkX}, {"y", &h.epkY}} {
-		if *m.dst, err = epk.optionalString(m.name); err != nil {
-			return nil, err
-		}
-	}
-	h.hasEPKX, h.hasEPKY = epk.present("x"), epk.present("y")
-	return h, nil
+	h.epk = &jweEPK{}
+	err = epk.optionalStrings(map[string]*string{"kty": &h.epk.kty, "crv": &h.epk.crv, "x": &h.epk.x, "y": &h.epk.y})
+	return h, err
 }
 
 // checkEPK checks that the ephemeral key is a P-256 point.
-func checkEPK(h *jweHeader) error {
-	if !h.epk {
+func checkEPK(epk *jweEPK) error {
+	if epk == nil {
 		return refuse(CodeJWEEPK, "missing")
 	}
-	if h.kty != "EC" || h.crv != "P-256" {
+	if epk.kty != "EC" || epk.crv != "P-256" {
 		return refuse(CodeJWEEPK, "not an EC P-256 key")
 	}
 	point := []byte{4}
-	for _, c := range []struct {
-		value   string
-		present bool
-	}{{h.epkX, h.hasEPKX}, {h.epkY, h.hasEPKY}} {
-		b, err := decodeURL(c.value)
-		if !c.present || err != nil || len(b) != 32 {
+	for _, coordinate := range []string{epk.x, epk.y} {
+		b, err := decodeURL(coordinate)
+		if err != nil || len(b) != 32 {
 			return refuse(CodeJWEEPK, "a coordinate is not 32 bytes")
 		}
 		point = append(point, b...)

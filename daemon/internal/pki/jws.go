@@ -127,12 +127,10 @@ func verifyES256(token string, trusted []*ecdsa.PublicKey) ([]byte, error) {
 		}
 		raw[i] = b
 	}
-	header, err := parseObject(raw[0], false, "alg", "kid")
 	var alg, kid string
+	header, err := parseObject(raw[0], false, "alg", "kid")
 	if err == nil {
-		if alg, err = header.optionalString("alg"); err == nil {
-			kid, err = header.optionalString("kid")
-		}
+		err = header.optionalStrings(map[string]*string{"alg": &alg, "kid": &kid})
 	}
 	if err != nil {
 		return nil, refuseWith(CodeJWSMalformed, err, "the header is not JSON")
@@ -170,10 +168,8 @@ func decodeClaims(payload []byte, members map[string]any) error {
 	if err != nil {
 		return refuseWith(CodeTokenClaims, err, "the claims are not a JSON object")
 	}
-	for name, dst := range members {
-		if err := obj.required(name, dst); err != nil {
-			return refuseWith(CodeTokenClaims, err, "bad claims")
-		}
+	if err := obj.requiredAll(members); err != nil {
+		return refuseWith(CodeTokenClaims, err, "bad claims")
 	}
 	return nil
 }

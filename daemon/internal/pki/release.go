@@ -74,10 +74,8 @@ func parseManifest(data []byte) (*Manifest, error) {
 	}
 	m := &Manifest{}
 	var artifacts []json.RawMessage
-	for name, dst := range map[string]any{"version": &m.Version, "sequence": &m.Sequence, "artifacts": &artifacts} {
-		if err := obj.required(name, dst); err != nil {
-			return nil, err
-		}
+	if err := obj.requiredAll(map[string]any{"version": &m.Version, "sequence": &m.Sequence, "artifacts": &artifacts}); err != nil {
+		return nil, err
 	}
 	m.Artifacts = make([]Artifact, 0, len(artifacts))
 	for _, raw := range artifacts {
@@ -86,10 +84,8 @@ func parseManifest(data []byte) (*Manifest, error) {
 		if err != nil {
 			return nil, err
 		}
-		for name, dst := range map[string]any{"os": &a.OS, "arch": &a.Arch, "sha256": &a.SHA256, "size": &a.Size, "url": &a.URL} {
-			if err := obj.required(name, dst); err != nil {
-				return nil, err
-			}
+		if err := obj.requiredAll(map[string]any{"os": &a.OS, "arch": &a.Arch, "sha256": &a.SHA256, "size": &a.Size, "url": &a.URL}); err != nil {
+			return nil, err
 		}
 		m.Artifacts = append(m.Artifacts, a)
 	}
