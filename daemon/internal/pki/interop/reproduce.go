@@ -50,15 +50,15 @@ func Reproductions(doc *Document, keys *Keyring) []Reproduction {
 		if !c.Positive() {
 			continue
 		}
-		var in input
-		if err := json.Unmarshal(c.Input, &in); err != nil {
+		in := &input{keys: keys}
+		if err := json.Unmarshal(c.Input, &in.members); err != nil {
 			add("case/"+c.Name, func() error { return badCase("input is not an object") })
 			continue
 		}
 		// dsse-verify cases sign arbitrary bytes under a command's payload type.
 		decoded := c.Kind != "dsse-verify"
 		for _, field := range []string{"envelope", "approval", "command"} {
-			if s, err := in.string(field); err == nil {
+			if s, ok := in.lookup(field); ok {
 				addEnvelope(add, keys, c.Name+"/"+field, s, decoded)
 			}
 		}
@@ -67,11 +67,17 @@ func Reproductions(doc *Document, keys *Keyring) []Reproduction {
 			"quorum":        func() proto.Message { return &agentv1.Quorum{} },
 			"appliedAccess": func() proto.Message { return &agentv1.AccessSection{} },
 		} {
-			if b, err := in.bytes(field); err == nil {
-				add("input/"+c.Name+"/"+field, func() error { return remarshal(b, msg()) })
+			if s, ok := in.lookup(field); ok {
+				b, err := base64.StdEncoding.DecodeString(s)
+				add("input/"+c.Name+"/"+field, func() error {
+					if err != nil {
+						return err
+					}
+					return remarshal(b, msg())
+				})
 			}
 		}
-		if token, err := in.string("token"); err == nil {
+		if token, ok := in.lookup("token"); ok {
 			add("token/"+c.Name, func() error { return reproduceToken(keys, c.Kind, token) })
 		}
 	}

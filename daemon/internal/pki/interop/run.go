@@ -8,13 +8,9 @@ package interop
 import (
 	"bytes"
 	"crypto/ecdsa"
-	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"reflect"
-	"time"
-	"unicode/utf8"
 
 	"bcd/internal/pki"
 	"bcd/internal/proto/agentv1"
@@ -29,156 +25,45 @@ type Outcome struct {
 	Code pki.Code
 }
 
-// BadCase is a malformed case: a bug in the fixture file, not a refusal.
-type BadCase struct{ Reason string }
-
-func (e *BadCase) Error() string { return "malformed case: " + e.Reason }
-
-func badCase(format string, args ...any) error { return &BadCase{Reason: fmt.Sprintf(format, args...)} }
-
-// refused turns a pki error into an outcome; any other error is returned as is.
-func refused(err error) (Outcome, error) {
+// result turns a verifier's result into an outcome: the expect object that
+// describe makes of value, or the refusal's code. An error that is not a
+// pki refusal is returned as an error.
+func result[T any](value T, err error, describe func(T) map[string]any) (Outcome, error) {
+	if err == nil {
+		return Outcome{Value: describe(value)}, nil
+	}
 	if code := pki.CodeOf(err); code != "" {
 		return Outcome{Code: code}, nil
 	}
 	return Outcome{}, fmt.Errorf("not a pki refusal: %w", err)
 }
 
-// ok wraps a computed expect object.
-func ok(value map[string]any) (Outcome, error) { return Outcome{Value: value}, nil }
-
-// input reads the members of a case's input.
-type input map[string]json.RawMessage
-
-func (in input) field(name string) (json.RawMessage, error) {
-	raw, ok := in[name]
-	if !ok {
-		return nil, badCase("missing input.%s", name)
-	}
-	return raw, nil
-}
-
-func (in input) string(name string) (string, error) {
-	raw, err := in.field(name)
+// withEnvelope parses text as a JSON envelope and verifies it: a parse
+// refusal is the outcome as much as a verification refusal.
+func withEnvelope[T any](text string, verify func(*pki.Envelope) (T, error)) (T, error) {
+	env, err := pki.ParseEnvelopeJSON([]byte(text))
 	if err != nil {
-		return "", err
+		var zero T
+		return zero, err
 	}
-	var s string
-	if string(raw) == "null" || json.Unmarshal(raw, &s) != nil {
-		return "", badCase("input.%s is not a string", name)
-	}
-	return s, nil
-}
-
-func (in input) int(name string) (int64, error) {
-	raw, err := in.field(name)
-	if err != nil {
-		return 0, err
-	}
-	var n int64
-	if string(raw) == "null" || json.Unmarshal(raw, &n) != nil {
-		return 0, badCase("input.%s is not an integer", name)
-	}
-	return n, nil
-}
-
-func (in input) time(name string) (time.Time, error) {
-	ms, err := in.int(name)
-	return time.UnixMilli(ms), err
-}
-
-func (in input) bytes(name string) ([]byte, error) {
-	s, err := in.string(name)
-	if err != nil {
-		return nil, err
-	}
-	b, err := base64.StdEncoding.Strict().DecodeString(s)
-	if err != nil {
-		return nil, badCase("input.%s is not base64", name)
-	}
-	return b, nil
-}
-
-func (in input) labels(name string) ([]string, error) {
-	raw, err := in.field(name)
-	if err != nil {
-		return nil, err
-	}
-	var labels []string
-	if string(raw) == "null" || json.Unmarshal(raw, &labels) != nil {
-		return nil, badCase("input.%s is not an array of strings", name)
-	}
-	return labels, nil
-}
-
-func (in input) message(name string, m proto.Message) error {
-	b, err := in.bytes(name)
-	if err != nil {
-		return err
-	}
-	if err := proto.Unmarshal(b, m); err != nil {
-		return badCase("input.%s: %v", name, err)
-	}
-	return nil
-}
-
-// publics returns the public keys of the labels in input.name.
-func (k *Keyring) publics(in input, name string) ([]*pki.PublicKey, error) {
-	labels, err := in.labels(name)
-	if err != nil {
-		return nil, err
-	}
-	keys := make([]*pki.PublicKey, 0, len(labels))
-	for _, l := range labels {
-		key, err := k.Public(l)
-		if err != nil {
-			return nil, badCase("%v", err)
-		}
-		keys = append(keys, key)
-	}
-	return keys, nil
-}
-
-func (k *Keyring) public(in input, name string) (*pki.PublicKey, error) {
-	label, err := in.string(name)
-	if err != nil {
-		return nil, err
-	}
-	key, err := k.Public(label)
-	if err != nil {
-		return nil, badCase("%v", err)
-	}
-	return key, nil
-}
-
-func (k *Keyring) p256(in input, name string) (*pki.PublicKey, *ecdsa.PrivateKey, error) {
-	label, err := in.string(name)
-	if err != nil {
-		return nil, nil, err
-	}
-	key, err := k.P256(label)
-	if err != nil {
-		return nil, nil, badCase("%v", err)
-	}
-	pub, err := pki.NewPublicKey(&key.PublicKey)
-	return pub, key, err
+	return verify(env)
 }
 
 // Run runs one case of kind on its input and returns its outcome; a
 // *BadCase error means the case itself is malformed.
 func Run(k *Keyring, kind string, raw json.RawMessage) (Outcome, error) {
-	var in input
-	if err := json.Unmarshal(raw, &in); err != nil {
+	in := &input{keys: k}
+	if err := json.Unmarshal(raw, &in.members); err != nil || in.members == nil {
 		return Outcome{}, badCase("input is not an object")
 	}
 	run, found := runners[kind]
 	if !found {
 		return Outcome{}, badCase("unknown kind %q", kind)
 	}
-	return run(k, in)
+	return run(in)
 }
 
-var runners = map[string]func(*Keyring, input) (Outcome, error){
+var runners = map[string]func(*input) (Outcome, error){
 	"pae":             runPAE,
 	"dsse-sign":       runDSSESign,
 	"dsse-verify":     runDSSEVerify,
@@ -197,569 +82,261 @@ var runners = map[string]func(*Keyring, input) (Outcome, error){
 	"node-statement":  runNodeStatement,
 }
 
-// envelope parses input.name as a JSON envelope; a refusal is an outcome.
-func envelope(in input, name string) (*pki.Envelope, error) {
-	s, err := in.string(name)
-	if err != nil {
-		return nil, err
+func runPAE(in *input) (Outcome, error) {
+	typ, payload := in.string("payloadType"), in.bytes("payload")
+	if in.err != nil {
+		return Outcome{}, in.err
 	}
-	return pki.ParseEnvelopeJSON([]byte(s))
+	return Outcome{Value: map[string]any{"pae": std(pki.PAE(typ, payload))}}, nil
 }
 
-func std(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
-
-func runPAE(_ *Keyring, in input) (Outcome, error) {
-	typ, err := in.string("payloadType")
-	if err != nil {
-		return Outcome{}, err
-	}
-	payload, err := in.bytes("payload")
-	if err != nil {
-		return Outcome{}, err
-	}
-	return ok(map[string]any{"pae": std(pki.PAE(typ, payload))})
-}
-
-func runDSSESign(k *Keyring, in input) (Outcome, error) {
-	label, err := in.string("key")
-	if err != nil {
-		return Outcome{}, err
-	}
-	key, err := k.Ed(label)
-	if err != nil {
-		return Outcome{}, badCase("%v", err)
-	}
-	typ, err := in.string("payloadType")
-	if err != nil {
-		return Outcome{}, err
-	}
-	payload, err := in.bytes("payload")
-	if err != nil {
-		return Outcome{}, err
+func runDSSESign(in *input) (Outcome, error) {
+	key, typ, payload := in.ed25519("key"), in.string("payloadType"), in.bytes("payload")
+	if in.err != nil {
+		return Outcome{}, in.err
 	}
 	env, err := pki.SignEnvelope(nil, typ, payload, key)
 	if err != nil {
 		return Outcome{}, err
 	}
-	return ok(map[string]any{"envelope": string(env.JSON())})
+	return Outcome{Value: map[string]any{"envelope": string(env.JSON())}}, nil
 }
 
-func runDSSEVerify(k *Keyring, in input) (Outcome, error) {
-	env, err := envelope(in, "envelope")
-	if err != nil {
-		return refused(err)
+func runDSSEVerify(in *input) (Outcome, error) {
+	text, trusted, typ := in.string("envelope"), in.publics("trusted"), in.string("payloadType")
+	threshold := int64(1)
+	if in.has("threshold") {
+		threshold = in.int("threshold")
 	}
-	threshold, err := in.int("threshold")
-	if err != nil {
-		threshold = 1
+	if in.err != nil {
+		return Outcome{}, in.err
 	}
-	trusted, err := k.publics(in, "trusted")
-	if err != nil {
-		return Outcome{}, err
-	}
-	typ, err := in.string("payloadType")
-	if err != nil {
-		return Outcome{}, err
-	}
-	payload, err := env.Verify(typ, trusted, int(threshold))
-	if err != nil {
-		return refused(err)
-	}
-	return ok(map[string]any{"payload": std(payload)})
+	payload, err := withEnvelope(text, func(env *pki.Envelope) ([]byte, error) {
+		return env.Verify(typ, trusted, int(threshold))
+	})
+	return result(payload, err, func(p []byte) map[string]any { return map[string]any{"payload": std(p)} })
 }
 
-func runCSR(_ *Keyring, in input) (Outcome, error) {
-	der, err := in.bytes("csr")
-	if err != nil {
-		return Outcome{}, err
+func runCSR(in *input) (Outcome, error) {
+	der := in.bytes("csr")
+	if in.err != nil {
+		return Outcome{}, in.err
 	}
 	csr, err := pki.ParseCSR(der)
-	if err != nil {
-		return refused(err)
-	}
-	return ok(map[string]any{"pin": csr.Pin})
+	return result(csr, err, func(c *pki.CSR) map[string]any { return map[string]any{"pin": c.Pin} })
 }
 
-func runCertificate(_ *Keyring, in input) (Outcome, error) {
-	cert, err := in.bytes("certificate")
-	if err != nil {
-		return Outcome{}, err
-	}
-	issuer, err := in.bytes("issuer")
-	if err != nil {
-		return Outcome{}, err
-	}
-	at, err := in.time("at")
-	if err != nil {
-		return Outcome{}, err
-	}
-	usageName, err := in.string("usage")
-	if err != nil {
-		return Outcome{}, err
-	}
+func runCertificate(in *input) (Outcome, error) {
+	cert, issuer, at, usageName := in.bytes("certificate"), in.bytes("issuer"), in.time("at"), in.string("usage")
 	usage, valid := pki.ParseUsage(usageName)
 	if !valid {
-		return Outcome{}, badCase("usage %q", usageName)
+		in.fail("usage %q", usageName)
 	}
 	opts := pki.VerifyOptions{Usage: usage, At: at}
-	if _, has := in["dnsName"]; has {
-		if opts.DNSName, err = in.string("dnsName"); err != nil {
-			return Outcome{}, err
-		}
+	if in.has("dnsName") {
+		opts.DNSName = in.string("dnsName")
+	}
+	if in.err != nil {
+		return Outcome{}, in.err
 	}
 	info, err := pki.VerifyIssued(cert, issuer, opts)
-	if err != nil {
-		return refused(err)
-	}
-	ips := make([]string, 0, len(info.IPs))
-	for _, ip := range info.IPs {
-		ips = append(ips, ip.String())
-	}
-	return ok(map[string]any{
-		"commonName":  info.CommonName,
-		"uris":        nonNil(info.URIs),
-		"dnsNames":    nonNil(info.DNSNames),
-		"ips":         ips,
-		"pin":         info.Pin,
-		"isCa":        info.IsCA,
-		"notBeforeMs": info.NotBefore.UnixMilli(),
-		"notAfterMs":  info.NotAfter.UnixMilli(),
+	return result(info, err, func(info *pki.CertificateInfo) map[string]any {
+		ips := make([]string, 0, len(info.IPs))
+		for _, ip := range info.IPs {
+			ips = append(ips, ip.String())
+		}
+		return map[string]any{
+			"commonName":  info.CommonName,
+			"uris":        nonNil(info.URIs),
+			"dnsNames":    nonNil(info.DNSNames),
+			"ips":         ips,
+			"pin":         info.Pin,
+			"isCa":        info.IsCA,
+			"notBeforeMs": info.NotBefore.UnixMilli(),
+			"notAfterMs":  info.NotAfter.UnixMilli(),
+		}
 	})
 }
 
-func nonNil(s []string) []string {
-	if s == nil {
-		return []string{}
+func runJoinToken(in *input) (Outcome, error) {
+	key, der, sealed := in.p256("key"), in.bytes("csr"), in.string("jwe")
+	if in.err != nil {
+		return Outcome{}, in.err
 	}
-	return s
+	payload, err := func() (*pki.SealedTokenPayload, error) {
+		csr, err := pki.ParseCSR(der)
+		if err != nil {
+			return nil, err
+		}
+		return pki.OpenJoinToken(key, sealed, csr.Pin)
+	}()
+	return result(payload, err, func(p *pki.SealedTokenPayload) map[string]any {
+		return map[string]any{"token": p.Token, "csr": p.CSR, "iat": p.IAT}
+	})
 }
 
-func runJoinToken(k *Keyring, in input) (Outcome, error) {
-	_, key, err := k.p256(in, "key")
-	if err != nil {
-		return Outcome{}, err
+func runJoinResponse(in *input) (Outcome, error) {
+	key, pin, text := in.public("key"), in.string("csrPin"), in.string("envelope")
+	if in.err != nil {
+		return Outcome{}, in.err
 	}
-	der, err := in.bytes("csr")
-	if err != nil {
-		return Outcome{}, err
-	}
-	csr, err := pki.ParseCSR(der)
-	if err != nil {
-		return refused(err)
-	}
-	sealed, err := in.string("jwe")
-	if err != nil {
-		return Outcome{}, err
-	}
-	p, err := pki.OpenJoinToken(key, sealed, csr.Pin)
-	if err != nil {
-		return refused(err)
-	}
-	return ok(map[string]any{"token": p.Token, "csr": p.CSR, "iat": p.IAT})
+	response, err := withEnvelope(text, func(env *pki.Envelope) (*agentv1.JoinResponse, error) {
+		return pki.VerifyJoinResponse(env, key, pin)
+	})
+	return result(response, err, DescribeJoinResponse)
 }
 
-func runJoinResponse(k *Keyring, in input) (Outcome, error) {
-	key, err := k.public(in, "key")
-	if err != nil {
-		return Outcome{}, err
-	}
-	pin, err := in.string("csrPin")
-	if err != nil {
-		return Outcome{}, err
-	}
-	env, err := envelope(in, "envelope")
-	if err != nil {
-		return refused(err)
-	}
-	r, err := pki.VerifyJoinResponse(env, key, pin)
-	if err != nil {
-		return refused(err)
-	}
-	return ok(DescribeJoinResponse(r))
-}
-
-// DescribeJoinResponse is the expect object of a verified JoinResponse.
-func DescribeJoinResponse(r *agentv1.JoinResponse) map[string]any {
-	chain := make([]string, 0, len(r.GetCertificateChain()))
-	for _, c := range r.GetCertificateChain() {
-		chain = append(chain, std(c))
-	}
-	return map[string]any{
-		"nodeId":           r.GetNodeId(),
-		"trustDomain":      r.GetTrustDomain(),
-		"poolId":           r.GetPoolId(),
-		"csrPin":           r.GetCsrPin(),
-		"issuedAtMs":       r.GetIssuedAtMs(),
-		"certificateChain": chain,
-		"commandRoots":     keyids(r.GetTrust().GetCommandRoots()),
-		"hasTrustBundle":   r.GetTrust().GetTrustBundle() != nil,
-		"gateway": map[string]any{
-			"url":              r.GetGateway().GetUrl(),
-			"serverName":       r.GetGateway().GetServerName(),
-			"servingCaSpkiPin": r.GetGateway().GetServingCaSpkiPin(),
-		},
-	}
-}
-
-func keyids(keys []*agentv1.PublicKey) []string {
-	out := make([]string, 0, len(keys))
-	for _, k := range keys {
-		out = append(out, k.GetKeyid())
-	}
-	return out
-}
-
-func runSecretResponse(k *Keyring, in input) (Outcome, error) {
-	_, key, err := k.p256(in, "key")
-	if err != nil {
-		return Outcome{}, err
-	}
-	sealed, err := in.string("jwe")
-	if err != nil {
-		return Outcome{}, err
+func runSecretResponse(in *input) (Outcome, error) {
+	key, sealed := in.p256("key"), in.string("jwe")
+	if in.err != nil {
+		return Outcome{}, in.err
 	}
 	secret, err := pki.OpenSecretResponse(key, sealed)
-	if err != nil {
-		return refused(err)
-	}
-	return ok(map[string]any{"secret": std(secret)})
+	return result(secret, err, func(s []byte) map[string]any { return map[string]any{"secret": std(s)} })
 }
 
-// tokenInput reads the members both token kinds share.
-func tokenInput(k *Keyring, in input) (token, issuer string, trusted []*ecdsa.PublicKey, at time.Time, err error) {
-	_, key, err := k.p256(in, "key")
-	if err != nil {
-		return
+func runExecTicket(in *input) (Outcome, error) {
+	key, token, issuer, node, at := in.p256("key"), in.string("token"), in.string("issuer"), in.string("nodeId"), in.time("at")
+	if in.err != nil {
+		return Outcome{}, in.err
 	}
-	trusted = []*ecdsa.PublicKey{&key.PublicKey}
-	if token, err = in.string("token"); err != nil {
-		return
-	}
-	if issuer, err = in.string("issuer"); err != nil {
-		return
-	}
-	at, err = in.time("at")
-	return
+	claims, err := pki.VerifyExecTicket(token, []*ecdsa.PublicKey{&key.PublicKey}, issuer, node, at)
+	return result(claims, err, func(c *pki.ExecTicket) map[string]any { return toMap(c) })
 }
 
-func runExecTicket(k *Keyring, in input) (Outcome, error) {
-	token, issuer, trusted, at, err := tokenInput(k, in)
-	if err != nil {
-		return Outcome{}, err
+func runWorkloadToken(in *input) (Outcome, error) {
+	key, token, issuer, audience, at := in.p256("key"), in.string("token"), in.string("issuer"), in.string("audience"), in.time("at")
+	if in.err != nil {
+		return Outcome{}, in.err
 	}
-	node, err := in.string("nodeId")
-	if err != nil {
-		return Outcome{}, err
-	}
-	claims, err := pki.VerifyExecTicket(token, trusted, issuer, node, at)
-	if err != nil {
-		return refused(err)
-	}
-	return ok(toMap(claims))
-}
-
-func runWorkloadToken(k *Keyring, in input) (Outcome, error) {
-	token, issuer, trusted, at, err := tokenInput(k, in)
-	if err != nil {
-		return Outcome{}, err
-	}
-	audience, err := in.string("audience")
-	if err != nil {
-		return Outcome{}, err
-	}
-	claims, err := pki.VerifyWorkloadToken(token, trusted, issuer, audience, at)
-	if err != nil {
-		return refused(err)
-	}
-	return ok(toMap(claims))
+	claims, err := pki.VerifyWorkloadToken(token, []*ecdsa.PublicKey{&key.PublicKey}, issuer, audience, at)
+	return result(claims, err, func(c *pki.WorkloadToken) map[string]any { return toMap(c) })
 }
 
 // toMap turns a claims struct into its JSON object.
 func toMap(v any) map[string]any {
 	data, err := json.Marshal(v)
-	if err != nil {
-		panic("interop: claims always marshal: " + err.Error())
-	}
 	m := map[string]any{}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	if err := dec.Decode(&m); err != nil {
-		panic("interop: claims always unmarshal: " + err.Error())
+	if err == nil {
+		err = json.Unmarshal(data, &m)
+	}
+	if err != nil {
+		panic("interop: claims always round-trip through JSON: " + err.Error())
 	}
 	return m
 }
 
-func runCommand(k *Keyring, in input) (Outcome, error) {
-	roots, err := k.publics(in, "roots")
-	if err != nil {
-		return Outcome{}, err
+func runCommand(in *input) (Outcome, error) {
+	roots, node, at, text := in.publics("roots"), in.string("nodeId"), in.time("at"), in.string("envelope")
+	if in.err != nil {
+		return Outcome{}, in.err
 	}
-	node, err := in.string("nodeId")
-	if err != nil {
-		return Outcome{}, err
-	}
-	at, err := in.time("at")
-	if err != nil {
-		return Outcome{}, err
-	}
-	env, err := envelope(in, "envelope")
-	if err != nil {
-		return refused(err)
-	}
-	c, err := pki.VerifyCommand(env, roots, node, at)
-	if err != nil {
-		return refused(err)
-	}
-	return ok(map[string]any{"command": DescribeCommand(c)})
+	command, err := withEnvelope(text, func(env *pki.Envelope) (*agentv1.Command, error) {
+		return pki.VerifyCommand(env, roots, node, at)
+	})
+	return result(command, err, func(c *agentv1.Command) map[string]any { return map[string]any{"command": DescribeCommand(c)} })
 }
 
-// DescribeCommand is the expect.command object of a command.
-func DescribeCommand(c *agentv1.Command) map[string]any {
-	return map[string]any{
-		"id":            c.GetId(),
-		"nodeId":        c.GetNodeId(),
-		"kind":          c.GetKind(),
-		"params":        lossyUTF8(c.GetParams()),
-		"notAfterMs":    c.GetNotAfterMs(),
-		"minGeneration": c.GetMinGeneration(),
-		"retrySafe":     c.GetRetrySafe(),
-		"destructive":   c.GetDestructive(),
-		"batch":         c.GetBatch(),
-		"issuedAtMs":    c.GetIssuedAtMs(),
-	}
-}
-
-// lossyUTF8 decodes b as Rust's String::from_utf8_lossy does: each maximal
-// ill-formed subsequence becomes one U+FFFD.
-func lossyUTF8(b []byte) string {
-	if utf8.Valid(b) {
-		return string(b)
-	}
-	var out []byte
-	for len(b) > 0 {
-		r, size := utf8.DecodeRune(b)
-		if r != utf8.RuneError || size > 1 {
-			out = append(out, b[:size]...)
-			b = b[size:]
-			continue
-		}
-		out = append(out, "\uFFFD"...)
-		b = b[maximalSubpart(b):]
-	}
-	return string(out)
-}
-
-// maximalSubpart returns the length of the longest prefix of b (at least 1)
-// that starts a well-formed UTF-8 sequence, b being ill-formed at its start.
-func maximalSubpart(b []byte) int {
-	lo, hi := byte(0x80), byte(0xBF)
-	var need int
-	switch c := b[0]; {
-	case c >= 0xC2 && c <= 0xDF:
-		need = 1
-	case c == 0xE0:
-		need, lo = 2, 0xA0
-	case c >= 0xE1 && c <= 0xEC, c == 0xEE, c == 0xEF:
-		need = 2
-	case c == 0xED:
-		need, hi = 2, 0x9F
-	case c == 0xF0:
-		need, lo = 3, 0x90
-	case c >= 0xF1 && c <= 0xF3:
-		need = 3
-	case c == 0xF4:
-		need, hi = 3, 0x8F
-	default:
-		return 1
-	}
-	n := 1
-	for i := 1; i <= need && i < len(b); i++ {
-		if b[i] < lo || b[i] > hi {
-			break
-		}
-		lo, hi = 0x80, 0xBF
-		n++
-	}
-	return n
-}
-
-func runNodeSpec(k *Keyring, in input) (Outcome, error) {
-	roots, err := k.publics(in, "roots")
+func runNodeSpec(in *input) (Outcome, error) {
+	roots, node, text := in.publics("roots"), in.string("nodeId"), in.string("envelope")
+	policy, err := pki.ParseSignedSpecs(in.string("signedSpecs"))
 	if err != nil {
-		return Outcome{}, err
-	}
-	node, err := in.string("nodeId")
-	if err != nil {
-		return Outcome{}, err
-	}
-	policyName, err := in.string("signedSpecs")
-	if err != nil {
-		return Outcome{}, err
-	}
-	policy, err := pki.ParseSignedSpecs(policyName)
-	if err != nil {
-		return Outcome{}, badCase("%v", err)
-	}
-	raw, err := in.field("appliedAccess")
-	if err != nil {
-		return Outcome{}, err
+		in.fail("%v", err)
 	}
 	var applied *agentv1.AccessSection
-	if string(raw) != "null" {
+	if !in.has("appliedAccess") {
+		in.fail("missing input.appliedAccess")
+	} else if !in.isNull("appliedAccess") {
 		applied = &agentv1.AccessSection{}
-		if err := in.message("appliedAccess", applied); err != nil {
-			return Outcome{}, err
-		}
+		in.message("appliedAccess", applied)
 	}
-	env, err := envelope(in, "envelope")
-	if err != nil {
-		return refused(err)
+	if in.err != nil {
+		return Outcome{}, in.err
 	}
-	s, err := pki.VerifySpec(env, roots, node, policy, applied)
-	if err != nil {
-		return refused(err)
-	}
-	return ok(map[string]any{"nodeId": s.GetNodeId(), "generation": s.GetGeneration()})
+	spec, err := withEnvelope(text, func(env *pki.Envelope) (*agentv1.NodeSpec, error) {
+		return pki.VerifySpec(env, roots, node, policy, applied)
+	})
+	return result(spec, err, func(s *agentv1.NodeSpec) map[string]any {
+		return map[string]any{"nodeId": s.GetNodeId(), "generation": s.GetGeneration()}
+	})
 }
 
-func runTrustBundle(_ *Keyring, in input) (Outcome, error) {
-	current := &agentv1.TrustBundle{}
-	if err := in.message("current", current); err != nil {
-		return Outcome{}, err
+func runTrustBundle(in *input) (Outcome, error) {
+	current, text := &agentv1.TrustBundle{}, in.string("envelope")
+	in.message("current", current)
+	if in.err != nil {
+		return Outcome{}, in.err
 	}
-	env, err := envelope(in, "envelope")
-	if err != nil {
-		return refused(err)
-	}
-	b, err := pki.AcceptTrustBundle(current, env)
-	if err != nil {
-		return refused(err)
-	}
-	return ok(DescribeTrustBundle(b))
+	bundle, err := withEnvelope(text, func(env *pki.Envelope) (*agentv1.TrustBundle, error) {
+		return pki.AcceptTrustBundle(current, env)
+	})
+	return result(bundle, err, DescribeTrustBundle)
 }
 
-// DescribeTrustBundle is the expect object of an accepted trust bundle.
-func DescribeTrustBundle(b *agentv1.TrustBundle) map[string]any {
-	return map[string]any{
-		"trustDomain":  b.GetTrustDomain(),
-		"sequence":     b.GetSequence(),
-		"commandRoots": keyids(b.GetCommandRoots()),
-		"approvers":    keyids(b.GetQuorum().GetApprovers()),
-		"threshold":    b.GetQuorum().GetThreshold(),
-	}
-}
-
-func runBatchApproval(_ *Keyring, in input) (Outcome, error) {
-	quorum := &agentv1.Quorum{}
-	if err := in.message("quorum", quorum); err != nil {
-		return Outcome{}, err
-	}
-	commandEnv, err := envelope(in, "command")
-	if errors.As(err, new(*pki.Error)) {
-		return Outcome{}, badCase("input.command: %v", err)
-	} else if err != nil {
-		return Outcome{}, err
-	}
+func runBatchApproval(in *input) (Outcome, error) {
+	quorum, domain, at, text := &agentv1.Quorum{}, in.string("trustDomain"), in.time("at"), in.string("approval")
+	in.message("quorum", quorum)
+	// The command is the input of the check, not under test: a broken one is
+	// a broken case.
+	commandEnv, err := pki.ParseEnvelopeJSON([]byte(in.string("command")))
 	command := &agentv1.Command{}
-	if err := proto.Unmarshal(commandEnv.Payload, command); err != nil {
-		return Outcome{}, badCase("input.command: %v", err)
+	if err == nil {
+		err = proto.Unmarshal(commandEnv.Payload, command)
 	}
-	domain, err := in.string("trustDomain")
 	if err != nil {
-		return Outcome{}, err
+		in.fail("input.command: %v", err)
 	}
-	at, err := in.time("at")
-	if err != nil {
-		return Outcome{}, err
+	if in.err != nil {
+		return Outcome{}, in.err
 	}
-	approval, err := envelope(in, "approval")
-	if err != nil {
-		return refused(err)
-	}
-	b, err := pki.VerifyBatchApproval(approval, quorum, domain, commandEnv, command, at)
-	if err != nil {
-		return refused(err)
-	}
-	return ok(map[string]any{"batchId": b.GetBatchId()})
+	batch, err := withEnvelope(text, func(env *pki.Envelope) (*agentv1.BatchApproval, error) {
+		return pki.VerifyBatchApproval(env, quorum, domain, commandEnv, command, at)
+	})
+	return result(batch, err, func(b *agentv1.BatchApproval) map[string]any { return map[string]any{"batchId": b.GetBatchId()} })
 }
 
-func runRelease(k *Keyring, in input) (Outcome, error) {
-	keys, err := k.publics(in, "keys")
-	if err != nil {
-		return Outcome{}, err
+func runRelease(in *input) (Outcome, error) {
+	policy := pki.ReleasePolicy{Keys: in.publics("keys"), Threshold: int(in.int("threshold")), MinSequence: uint64(in.int("minSequence"))}
+	os, arch, artifact, text := in.string("os"), in.string("arch"), in.bytes("artifact"), in.string("envelope")
+	if in.err != nil {
+		return Outcome{}, in.err
 	}
-	threshold, err := in.int("threshold")
-	if err != nil {
-		return Outcome{}, err
-	}
-	minSequence, err := in.int("minSequence")
-	if err != nil {
-		return Outcome{}, err
-	}
-	policy := pki.ReleasePolicy{Keys: keys, Threshold: int(threshold), MinSequence: uint64(minSequence)}
-	os, err := in.string("os")
-	if err != nil {
-		return Outcome{}, err
-	}
-	arch, err := in.string("arch")
-	if err != nil {
-		return Outcome{}, err
-	}
-	artifact, err := in.bytes("artifact")
-	if err != nil {
-		return Outcome{}, err
-	}
-	env, err := envelope(in, "envelope")
-	if err != nil {
-		return refused(err)
-	}
-	m, err := pki.VerifyRelease(env, policy, os, arch, artifact)
-	if err != nil {
-		return refused(err)
-	}
-	return ok(map[string]any{"version": m.Version, "sequence": m.Sequence})
+	manifest, err := withEnvelope(text, func(env *pki.Envelope) (*pki.Manifest, error) {
+		return pki.VerifyRelease(env, policy, os, arch, artifact)
+	})
+	return result(manifest, err, func(m *pki.Manifest) map[string]any {
+		return map[string]any{"version": m.Version, "sequence": m.Sequence}
+	})
 }
 
-func runNodeStatement(k *Keyring, in input) (Outcome, error) {
-	key, err := k.public(in, "key")
-	if err != nil {
-		return Outcome{}, err
+func runNodeStatement(in *input) (Outcome, error) {
+	key, node, body, text := in.public("key"), in.string("nodeId"), in.string("body"), in.string("envelope")
+	if in.err != nil {
+		return Outcome{}, in.err
 	}
-	node, err := in.string("nodeId")
-	if err != nil {
-		return Outcome{}, err
-	}
-	body, err := in.string("body")
-	if err != nil {
-		return Outcome{}, err
-	}
-	env, err := envelope(in, "envelope")
-	if err != nil {
-		return refused(err)
-	}
-	s, err := pki.VerifyStatement(env, key, node)
-	if err != nil {
-		return refused(err)
-	}
-	if pki.StatementBodyName(s) != body {
-		return Outcome{Code: pki.CodeStatementKind}, nil
-	}
-	return ok(map[string]any{"nodeId": s.GetNodeId(), "bootId": s.GetBootId(), "atMs": s.GetAtMs(), "body": body})
+	statement, err := withEnvelope(text, func(env *pki.Envelope) (*agentv1.NodeStatement, error) {
+		s, err := pki.VerifyStatement(env, key, node)
+		if err == nil && pki.StatementBodyName(s) != body {
+			return nil, &pki.Error{Code: pki.CodeStatementKind, Reason: "statement body " + pki.StatementBodyName(s)}
+		}
+		return s, err
+	})
+	return result(statement, err, func(s *agentv1.NodeStatement) map[string]any {
+		return map[string]any{"nodeId": s.GetNodeId(), "bootId": s.GetBootId(), "atMs": s.GetAtMs(), "body": body}
+	})
 }
 
 // CheckCase runs c and compares its outcome with the case's expectation.
 func CheckCase(k *Keyring, c *Case) error {
 	out, err := Run(k, c.Kind, c.Input)
-	if err != nil {
+	switch {
+	case err != nil:
 		return err
-	}
-	if !c.Positive() {
-		if out.Code != pki.Code(c.Error) {
-			return fmt.Errorf("expected %s, got %s", c.Error, describeOutcome(out))
-		}
+	case !c.Positive() && out.Code != pki.Code(c.Error):
+		return fmt.Errorf("expected %s, got %s", c.Error, describeOutcome(out))
+	case !c.Positive():
 		return nil
-	}
-	if out.Code != "" {
+	case out.Code != "":
 		return fmt.Errorf("expected success, got %s", out.Code)
 	}
 	want, err := normalize(c.Expect)

@@ -1,4 +1,4 @@
-// Tests of the runner's helpers that mirror Rust behaviour.
+// Tests of the expect helpers that mirror Rust behaviour.
 
 package interop
 
