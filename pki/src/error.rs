@@ -2,7 +2,8 @@
 //!
 //! The code strings are a contract: `daemon/internal/pki` returns the same
 //! string for the same defect, and every negative fixture in
-//! `testdata/interop.json` names one. Add a code on both sides at once.
+//! `testdata/interop.json` and `testdata/tpm/cases.json` names one. Add a
+//! code on both sides at once.
 
 use thiserror::Error;
 
@@ -383,6 +384,80 @@ pub enum Error {
         /// The bytes' size.
         found: u64,
     },
+
+    // ---- TPM attestation ----
+    /// A TPM structure that does not parse (short, trailing bytes, an unknown
+    /// type) or is another structure than the one expected.
+    #[error("malformed {what}: {reason}")]
+    TpmMalformed {
+        /// The structure (`EK public`, `quote`, …).
+        what: String,
+        /// What was wrong with it.
+        reason: String,
+    },
+    /// The EK certificate does not parse, is not issued by a configured EK
+    /// root, or is not valid at the time of the check.
+    #[error("the EK certificate does not chain to an EK root: {reason}")]
+    EkCertificateChain {
+        /// Why the last root refused it.
+        reason: String,
+    },
+    /// The EK certificate certifies another key than the EK public area.
+    #[error("the EK certificate names another key than the EK")]
+    EkMismatch,
+    /// The EK is not an ECC P-256 storage key (restricted, decrypt, fixedTPM,
+    /// fixedParent, SHA-256 names, AES-128-CFB).
+    #[error("the EK is not an ECC P-256 storage key: {reason}")]
+    EkAttributes {
+        /// What is wrong.
+        reason: String,
+    },
+    /// The AK is not a restricted, fixedTPM ECC P-256 ECDSA-SHA256 signing key.
+    #[error("the AK is not a restricted fixedTPM ECDSA P-256 signing key: {reason}")]
+    AkAttributes {
+        /// What is wrong.
+        reason: String,
+    },
+    /// The activated secret is not the challenge's: the credential was not
+    /// activated by this EK for this AK.
+    #[error("the activated secret is not the challenge's")]
+    Credential,
+    /// The quote's signature does not verify under the AK.
+    #[error("the quote is not signed by the AK")]
+    QuoteSignature,
+    /// The quote is over another nonce.
+    #[error("the quote is over another nonce")]
+    QuoteNonce,
+    /// The quote selects other PCRs than SHA-256 PCRs 0–7.
+    #[error("the quote selects {found}, not SHA-256 PCRs 0-7")]
+    PcrSelection {
+        /// The selection found (bank and indices).
+        found: String,
+    },
+    /// The reported PCR values do not hash to the quoted PCR digest.
+    #[error("the reported PCR values do not match the quoted digest")]
+    PcrDigest,
+    /// The certification of the node key is not signed by the AK.
+    #[error("the node key's certification is not signed by the AK")]
+    CertifySignature,
+    /// The certification of the node key is over another nonce.
+    #[error("the node key's certification is over another nonce")]
+    CertifyNonce,
+    /// The certification names another object than the node key.
+    #[error("the certification names another object than the node key")]
+    CertifyName,
+    /// The certified node key is not a fixedTPM, unrestricted ECC P-256 signing key.
+    #[error("the node key is not a fixedTPM ECC P-256 signing key: {reason}")]
+    NodeKeyAttributes {
+        /// What is wrong.
+        reason: String,
+    },
+    /// The policy asks for a node key certified by the AK, and none is.
+    #[error("the node key is not certified by the AK")]
+    NodeKeyUncertified,
+    /// Under the `tpm` node-key policy, the CSR's key is not the certified TPM key.
+    #[error("the CSR's key is not the TPM node key certified by the AK")]
+    NodeKeyNotCsr,
 }
 
 impl Error {
@@ -441,6 +516,22 @@ impl Error {
             Error::ReleaseMissingArtifact { .. } => "release-missing-artifact",
             Error::ReleaseDigest { .. } => "release-digest",
             Error::ReleaseSize { .. } => "release-size",
+            Error::TpmMalformed { .. } => "tpm-malformed",
+            Error::EkCertificateChain { .. } => "ek-certificate-chain",
+            Error::EkMismatch => "ek-mismatch",
+            Error::EkAttributes { .. } => "ek-attributes",
+            Error::AkAttributes { .. } => "ak-attributes",
+            Error::Credential => "credential",
+            Error::QuoteSignature => "quote-signature",
+            Error::QuoteNonce => "quote-nonce",
+            Error::PcrSelection { .. } => "pcr-selection",
+            Error::PcrDigest => "pcr-digest",
+            Error::CertifySignature => "certify-signature",
+            Error::CertifyNonce => "certify-nonce",
+            Error::CertifyName => "certify-name",
+            Error::NodeKeyAttributes { .. } => "node-key-attributes",
+            Error::NodeKeyUncertified => "node-key-uncertified",
+            Error::NodeKeyNotCsr => "node-key-not-csr",
         }
     }
 
@@ -498,5 +589,21 @@ impl Error {
         "release-missing-artifact",
         "release-digest",
         "release-size",
+        "tpm-malformed",
+        "ek-certificate-chain",
+        "ek-mismatch",
+        "ek-attributes",
+        "ak-attributes",
+        "credential",
+        "quote-signature",
+        "quote-nonce",
+        "pcr-selection",
+        "pcr-digest",
+        "certify-signature",
+        "certify-nonce",
+        "certify-name",
+        "node-key-attributes",
+        "node-key-uncertified",
+        "node-key-not-csr",
     ];
 }

@@ -3,7 +3,8 @@
 //! Seeded key derivation ([`keys`]), pins ([`pin`]), certificates ([`x509`]),
 //! DSSE envelopes ([`dsse`]), the JWE profile ([`jwe`]), ES256 tokens
 //! ([`jws`]), join tokens and responses ([`join`]), signed intent
-//! ([`intent`]), node statements ([`statement`]) and releases ([`release`]).
+//! ([`intent`]), node statements ([`statement`]), releases ([`release`]) and
+//! the TPM attestor ([`tpm`]).
 //!
 //! The crate does no I/O and reads no clock: every "now" is an argument
 //! (Unix milliseconds), so fixtures verified at their `asOf` never expire.
@@ -22,6 +23,7 @@ pub mod keys;
 pub mod pin;
 pub mod release;
 pub mod statement;
+pub mod tpm;
 pub mod x509;
 
 pub use error::Error;

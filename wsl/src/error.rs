@@ -134,7 +134,7 @@ pub enum Error {
         source: std::io::Error,
     },
     /// `wsl.exe` (or the program it ran) exited unsuccessfully.
-    #[error("{exe:?} {args:?} exited with {status:?}: {stderr}")]
+    #[error("{exe:?} {args:?} exited with {status:?}: {output}")]
     Failed {
         /// The `wsl.exe` that was run.
         exe: PathBuf,
@@ -142,8 +142,9 @@ pub enum Error {
         args: Vec<String>,
         /// The exit code (None when killed by a signal).
         status: Option<i32>,
-        /// Its standard error, decoded (UTF-16LE or UTF-8).
-        stderr: String,
+        /// Its standard error, or its standard output when that is empty
+        /// (`wsl.exe` prints its own errors there), decoded from UTF-16LE or UTF-8.
+        output: String,
     },
     /// A program run through `wsl.exe` printed something that is not UTF-8.
     #[error("{what} printed output that is not UTF-8")]

@@ -113,7 +113,10 @@ impl Wsl {
                 exe: self.exe.clone(),
                 args: cmd.get_args().map(|a| a.to_string_lossy().into_owned()).collect(),
                 status: out.status.code(),
-                stderr: list::decode_console_lossy(&out.stderr),
+                output: match list::decode_console_lossy(&out.stderr) {
+                    stderr if stderr.is_empty() => list::decode_console_lossy(&out.stdout),
+                    stderr => stderr,
+                },
             });
         }
         Ok(out.stdout)
