@@ -1,15 +1,17 @@
 //! The daemon harness (DESIGN.md §7): builds the fakehw bcd once per run
-//! ([`build`]), runs it through a [`runner`] under a [`supervisor`] that
-//! restarts it as systemd would, and gives scenarios a [`node::Node`] handle
-//! whose output is captured ([`logs`]) and checked for secrets. Missing
-//! prerequisites skip a scenario locally and fail it under `CI=true`
-//! ([`prereq`]).
+//! ([`build`]), runs it through a [`runner`] (native or [`netns`]) under a
+//! [`supervisor`] that restarts it as systemd would,
+//! and gives scenarios a [`node::Node`] handle whose output is captured
+//! ([`logs`]) and checked for secrets. Missing prerequisites skip a scenario
+//! locally and fail it under `CI=true` ([`prereq`]).
 //!
 //! The scenarios themselves live in `tests/e2e` (feature `bcd-e2e`) and
 //! drive the dev stack in process.
 
 pub mod build;
 pub mod logs;
+#[cfg(target_os = "linux")]
+pub mod netns;
 pub mod node;
 pub mod prereq;
 pub mod runner;

@@ -37,3 +37,9 @@ pub fn require(scenario: &str, what: &str, present: bool) -> bool {
 pub fn require_go(scenario: &str) -> bool {
     require(scenario, "go (Go 1.26 on PATH)", have_program("go", "version"))
 }
+
+/// Root and iproute2, for the `netns` runner and the WSL shim.
+#[cfg(target_os = "linux")]
+pub fn require_netns(scenario: &str) -> bool {
+    require(scenario, "root and iproute2 (`ip netns`) for network namespaces", crate::netns::available())
+}

@@ -1,5 +1,12 @@
 //! Runners: how a bcd process is started. One trait, several places to run
-//! (DESIGN.md §7): `native` here; `netns`, `unshare` and `wsl` join it.
+//! (DESIGN.md §7): `native` here and `netns` ([`crate::netns`]); `unshare`
+//! and `wsl` join them.
+//!
+//! A scenario binds its listeners (the dev stack's external TLS listener) to
+//! [`Runner::gateway_host`] and puts that address in the serving
+//! certificate: 127.0.0.1 natively, the host side of the veth pair under
+//! `netns`. Paths it writes into bcd's configuration go through
+//! [`Runner::daemon_path`].
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -10,9 +17,16 @@ pub trait Runner: Send + Sync {
     fn name(&self) -> &'static str;
     /// The command that runs `program args…` with `env`.
     fn command(&self, program: &Path, args: &[OsString], env: &[(String, String)]) -> tokio::process::Command;
-    /// The host bcd dials to reach a listener the test bound on loopback.
+    /// The address bcd dials to reach a listener of the test. The listener
+    /// must bind to this address (it is one of the host's), and a TLS
+    /// listener's certificate must name it.
     fn gateway_host(&self) -> String {
         "127.0.0.1".to_string()
+    }
+    /// How bcd sees the test's `path` (for `config.toml`): unchanged, except
+    /// where the daemon runs on another file system view (WSL on Windows).
+    fn daemon_path(&self, path: &Path) -> anyhow::Result<String> {
+        path.to_str().map(str::to_string).ok_or_else(|| anyhow::anyhow!("{} is not valid Unicode", path.display()))
     }
 }
 
@@ -31,10 +45,24 @@ impl Runner for Native {
     }
 }
 
-/// The runner `BCD_E2E_RUNNER` names (default `native`).
+/// The runner `BCD_E2E_RUNNER` names (default `native`): `native` or `netns`
+/// (a fresh network namespace, removed when the runner is dropped).
 pub fn from_env() -> anyhow::Result<std::sync::Arc<dyn Runner>> {
     match std::env::var("BCD_E2E_RUNNER").as_deref() {
         Err(_) | Ok("") | Ok("native") => Ok(std::sync::Arc::new(Native)),
-        Ok(other) => anyhow::bail!("unknown BCD_E2E_RUNNER {other:?} (known: native)"),
+        #[cfg(target_os = "linux")]
+        Ok("netns") => Ok(std::sync::Arc::new(crate::netns::NetnsRunner::new()?)),
+        Ok(other) => anyhow::bail!("unknown BCD_E2E_RUNNER {other:?} (known: native, netns)"),
+    }
+}
+
+/// The prerequisites of the runner `BCD_E2E_RUNNER` names, checked with
+/// [`crate::prereq::require`]: false (skip) when missing locally, a panic
+/// under CI.
+pub fn require_runner(scenario: &str) -> bool {
+    match std::env::var("BCD_E2E_RUNNER").as_deref() {
+        #[cfg(target_os = "linux")]
+        Ok("netns") => crate::prereq::require_netns(scenario),
+        _ => true,
     }
 }
