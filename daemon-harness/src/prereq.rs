@@ -14,9 +14,16 @@ pub fn have_program(program: &str, version_arg: &str) -> bool {
 }
 
 /// Whether we are root.
+#[cfg(unix)]
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() == 0 }
+}
+
+/// Whether we are root: never, off Unix.
+#[cfg(not(unix))]
+pub fn is_root() -> bool {
+    false
 }
 
 /// Checks one prerequisite for `scenario`. Returns true when present; when

@@ -119,11 +119,16 @@ impl Supervisor {
         if pid == 0 {
             bail!("no bcd process is running");
         }
-        // SAFETY: kill(2) with a pid we started; a stale pid only fails with ESRCH.
-        if unsafe { libc::kill(pid, signal) } != 0 {
-            bail!("kill({pid}, {signal}) failed: {}", std::io::Error::last_os_error());
+        #[cfg(unix)]
+        {
+            // SAFETY: kill(2) with a pid we started; a stale pid only fails with ESRCH.
+            if unsafe { libc::kill(pid, signal) } != 0 {
+                bail!("kill({pid}, {signal}) failed: {}", std::io::Error::last_os_error());
+            }
+            Ok(())
         }
-        Ok(())
+        #[cfg(not(unix))]
+        bail!("signals are a Unix notion: cannot send signal {signal} to process {pid} here")
     }
 
     /// Stops the process (SIGTERM, then SIGKILL after 5 s) and the supervision.
@@ -143,10 +148,14 @@ impl Drop for Supervisor {
 }
 
 async fn terminate(child: &mut tokio::process::Child) {
+    #[cfg(unix)]
     if let Some(pid) = child.id() {
         // SAFETY: kill(2) on our own child.
         unsafe { libc::kill(pid as i32, libc::SIGTERM) };
     }
+    // Elsewhere (wsl.exe on Windows) there is no SIGTERM: the process is ended.
+    #[cfg(not(unix))]
+    let _ = child.start_kill();
     if tokio::time::timeout(Duration::from_secs(5), child.wait()).await.is_err() {
         let _ = child.kill().await;
     }
