@@ -85,7 +85,7 @@ impl Envelope {
     /// Parses the JSON form.
     pub fn from_json(text: &str) -> Result<Self> {
         let malformed = |reason: String| Error::DsseMalformed { reason };
-        let json: JsonEnvelope = serde_json::from_str(text).map_err(|e| malformed(e.to_string()))?;
+        let json: JsonEnvelope = crate::json_object(text.as_bytes()).map_err(malformed)?;
         let payload = b64::std_decode(&json.payload).ok_or_else(|| malformed("payload is not base64".into()))?;
         let signatures = json
             .signatures

@@ -38,8 +38,7 @@ pub fn seal_token(
 /// Opens a sealed join token presented with the CSR whose pin is `csr_pin`.
 pub fn open_token(join_encryption: &p256::SecretKey, sealed: &str, csr_pin: &str) -> Result<SealedTokenPayload> {
     let plain = jwe::open(join_encryption, &join_encryption.keyid(), sealed)?;
-    let payload: SealedTokenPayload =
-        serde_json::from_slice(&plain).map_err(|e| Error::TokenPayload { reason: e.to_string() })?;
+    let payload: SealedTokenPayload = crate::json_object(&plain).map_err(|reason| Error::TokenPayload { reason })?;
     if payload.csr != csr_pin {
         return Err(Error::TokenCsrMismatch { bound: payload.csr, presented: csr_pin.to_string() });
     }

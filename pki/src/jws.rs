@@ -85,7 +85,7 @@ fn verify<C: for<'de> Deserialize<'de>>(token: &str, trusted: &[p256::PublicKey]
         .iter()
         .map(|p| b64::url_decode(p).ok_or_else(|| malformed("a part is not base64url")))
         .collect::<Result<_>>()?;
-    let header: Header = serde_json::from_slice(&raw[0]).map_err(|_| malformed("the header is not JSON"))?;
+    let header: Header = crate::json_object(&raw[0]).map_err(|_| malformed("the header is not a JSON object"))?;
     let alg = header.alg.unwrap_or_default();
     if alg != "ES256" {
         return Err(Error::JwsAlg { found: alg });
@@ -100,7 +100,7 @@ fn verify<C: for<'de> Deserialize<'de>>(token: &str, trusted: &[p256::PublicKey]
     p256::ecdsa::VerifyingKey::from(key)
         .verify(input.as_bytes(), &sig)
         .map_err(|_| Error::JwsBadSignature { kid: kid.clone() })?;
-    serde_json::from_slice(&raw[1]).map_err(|e| Error::TokenClaims { reason: e.to_string() })
+    crate::json_object(&raw[1]).map_err(|reason| Error::TokenClaims { reason })
 }
 
 fn check_times(iat: i64, exp: i64, now_ms: i64) -> Result<()> {

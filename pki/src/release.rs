@@ -67,8 +67,7 @@ pub fn verify_manifest(env: &Envelope, policy: &Policy) -> Result<Manifest> {
         Error::DsseThreshold { valid, threshold } => Error::ReleaseThreshold { valid, threshold },
         other => other,
     })?;
-    let manifest: Manifest =
-        serde_json::from_slice(payload).map_err(|e| Error::ReleaseMalformed { reason: e.to_string() })?;
+    let manifest: Manifest = crate::json_object(payload).map_err(|reason| Error::ReleaseMalformed { reason })?;
     if manifest.sequence < policy.min_sequence {
         return Err(Error::ReleaseSequence { sequence: manifest.sequence, min_sequence: policy.min_sequence });
     }

@@ -413,6 +413,10 @@ pub struct Verified {
     pub ips: Vec<IpAddr>,
     /// Whether basic constraints say CA:true.
     pub is_ca: bool,
+    /// Whether the extended key usage allows TLS client authentication.
+    pub client_auth: bool,
+    /// Whether the extended key usage allows TLS server authentication.
+    pub server_auth: bool,
     /// The subject key's SPKI DER.
     pub spki_der: Vec<u8>,
     /// The validity window.
@@ -441,12 +445,49 @@ pub fn verify_issued(leaf_der: &[u8], ca_der: &[u8], now_ms: i64) -> Result<Veri
     p256::ecdsa::VerifyingKey::from(&ca_key)
         .verify(&tbs, &sig)
         .map_err(|_| Error::CertChain { reason: "signature does not verify under the CA key".into() })?;
+    let issuer = describe(&ca)?;
+    if !issuer.is_ca {
+        return Err(Error::CertChain { reason: "the issuer is not a CA".into() });
+    }
     let verified = describe(&leaf)?;
-    let v = verified.validity;
-    if now_ms < v.not_before_ms || now_ms > v.not_after_ms {
-        return Err(Error::CertValidity { now_ms, not_before_ms: v.not_before_ms, not_after_ms: v.not_after_ms });
+    for v in [verified.validity, issuer.validity] {
+        if now_ms < v.not_before_ms || now_ms > v.not_after_ms {
+            return Err(Error::CertValidity { now_ms, not_before_ms: v.not_before_ms, not_after_ms: v.not_after_ms });
+        }
     }
     Ok(verified)
+}
+
+/// What a certificate is presented for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Usage<'a> {
+    /// A CA certificate (self-signed roots are verified against themselves).
+    Ca,
+    /// A TLS client (a node certificate).
+    Client,
+    /// A TLS server, for `dns_name` when given.
+    Server {
+        /// The name the client dialled.
+        dns_name: Option<&'a str>,
+    },
+}
+
+/// [`verify_issued`], then the profile of `usage`: CA:true for a CA; for a
+/// leaf, CA:false and the EKU (and the DNS name of a server). A certificate
+/// presented for something it is not for is `cert-chain`, as in Go's verifier.
+pub fn verify_for(leaf_der: &[u8], ca_der: &[u8], usage: Usage<'_>, now_ms: i64) -> Result<Verified> {
+    let v = verify_issued(leaf_der, ca_der, now_ms)?;
+    let fits = match usage {
+        Usage::Ca => v.is_ca,
+        Usage::Client => !v.is_ca && v.client_auth,
+        Usage::Server { dns_name } => {
+            !v.is_ca && v.server_auth && dns_name.is_none_or(|name| v.dns_names.iter().any(|n| n == name))
+        }
+    };
+    if !fits {
+        return Err(Error::CertChain { reason: format!("not a certificate for {usage:?}") });
+    }
+    Ok(v)
 }
 
 /// What a certificate says, without verifying anything.
@@ -485,6 +526,13 @@ fn describe(cert: &Certificate) -> Result<Verified> {
         .get_extension::<x509_cert::ext::pkix::BasicConstraints>()
         .map_err(|e| malformed(format!("basic constraints: {e}")))?
         .is_some_and(|(_, bc)| bc.ca);
+    let eku = tbs
+        .get_extension::<x509_cert::ext::pkix::ExtendedKeyUsage>()
+        .map_err(|e| malformed(format!("extended key usage: {e}")))?
+        .map(|(_, eku)| eku.0)
+        .unwrap_or_default();
+    let client_auth = eku.contains(&const_oid::db::rfc5280::ID_KP_CLIENT_AUTH);
+    let server_auth = eku.contains(&const_oid::db::rfc5280::ID_KP_SERVER_AUTH);
     let validity = tbs.validity();
     let ms = |t: &x509_cert::time::Time| t.to_unix_duration().as_millis() as i64;
     Ok(Verified {
@@ -493,6 +541,8 @@ fn describe(cert: &Certificate) -> Result<Verified> {
         dns_names,
         ips,
         is_ca,
+        client_auth,
+        server_auth,
         spki_der: tbs.subject_public_key_info().to_der().map_err(|e| malformed(e.to_string()))?,
         validity: Validity { not_before_ms: ms(&validity.not_before), not_after_ms: ms(&validity.not_after) },
         serial: tbs.serial_number().as_bytes().to_vec(),

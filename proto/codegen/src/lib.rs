@@ -127,10 +127,9 @@ fn install_go_plugins(root: &Path) -> Result<PathBuf> {
     let tools = root.join("target/tools");
     for module in [PROTOC_GEN_GO, PROTOC_GEN_GO_GRPC] {
         let name = module.rsplit('/').next().and_then(|n| n.split('@').next()).expect("a module path");
-        if tools.join(name).is_file() && tools.join(format!("{name}.version")).is_file() {
-            if fs::read_to_string(tools.join(format!("{name}.version")))? == module {
-                continue;
-            }
+        let stamp = tools.join(format!("{name}.version"));
+        if tools.join(name).is_file() && fs::read_to_string(&stamp).is_ok_and(|v| v == module) {
+            continue;
         }
         let status = Command::new("go")
             .args(["install", module])
@@ -140,7 +139,7 @@ fn install_go_plugins(root: &Path) -> Result<PathBuf> {
         if !status.success() {
             bail!("go install {module} failed ({status})");
         }
-        fs::write(tools.join(format!("{name}.version")), module)?;
+        fs::write(&stamp, module)?;
     }
     Ok(tools)
 }
