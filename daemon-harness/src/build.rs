@@ -36,6 +36,13 @@ impl BuildOptions {
         self.version = Some(version.to_string());
         self
     }
+
+    /// The same build, cross-compiled for WSL (`GOOS=linux GOARCH=amd64`).
+    pub fn for_wsl(mut self) -> Self {
+        self.goos = Some(wsl::locate::GOOS.to_string());
+        self.goarch = Some(wsl::locate::GOARCH.to_string());
+        self
+    }
 }
 
 /// The workspace root.
@@ -89,6 +96,12 @@ static BUILD_LOCK: Mutex<()> = Mutex::new(());
 
 /// Builds bcd with `options` unless the cache has it, and returns its path.
 pub fn build_bcd(options: &BuildOptions) -> Result<PathBuf> {
+    build_bcd_using(Path::new("go"), options)
+}
+
+/// [`build_bcd`] with the Go executable `go` (the WSL runner finds Go where
+/// Windows installs it, off `PATH`).
+pub fn build_bcd_using(go: &Path, options: &BuildOptions) -> Result<PathBuf> {
     let src = bcd_src();
     let key = source_hash(&src, options)?;
     let dir = target_dir().join("bcd-e2e").join(&key);
@@ -99,7 +112,7 @@ pub fn build_bcd(options: &BuildOptions) -> Result<PathBuf> {
     }
     std::fs::create_dir_all(&dir)?;
     let partial = dir.join(format!("bcd.partial.{}", std::process::id()));
-    let mut cmd = Command::new("go");
+    let mut cmd = Command::new(go);
     cmd.arg("build").arg("-trimpath").arg("-o").arg(&partial);
     if !options.tags.is_empty() {
         cmd.arg("-tags").arg(options.tags.join(","));
@@ -114,7 +127,7 @@ pub fn build_bcd(options: &BuildOptions) -> Result<PathBuf> {
         cmd.env("GOARCH", goarch);
     }
     cmd.env("CGO_ENABLED", "0").arg("./cmd/bcd").current_dir(&src);
-    let out = cmd.output().context("running `go build` (is Go 1.26 on PATH?)")?;
+    let out = cmd.output().with_context(|| format!("running `{} build` (is Go 1.26 on PATH?)", go.display()))?;
     if !out.status.success() {
         bail!("go build of bcd failed ({}):\n{}", out.status, String::from_utf8_lossy(&out.stderr));
     }

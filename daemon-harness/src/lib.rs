@@ -1,6 +1,6 @@
 //! The daemon harness (DESIGN.md §7): builds the fakehw bcd once per run
-//! ([`build`]), runs it through a [`runner`] (native or [`netns`]) under a
-//! [`supervisor`] that restarts it as systemd would,
+//! ([`build`]), runs it through a [`runner`] (native, [`netns`] or
+//! [`wsl_runner`]) under a [`supervisor`] that restarts it as systemd would,
 //! and gives scenarios a [`node::Node`] handle whose output is captured
 //! ([`logs`]) and checked for secrets. Missing prerequisites skip a scenario
 //! locally and fail it under `CI=true` ([`prereq`]).
@@ -16,3 +16,4 @@ pub mod node;
 pub mod prereq;
 pub mod runner;
 pub mod supervisor;
+pub mod wsl_runner;

@@ -1,12 +1,12 @@
 //! Runners: how a bcd process is started. One trait, several places to run
-//! (DESIGN.md §7): `native` here and `netns` ([`crate::netns`]); `unshare`
-//! and `wsl` join them.
+//! (DESIGN.md §7): `native` here, `netns` ([`crate::netns`]) and `wsl`
+//! ([`crate::wsl_runner`]); `unshare` joins them.
 //!
 //! A scenario binds its listeners (the dev stack's external TLS listener) to
 //! [`Runner::gateway_host`] and puts that address in the serving
 //! certificate: 127.0.0.1 natively, the host side of the veth pair under
-//! `netns`. Paths it writes into bcd's configuration go through
-//! [`Runner::daemon_path`].
+//! `netns`, the distribution's default gateway under `wsl`. Paths it writes
+//! into bcd's configuration go through [`Runner::daemon_path`].
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -24,7 +24,7 @@ pub trait Runner: Send + Sync {
         "127.0.0.1".to_string()
     }
     /// How bcd sees the test's `path` (for `config.toml`): unchanged, except
-    /// where the daemon runs on another file system view (WSL on Windows).
+    /// under WSL on Windows, where `C:\x` is `/mnt/c/x`.
     fn daemon_path(&self, path: &Path) -> anyhow::Result<String> {
         path.to_str().map(str::to_string).ok_or_else(|| anyhow::anyhow!("{} is not valid Unicode", path.display()))
     }
@@ -45,14 +45,16 @@ impl Runner for Native {
     }
 }
 
-/// The runner `BCD_E2E_RUNNER` names (default `native`): `native` or `netns`
-/// (a fresh network namespace, removed when the runner is dropped).
+/// The runner `BCD_E2E_RUNNER` names (default `native`): `native`, `netns`
+/// (a fresh network namespace, removed when the runner is dropped) or `wsl`
+/// ([`crate::wsl_runner::WslRunner::from_env`]; on Linux over the shim).
 pub fn from_env() -> anyhow::Result<std::sync::Arc<dyn Runner>> {
     match std::env::var("BCD_E2E_RUNNER").as_deref() {
         Err(_) | Ok("") | Ok("native") => Ok(std::sync::Arc::new(Native)),
         #[cfg(target_os = "linux")]
         Ok("netns") => Ok(std::sync::Arc::new(crate::netns::NetnsRunner::new()?)),
-        Ok(other) => anyhow::bail!("unknown BCD_E2E_RUNNER {other:?} (known: native, netns)"),
+        Ok("wsl") => Ok(std::sync::Arc::new(crate::wsl_runner::WslRunner::from_env()?)),
+        Ok(other) => anyhow::bail!("unknown BCD_E2E_RUNNER {other:?} (known: native, netns, wsl)"),
     }
 }
 
@@ -62,7 +64,15 @@ pub fn from_env() -> anyhow::Result<std::sync::Arc<dyn Runner>> {
 pub fn require_runner(scenario: &str) -> bool {
     match std::env::var("BCD_E2E_RUNNER").as_deref() {
         #[cfg(target_os = "linux")]
-        Ok("netns") => crate::prereq::require_netns(scenario),
+        Ok("netns") | Ok("wsl") => crate::prereq::require_netns(scenario),
+        #[cfg(not(target_os = "linux"))]
+        Ok("wsl") if !wsl::e2e_enabled() => {
+            eprintln!(
+                "skipped {scenario}: the WSL scenarios are opt-in on Windows (set {}=1)",
+                wsl::locate::OPT_IN_VAR
+            );
+            false
+        }
         _ => true,
     }
 }
