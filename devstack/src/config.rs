@@ -1,0 +1,103 @@
+//! A ready `config.toml` for bcd (and `join-encryption.jwk` beside it).
+
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+
+/// The file name of bcd's configuration.
+pub const CONFIG_FILE: &str = "config.toml";
+/// The file name of the join-encryption JWK, next to the configuration.
+pub const JWK_FILE: &str = "join-encryption.jwk";
+
+/// What goes into a bcd configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BcdConfig {
+    /// The gateway's URL.
+    pub gateway_url: String,
+    /// The name the serving certificate is checked for.
+    pub gateway_server_name: String,
+    /// The serving CA's pin.
+    pub serving_ca_spki_pin: String,
+    /// The JoinService signing key's pin.
+    pub join_signing_pin: String,
+    /// The join-encryption key's pin.
+    pub join_encryption_pin: String,
+    /// bcd's data directory.
+    pub data_dir: PathBuf,
+}
+
+/// Where [`write`] put the files.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BcdConfigPaths {
+    /// `config.toml`.
+    pub config: PathBuf,
+    /// `join-encryption.jwk`.
+    pub jwk: PathBuf,
+}
+
+/// A TOML basic string.
+fn toml_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for ch in s.chars() {
+        match ch {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04X}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// The text of `config.toml`.
+pub fn render(config: &BcdConfig) -> String {
+    let line = |key: &str, value: &str| format!("{key} = {}\n", toml_string(value));
+    let mut text = String::from("# A bcd configuration written by the dev stack (devstack).\n");
+    text += &line("gateway_url", &config.gateway_url);
+    text += &line("gateway_server_name", &config.gateway_server_name);
+    text += &line("serving_ca_spki_pin", &config.serving_ca_spki_pin);
+    text += &line("join_signing_pin", &config.join_signing_pin);
+    text += &line("join_encryption_pin", &config.join_encryption_pin);
+    text += &line("data_dir", &config.data_dir.to_string_lossy());
+    text += &line("node_id", "");
+    text
+}
+
+/// Writes `dir/config.toml` and `dir/join-encryption.jwk`.
+pub fn write(dir: &Path, config: &BcdConfig, jwk: &str) -> Result<BcdConfigPaths> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| Error::Io { path, source }
+    };
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let paths = BcdConfigPaths { config: dir.join(CONFIG_FILE), jwk: dir.join(JWK_FILE) };
+    std::fs::write(&paths.config, render(config)).map_err(io(&paths.config))?;
+    std::fs::write(&paths.jwk, format!("{jwk}\n")).map_err(io(&paths.jwk))?;
+    Ok(paths)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strings_are_escaped() {
+        assert_eq!(toml_string(r#"C:\data "x""#), r#""C:\\data \"x\"""#);
+        let config = BcdConfig {
+            gateway_url: "https://127.0.0.1:1".into(),
+            gateway_server_name: "gw.dev.local".into(),
+            serving_ca_spki_pin: "sha256:a".into(),
+            join_signing_pin: "sha256:b".into(),
+            join_encryption_pin: "sha256:c".into(),
+            data_dir: "/tmp/bcd".into(),
+        };
+        let text = render(&config);
+        assert!(text.contains("gateway_server_name = \"gw.dev.local\"\n"));
+        assert!(text.contains("node_id = \"\"\n"));
+    }
+}

@@ -1,0 +1,146 @@
+//! The errors of the dev stack library.
+//!
+//! Refusals on the wire are gRPC statuses (see `status`); this enum is what the
+//! in-process API returns to a test or to the binary.
+
+use std::path::PathBuf;
+
+/// Why the dev stack could not do what it was asked.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A statement on the SQLite store failed.
+    #[error("store: {context}: {source}")]
+    Store {
+        /// What the stack was doing.
+        context: &'static str,
+        /// The SQLite error.
+        source: rusqlite::Error,
+    },
+    /// A numbered migration failed to apply.
+    #[error("store migration {version} ({name}): {source}")]
+    Migration {
+        /// The migration's number.
+        version: u32,
+        /// The migration's name.
+        name: &'static str,
+        /// The SQLite error.
+        source: rusqlite::Error,
+    },
+    /// A stored row holds something the stack cannot read back.
+    #[error("store: {table}.{column} of {key}: {reason}")]
+    Corrupt {
+        /// The table.
+        table: &'static str,
+        /// The column.
+        column: &'static str,
+        /// The row's key.
+        key: String,
+        /// What is wrong with the value.
+        reason: String,
+    },
+    /// A persisted key or certificate of the stack cannot be read back.
+    #[error("stored key {name}: {reason}")]
+    StoredKey {
+        /// The settings entry.
+        name: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A cryptographic operation of `pki` failed.
+    #[error("{context}: {source}")]
+    Pki {
+        /// What the stack was doing.
+        context: &'static str,
+        /// The `pki` refusal.
+        source: pki::Error,
+    },
+    /// The TLS configuration could not be built.
+    #[error("TLS configuration: {reason}")]
+    Tls {
+        /// rustls' complaint.
+        reason: String,
+    },
+    /// A listening socket could not be bound.
+    #[error("bind {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// No pool has this id.
+    #[error("unknown pool {pool_id}")]
+    UnknownPool {
+        /// The pool id.
+        pool_id: String,
+    },
+    /// No node has this id.
+    #[error("unknown node {node_id}")]
+    UnknownNode {
+        /// The node id.
+        node_id: String,
+    },
+    /// No command has this id.
+    #[error("unknown command {command_id}")]
+    UnknownCommand {
+        /// The command id.
+        command_id: String,
+    },
+    /// The node has no live session to send to.
+    #[error("node {node_id} has no live session")]
+    NoSession {
+        /// The node id.
+        node_id: String,
+    },
+    /// A wait reached its deadline.
+    #[error("timed out after {waited_ms} ms waiting for {what}")]
+    Timeout {
+        /// What was awaited (and its last observed state).
+        what: String,
+        /// How long the wait lasted.
+        waited_ms: u64,
+    },
+    /// The node was rejected (so it will never be adopted).
+    #[error("node {node_id} was rejected: {reason}")]
+    Rejected {
+        /// The node id.
+        node_id: String,
+        /// The rejection reason (`GpuCountMismatch: …`).
+        reason: String,
+    },
+    /// The stack is shutting down or has shut down.
+    #[error("the dev stack is shut down")]
+    Shutdown,
+    /// A server task failed.
+    #[error("{server} server: {reason}")]
+    Serve {
+        /// Which server: `gateway` or `http`.
+        server: &'static str,
+        /// Why it stopped.
+        reason: String,
+    },
+}
+
+/// A result whose error is a dev stack [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// A store error with its context.
+    pub(crate) fn store(context: &'static str) -> impl FnOnce(rusqlite::Error) -> Error {
+        move |source| Error::Store { context, source }
+    }
+
+    /// A `pki` error with its context.
+    pub(crate) fn pki(context: &'static str) -> impl FnOnce(pki::Error) -> Error {
+        move |source| Error::Pki { context, source }
+    }
+}

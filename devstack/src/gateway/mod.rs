@@ -1,0 +1,89 @@
+//! The gateway (tonic `Gateway`): Session, Renew and Tunnel, each only for a
+//! caller whose client certificate belongs to a known, unrevoked node.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+use tokio_stream::Stream;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Code, Request, Response, Status, Streaming};
+use tracing::{info, warn};
+
+use crate::clock::now_ms;
+use crate::issuance;
+use crate::join::internal;
+use crate::shared::Shared;
+use crate::status::{self, code, refuse};
+use crate::store::{certs, nodes};
+
+pub mod auth;
+pub mod limit;
+pub mod session;
+
+/// How many frames may wait for a slow node before the session blocks.
+const OUTBOUND_BUFFER: usize = 64;
+
+/// The gateway service.
+pub struct GatewayService {
+    shared: Arc<Shared>,
+}
+
+impl GatewayService {
+    /// A gateway over the stack's shared state.
+    pub fn new(shared: Arc<Shared>) -> Self {
+        GatewayService { shared }
+    }
+
+    fn authenticate<T>(&self, rpc: &str, request: &Request<T>) -> Result<auth::AuthedNode, Status> {
+        auth::authenticate(&self.shared, request).inspect_err(|status| {
+            let peer = request.extensions().get::<crate::tls::PeerInfo>().map(|p| p.remote_addr);
+            warn!(rpc, peer = ?peer, code = status::code_of(status), message = status.message(), "gateway: refused");
+        })
+    }
+}
+
+type FrameStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+#[tonic::async_trait]
+impl proto::gateway_server::Gateway for GatewayService {
+    type SessionStream = FrameStream<proto::GatewayFrame>;
+    type TunnelStream = FrameStream<proto::TunnelFrame>;
+
+    async fn session(
+        &self,
+        request: Request<Streaming<proto::NodeFrame>>,
+    ) -> Result<Response<Self::SessionStream>, Status> {
+        let node = self.authenticate("Session", &request)?;
+        let (tx, rx) = mpsc::channel(OUTBOUND_BUFFER);
+        tokio::spawn(session::run(self.shared.clone(), node, request.into_inner(), tx));
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn renew(&self, request: Request<proto::RenewRequest>) -> Result<Response<proto::RenewReply>, Status> {
+        let node = self.authenticate("Renew", &request)?;
+        let req = request.into_inner();
+        let csr = pki::x509::parse_csr(&req.csr_der).map_err(|e| status::from_pki(Code::InvalidArgument, &e))?;
+        let shared = &self.shared;
+        let now = now_ms();
+        let row =
+            shared.store.with(|c| nodes::get(c, &node.node_id)).map_err(internal)?.ok_or_else(|| {
+                refuse(Code::Unauthenticated, code::CERT_UNKNOWN, format!("no node {}", node.node_id))
+            })?;
+        let cert = issuance::issue(shared, &node.node_id, &csr, now).map_err(internal)?;
+        shared.store.with(|c| certs::insert(c, &cert, now)).map_err(internal)?;
+        let envelope = issuance::signed_response(shared, &node.node_id, &row.pool_id, &cert, now);
+        info!(node_id = %node.node_id, serial = %cert.serial, "gateway: certificate renewed");
+        shared.bump();
+        Ok(Response::new(proto::RenewReply { response: Some(envelope.to_proto()) }))
+    }
+
+    async fn tunnel(
+        &self,
+        request: Request<Streaming<proto::TunnelFrame>>,
+    ) -> Result<Response<Self::TunnelStream>, Status> {
+        let node = self.authenticate("Tunnel", &request)?;
+        warn!(node_id = %node.node_id, "gateway: tunnel refused: no tunnel relay in this stack yet");
+        Err(Status::unimplemented("tunnel-unsupported: this stack has no tunnel relay yet"))
+    }
+}

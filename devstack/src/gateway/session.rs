@@ -1,0 +1,598 @@
+//! One node's Session stream (ARCHITECTURE.md, "Session"): Hello first,
+//! Welcome, events recorded idempotently and acknowledged, pings and
+//! liveness, command delivery (pending ones when woken, every open one after
+//! the Welcome, BUSY ones again after a short delay), command updates with
+//! verified node-signed results, status reports with verified inventory
+//! hashes, desired state, revocation and drain.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use proto::gateway_frame::Frame as Out;
+use proto::node_frame::Frame as In;
+use sha2::{Digest, Sha256};
+use tokio::sync::mpsc;
+use tokio::time::{Instant, MissedTickBehavior};
+use tonic::{Code, Status, Streaming};
+use tracing::{debug, info, warn};
+
+use super::auth::AuthedNode;
+use super::limit;
+use crate::adoption;
+use crate::clock::now_ms;
+use crate::commands::{delivery_frame, frame};
+use crate::error::Result;
+use crate::hub::Control;
+use crate::shared::Shared;
+use crate::status::{code, refuse};
+use crate::store::commands::Outcome;
+use crate::store::rows::{CommandRow, CommandStatus, NodeSessionRow, NodeSpecRow};
+use crate::store::sessions::NewSession;
+use crate::store::{certs, commands, events, inventory, nodes, sessions, specs};
+
+/// The sending half of a session's response stream.
+pub type Outbound = mpsc::Sender<Result<proto::GatewayFrame, Status>>;
+
+/// Why a session ended.
+enum End {
+    /// The node closed its stream.
+    Closed,
+    /// The response stream is gone (the node or the connection went away).
+    Gone,
+    /// End with this status.
+    Refuse(Status),
+    /// A graceful end after a final frame (Drain, RevocationNotice).
+    Done(&'static str),
+}
+
+/// Runs a session until it ends; every exit path closes its row.
+pub async fn run(shared: Arc<Shared>, node: AuthedNode, mut inbound: Streaming<proto::NodeFrame>, out: Outbound) {
+    let interval = shared.settings.heartbeat_interval;
+    let hello = match first_frame(&mut inbound, interval * 3).await {
+        Ok(hello) => hello,
+        Err(status) => {
+            warn!(node_id = %node.node_id, message = status.message(), "session: refused");
+            let _ = out.send(Err(status)).await;
+            return;
+        }
+    };
+    if hello.node_id != node.node_id {
+        let status = refuse(
+            Code::PermissionDenied,
+            code::NODE_MISMATCH,
+            format!("Hello names {:?}, the certificate {}", hello.node_id, node.node_id),
+        );
+        warn!(node_id = %node.node_id, message = status.message(), "session: refused");
+        let _ = out.send(Err(status)).await;
+        return;
+    }
+    let mut session = match Session::open(shared.clone(), node, &hello, out.clone()).await {
+        Ok(session) => session,
+        Err(status) => {
+            let _ = out.send(Err(status)).await;
+            return;
+        }
+    };
+    let end = session.serve(&mut inbound).await;
+    session.close(end).await;
+}
+
+/// Waits for the first frame, which must be a Hello.
+async fn first_frame(inbound: &mut Streaming<proto::NodeFrame>, wait: Duration) -> Result<proto::Hello, Status> {
+    let hello_expected = |detail: String| refuse(Code::InvalidArgument, code::HELLO_EXPECTED, detail);
+    match tokio::time::timeout(wait, inbound.message()).await {
+        Err(_) => Err(hello_expected(format!("no frame within {} ms", wait.as_millis()))),
+        Ok(Err(status)) if limit::is_too_large(&status) => Err(limit::too_large(status.message())),
+        Ok(Err(status)) => Err(status),
+        Ok(Ok(None)) => Err(hello_expected("the stream ended before a Hello".into())),
+        Ok(Ok(Some(proto::NodeFrame { frame: Some(In::Hello(hello)), .. }))) => Ok(hello),
+        Ok(Ok(Some(other))) => Err(hello_expected(format!("the first frame is {}", frame_name(&other)))),
+    }
+}
+
+/// The name of a node frame, for messages.
+fn frame_name(f: &proto::NodeFrame) -> &'static str {
+    match &f.frame {
+        Some(In::Hello(_)) => "Hello",
+        Some(In::Heartbeat(_)) => "Heartbeat",
+        Some(In::CommandUpdate(_)) => "CommandUpdate",
+        Some(In::StatusReport(_)) => "StatusReport",
+        Some(In::SpecRequest(_)) => "SpecRequest",
+        Some(In::SecretRequest(_)) => "SecretRequest",
+        Some(In::WorkloadTokenRequest(_)) => "WorkloadTokenRequest",
+        Some(In::EventAck(_)) => "EventAck",
+        Some(In::Pong(_)) => "Pong",
+        None => "an empty frame",
+    }
+}
+
+struct Session {
+    shared: Arc<Shared>,
+    node: AuthedNode,
+    row: NodeSessionRow,
+    out: Outbound,
+    control: mpsc::UnboundedReceiver<Control>,
+    interval: Duration,
+    last_heard: Instant,
+    /// BUSY commands and when to deliver them again.
+    busy: HashMap<String, Instant>,
+}
+
+impl Session {
+    /// Records the session, registers it, sends Welcome, then the desired
+    /// state and every open command.
+    async fn open(
+        shared: Arc<Shared>,
+        node: AuthedNode,
+        hello: &proto::Hello,
+        out: Outbound,
+    ) -> Result<Session, Status> {
+        let now = now_ms();
+        let internal = crate::join::internal;
+        let (row, acked) = shared
+            .store
+            .tx(|c| {
+                let row = sessions::open(
+                    c,
+                    &NewSession {
+                        node_id: &node.node_id,
+                        journal_id: &hello.journal_id,
+                        boot_id: &hello.boot_id,
+                        daemon_version: &hello.daemon_version,
+                        now_ms: now,
+                    },
+                )?;
+                nodes::record_hello(c, &node.node_id, &hello.daemon_version, hello.applied_generation)?;
+                let acked = events::acked_seq(c, &node.node_id, &hello.journal_id)?;
+                Ok((row, acked))
+            })
+            .map_err(internal)?;
+        let control = shared.hub.register(&node.node_id, row.epoch);
+        let interval = shared.settings.heartbeat_interval;
+        let session =
+            Session { shared, node, row, out, control, interval, last_heard: Instant::now(), busy: HashMap::new() };
+        info!(
+            node_id = %session.node.node_id,
+            epoch = session.row.epoch,
+            serial = %session.node.serial,
+            boot_id = %hello.boot_id,
+            journal_id = %hello.journal_id,
+            daemon_version = %hello.daemon_version,
+            acked_seq = acked,
+            peer = ?session.node.peer,
+            "session: welcome"
+        );
+        let welcome = proto::Welcome {
+            session_epoch: session.row.epoch,
+            server_time_ms: now,
+            heartbeat_interval_ms: interval.as_millis() as u32,
+            lane_credits: session.shared.settings.lane_credits,
+            acked_seq: acked,
+        };
+        // A node that is gone before its Welcome simply ends the session.
+        let _ = session.send(frame(Out::Welcome(welcome))).await;
+        session.shared.bump();
+        Ok(session)
+    }
+
+    async fn send(&self, f: proto::GatewayFrame) -> Result<(), End> {
+        self.out.send(Ok(f)).await.map_err(|_| End::Gone)
+    }
+
+    /// The session's main loop.
+    async fn serve(&mut self, inbound: &mut Streaming<proto::NodeFrame>) -> End {
+        if let Err(end) = self.after_welcome().await {
+            return end;
+        }
+        let start = Instant::now();
+        let mut ping = tokio::time::interval_at(start + self.interval, self.interval);
+        ping.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        loop {
+            let liveness = self.last_heard + self.interval * 3;
+            let next_busy = self.busy.values().min().copied();
+            let step = tokio::select! {
+                message = inbound.message() => match message {
+                    Ok(Some(f)) => {
+                        self.last_heard = Instant::now();
+                        self.on_frame(f).await
+                    }
+                    Ok(None) => Err(End::Closed),
+                    Err(status) if limit::is_too_large(&status) => Err(End::Refuse(limit::too_large(status.message()))),
+                    Err(status) => {
+                        debug!(node_id = %self.node.node_id, %status, "session: inbound stream error");
+                        Err(End::Closed)
+                    }
+                },
+                control = self.control.recv() => match control {
+                    Some(c) => self.on_control(c).await,
+                    None => Err(End::Done("the hub closed")),
+                },
+                _ = ping.tick() => {
+                    let p = proto::Ping { nonce: crate::ids::nonce(), server_time_ms: now_ms() };
+                    self.send(frame(Out::Ping(p))).await
+                }
+                _ = tokio::time::sleep_until(liveness) => Err(End::Refuse(Status::unavailable(format!(
+                    "liveness: nothing heard for {} ms",
+                    (self.interval * 3).as_millis()
+                )))),
+                _ = tokio::time::sleep_until(next_busy.unwrap_or(liveness)), if next_busy.is_some() => {
+                    self.retry_busy().await
+                }
+                _ = self.out.closed() => Err(End::Gone),
+            };
+            if let Err(end) = step {
+                return end;
+            }
+        }
+    }
+
+    /// Adoption on the first session, the desired state, every open command.
+    async fn after_welcome(&mut self) -> Result<(), End> {
+        let shared = self.shared.clone();
+        let node_id = self.node.node_id.clone();
+        let node = shared.store.with(|c| nodes::get(c, &node_id)).map_err(store_end)?;
+        if let Some(node) = node
+            && let Some(spec) = adoption::on_session_start(&shared, &node).map_err(store_end)?
+        {
+            self.send_spec(&spec).await?;
+            return self.deliver_open().await;
+        }
+        if let Some(spec) = shared.store.with(|c| specs::latest(c, &node_id)).map_err(store_end)? {
+            self.send_spec(&spec).await?;
+        }
+        self.deliver_open().await
+    }
+
+    async fn send_spec(&self, spec: &NodeSpecRow) -> Result<(), End> {
+        debug!(node_id = %self.node.node_id, generation = spec.generation, "session: desired state");
+        self.send(adoption::desired_state_frame(spec).map_err(store_end)?).await
+    }
+
+    /// Delivers every command that is not done.
+    async fn deliver_open(&mut self) -> Result<(), End> {
+        let open = self.shared.store.with(|c| commands::open(c, &self.node.node_id)).map_err(store_end)?;
+        self.deliver(&open).await
+    }
+
+    async fn deliver(&mut self, rows: &[CommandRow]) -> Result<(), End> {
+        for row in rows {
+            self.send(delivery_frame(row).map_err(store_end)?).await?;
+            self.shared.store.with(|c| commands::mark_delivered(c, &row.id, now_ms())).map_err(store_end)?;
+            self.busy.remove(&row.id);
+            debug!(node_id = %self.node.node_id, command_id = %row.id, kind = %row.kind, "session: command delivered");
+        }
+        if !rows.is_empty() {
+            self.shared.bump();
+        }
+        Ok(())
+    }
+
+    async fn retry_busy(&mut self) -> Result<(), End> {
+        let now = Instant::now();
+        let due: Vec<String> = self.busy.iter().filter(|(_, at)| **at <= now).map(|(id, _)| id.clone()).collect();
+        let mut rows = Vec::new();
+        for id in due {
+            self.busy.remove(&id);
+            match self.shared.store.with(|c| commands::get(c, &id)).map_err(store_end)? {
+                Some(row) if row.state == CommandStatus::Busy => rows.push(row),
+                _ => {}
+            }
+        }
+        self.deliver(&rows).await
+    }
+
+    async fn on_control(&mut self, control: Control) -> Result<(), End> {
+        match control {
+            Control::Wake => {
+                let pending =
+                    self.shared.store.with(|c| commands::pending(c, &self.node.node_id)).map_err(store_end)?;
+                self.deliver(&pending).await
+            }
+            Control::Raw(f) => self.send(*f).await,
+            Control::Revoke(reason) => {
+                info!(node_id = %self.node.node_id, %reason, "session: revocation notice");
+                self.send(frame(Out::RevocationNotice(proto::RevocationNotice { reason }))).await?;
+                Err(End::Done("revoked"))
+            }
+            Control::Drain { reason, retry_after_ms } => {
+                self.send(frame(Out::Drain(proto::Drain { reason, retry_after_ms }))).await?;
+                Err(End::Done("drained"))
+            }
+            Control::Replaced => Err(End::Refuse(refuse(
+                Code::FailedPrecondition,
+                code::SESSION_REPLACED,
+                "a newer session of this node opened",
+            ))),
+        }
+    }
+
+    async fn on_frame(&mut self, f: proto::NodeFrame) -> Result<(), End> {
+        let seq = f.seq;
+        let name = frame_name(&f);
+        match f.frame {
+            Some(In::Heartbeat(hb)) => self.applied_generation(hb.applied_generation),
+            Some(In::Pong(_)) | Some(In::EventAck(_)) => Ok(()),
+            Some(In::CommandUpdate(update)) => self.on_command_update(seq, update).await,
+            Some(In::StatusReport(report)) => self.on_status_report(seq, report).await,
+            Some(In::SpecRequest(request)) => self.on_spec_request(request).await,
+            Some(In::SecretRequest(env)) => self.on_secret_request(env).await,
+            Some(In::WorkloadTokenRequest(request)) => {
+                let response = proto::WorkloadTokenResponse {
+                    request_id: request.request_id,
+                    token: String::new(),
+                    error: "workload-unsupported: this stack issues no workload tokens yet".into(),
+                };
+                self.send(frame(Out::WorkloadTokenResponse(response))).await
+            }
+            Some(In::Hello(_)) | None => {
+                warn!(node_id = %self.node.node_id, frame = name, "session: unexpected frame ignored");
+                Ok(())
+            }
+        }
+    }
+
+    fn applied_generation(&self, generation: u64) -> Result<(), End> {
+        let changed = self
+            .shared
+            .store
+            .with(|c| nodes::set_applied_generation(c, &self.node.node_id, generation))
+            .map_err(store_end)?;
+        if changed {
+            debug!(node_id = %self.node.node_id, generation, "session: applied generation");
+            self.shared.bump();
+        }
+        Ok(())
+    }
+
+    /// Records an event once (by node, journal and seq) and acknowledges it.
+    /// Returns whether `apply` ran (false for a re-sent event).
+    async fn record_event<T>(
+        &self,
+        seq: u64,
+        kind: &str,
+        apply: impl FnOnce(&rusqlite::Connection) -> Result<T>,
+    ) -> Result<Option<T>, End> {
+        let (node_id, journal_id) = (&self.node.node_id, &self.row.journal_id);
+        let applied = self
+            .shared
+            .store
+            .tx(|c| {
+                if seq > 0 && !events::record(c, node_id, journal_id, seq, kind, now_ms())? {
+                    return Ok(None);
+                }
+                apply(c).map(Some)
+            })
+            .map_err(store_end)?;
+        if applied.is_none() {
+            debug!(node_id = %node_id, seq, kind, "session: event already recorded");
+        }
+        if seq > 0 {
+            self.send(frame(Out::EventAck(proto::EventAck { up_to_seq: seq }))).await?;
+        }
+        Ok(applied)
+    }
+
+    async fn on_command_update(&mut self, seq: u64, update: proto::CommandUpdate) -> Result<(), End> {
+        let node_id = self.node.node_id.clone();
+        let id = update.command_id.clone();
+        let Some(reported) = proto::CommandState::try_from(update.state).ok().and_then(CommandStatus::from_proto)
+        else {
+            warn!(node_id = %node_id, command_id = %id, state = update.state, "session: command update without a state");
+            return self.record_event(seq, "command_update", |_| Ok(())).await.map(drop);
+        };
+        let row = self.shared.store.with(|c| commands::get(c, &id)).map_err(store_end)?;
+        let Some(row) = row.filter(|r| r.node_id == node_id) else {
+            warn!(node_id = %node_id, command_id = %id, "session: update for a command this node does not have");
+            return self.record_event(seq, "command_update", |_| Ok(())).await.map(drop);
+        };
+        let checked = self.check_result(&row, reported, &update);
+        let outcome = Outcome {
+            state: checked.state,
+            reason: &checked.reason,
+            result: checked.result.as_deref(),
+            output: checked.output.as_deref(),
+        };
+        let changed = self
+            .record_event(seq, "command_update", |c| {
+                commands::record_update(c, &id, reported, &update.reason, now_ms())?;
+                commands::set_state(c, &id, &outcome, now_ms())
+            })
+            .await?;
+        if changed != Some(true) {
+            return Ok(());
+        }
+        info!(
+            node_id = %node_id,
+            command_id = %id,
+            kind = %row.kind,
+            state = %checked.state,
+            reason = %checked.reason,
+            "session: command update"
+        );
+        if checked.state == CommandStatus::Busy {
+            self.busy.insert(id.clone(), Instant::now() + self.shared.settings.busy_retry);
+        } else {
+            self.busy.remove(&id);
+        }
+        self.shared.bump();
+        if checked.state.is_terminal() {
+            let shared = self.shared.clone();
+            let done =
+                shared.store.with(|c| Ok((nodes::get(c, &node_id)?, commands::get(c, &id)?))).map_err(store_end)?;
+            if let (Some(node), Some(cmd)) = done
+                && let Some(spec) = adoption::on_command_done(&shared, &node, &cmd).map_err(store_end)?
+            {
+                self.send_spec(&spec).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The state to store for an update: a terminal update's node-signed
+    /// result must verify under one of the node's certified keys and agree
+    /// with the update, else the command is FAILED `result-unverified`.
+    fn check_result(&self, row: &CommandRow, reported: CommandStatus, update: &proto::CommandUpdate) -> Checked {
+        let plain = Checked { state: reported, reason: update.reason.clone(), result: None, output: None };
+        let refused = |detail: String| {
+            warn!(node_id = %self.node.node_id, command_id = %row.id, %detail, "session: command result refused");
+            Checked {
+                state: CommandStatus::Failed,
+                reason: format!("result-unverified: {detail}"),
+                result: None,
+                output: None,
+            }
+        };
+        let Some(env) = &update.result else {
+            if reported == CommandStatus::Succeeded {
+                return refused("SUCCEEDED without a node-signed result".into());
+            }
+            return plain;
+        };
+        let envelope = pki::dsse::Envelope::from_proto(env);
+        let result = match self.verify_result(&envelope) {
+            Ok(result) => result,
+            Err(e) => return refused(format!("{}: {e}", e.code())),
+        };
+        if result.command_id != row.id || CommandStatus::from_proto(result.state()) != Some(reported) {
+            return refused(format!(
+                "the signed result is for {} in state {:?}, the update for {} in state {reported}",
+                result.command_id,
+                result.state(),
+                row.id
+            ));
+        }
+        use prost::Message as _;
+        Checked {
+            state: reported,
+            reason: if result.reason.is_empty() { update.reason.clone() } else { result.reason },
+            result: Some(env.encode_to_vec()),
+            output: Some(result.output),
+        }
+    }
+
+    /// Verifies a node-signed result under the session's key, then under the
+    /// node's other certified keys (a result signed before a renewal).
+    fn verify_result(&self, env: &pki::dsse::Envelope) -> Result<proto::CommandResult, pki::Error> {
+        let node_id = &self.node.node_id;
+        let first = pki::statement::verify_command_result(env, &self.node.key, node_id);
+        if first.is_ok() {
+            return first;
+        }
+        let others = self.shared.store.with(|c| certs::of_node(c, node_id)).unwrap_or_default();
+        for cert in others {
+            let Ok(described) = pki::x509::describe_der(&cert.der) else { continue };
+            let Ok(key) = pki::PublicKey::from_spki_der(&described.spki_der) else { continue };
+            if key != self.node.key
+                && let Ok(result) = pki::statement::verify_command_result(env, &key, node_id)
+            {
+                return Ok(result);
+            }
+        }
+        first
+    }
+
+    async fn on_status_report(&mut self, seq: u64, report: proto::StatusReport) -> Result<(), End> {
+        let node_id = self.node.node_id.clone();
+        let mut good = Vec::new();
+        for section in &report.inventory {
+            let actual = hex::encode(Sha256::digest(&section.content));
+            if actual == section.sha256 {
+                good.push(section);
+            } else {
+                warn!(
+                    node_id = %node_id,
+                    section = %section.name,
+                    claimed = %section.sha256,
+                    actual = %actual,
+                    "session: inventory section refused: its sha256 does not match its content"
+                );
+            }
+        }
+        let applied = self
+            .record_event(seq, "status_report", |c| {
+                let now = now_ms();
+                for section in &good {
+                    inventory::upsert(c, &node_id, &section.name, &section.sha256, &section.content, now)?;
+                }
+                nodes::set_applied_generation(c, &node_id, report.applied_generation)
+            })
+            .await?;
+        if applied.is_some() {
+            debug!(node_id = %node_id, sections = good.len(), generation = report.applied_generation, "session: status report");
+            self.shared.bump();
+        }
+        Ok(())
+    }
+
+    async fn on_spec_request(&self, request: proto::SpecRequest) -> Result<(), End> {
+        let spec = self.shared.store.with(|c| specs::latest(c, &self.node.node_id)).map_err(store_end)?;
+        match spec {
+            Some(spec) => {
+                if spec.generation < request.min_generation {
+                    warn!(
+                        node_id = %self.node.node_id,
+                        wanted = request.min_generation,
+                        latest = spec.generation,
+                        "session: spec request above the latest generation; sending the latest"
+                    );
+                }
+                self.send_spec(&spec).await
+            }
+            None => {
+                warn!(node_id = %self.node.node_id, "session: spec request from a node without a spec");
+                Ok(())
+            }
+        }
+    }
+
+    async fn on_secret_request(&self, env: proto::Envelope) -> Result<(), End> {
+        let envelope = pki::dsse::Envelope::from_proto(&env);
+        match pki::statement::verify_secret_request(&envelope, &self.node.key, &self.node.node_id) {
+            Ok((request, _)) => {
+                let response = proto::SecretResponse {
+                    request_id: request.request_id,
+                    jwe: String::new(),
+                    error: "secret-unknown: this stack holds no secrets".into(),
+                };
+                self.send(frame(Out::SecretResponse(response))).await
+            }
+            Err(e) => {
+                warn!(node_id = %self.node.node_id, code = e.code(), "session: secret request refused");
+                Ok(())
+            }
+        }
+    }
+
+    /// Closes the session row, unregisters it and ends the stream as `end` says.
+    async fn close(self, end: End) {
+        let node_id = &self.node.node_id;
+        let why = match &end {
+            End::Closed => "the node closed the stream",
+            End::Gone => "the connection went away",
+            End::Refuse(status) => status.message(),
+            End::Done(why) => why,
+        };
+        info!(node_id = %node_id, epoch = self.row.epoch, reason = why, "session: closed");
+        if let Err(e) = self.shared.store.with(|c| sessions::close(c, self.row.id, now_ms())) {
+            warn!(node_id = %node_id, error = %e, "session: could not record the disconnection");
+        }
+        self.shared.hub.unregister(node_id, self.row.epoch);
+        self.shared.bump();
+        if let End::Refuse(status) = end {
+            let _ = self.out.send(Err(status)).await;
+        }
+    }
+}
+
+/// What to store for a command update.
+struct Checked {
+    state: CommandStatus,
+    reason: String,
+    result: Option<Vec<u8>>,
+    output: Option<Vec<u8>>,
+}
+
+fn store_end(e: crate::error::Error) -> End {
+    End::Refuse(crate::join::internal(e))
+}

@@ -1,0 +1,90 @@
+//! The live sessions, by node: how the API and the workers reach a node's
+//! session task (wake it for new commands, inject a frame, revoke, drain).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use tokio::sync::mpsc;
+
+/// A message to a session task.
+#[derive(Clone, Debug)]
+pub enum Control {
+    /// New commands are queued for the node.
+    Wake,
+    /// Send this frame as is (tests inject frames this way).
+    Raw(Box<proto::GatewayFrame>),
+    /// The node's certificates were revoked: notify and close.
+    Revoke(String),
+    /// The stack is going away: send Drain and close.
+    Drain {
+        /// Why.
+        reason: String,
+        /// When the node should redial.
+        retry_after_ms: u32,
+    },
+    /// A newer session of the same node registered: close this one.
+    Replaced,
+}
+
+struct Handle {
+    epoch: u64,
+    tx: mpsc::UnboundedSender<Control>,
+}
+
+/// The registry of live sessions.
+#[derive(Default)]
+pub struct Hub {
+    sessions: Mutex<HashMap<String, Handle>>,
+}
+
+impl Hub {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Handle>> {
+        // The map is only read or replaced under the lock, never left
+        // half-updated, so a poisoned lock still holds a consistent map.
+        self.sessions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers the session `epoch` of a node; an older one is told to close.
+    pub fn register(&self, node_id: &str, epoch: u64) -> mpsc::UnboundedReceiver<Control> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        if let Some(old) = self.lock().insert(node_id.to_string(), Handle { epoch, tx }) {
+            let _ = old.tx.send(Control::Replaced);
+        }
+        rx
+    }
+
+    /// Removes the session `epoch` of a node, unless a newer one replaced it.
+    pub fn unregister(&self, node_id: &str, epoch: u64) {
+        let mut map = self.lock();
+        if map.get(node_id).is_some_and(|h| h.epoch == epoch) {
+            map.remove(node_id);
+        }
+    }
+
+    /// Sends to a node's live session; false when it has none.
+    pub fn send(&self, node_id: &str, control: Control) -> bool {
+        self.lock().get(node_id).is_some_and(|h| h.tx.send(control).is_ok())
+    }
+
+    /// Sends to every live session.
+    pub fn broadcast(&self, control: &Control) {
+        for handle in self.lock().values() {
+            let _ = handle.tx.send(control.clone());
+        }
+    }
+
+    /// The epoch of a node's live session.
+    pub fn live_epoch(&self, node_id: &str) -> Option<u64> {
+        self.lock().get(node_id).map(|h| h.epoch)
+    }
+
+    /// How many sessions are live.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether no session is live.
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+}

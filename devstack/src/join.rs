@@ -1,0 +1,144 @@
+//! The JoinService (tonic `Join`): a sealed token and a CSR in, a node, its
+//! certificate and a signed JoinResponse out.
+//!
+//! Checks, in order: the method (token only here), the CSR (`csr-malformed`,
+//! `csr-signature`), the sealed token (`jwe-*`, `token-payload`,
+//! `token-csr-mismatch`), the token by SHA-256 (`token-unknown`), its expiry
+//! (`token-expired`), its pool (`pool-unknown`), its uses (`token-exhausted`,
+//! counted atomically with the node's creation). No token, sealed or plain,
+//! ever reaches a log.
+
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+use tonic::{Code, Request, Response, Status};
+use tracing::{info, warn};
+
+use crate::clock::now_ms;
+use crate::error::Error;
+use crate::issuance;
+use crate::shared::Shared;
+use crate::status::{self, code, refuse};
+use crate::store::nodes::NewNode;
+use crate::store::{certs, nodes, pools, tokens};
+use crate::{ids, tls::PeerInfo};
+
+/// The JoinService.
+pub struct JoinService {
+    shared: Arc<Shared>,
+}
+
+impl JoinService {
+    /// A JoinService over the stack's shared state.
+    pub fn new(shared: Arc<Shared>) -> Self {
+        JoinService { shared }
+    }
+
+    fn join_token(&self, token: &proto::TokenJoin, claims: &proto::NodeClaims) -> Result<proto::JoinReply, Status> {
+        let shared = &self.shared;
+        let now = now_ms();
+        let csr = pki::x509::parse_csr(&token.csr_der).map_err(|e| status::from_pki(Code::InvalidArgument, &e))?;
+        let payload = pki::join::open_token(&shared.keys.join_encryption, &token.sealed_token, &csr.pin).map_err(
+            |e| match e {
+                pki::Error::TokenCsrMismatch { .. } => status::from_pki(Code::PermissionDenied, &e),
+                // The decoder's message may quote the sealed payload: keep it out.
+                pki::Error::TokenPayload { .. } => {
+                    refuse(Code::InvalidArgument, e.code(), "the sealed payload is not {token, csr, iat} JSON")
+                }
+                _ => status::from_pki(Code::InvalidArgument, &e),
+            },
+        )?;
+        let sha = hex::encode(Sha256::digest(payload.token.as_bytes()));
+        let token_row = shared
+            .store
+            .with(|c| tokens::by_sha256(c, &sha))
+            .map_err(internal)?
+            .ok_or_else(|| refuse(Code::PermissionDenied, code::TOKEN_UNKNOWN, "no such join token"))?;
+        if token_row.expires_at_ms <= now {
+            return Err(refuse(
+                Code::PermissionDenied,
+                code::TOKEN_EXPIRED,
+                format!("join token {} expired at {}", token_row.id, token_row.expires_at_ms),
+            ));
+        }
+        if shared.store.with(|c| pools::get(c, &token_row.pool_id)).map_err(internal)?.is_none() {
+            return Err(refuse(
+                Code::FailedPrecondition,
+                code::POOL_UNKNOWN,
+                format!("pool {} of join token {} does not exist", token_row.pool_id, token_row.id),
+            ));
+        }
+        let node_id = ids::node_id();
+        let cert = issuance::issue(shared, &node_id, &csr, now).map_err(internal)?;
+        let created = shared
+            .store
+            .tx(|c| {
+                if !tokens::use_once(c, &token_row.id, now)? {
+                    return Ok(false);
+                }
+                nodes::insert(
+                    c,
+                    &NewNode {
+                        id: &node_id,
+                        pool_id: &token_row.pool_id,
+                        join_token_id: &token_row.id,
+                        hostname: &claims.hostname,
+                        daemon_version: &claims.daemon_version,
+                        hardware_id: &claims.hardware_id,
+                        created_at_ms: now,
+                    },
+                )?;
+                certs::insert(c, &cert, now)?;
+                Ok(true)
+            })
+            .map_err(internal)?;
+        if !created {
+            return Err(refuse(
+                Code::PermissionDenied,
+                code::TOKEN_EXHAUSTED,
+                format!("join token {} has no use left ({} allowed)", token_row.id, token_row.max_uses),
+            ));
+        }
+        let envelope = issuance::signed_response(shared, &node_id, &token_row.pool_id, &cert, now);
+        info!(
+            node_id = %node_id,
+            pool_id = %token_row.pool_id,
+            token_id = %token_row.id,
+            serial = %cert.serial,
+            hostname = %claims.hostname,
+            "join: node joined"
+        );
+        shared.bump();
+        Ok(proto::JoinReply { reply: Some(proto::join_reply::Reply::Response(envelope.to_proto())) })
+    }
+}
+
+/// An internal failure as a status (the detail is the stack's own error,
+/// which never holds a secret).
+pub fn internal(e: Error) -> Status {
+    tracing::error!(error = %e, "internal error");
+    Status::internal(format!("internal: {e}"))
+}
+
+#[tonic::async_trait]
+impl proto::join_server::Join for JoinService {
+    async fn join(&self, request: Request<proto::JoinRequest>) -> Result<Response<proto::JoinReply>, Status> {
+        let peer = request.extensions().get::<PeerInfo>().map(|p| p.remote_addr.to_string()).unwrap_or_default();
+        let req = request.into_inner();
+        let claims = req.claims.unwrap_or_default();
+        let result = match &req.method {
+            Some(proto::join_request::Method::Token(token)) => self.join_token(token, &claims),
+            Some(proto::join_request::Method::TpmRound1(_) | proto::join_request::Method::TpmRound2(_)) => {
+                Err(refuse(Code::Unimplemented, code::METHOD_UNSUPPORTED, "this stack has no TPM attestor configured"))
+            }
+            None => Err(refuse(Code::InvalidArgument, code::METHOD_UNSUPPORTED, "the request names no join method")),
+        };
+        match result {
+            Ok(reply) => Ok(Response::new(reply)),
+            Err(status) => {
+                warn!(peer = %peer, code = status::code_of(&status), message = status.message(), "join: refused");
+                Err(status)
+            }
+        }
+    }
+}

@@ -1,0 +1,43 @@
+//! The dev control plane (DESIGN.md §6): a JoinService and a gateway (tonic
+//! over our own rustls acceptor, mTLS), a SQLite store with migrations, the
+//! adoption worker and the well-known document, run in-process by tests
+//! ([`DevStack`]) or by the `devstack serve` binary.
+//!
+//! The protocol contract it implements is ARCHITECTURE.md, "The agent
+//! protocol in practice". Every cryptographic object comes from `pki`.
+
+mod adoption;
+mod clock;
+mod commands;
+pub mod config;
+mod error;
+mod gateway;
+mod http;
+mod hub;
+mod ids;
+mod issuance;
+mod join;
+mod keys;
+mod shared;
+mod stack;
+pub mod status;
+pub mod store;
+mod tls;
+
+pub use commands::CommandOptions;
+pub use config::BcdConfigPaths;
+pub use error::{Error, Result};
+pub use gateway::limit::MAX_MESSAGE_BYTES;
+pub use http::WELL_KNOWN_PATH;
+pub use stack::{Acceptance, CommandOutcome, DevStack, DevStackOptions, IntentPublicKeys, JoinMark, Pins, PoolSpec};
+pub use store::StoreLocation;
+pub use store::rows::{
+    CommandRow, CommandStatus, CommandUpdateRow, InventoryRow, JoinTokenRow, NodeCertRow, NodeRow, NodeSessionRow,
+    NodeSpecRow, NodeState, PoolRow,
+};
+pub use tls::ALPN_H2;
+
+/// The name the gateway's serving certificate is checked for.
+pub const SERVER_NAME: &str = "gw.dev.local";
+/// The default SPIFFE trust domain (the fixtures' domain).
+pub const TRUST_DOMAIN: &str = "compute.dev.local";

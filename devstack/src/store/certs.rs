@@ -1,0 +1,70 @@
+//! The `node_certs` table: every certificate issued to a node, and revocation.
+
+use rusqlite::{Connection, Row, params};
+
+use super::optional;
+use super::rows::NodeCertRow;
+use crate::error::{Error, Result};
+
+const COLUMNS: &str = "node_id, serial, spki_pin, der, not_before_ms, not_after_ms, revoked_at_ms";
+
+fn row(r: &Row<'_>) -> rusqlite::Result<NodeCertRow> {
+    Ok(NodeCertRow {
+        node_id: r.get(0)?,
+        serial: r.get(1)?,
+        spki_pin: r.get(2)?,
+        der: r.get(3)?,
+        not_before_ms: r.get(4)?,
+        not_after_ms: r.get(5)?,
+        revoked_at_ms: r.get(6)?,
+    })
+}
+
+/// Inserts an issued certificate.
+pub fn insert(c: &Connection, cert: &NodeCertRow, now_ms: i64) -> Result<()> {
+    c.execute(
+        &format!("INSERT INTO node_certs ({COLUMNS}, created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"),
+        params![
+            cert.node_id,
+            cert.serial,
+            cert.spki_pin,
+            cert.der,
+            cert.not_before_ms,
+            cert.not_after_ms,
+            cert.revoked_at_ms,
+            now_ms
+        ],
+    )
+    .map_err(Error::store("insert node certificate"))?;
+    Ok(())
+}
+
+/// A node's certificate by serial.
+pub fn get(c: &Connection, node_id: &str, serial: &str) -> Result<Option<NodeCertRow>> {
+    optional(
+        c.query_row(
+            &format!("SELECT {COLUMNS} FROM node_certs WHERE node_id = ?1 AND serial = ?2"),
+            [node_id, serial],
+            row,
+        ),
+        "read node certificate",
+    )
+}
+
+/// Every certificate of a node, oldest first.
+pub fn of_node(c: &Connection, node_id: &str) -> Result<Vec<NodeCertRow>> {
+    let mut stmt = c
+        .prepare(&format!("SELECT {COLUMNS} FROM node_certs WHERE node_id = ?1 ORDER BY created_at_ms, serial"))
+        .map_err(Error::store("list node certificates"))?;
+    let rows = stmt.query_map([node_id], row).map_err(Error::store("list node certificates"))?;
+    rows.collect::<rusqlite::Result<_>>().map_err(Error::store("list node certificates"))
+}
+
+/// Revokes every unrevoked certificate of a node; returns how many.
+pub fn revoke_all(c: &Connection, node_id: &str, now_ms: i64) -> Result<usize> {
+    c.execute(
+        "UPDATE node_certs SET revoked_at_ms = ?2 WHERE node_id = ?1 AND revoked_at_ms IS NULL",
+        params![node_id, now_ms],
+    )
+    .map_err(Error::store("revoke node certificates"))
+}

@@ -1,0 +1,39 @@
+//! The `node_inventory` table: the latest verified section of each name.
+
+use rusqlite::{Connection, params};
+
+use super::rows::InventoryRow;
+use crate::error::{Error, Result};
+
+/// Stores (or replaces) a verified section.
+pub fn upsert(c: &Connection, node_id: &str, name: &str, sha256: &str, content: &[u8], now_ms: i64) -> Result<()> {
+    c.execute(
+        "INSERT INTO node_inventory (node_id, name, sha256, content, updated_at_ms) VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT (node_id, name) DO UPDATE
+         SET sha256 = excluded.sha256, content = excluded.content, updated_at_ms = excluded.updated_at_ms",
+        params![node_id, name, sha256, content, now_ms],
+    )
+    .map_err(Error::store("store inventory section"))?;
+    Ok(())
+}
+
+/// A node's sections, by name.
+pub fn of_node(c: &Connection, node_id: &str) -> Result<Vec<InventoryRow>> {
+    let mut stmt = c
+        .prepare(
+            "SELECT node_id, name, sha256, content, updated_at_ms FROM node_inventory WHERE node_id = ?1 ORDER BY name",
+        )
+        .map_err(Error::store("list inventory"))?;
+    let rows = stmt
+        .query_map([node_id], |r| {
+            Ok(InventoryRow {
+                node_id: r.get(0)?,
+                name: r.get(1)?,
+                sha256: r.get(2)?,
+                content: r.get(3)?,
+                updated_at_ms: r.get(4)?,
+            })
+        })
+        .map_err(Error::store("list inventory"))?;
+    rows.collect::<rusqlite::Result<_>>().map_err(Error::store("list inventory"))
+}

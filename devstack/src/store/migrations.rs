@@ -1,0 +1,206 @@
+//! The numbered schema migrations of the store, applied in order at start.
+//!
+//! Each migration runs in its own transaction and is recorded in
+//! `schema_migrations`; a migration, once released, never changes: later
+//! issues append new ones (reservations, node_bindings, releases, …).
+
+use rusqlite::{Connection, params};
+
+use crate::clock::now_ms;
+use crate::error::{Error, Result};
+
+/// A migration: its number, its name and its SQL.
+pub struct Migration {
+    /// The number (1, 2, …), in application order.
+    pub version: u32,
+    /// A short name.
+    pub name: &'static str,
+    /// The statements.
+    pub sql: &'static str,
+}
+
+/// Every migration, in order.
+pub const MIGRATIONS: &[Migration] = &[Migration { version: 1, name: "nodes, commands and keys", sql: V1 }];
+
+const V1: &str = r#"
+CREATE TABLE settings (
+    name TEXT PRIMARY KEY,
+    value BLOB NOT NULL,
+    updated_at_ms INTEGER NOT NULL
+);
+
+CREATE TABLE pools (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    gpu_model TEXT,
+    expect_gpu_count INTEGER,
+    acceptance TEXT NOT NULL,
+    created_at_ms INTEGER NOT NULL
+);
+
+CREATE TABLE join_tokens (
+    id TEXT PRIMARY KEY,
+    token_sha256 TEXT NOT NULL UNIQUE,
+    pool_id TEXT NOT NULL REFERENCES pools(id),
+    max_uses INTEGER NOT NULL,
+    uses INTEGER NOT NULL DEFAULT 0,
+    expires_at_ms INTEGER NOT NULL,
+    created_at_ms INTEGER NOT NULL
+);
+
+CREATE TABLE nodes (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    pool_id TEXT NOT NULL REFERENCES pools(id),
+    state TEXT NOT NULL CHECK (state IN ('joined', 'accepting', 'adopted', 'rejected')),
+    reason TEXT NOT NULL DEFAULT '',
+    hostname TEXT NOT NULL DEFAULT '',
+    daemon_version TEXT NOT NULL DEFAULT '',
+    hardware_id TEXT NOT NULL DEFAULT '',
+    join_token_id TEXT,
+    acceptance_command_id TEXT,
+    applied_generation INTEGER NOT NULL DEFAULT 0,
+    spec_generation INTEGER NOT NULL DEFAULT 0,
+    created_at_ms INTEGER NOT NULL,
+    adopted_at_ms INTEGER
+);
+CREATE INDEX nodes_pool ON nodes(pool_id);
+
+CREATE TABLE node_certs (
+    node_id TEXT NOT NULL REFERENCES nodes(id),
+    serial TEXT NOT NULL,
+    spki_pin TEXT NOT NULL,
+    der BLOB NOT NULL,
+    not_before_ms INTEGER NOT NULL,
+    not_after_ms INTEGER NOT NULL,
+    revoked_at_ms INTEGER,
+    created_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (node_id, serial)
+);
+
+CREATE TABLE node_sessions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    node_id TEXT NOT NULL REFERENCES nodes(id),
+    epoch INTEGER NOT NULL,
+    journal_id TEXT NOT NULL,
+    boot_id TEXT NOT NULL,
+    daemon_version TEXT NOT NULL,
+    connected_at_ms INTEGER NOT NULL,
+    disconnected_at_ms INTEGER,
+    UNIQUE (node_id, epoch)
+);
+
+CREATE TABLE node_events (
+    node_id TEXT NOT NULL REFERENCES nodes(id),
+    journal_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    recorded_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (node_id, journal_id, seq)
+);
+
+CREATE TABLE commands (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    node_id TEXT NOT NULL REFERENCES nodes(id),
+    kind TEXT NOT NULL,
+    params BLOB NOT NULL,
+    retry_safe INTEGER NOT NULL,
+    destructive INTEGER NOT NULL,
+    batch TEXT NOT NULL DEFAULT '',
+    not_after_ms INTEGER NOT NULL DEFAULT 0,
+    min_generation INTEGER NOT NULL DEFAULT 0,
+    envelope BLOB NOT NULL,
+    state TEXT NOT NULL,
+    reason TEXT NOT NULL DEFAULT '',
+    result BLOB,
+    output BLOB,
+    created_at_ms INTEGER NOT NULL,
+    delivered_at_ms INTEGER,
+    finished_at_ms INTEGER,
+    deliveries INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX commands_node ON commands(node_id, state);
+
+CREATE TABLE command_updates (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    command_id TEXT NOT NULL REFERENCES commands(id),
+    state TEXT NOT NULL,
+    reason TEXT NOT NULL DEFAULT '',
+    at_ms INTEGER NOT NULL
+);
+CREATE INDEX command_updates_command ON command_updates(command_id);
+
+CREATE TABLE node_inventory (
+    node_id TEXT NOT NULL REFERENCES nodes(id),
+    name TEXT NOT NULL,
+    sha256 TEXT NOT NULL,
+    content BLOB NOT NULL,
+    updated_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (node_id, name)
+);
+
+CREATE TABLE node_specs (
+    node_id TEXT NOT NULL REFERENCES nodes(id),
+    generation INTEGER NOT NULL,
+    payload BLOB NOT NULL,
+    envelope BLOB NOT NULL,
+    created_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (node_id, generation)
+);
+"#;
+
+/// Applies every migration not yet recorded; returns the numbers applied.
+pub fn migrate(conn: &mut Connection) -> Result<Vec<u32>> {
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (
+            version INTEGER PRIMARY KEY,
+            name TEXT NOT NULL,
+            applied_at_ms INTEGER NOT NULL
+        )",
+    )
+    .map_err(Error::store("create schema_migrations"))?;
+    let current: u32 = conn
+        .query_row("SELECT COALESCE(MAX(version), 0) FROM schema_migrations", [], |r| r.get(0))
+        .map_err(Error::store("read schema_migrations"))?;
+    let mut applied = Vec::new();
+    for m in MIGRATIONS.iter().filter(|m| m.version > current) {
+        let fail = |source| Error::Migration { version: m.version, name: m.name, source };
+        let tx = conn.transaction().map_err(fail)?;
+        tx.execute_batch(m.sql).map_err(fail)?;
+        tx.execute(
+            "INSERT INTO schema_migrations (version, name, applied_at_ms) VALUES (?1, ?2, ?3)",
+            params![m.version, m.name, now_ms()],
+        )
+        .map_err(fail)?;
+        tx.commit().map_err(fail)?;
+        applied.push(m.version);
+    }
+    Ok(applied)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrations_are_numbered_in_order_and_apply_once() {
+        for (i, m) in MIGRATIONS.iter().enumerate() {
+            assert_eq!(m.version as usize, i + 1, "{}", m.name);
+        }
+        let mut conn = Connection::open_in_memory().unwrap();
+        assert_eq!(migrate(&mut conn).unwrap().len(), MIGRATIONS.len());
+        assert!(migrate(&mut conn).unwrap().is_empty());
+        let tables: Vec<String> = conn
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        for t in ["commands", "join_tokens", "node_certs", "node_events", "node_sessions", "nodes", "pools", "settings"]
+        {
+            assert!(tables.iter().any(|x| x == t), "{t} missing from {tables:?}");
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! The SQLite store (file or in-memory): one connection behind a mutex,
+//! migrations at open, and one module per table group.
+//!
+//! Every method is a short synchronous statement or transaction; callers never
+//! hold the lock across an await. Functions that take a `&Connection` compose
+//! inside a caller's transaction (event recording does this).
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+
+use rusqlite::{Connection, OptionalExtension, Transaction};
+
+use crate::error::{Error, Result};
+
+pub mod certs;
+pub mod commands;
+pub mod events;
+pub mod inventory;
+pub mod migrations;
+pub mod nodes;
+pub mod pools;
+pub mod rows;
+pub mod sessions;
+pub mod settings;
+pub mod specs;
+pub mod tokens;
+
+/// Where the store lives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoreLocation {
+    /// A private in-memory database (gone at shutdown).
+    Memory,
+    /// A SQLite file; a stack started again on it keeps its keys and nodes.
+    File(PathBuf),
+}
+
+/// The store.
+pub struct Store {
+    conn: Mutex<Connection>,
+    location: StoreLocation,
+}
+
+impl Store {
+    /// Opens (creating if needed) the store and applies the migrations.
+    pub fn open(location: &StoreLocation) -> Result<Self> {
+        let mut conn = match location {
+            StoreLocation::Memory => Connection::open_in_memory().map_err(Error::store("open in-memory store"))?,
+            StoreLocation::File(path) => open_file(path)?,
+        };
+        conn.execute_batch("PRAGMA foreign_keys = ON;").map_err(Error::store("enable foreign keys"))?;
+        migrations::migrate(&mut conn)?;
+        Ok(Store { conn: Mutex::new(conn), location: location.clone() })
+    }
+
+    /// Where the store lives.
+    pub fn location(&self) -> &StoreLocation {
+        &self.location
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Connection> {
+        // A panic while the lock was held cannot leave SQLite half-written:
+        // every multi-statement change runs in a transaction that rolls back
+        // when dropped. So a poisoned lock is still a consistent connection.
+        self.conn.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Runs `f` on the connection.
+    pub fn with<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        f(&self.lock())
+    }
+
+    /// Runs `f` in a transaction, committed when it returns `Ok`.
+    pub fn tx<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T>) -> Result<T> {
+        let mut conn = self.lock();
+        let tx = conn.transaction().map_err(Error::store("begin transaction"))?;
+        let value = f(&tx)?;
+        tx.commit().map_err(Error::store("commit"))?;
+        Ok(value)
+    }
+}
+
+fn open_file(path: &Path) -> Result<Connection> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|source| Error::Io { path: dir.to_path_buf(), source })?;
+    }
+    let conn = Connection::open(path).map_err(Error::store("open store file"))?;
+    conn.busy_timeout(std::time::Duration::from_secs(5)).map_err(Error::store("set busy timeout"))?;
+    // WAL keeps readers and the writer apart; a restarted stack opens the
+    // same file while the previous connection may still be closing.
+    conn.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(())).map_err(Error::store("enable WAL"))?;
+    Ok(conn)
+}
+
+/// Reads an optional single row.
+pub(crate) fn optional<T>(r: rusqlite::Result<T>, context: &'static str) -> Result<Option<T>> {
+    r.optional().map_err(Error::store(context))
+}
+
+/// Reads a text column holding an enum value; a value the stack does not
+/// know is a conversion failure naming the column.
+pub(crate) fn enum_col<T: std::str::FromStr<Err = String>>(r: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<T> {
+    let text: String = r.get(idx)?;
+    text.parse()
+        .map_err(|e: String| rusqlite::Error::FromSqlConversionFailure(idx, rusqlite::types::Type::Text, e.into()))
+}

@@ -1,0 +1,128 @@
+//! The `nodes` table.
+
+use rusqlite::{Connection, Row, params};
+
+use super::rows::{NodeRow, NodeState};
+use super::{enum_col, optional};
+use crate::error::{Error, Result};
+
+const COLUMNS: &str = "seq, id, pool_id, state, reason, hostname, daemon_version, hardware_id, acceptance_command_id, \
+                       applied_generation, spec_generation, created_at_ms, adopted_at_ms";
+
+fn row(r: &Row<'_>) -> rusqlite::Result<NodeRow> {
+    Ok(NodeRow {
+        seq: r.get(0)?,
+        id: r.get(1)?,
+        pool_id: r.get(2)?,
+        state: enum_col(r, 3)?,
+        reason: r.get(4)?,
+        hostname: r.get(5)?,
+        daemon_version: r.get(6)?,
+        hardware_id: r.get(7)?,
+        acceptance_command_id: r.get(8)?,
+        applied_generation: r.get(9)?,
+        spec_generation: r.get(10)?,
+        created_at_ms: r.get(11)?,
+        adopted_at_ms: r.get(12)?,
+    })
+}
+
+fn list(c: &Connection, where_clause: &str, args: impl rusqlite::Params) -> Result<Vec<NodeRow>> {
+    let mut stmt = c
+        .prepare(&format!("SELECT {COLUMNS} FROM nodes {where_clause} ORDER BY seq"))
+        .map_err(Error::store("list nodes"))?;
+    let rows = stmt.query_map(args, row).map_err(Error::store("list nodes"))?;
+    rows.collect::<rusqlite::Result<_>>().map_err(Error::store("list nodes"))
+}
+
+/// What a join records about a new node.
+pub struct NewNode<'a> {
+    /// `node_…`.
+    pub id: &'a str,
+    /// Its pool.
+    pub pool_id: &'a str,
+    /// The token it used.
+    pub join_token_id: &'a str,
+    /// Claims.
+    pub hostname: &'a str,
+    /// Claims.
+    pub daemon_version: &'a str,
+    /// Claims.
+    pub hardware_id: &'a str,
+    /// Join time.
+    pub created_at_ms: i64,
+}
+
+/// Inserts a node in state `joined`.
+pub fn insert(c: &Connection, n: &NewNode<'_>) -> Result<()> {
+    c.execute(
+        "INSERT INTO nodes (id, pool_id, state, hostname, daemon_version, hardware_id, join_token_id, created_at_ms)
+         VALUES (?1, ?2, 'joined', ?3, ?4, ?5, ?6, ?7)",
+        params![n.id, n.pool_id, n.hostname, n.daemon_version, n.hardware_id, n.join_token_id, n.created_at_ms],
+    )
+    .map_err(Error::store("insert node"))?;
+    Ok(())
+}
+
+/// A node by id.
+pub fn get(c: &Connection, id: &str) -> Result<Option<NodeRow>> {
+    optional(c.query_row(&format!("SELECT {COLUMNS} FROM nodes WHERE id = ?1"), [id], row), "read node")
+}
+
+/// Every node, in join order.
+pub fn all(c: &Connection) -> Result<Vec<NodeRow>> {
+    list(c, "", [])
+}
+
+/// The nodes that joined after the node with `seq` (in join order).
+pub fn after(c: &Connection, seq: i64) -> Result<Vec<NodeRow>> {
+    list(c, "WHERE seq > ?1", [seq])
+}
+
+/// The highest join order so far (0 with no node).
+pub fn last_seq(c: &Connection) -> Result<i64> {
+    c.query_row("SELECT COALESCE(MAX(seq), 0) FROM nodes", [], |r| r.get(0)).map_err(Error::store("read node seq"))
+}
+
+/// Sets a node's state and reason (and its adoption time when adopted).
+pub fn set_state(c: &Connection, id: &str, state: NodeState, reason: &str, now_ms: i64) -> Result<()> {
+    c.execute(
+        "UPDATE nodes SET state = ?2, reason = ?3,
+                adopted_at_ms = CASE WHEN ?2 = 'adopted' THEN ?4 ELSE adopted_at_ms END
+         WHERE id = ?1",
+        params![id, state.as_str(), reason, now_ms],
+    )
+    .map_err(Error::store("set node state"))?;
+    Ok(())
+}
+
+/// Records the acceptance command of a node and moves it to `accepting`.
+pub fn set_accepting(c: &Connection, id: &str, command_id: &str) -> Result<()> {
+    c.execute(
+        "UPDATE nodes SET state = 'accepting', acceptance_command_id = ?2 WHERE id = ?1",
+        params![id, command_id],
+    )
+    .map_err(Error::store("set node accepting"))?;
+    Ok(())
+}
+
+/// Records what a Hello says (daemon version, applied generation).
+pub fn record_hello(c: &Connection, id: &str, daemon_version: &str, applied_generation: u64) -> Result<()> {
+    c.execute(
+        "UPDATE nodes SET daemon_version = ?2, applied_generation = ?3 WHERE id = ?1",
+        params![id, daemon_version, applied_generation],
+    )
+    .map_err(Error::store("record hello"))?;
+    Ok(())
+}
+
+/// Records the applied generation a node reports; returns whether it changed.
+pub fn set_applied_generation(c: &Connection, id: &str, generation: u64) -> Result<bool> {
+    let n = c
+        .execute(
+            "UPDATE nodes SET applied_generation = ?2 WHERE id = ?1 AND applied_generation != ?2",
+            params![id, generation],
+        )
+        .map_err(Error::store("set applied generation"))?;
+    Ok(n == 1)
+}

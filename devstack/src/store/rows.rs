@@ -1,0 +1,327 @@
+//! The rows of the store as the in-process API returns them to tests.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// The life of a node: joined, accepting (its acceptance command is out),
+/// then adopted or rejected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NodeState {
+    /// It joined and has not yet opened a session.
+    Joined,
+    /// Its acceptance check (`diag.nvml`) is running.
+    Accepting,
+    /// It passed the acceptance check and has a NodeSpec.
+    Adopted,
+    /// It failed the acceptance check; it is never adopted.
+    Rejected,
+}
+
+impl NodeState {
+    /// The value stored in `nodes.state`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodeState::Joined => "joined",
+            NodeState::Accepting => "accepting",
+            NodeState::Adopted => "adopted",
+            NodeState::Rejected => "rejected",
+        }
+    }
+}
+
+impl FromStr for NodeState {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "joined" => NodeState::Joined,
+            "accepting" => NodeState::Accepting,
+            "adopted" => NodeState::Adopted,
+            "rejected" => NodeState::Rejected,
+            other => return Err(format!("unknown node state {other:?}")),
+        })
+    }
+}
+
+impl fmt::Display for NodeState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where a command is: the stack's own states (`pending`, `delivered`), then
+/// the states the node reports (DESIGN.md §4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CommandStatus {
+    /// Enqueued, not yet sent to the node.
+    Pending,
+    /// Sent; the node has not answered yet.
+    Delivered,
+    /// The node journaled it.
+    Accepted,
+    /// The node runs it.
+    Running,
+    /// It succeeded (terminal).
+    Succeeded,
+    /// It failed (terminal).
+    Failed,
+    /// It was past its `not_after` (terminal).
+    Expired,
+    /// The node had no free lane credit; the stack delivers it again.
+    Busy,
+    /// The node does not run it (terminal).
+    Unsupported,
+}
+
+impl CommandStatus {
+    /// Whether the command is done.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            CommandStatus::Succeeded | CommandStatus::Failed | CommandStatus::Expired | CommandStatus::Unsupported
+        )
+    }
+
+    /// The value stored in `commands.state`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CommandStatus::Pending => "pending",
+            CommandStatus::Delivered => "delivered",
+            CommandStatus::Accepted => "accepted",
+            CommandStatus::Running => "running",
+            CommandStatus::Succeeded => "succeeded",
+            CommandStatus::Failed => "failed",
+            CommandStatus::Expired => "expired",
+            CommandStatus::Busy => "busy",
+            CommandStatus::Unsupported => "unsupported",
+        }
+    }
+
+    /// The status of a state the node reports; `None` for UNSPECIFIED.
+    pub fn from_proto(state: proto::CommandState) -> Option<Self> {
+        Some(match state {
+            proto::CommandState::Unspecified => return None,
+            proto::CommandState::Accepted => CommandStatus::Accepted,
+            proto::CommandState::Running => CommandStatus::Running,
+            proto::CommandState::Succeeded => CommandStatus::Succeeded,
+            proto::CommandState::Failed => CommandStatus::Failed,
+            proto::CommandState::Expired => CommandStatus::Expired,
+            proto::CommandState::Busy => CommandStatus::Busy,
+            proto::CommandState::Unsupported => CommandStatus::Unsupported,
+        })
+    }
+}
+
+impl FromStr for CommandStatus {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "pending" => CommandStatus::Pending,
+            "delivered" => CommandStatus::Delivered,
+            "accepted" => CommandStatus::Accepted,
+            "running" => CommandStatus::Running,
+            "succeeded" => CommandStatus::Succeeded,
+            "failed" => CommandStatus::Failed,
+            "expired" => CommandStatus::Expired,
+            "busy" => CommandStatus::Busy,
+            "unsupported" => CommandStatus::Unsupported,
+            other => return Err(format!("unknown command state {other:?}")),
+        })
+    }
+}
+
+impl fmt::Display for CommandStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A pool of nodes and its acceptance rule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolRow {
+    /// `pool_…`.
+    pub id: String,
+    /// A unique name.
+    pub name: String,
+    /// The GPU model nodes should have, if any.
+    pub gpu_model: Option<String>,
+    /// The GPU count `diag.nvml` must report, if any.
+    pub expect_gpu_count: Option<u32>,
+    /// The acceptance check: `diag.nvml`, or `none` (adopted on first session).
+    pub acceptance: String,
+    /// Creation time.
+    pub created_at_ms: i64,
+}
+
+/// A join token as stored: its SHA-256 only, never the token.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JoinTokenRow {
+    /// `jt_…`.
+    pub id: String,
+    /// Lowercase hex SHA-256 of the token.
+    pub token_sha256: String,
+    /// The pool it joins nodes into.
+    pub pool_id: String,
+    /// How many joins it allows.
+    pub max_uses: u32,
+    /// How many joins used it.
+    pub uses: u32,
+    /// When it stops working.
+    pub expires_at_ms: i64,
+    /// Creation time.
+    pub created_at_ms: i64,
+}
+
+/// A node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeRow {
+    /// The order of joins (a cursor for [`crate::JoinMark`]).
+    pub seq: i64,
+    /// `node_…`.
+    pub id: String,
+    /// Its pool.
+    pub pool_id: String,
+    /// Where it is in its life.
+    pub state: NodeState,
+    /// Why it is in that state (a rejection reason, say).
+    pub reason: String,
+    /// What it claimed at join and in its Hello.
+    pub hostname: String,
+    /// The daemon version of its last Hello (or join claims).
+    pub daemon_version: String,
+    /// Its claimed hardware id.
+    pub hardware_id: String,
+    /// The id of its acceptance command, once enqueued.
+    pub acceptance_command_id: Option<String>,
+    /// The spec generation it reports as applied.
+    pub applied_generation: u64,
+    /// The latest spec generation the stack made for it.
+    pub spec_generation: u64,
+    /// Join time.
+    pub created_at_ms: i64,
+    /// Adoption time.
+    pub adopted_at_ms: Option<i64>,
+}
+
+/// A certificate issued to a node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeCertRow {
+    /// The node.
+    pub node_id: String,
+    /// The serial, lowercase hex of the DER integer bytes.
+    pub serial: String,
+    /// The pin of the certified key.
+    pub spki_pin: String,
+    /// The certificate.
+    pub der: Vec<u8>,
+    /// notBefore.
+    pub not_before_ms: i64,
+    /// notAfter.
+    pub not_after_ms: i64,
+    /// When it was revoked.
+    pub revoked_at_ms: Option<i64>,
+}
+
+/// One session of a node: a Hello answered by a Welcome.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeSessionRow {
+    /// Row id.
+    pub id: i64,
+    /// The node.
+    pub node_id: String,
+    /// The Welcome's session epoch (per node, increasing).
+    pub epoch: u64,
+    /// The node's journal id.
+    pub journal_id: String,
+    /// The node's boot id.
+    pub boot_id: String,
+    /// The daemon version of the Hello.
+    pub daemon_version: String,
+    /// When the Welcome was sent.
+    pub connected_at_ms: i64,
+    /// When the stream ended.
+    pub disconnected_at_ms: Option<i64>,
+}
+
+/// A command and its outcome.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommandRow {
+    /// `cmd_…`.
+    pub id: String,
+    /// The node it is for.
+    pub node_id: String,
+    /// Its kind (`diag.nvml`, …).
+    pub kind: String,
+    /// Its parameters (JSON).
+    pub params: Vec<u8>,
+    /// Whether the node may run it again after a crash.
+    pub retry_safe: bool,
+    /// Whether it needs an approved batch.
+    pub destructive: bool,
+    /// Its batch id, or empty.
+    pub batch: String,
+    /// Its deadline (0: none).
+    pub not_after_ms: i64,
+    /// The spec generation the node must have applied first.
+    pub min_generation: u64,
+    /// The DSSE envelope delivered (protobuf `Envelope` bytes).
+    pub envelope: Vec<u8>,
+    /// Where it is.
+    pub state: CommandStatus,
+    /// The node's reason (or the stack's, for a refused result).
+    pub reason: String,
+    /// The node-signed result (protobuf `Envelope` bytes), once verified.
+    pub result: Option<Vec<u8>>,
+    /// The result's output (JSON, kind-specific).
+    pub output: Option<Vec<u8>>,
+    /// Enqueue time.
+    pub created_at_ms: i64,
+    /// Last delivery time.
+    pub delivered_at_ms: Option<i64>,
+    /// When it reached a terminal state.
+    pub finished_at_ms: Option<i64>,
+    /// How many times it was sent.
+    pub deliveries: u32,
+}
+
+/// One state a node reported for a command (the history).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommandUpdateRow {
+    /// The command.
+    pub command_id: String,
+    /// The state reported.
+    pub state: CommandStatus,
+    /// The node's reason.
+    pub reason: String,
+    /// When the stack recorded it.
+    pub at_ms: i64,
+}
+
+/// One verified inventory section of a node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InventoryRow {
+    /// The node.
+    pub node_id: String,
+    /// `system`, `gpus` or `network`.
+    pub name: String,
+    /// Lowercase hex SHA-256 of `content`.
+    pub sha256: String,
+    /// The section's protobuf bytes.
+    pub content: Vec<u8>,
+    /// When it was last reported.
+    pub updated_at_ms: i64,
+}
+
+/// A NodeSpec the stack made for a node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeSpecRow {
+    /// The node.
+    pub node_id: String,
+    /// Its generation (1, 2, …).
+    pub generation: u64,
+    /// The `NodeSpec` protobuf bytes.
+    pub payload: Vec<u8>,
+    /// The DSSE envelope sent (protobuf `Envelope` bytes).
+    pub envelope: Vec<u8>,
+    /// Creation time.
+    pub created_at_ms: i64,
+}
