@@ -1,0 +1,67 @@
+//! The dev stack's scenario suite: a Rust node over real mTLS against an
+//! in-process stack (no Go needed).
+
+mod join;
+mod node;
+mod restart;
+mod session;
+mod tls;
+
+use std::io::Write;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use devstack::{DevStack, DevStackOptions, PoolSpec};
+
+/// The captured logs of the test binary.
+#[derive(Clone, Default)]
+pub struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl Logs {
+    /// The logs of this test binary: one subscriber for every thread, so
+    /// every task of every stack is captured (a per-thread subscriber would
+    /// miss events whose callsites another thread registered first). Tests
+    /// look for their own node ids and tokens in it.
+    pub fn capture() -> Logs {
+        static LOGS: OnceLock<Logs> = OnceLock::new();
+        LOGS.get_or_init(|| {
+            let logs = Logs::default();
+            let writer = logs.clone();
+            let subscriber = tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::new("debug"))
+                .with_ansi(false)
+                .with_writer(move || writer.clone())
+                .finish();
+            tracing::subscriber::set_global_default(subscriber).expect("the only global subscriber");
+            logs
+        })
+        .clone()
+    }
+
+    /// Everything captured so far.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A stack on an in-memory store with a pool expecting `gpus` GPUs and a
+/// five-use token.
+pub async fn stack_with_pool(options: DevStackOptions, gpus: Option<u32>) -> (DevStack, String, String) {
+    let stack = DevStack::start(options).await.expect("start");
+    let pool = stack
+        .create_pool(PoolSpec { name: "gpu".into(), expect_gpu_count: gpus, ..PoolSpec::default() })
+        .await
+        .unwrap();
+    let token = stack.mint_join_token(&pool, 5, Duration::from_secs(600)).await.unwrap();
+    (stack, pool, token)
+}

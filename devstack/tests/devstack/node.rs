@@ -1,0 +1,404 @@
+//! A Rust client that plays a node over real mTLS: it joins with a sealed
+//! token, opens sessions, answers commands with node-signed results.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use devstack::DevStack;
+use hyper_util::rt::TokioIo;
+use prost::Message as _;
+use proto::gateway_frame::Frame as Out;
+use proto::node_frame::Frame as In;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Status, Streaming};
+
+/// How long a test waits for anything.
+pub const WAIT: Duration = Duration::from_secs(10);
+
+/// A client certificate chain and its key.
+#[derive(Clone)]
+pub struct ClientCert {
+    pub chain: Vec<Vec<u8>>,
+    pub key: p256::SecretKey,
+}
+
+/// The rustls client configuration of a node: the serving CA as the only
+/// root, TLS 1.3, the given ALPN list and optional client certificate.
+pub fn client_config(stack: &DevStack, cert: Option<&ClientCert>, alpn: &[&[u8]]) -> Arc<rustls::ClientConfig> {
+    use p256::pkcs8::EncodePrivateKey as _;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(CertificateDer::from(stack.serving_ca_der().to_vec())).unwrap();
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_root_certificates(roots);
+    let mut config = match cert {
+        Some(c) => {
+            let chain = c.chain.iter().map(|d| CertificateDer::from(d.clone())).collect();
+            let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(c.key.to_pkcs8_der().unwrap().as_bytes().to_vec()));
+            builder.with_client_auth_cert(chain, key).unwrap()
+        }
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Arc::new(config)
+}
+
+/// A TLS connection to the gateway.
+pub async fn dial(
+    stack: &DevStack,
+    cert: Option<&ClientCert>,
+    alpn: &[&[u8]],
+) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+    let connector = tokio_rustls::TlsConnector::from(client_config(stack, cert, alpn));
+    let tcp = TcpStream::connect(stack.gateway_addr()).await?;
+    connector.connect(ServerName::try_from(devstack::SERVER_NAME).unwrap(), tcp).await
+}
+
+/// A gRPC channel to the gateway over our own TLS (ALPN h2).
+pub async fn channel(stack: &DevStack, cert: Option<ClientCert>) -> Result<Channel, tonic::transport::Error> {
+    let addr = stack.gateway_addr();
+    let config = client_config(stack, cert.as_ref(), &[b"h2"]);
+    let connector = tower::service_fn(move |_uri: http::Uri| {
+        let config = config.clone();
+        async move {
+            let tcp = TcpStream::connect(addr).await?;
+            let tls = tokio_rustls::TlsConnector::from(config)
+                .connect(ServerName::try_from(devstack::SERVER_NAME).unwrap(), tcp)
+                .await?;
+            Ok::<_, std::io::Error>(TokioIo::new(tls))
+        }
+    });
+    Endpoint::from_static("http://gw.dev.local").connect_with_connector(connector).await
+}
+
+/// A sealed token for a CSR.
+pub fn seal(stack: &DevStack, token: &str, csr_pin: &str) -> String {
+    let iat = devstack_now_ms() / 1000;
+    pki::join::seal_token(&stack.join_encryption_key(), token, csr_pin, iat, &pki::jwe::SealRandomness::from_os())
+}
+
+pub fn devstack_now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+/// A fresh node key and its CSR.
+pub fn key_and_csr() -> (p256::SecretKey, Vec<u8>, String) {
+    let key = pki::keys::random_p256();
+    let csr = pki::x509::csr(&key, "bcd").unwrap();
+    let pin = pki::x509::parse_csr(&csr).unwrap().pin;
+    (key, csr, pin)
+}
+
+/// Sends a JoinRequest without a client certificate.
+pub async fn join_raw(stack: &DevStack, sealed: String, csr_der: Vec<u8>) -> Result<proto::JoinReply, Status> {
+    let channel = channel(stack, None).await.expect("dial the gateway");
+    let mut client = proto::join_client::JoinClient::new(channel);
+    let request = proto::JoinRequest {
+        method: Some(proto::join_request::Method::Token(proto::TokenJoin { sealed_token: sealed, csr_der })),
+        claims: Some(proto::NodeClaims {
+            hostname: "test-host".into(),
+            daemon_version: "0.0.0-test".into(),
+            hardware_id: "hw-1".into(),
+            capabilities: vec![],
+        }),
+    };
+    client.join(request).await.map(|r| r.into_inner())
+}
+
+/// A node that joined.
+pub struct TestNode {
+    pub id: String,
+    pub key: p256::SecretKey,
+    pub response: proto::JoinResponse,
+    pub cert: ClientCert,
+    pub journal_id: String,
+    pub boot_id: String,
+    seq: Arc<AtomicU64>,
+}
+
+impl TestNode {
+    /// Joins with a token: a fresh key and CSR, the token sealed to the
+    /// stack's join-encryption key, the response verified against its
+    /// join-signing key and the CSR pin.
+    pub async fn join(stack: &DevStack, token: &str) -> Result<TestNode, Status> {
+        let (key, csr, pin) = key_and_csr();
+        let reply = join_raw(stack, seal(stack, token, &pin), csr).await?;
+        let Some(proto::join_reply::Reply::Response(env)) = reply.reply else { panic!("no response") };
+        let env = pki::dsse::Envelope::from_proto(&env);
+        let response = pki::join::verify_response(&env, &stack.join_signing_key(), &pin).expect("a valid response");
+        let cert = ClientCert { chain: response.certificate_chain.clone(), key: key.clone() };
+        Ok(TestNode {
+            id: response.node_id.clone(),
+            key,
+            response,
+            cert,
+            journal_id: format!("journal-{}", hex::encode(&pki::keys::random_p256().to_bytes()[..4])),
+            boot_id: "boot-1".into(),
+            seq: Arc::new(AtomicU64::new(0)),
+        })
+    }
+
+    /// The Hello of this node.
+    pub fn hello(&self, applied_generation: u64) -> proto::NodeFrame {
+        proto::NodeFrame {
+            seq: 0,
+            frame: Some(In::Hello(proto::Hello {
+                node_id: self.id.clone(),
+                journal_id: self.journal_id.clone(),
+                boot_id: self.boot_id.clone(),
+                daemon_version: "0.0.0-test".into(),
+                capabilities: vec!["diag.nvml".into()],
+                drivers: vec![],
+                applied_generation,
+                server_time_mark_ms: 0,
+                last_acked_seq: 0,
+            })),
+        }
+    }
+
+    /// Opens a session: Hello, then the Welcome.
+    pub async fn connect(&self, stack: &DevStack, applied_generation: u64) -> Result<Session, Status> {
+        let first = self.hello(applied_generation);
+        let mut session = Session::open(stack, Some(self.cert.clone()), first).await?;
+        session.node_id = self.id.clone();
+        session.key = Some(self.key.clone());
+        session.boot_id = self.boot_id.clone();
+        session.seq = self.seq.clone();
+        let welcome = session.next_frame(WAIT).await.map_err(Status::unavailable)?;
+        match welcome.frame {
+            Some(Out::Welcome(w)) => session.welcome = w,
+            other => panic!("expected a Welcome, got {other:?}"),
+        }
+        Ok(session)
+    }
+}
+
+/// A live session seen from the node.
+pub struct Session {
+    tx: mpsc::Sender<proto::NodeFrame>,
+    rx: Streaming<proto::GatewayFrame>,
+    pending: VecDeque<proto::GatewayFrame>,
+    pub welcome: proto::Welcome,
+    pub acked: u64,
+    pub node_id: String,
+    key: Option<p256::SecretKey>,
+    boot_id: String,
+    seq: Arc<AtomicU64>,
+}
+
+impl Session {
+    /// Opens the stream and sends `first`; no Welcome is awaited.
+    pub async fn open(stack: &DevStack, cert: Option<ClientCert>, first: proto::NodeFrame) -> Result<Session, Status> {
+        let channel = channel(stack, cert).await.map_err(|e| Status::unavailable(e.to_string()))?;
+        let mut client =
+            proto::gateway_client::GatewayClient::new(channel).max_decoding_message_size(devstack::MAX_MESSAGE_BYTES);
+        let (tx, rx) = mpsc::channel(16);
+        tx.send(first).await.unwrap();
+        let rx = client.session(ReceiverStream::new(rx)).await?.into_inner();
+        Ok(Session {
+            tx,
+            rx,
+            pending: VecDeque::new(),
+            welcome: proto::Welcome::default(),
+            acked: 0,
+            node_id: String::new(),
+            key: None,
+            boot_id: String::new(),
+            seq: Arc::new(AtomicU64::new(0)),
+        })
+    }
+
+    /// The next frame from the stream (pings answered, acks noted, both kept).
+    async fn next_frame(&mut self, wait: Duration) -> Result<proto::GatewayFrame, String> {
+        match tokio::time::timeout(wait, self.rx.message()).await {
+            Err(_) => Err("timed out".into()),
+            Ok(Err(status)) => Err(format!("status {:?}: {}", status.code(), status.message())),
+            Ok(Ok(None)) => Err("the stream ended".into()),
+            Ok(Ok(Some(f))) => {
+                match &f.frame {
+                    Some(Out::Ping(p)) => {
+                        let _ = self.tx.send(control(In::Pong(proto::Pong { nonce: p.nonce }))).await;
+                    }
+                    Some(Out::EventAck(a)) => self.acked = self.acked.max(a.up_to_seq),
+                    _ => {}
+                }
+                Ok(f)
+            }
+        }
+    }
+
+    /// The next frame that is not a Ping nor an EventAck and matches `pred`;
+    /// other such frames are kept for later calls.
+    pub async fn wait_for(
+        &mut self,
+        pred: impl Fn(&proto::GatewayFrame) -> bool,
+    ) -> Result<proto::GatewayFrame, String> {
+        if let Some(i) = self.pending.iter().position(&pred) {
+            return Ok(self.pending.remove(i).unwrap());
+        }
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let f = self.next_frame(left).await?;
+            if matches!(f.frame, Some(Out::Ping(_)) | Some(Out::EventAck(_))) {
+                continue;
+            }
+            if pred(&f) {
+                return Ok(f);
+            }
+            self.pending.push_back(f);
+        }
+    }
+
+    /// Reads until the stream ends; returns its final status (Ok for a
+    /// clean end) and the frames seen.
+    pub async fn until_end(&mut self) -> (Result<(), Status>, Vec<proto::GatewayFrame>) {
+        let mut seen: Vec<_> = self.pending.drain(..).collect();
+        loop {
+            match tokio::time::timeout(WAIT, self.rx.message()).await.expect("the stream ends in time") {
+                Ok(Some(f)) => seen.push(f),
+                Ok(None) => return (Ok(()), seen),
+                Err(status) => return (Err(status), seen),
+            }
+        }
+    }
+
+    /// Sends a heartbeat every 50 ms for `span`, answering pings and keeping
+    /// other frames; returns how many pings arrived.
+    pub async fn keep_alive(&mut self, span: Duration) -> u64 {
+        let until = tokio::time::Instant::now() + span;
+        let mut tick = tokio::time::interval(Duration::from_millis(50));
+        let mut pings = 0;
+        while tokio::time::Instant::now() < until {
+            tokio::select! {
+                _ = tick.tick() => self.heartbeat(0).await,
+                f = self.next_frame(span) => match f.expect("the session stays open") {
+                    proto::GatewayFrame { frame: Some(Out::Ping(_)), .. } => pings += 1,
+                    proto::GatewayFrame { frame: Some(Out::EventAck(_)), .. } => {}
+                    other => self.pending.push_back(other),
+                },
+            }
+        }
+        pings
+    }
+
+    /// Waits for an EventAck covering `seq`.
+    pub async fn await_ack(&mut self, seq: u64) {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while self.acked < seq {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let f = self.next_frame(left).await.expect("an ack");
+            if !matches!(f.frame, Some(Out::Ping(_)) | Some(Out::EventAck(_))) {
+                self.pending.push_back(f);
+            }
+        }
+    }
+
+    /// Sends a frame as is.
+    pub async fn send(&self, f: proto::NodeFrame) {
+        self.tx.send(f).await.expect("the session is open");
+    }
+
+    /// Sends an event with the next journal seq; returns the seq.
+    pub async fn send_event(&self, frame: In) -> u64 {
+        let seq = self.seq.fetch_add(1, Ordering::SeqCst) + 1;
+        self.send(proto::NodeFrame { seq, frame: Some(frame) }).await;
+        seq
+    }
+
+    /// Re-sends an event with a given seq (a duplicate).
+    pub async fn resend_event(&self, seq: u64, frame: In) {
+        self.send(proto::NodeFrame { seq, frame: Some(frame) }).await;
+    }
+
+    /// The last seq this node used.
+    pub fn last_seq(&self) -> u64 {
+        self.seq.load(Ordering::SeqCst)
+    }
+
+    /// Waits for the next delivered command.
+    pub async fn expect_command(&mut self) -> (proto::Command, proto::Envelope) {
+        let f = self.wait_for(|f| matches!(f.frame, Some(Out::Command(_)))).await.expect("a command");
+        let Some(Out::Command(delivery)) = f.frame else { unreachable!() };
+        let env = delivery.command.expect("an envelope");
+        (proto::Command::decode(env.payload.as_slice()).expect("a Command payload"), env)
+    }
+
+    /// Waits for the next DesiredState.
+    pub async fn expect_desired_state(&mut self) -> (proto::NodeSpec, proto::Envelope) {
+        let f = self.wait_for(|f| matches!(f.frame, Some(Out::DesiredState(_)))).await.expect("a desired state");
+        let Some(Out::DesiredState(ds)) = f.frame else { unreachable!() };
+        let env = ds.spec.expect("an envelope");
+        (proto::NodeSpec::decode(env.payload.as_slice()).expect("a NodeSpec payload"), env)
+    }
+
+    /// A node-signed result for a command, signed with `key`.
+    pub fn signed_result(
+        &self,
+        key: &p256::SecretKey,
+        cmd: &proto::Command,
+        state: proto::CommandState,
+        output: &str,
+    ) -> proto::Envelope {
+        let statement = proto::NodeStatement {
+            node_id: self.node_id.clone(),
+            boot_id: self.boot_id.clone(),
+            at_ms: devstack_now_ms(),
+            body: Some(proto::node_statement::Body::CommandResult(proto::CommandResult {
+                command_id: cmd.id.clone(),
+                kind: cmd.kind.clone(),
+                state: state as i32,
+                reason: String::new(),
+                output: output.as_bytes().to_vec(),
+            })),
+        };
+        pki::statement::sign(key, &statement).to_proto()
+    }
+
+    /// A CommandUpdate event.
+    pub fn update(cmd_id: &str, state: proto::CommandState, result: Option<proto::Envelope>) -> In {
+        In::CommandUpdate(proto::CommandUpdate {
+            command_id: cmd_id.to_string(),
+            state: state as i32,
+            reason: String::new(),
+            result,
+            at_ms: devstack_now_ms(),
+        })
+    }
+
+    /// ACCEPTED, RUNNING, then SUCCEEDED with a node-signed result; returns
+    /// the seq of the last event after it is acknowledged.
+    pub async fn complete(&mut self, cmd: &proto::Command, output: &str) -> u64 {
+        use proto::CommandState::*;
+        self.send_event(Self::update(&cmd.id, Accepted, None)).await;
+        self.send_event(Self::update(&cmd.id, Running, None)).await;
+        let key = self.key.clone().expect("a node key");
+        let result = self.signed_result(&key, cmd, Succeeded, output);
+        let seq = self.send_event(Self::update(&cmd.id, Succeeded, Some(result))).await;
+        self.await_ack(seq).await;
+        seq
+    }
+
+    /// A heartbeat.
+    pub async fn heartbeat(&self, applied_generation: u64) {
+        self.send(control(In::Heartbeat(proto::Heartbeat { at_ms: devstack_now_ms(), applied_generation }))).await;
+    }
+}
+
+/// A control frame (seq 0).
+pub fn control(frame: In) -> proto::NodeFrame {
+    proto::NodeFrame { seq: 0, frame: Some(frame) }
+}
+
+/// The diag.nvml output of a machine with `gpus` GPUs.
+pub fn diag_output(gpus: u32) -> String {
+    format!(r#"{{"gpus":{gpus},"healthy":{gpus},"driver":"550.54.15"}}"#)
+}

@@ -1,0 +1,89 @@
+//! Bad connections are refused with a clear log line while a live session
+//! keeps working: no ALPN, another ALPN, garbage bytes, a client certificate
+//! from another CA.
+
+use devstack::{CommandStatus, DevStackOptions};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::node::{self, ClientCert, Session, TestNode, WAIT, diag_output};
+use crate::{Logs, stack_with_pool};
+
+/// Reads until the peer closes; true when it did within the wait.
+async fn closed_by_peer<S: tokio::io::AsyncRead + Unpin>(stream: &mut S) -> bool {
+    let mut buf = [0u8; 256];
+    loop {
+        match tokio::time::timeout(WAIT, stream.read(&mut buf)).await {
+            Err(_) => return false,
+            Ok(Ok(0)) | Ok(Err(_)) => return true,
+            Ok(Ok(_)) => continue,
+        }
+    }
+}
+
+/// A certificate for `node_id` issued by a CA the stack never heard of.
+fn foreign_cert(node_id: &str) -> ClientCert {
+    let now = node::devstack_now_ms();
+    let ca_key = pki::keys::random_p256();
+    let profile = pki::x509::CaProfile {
+        common_name: "another node CA",
+        organization: Some("compute.dev.local"),
+        serial: &[1],
+        validity: pki::x509::Validity { not_before_ms: now - 60_000, not_after_ms: now + 3_600_000 },
+    };
+    let ca = pki::x509::ca_certificate(&ca_key, &profile).unwrap();
+    let key = pki::keys::random_p256();
+    let csr = pki::x509::parse_csr(&pki::x509::csr(&key, "bcd").unwrap()).unwrap();
+    let node = pki::x509::NodeCertificate {
+        node_id,
+        trust_domain: "compute.dev.local",
+        tpm_ak_name: None,
+        serial: &[2],
+        not_before_ms: now - 60_000,
+    };
+    let leaf = pki::x509::issue_node_certificate(&ca_key, &ca, &csr, &node).unwrap();
+    ClientCert { chain: vec![leaf, ca], key }
+}
+
+#[tokio::test]
+async fn bad_connections_are_refused_while_a_session_keeps_working() {
+    let logs = Logs::capture();
+    let (stack, _pool, token) = stack_with_pool(DevStackOptions::memory(), None).await;
+    let node = TestNode::join(&stack, &token).await.unwrap();
+    let mut session = node.connect(&stack, 0).await.unwrap();
+    let (diag, _) = session.expect_command().await;
+
+    // Another ALPN: the handshake itself fails.
+    assert!(node::dial(&stack, None, &[b"http/1.1"]).await.is_err());
+    // No ALPN: the handshake completes, then the gateway closes.
+    let mut tls = node::dial(&stack, None, &[]).await.expect("a TLS 1.3 handshake");
+    assert!(closed_by_peer(&mut tls).await, "a connection without ALPN stayed open");
+    // Garbage bytes on the TLS port.
+    let mut tcp = tokio::net::TcpStream::connect(stack.gateway_addr()).await.unwrap();
+    tcp.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n\x00\x01garbage").await.unwrap();
+    assert!(closed_by_peer(&mut tcp).await, "garbage did not close the connection");
+    // A client certificate from another CA, naming the live node.
+    let err = Session::open(&stack, Some(foreign_cert(&node.id)), node.hello(0)).await.err().expect("a refusal");
+    assert_ne!(err.code(), tonic::Code::Ok);
+
+    // The live session did not notice.
+    session.complete(&diag, &diag_output(1)).await;
+    session.heartbeat(1).await;
+    stack.await_adopted(&node.id, WAIT).await.unwrap();
+    let id = stack.enqueue_command(&node.id, "logs.collect", serde_json::json!({}), Default::default()).await.unwrap();
+    let (cmd, _) = session.expect_command().await;
+    assert_eq!(cmd.id, id);
+    session.complete(&cmd, "{}").await;
+    assert_eq!(stack.await_command(&id, WAIT).await.unwrap().state, CommandStatus::Succeeded);
+    assert_eq!(stack.node_sessions(&node.id).await.unwrap().len(), 1);
+
+    stack.shutdown().await.unwrap();
+    let text = logs.text();
+    for line in [
+        "TLS handshake refused peer=127.0.0.1:",
+        "the negotiated ALPN is not h2",
+        "received corrupt message of type InvalidContentType",
+        "invalid peer certificate: UnknownIssuer",
+    ] {
+        assert!(text.contains(line), "no log line with {line:?} in\n{text}");
+    }
+}
