@@ -2,6 +2,7 @@
 //! live sessions, the settings of this run, and the change notification that
 //! the `await_*` helpers wait on.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -39,12 +40,30 @@ pub struct Shared {
     /// This run's settings.
     pub settings: Settings,
     changed: watch::Sender<u64>,
+    draining: AtomicBool,
 }
 
 impl Shared {
     /// Bundles the parts.
     pub fn new(store: Store, keys: StackKeys, settings: Settings) -> Self {
-        Shared { store, keys, hub: Hub::default(), settings, changed: watch::channel(0).0 }
+        Shared {
+            store,
+            keys,
+            hub: Hub::default(),
+            settings,
+            changed: watch::channel(0).0,
+            draining: AtomicBool::new(false),
+        }
+    }
+
+    /// Marks the stack as shutting down: new sessions are refused.
+    pub fn start_draining(&self) {
+        self.draining.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the stack is shutting down.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::SeqCst)
     }
 
     /// Tells every waiter that the store or the live sessions changed.

@@ -648,6 +648,7 @@ impl DevStack {
             reason: "the dev stack is shutting down".into(),
             retry_after_ms: shared.settings.drain_retry_after_ms,
         };
+        shared.start_draining();
         shared.hub.broadcast(&drain);
         let drained = shared
             .wait_for(SHUTDOWN_GRACE, || "sessions to drain".into(), || Ok(shared.hub.is_empty().then_some(())))

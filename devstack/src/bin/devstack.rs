@@ -76,6 +76,7 @@ fn main() -> Result<()> {
 }
 
 async fn run(args: Serve) -> Result<()> {
+    let stop = stop_signals()?;
     // With --memory the files live in a temporary directory kept until exit.
     let (dir, _temp) = match &args.data {
         Some(dir) => (dir.clone(), None),
@@ -137,7 +138,7 @@ async fn run(args: Serve) -> Result<()> {
         paths.config.display()
     );
 
-    wait_for_signal().await?;
+    stop.await;
     eprintln!("devstack: stopping");
     stack.shutdown().await.context("shut down")?;
     Ok(())
@@ -165,17 +166,26 @@ fn write_secret(path: &Path, secret: &str) -> Result<()> {
     Ok(())
 }
 
-async fn wait_for_signal() -> Result<()> {
+/// Listens for SIGINT and SIGTERM from now on (before anything is printed,
+/// so a signal sent as soon as the output appears stops the stack cleanly);
+/// the returned future completes on the first one.
+fn stop_signals() -> Result<impl std::future::Future<Output = ()>> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
         let mut term = signal(SignalKind::terminate()).context("listen for SIGTERM")?;
-        tokio::select! {
-            r = tokio::signal::ctrl_c() => r.context("listen for SIGINT")?,
-            _ = term.recv() => {}
-        }
+        let mut int = signal(SignalKind::interrupt()).context("listen for SIGINT")?;
+        Ok(async move {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        })
     }
     #[cfg(not(unix))]
-    tokio::signal::ctrl_c().await.context("listen for Ctrl-C")?;
-    Ok(())
+    {
+        Ok(async move {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+    }
 }

@@ -55,6 +55,9 @@ impl proto::gateway_server::Gateway for GatewayService {
         request: Request<Streaming<proto::NodeFrame>>,
     ) -> Result<Response<Self::SessionStream>, Status> {
         let node = self.authenticate("Session", &request)?;
+        if self.shared.is_draining() {
+            return Err(Status::unavailable("draining: the dev stack is shutting down"));
+        }
         let (tx, rx) = mpsc::channel(OUTBOUND_BUFFER);
         tokio::spawn(session::run(self.shared.clone(), node, request.into_inner(), tx));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))

@@ -4,6 +4,7 @@
 mod join;
 mod node;
 mod restart;
+mod serve;
 mod session;
 mod tls;
 

@@ -146,6 +146,11 @@ impl TestNode {
         })
     }
 
+    /// The same node with a renewed key and certificate chain.
+    pub fn renewed(self, key: p256::SecretKey, chain: Vec<Vec<u8>>) -> TestNode {
+        TestNode { cert: ClientCert { chain, key: key.clone() }, key, ..self }
+    }
+
     /// The Hello of this node.
     pub fn hello(&self, applied_generation: u64) -> proto::NodeFrame {
         proto::NodeFrame {

@@ -213,3 +213,28 @@ async fn commands_carry_their_options() {
 fn devstack_now(t: std::time::SystemTime) -> i64 {
     t.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
 }
+
+#[tokio::test]
+async fn a_node_renews_its_certificate_over_mtls() {
+    let (stack, _pool, token) = stack_with_pool(DevStackOptions::memory(), None).await;
+    let node = TestNode::join(&stack, &token).await.unwrap();
+    let (key, csr, pin) = crate::node::key_and_csr();
+    let request = proto::RenewRequest { csr_der: csr.clone(), node_key: None };
+
+    let anonymous = crate::node::channel(&stack, None).await.unwrap();
+    let err = proto::gateway_client::GatewayClient::new(anonymous).renew(request.clone()).await.unwrap_err();
+    assert_eq!(code(&err), (Code::Unauthenticated, "cert-unknown"));
+
+    let channel = crate::node::channel(&stack, Some(node.cert.clone())).await.unwrap();
+    let reply = proto::gateway_client::GatewayClient::new(channel).renew(request).await.unwrap().into_inner();
+    let env = pki::dsse::Envelope::from_proto(&reply.response.unwrap());
+    let response = pki::join::verify_response(&env, &stack.join_signing_key(), &pin).unwrap();
+    assert_eq!(response.node_id, node.id);
+    assert_ne!(response.certificate_chain[0], node.cert.chain[0]);
+    assert_eq!(stack.node_certs(&node.id).await.unwrap().len(), 2);
+
+    let renewed = node.renewed(key, response.certificate_chain);
+    let session = renewed.connect(&stack, 0).await.unwrap();
+    assert_eq!(session.welcome.session_epoch, 1);
+    stack.shutdown().await.unwrap();
+}
