@@ -1,0 +1,221 @@
+// Package config reads bcd's config.toml (DESIGN.md §5) and updates it in
+// place: top-level keys are rewritten line by line so that comments and
+// tables a person wrote survive, and every write is atomic (a temporary
+// file, fsync, rename, fsync of the directory).
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+)
+
+// FileName is the configuration's usual name.
+const FileName = "config.toml"
+
+// JWKFileName is the join-encryption key's file, next to config.toml.
+const JWKFileName = "join-encryption.jwk"
+
+// DefaultPath is where bcd looks without --config.
+const DefaultPath = "/etc/bcd/config.toml"
+
+// ErrInvalid marks a configuration that parses but cannot be used.
+var ErrInvalid = errors.New("invalid configuration")
+
+// Config is config.toml.
+type Config struct {
+	// GatewayURL is the gateway, https://host:port (http:// for h2c in fakehw builds).
+	GatewayURL string `toml:"gateway_url"`
+	// GatewayServerName is the name the serving certificate must carry
+	// (default: the URL's host).
+	GatewayServerName string `toml:"gateway_server_name"`
+	// ServingCASPKIPin pins the CA that issued the gateway's certificate.
+	ServingCASPKIPin string `toml:"serving_ca_spki_pin"`
+	// JoinSigningPin pins the JoinService's signing key.
+	JoinSigningPin string `toml:"join_signing_pin"`
+	// JoinSigningKey is that key itself (standard base64 of its SPKI DER),
+	// which must match JoinSigningPin: a pin alone cannot verify a signature.
+	JoinSigningKey string `toml:"join_signing_key"`
+	// JoinEncryptionPin pins the key join tokens are sealed to.
+	JoinEncryptionPin string `toml:"join_encryption_pin"`
+	// DataDir holds the identity, the journal and the status socket; a
+	// relative path is relative to the configuration's directory.
+	DataDir string `toml:"data_dir"`
+	// NodeID is set by a successful join.
+	NodeID string `toml:"node_id"`
+	// SignedSpecs is "always" or "access" (DESIGN.md §3.6); empty means
+	// "always" when bcd has command roots.
+	SignedSpecs string `toml:"signed_specs"`
+	// DevInsecureH2C dials the gateway over cleartext HTTP/2 (fakehw builds only).
+	DevInsecureH2C bool `toml:"dev_insecure_h2c"`
+	// Update is the [update] table (self-update, a later issue).
+	Update map[string]any `toml:"update"`
+	// Websocket is the [websocket] table (a later issue).
+	Websocket map[string]any `toml:"websocket"`
+
+	// Path is the file this configuration was read from.
+	Path string `toml:"-"`
+}
+
+// Load reads and checks a configuration file.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	c := &Config{}
+	if _, err := toml.Decode(string(data), c); err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrInvalid, path, err)
+	}
+	c.Path = path
+	if c.DataDir == "" {
+		return nil, fmt.Errorf("%w: %s: data_dir is not set", ErrInvalid, path)
+	}
+	if !filepath.IsAbs(c.DataDir) {
+		c.DataDir = filepath.Join(filepath.Dir(path), c.DataDir)
+	}
+	switch c.SignedSpecs {
+	case "", "always", "access":
+	default:
+		return nil, fmt.Errorf("%w: %s: signed_specs %q is neither \"always\" nor \"access\"", ErrInvalid, path, c.SignedSpecs)
+	}
+	return c, nil
+}
+
+// JWKPath is where join-encryption.jwk sits: next to the configuration.
+func (c *Config) JWKPath() string { return filepath.Join(filepath.Dir(c.Path), JWKFileName) }
+
+// ServerName is the name the gateway's certificate is checked for.
+func (c *Config) ServerName() string {
+	if c.GatewayServerName != "" {
+		return c.GatewayServerName
+	}
+	host := strings.TrimPrefix(strings.TrimPrefix(c.GatewayURL, "https://"), "http://")
+	if i := strings.IndexByte(host, '/'); i >= 0 {
+		host = host[:i]
+	}
+	if i := strings.LastIndexByte(host, ':'); i >= 0 && !strings.HasSuffix(host, "]") {
+		host = host[:i]
+	}
+	return strings.Trim(host, "[]")
+}
+
+// Set writes the top-level keys of values into the file at path (created
+// when missing), replacing each key's line or adding it before the first
+// table, and leaves every other line alone. Values are TOML strings.
+func Set(path string, values map[string]string, order []string) error {
+	data, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	lines := strings.SplitAfter(string(data), "\n")
+	if len(lines) > 0 && lines[len(lines)-1] == "" {
+		lines = lines[:len(lines)-1]
+	}
+	done := map[string]bool{}
+	firstTable := len(lines)
+	for i, line := range lines {
+		trimmed := strings.TrimSpace(line)
+		if strings.HasPrefix(trimmed, "[") {
+			firstTable = i
+			break
+		}
+		key, _, ok := strings.Cut(trimmed, "=")
+		key = strings.TrimSpace(key)
+		if v, want := values[key]; ok && want {
+			lines[i] = key + " = " + Quote(v) + "\n"
+			done[key] = true
+		}
+	}
+	var added []string
+	for _, key := range order {
+		if v, ok := values[key]; ok && !done[key] {
+			added = append(added, key+" = "+Quote(v)+"\n")
+			done[key] = true
+		}
+	}
+	for key, v := range values {
+		if !done[key] {
+			added = append(added, key+" = "+Quote(v)+"\n")
+		}
+	}
+	if firstTable > 0 && firstTable <= len(lines) && len(added) > 0 && !strings.HasSuffix(lines[firstTable-1], "\n") {
+		lines[firstTable-1] += "\n"
+	}
+	out := append(append(append([]string{}, lines[:firstTable]...), added...), lines[firstTable:]...)
+	return WriteFileAtomic(path, []byte(strings.Join(out, "")), 0o644)
+}
+
+// Quote returns s as a TOML basic string.
+func Quote(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for _, r := range s {
+		switch {
+		case r == '"':
+			b.WriteString(`\"`)
+		case r == '\\':
+			b.WriteString(`\\`)
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r < 0x20 || r == 0x7f:
+			fmt.Fprintf(&b, `\u%04X`, r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+// WriteFileAtomic writes data to path through a temporary file in the same
+// directory, fsyncs it, renames it over path and fsyncs the directory, so a
+// crash leaves either the old or the new file.
+func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(perm); err != nil {
+		tmp.Close()
+		return err
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	return SyncDir(dir)
+}
+
+// SyncDir fsyncs a directory so that a rename or a new file in it survives a crash.
+func SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil && !errors.Is(err, os.ErrInvalid) {
+		return err
+	}
+	return nil
+}

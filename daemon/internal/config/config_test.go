@@ -1,0 +1,72 @@
+// Tests of config.toml: loading, relative data dirs, and in-place updates
+// that keep what a person wrote.
+
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestLoadResolvesARelativeDataDir(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, FileName)
+	text := "gateway_url = \"https://127.0.0.1:4443\"\ndata_dir = \"data\"\nnode_id = \"\"\n[update]\nthreshold = 2\n"
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DataDir != filepath.Join(dir, "data") || c.ServerName() != "127.0.0.1" || c.JWKPath() != filepath.Join(dir, JWKFileName) {
+		t.Fatalf("got %+v (server name %q)", c, c.ServerName())
+	}
+}
+
+func TestLoadRefusesBadValues(t *testing.T) {
+	dir := t.TempDir()
+	for name, text := range map[string]string{
+		"no data dir":  "gateway_url = \"https://x:1\"\n",
+		"signed specs": "data_dir = \"/d\"\nsigned_specs = \"never\"\n",
+		"not toml":     "data_dir = \n",
+	} {
+		path := filepath.Join(dir, strings.ReplaceAll(name, " ", "-")+".toml")
+		os.WriteFile(path, []byte(text), 0o644)
+		if _, err := Load(path); err == nil {
+			t.Errorf("%s: loaded", name)
+		}
+	}
+}
+
+func TestSetKeepsOtherLines(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, FileName)
+	text := "# written by hand\ngateway_url = \"https://a:1\"\nnode_id = \"\"\n\n[update]\nthreshold = 2\n"
+	os.WriteFile(path, []byte(text), 0o644)
+	if err := Set(path, map[string]string{"node_id": "node_1", "data_dir": `C:\x "y"`}, []string{"data_dir"}); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(path)
+	want := "# written by hand\ngateway_url = \"https://a:1\"\nnode_id = \"node_1\"\n\ndata_dir = \"C:\\\\x \\\"y\\\"\"\n[update]\nthreshold = 2\n"
+	if string(got) != want {
+		t.Fatalf("got\n%s\nwant\n%s", got, want)
+	}
+	c, err := Load(path)
+	if err != nil || c.NodeID != "node_1" || c.DataDir != `C:\x "y"` && !strings.HasSuffix(c.DataDir, `C:\x "y"`) {
+		t.Fatalf("reload: %+v %v", c, err)
+	}
+}
+
+func TestSetCreatesAFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), FileName)
+	if err := Set(path, map[string]string{"gateway_url": "https://g:1", "data_dir": "/d"}, []string{"gateway_url", "data_dir"}); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(path)
+	if string(got) != "gateway_url = \"https://g:1\"\ndata_dir = \"/d\"\n" {
+		t.Fatalf("got %q", got)
+	}
+}

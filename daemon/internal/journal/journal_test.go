@@ -1,0 +1,181 @@
+// Tests of the journal rules: seqs and acks, the caps on unacked events,
+// done results kept 7 days, the server-time mark that only moves forward,
+// and a journal id that survives a restart.
+
+package journal
+
+import (
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"bcd/internal/proto/agentv1"
+)
+
+func open(t *testing.T, path string, opts Options) *Journal {
+	t.Helper()
+	j, err := Open(path, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { j.Close() })
+	return j
+}
+
+func heartbeat(at int64) *agentv1.NodeFrame {
+	return &agentv1.NodeFrame{Frame: &agentv1.NodeFrame_StatusReport{StatusReport: &agentv1.StatusReport{AppliedGeneration: uint64(at)}}}
+}
+
+func TestSeqsIncreaseAndAcksDropEvents(t *testing.T) {
+	j := open(t, filepath.Join(t.TempDir(), "journal.db"), Options{})
+	for i := 1; i <= 5; i++ {
+		seq, err := j.Append(heartbeat(int64(i)))
+		if err != nil || seq != uint64(i) {
+			t.Fatalf("append %d: seq %d, %v", i, seq, err)
+		}
+	}
+	if err := j.Ack(3); err != nil {
+		t.Fatal(err)
+	}
+	events, _ := j.Unacked(0)
+	if len(events) != 2 || events[0].Seq != 4 || events[1].Seq != 5 {
+		t.Fatalf("unacked after ack 3: %v", events)
+	}
+	events, _ = j.Unacked(4)
+	if len(events) != 1 || events[0].Seq != 5 {
+		t.Fatalf("unacked after 4: %v", events)
+	}
+	if n, _ := j.EventStats(); n != 2 {
+		t.Fatalf("count %d", n)
+	}
+	// Acks never renumber: the next event continues the sequence.
+	if seq, _ := j.Append(heartbeat(6)); seq != 6 {
+		t.Fatalf("seq %d after acks", seq)
+	}
+}
+
+func TestJournalIDAndEventsSurviveARestart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal.db")
+	j, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := j.ID()
+	j.Append(heartbeat(1))
+	j.Close()
+	j = open(t, path, Options{})
+	if j.ID() != id || !strings.HasPrefix(id, "jrn_") {
+		t.Fatalf("journal id %q, then %q", id, j.ID())
+	}
+	if events, _ := j.Unacked(0); len(events) != 1 {
+		t.Fatalf("%d events after a restart", len(events))
+	}
+	if seq, _ := j.Append(heartbeat(2)); seq != 2 {
+		t.Fatalf("seq %d after a restart", seq)
+	}
+}
+
+func TestASecondOpenIsRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal.db")
+	open(t, path, Options{})
+	if _, err := Open(path, Options{}); !errors.Is(err, ErrLocked) {
+		t.Fatalf("second open: %v", err)
+	}
+}
+
+func TestUnackedEventsAreCappedByCount(t *testing.T) {
+	j := open(t, filepath.Join(t.TempDir(), "journal.db"), Options{MaxEvents: 3})
+	for i := 1; i <= 5; i++ {
+		j.Append(heartbeat(int64(i)))
+	}
+	events, _ := j.Unacked(0)
+	if len(events) != 3 || events[0].Seq != 3 {
+		t.Fatalf("kept %v", events)
+	}
+	if n, _ := j.EventStats(); n != 3 {
+		t.Fatalf("count %d", n)
+	}
+}
+
+func TestUnackedEventsAreCappedByBytes(t *testing.T) {
+	big := func() *agentv1.NodeFrame {
+		return &agentv1.NodeFrame{Frame: &agentv1.NodeFrame_StatusReport{StatusReport: &agentv1.StatusReport{
+			Inventory: []*agentv1.InventorySection{{Name: "x", Content: make([]byte, 1000)}}}}}
+	}
+	j := open(t, filepath.Join(t.TempDir(), "journal.db"), Options{MaxBytes: 2500})
+	for i := 0; i < 4; i++ {
+		j.Append(big())
+	}
+	n, size := j.EventStats()
+	if n != 2 || size > 2500 {
+		t.Fatalf("kept %d events, %d bytes", n, size)
+	}
+}
+
+func TestTheDefaultCapsAreTheDesignsLimits(t *testing.T) {
+	j := open(t, filepath.Join(t.TempDir(), "journal.db"), Options{})
+	if j.maxEvents != 10_000 || j.maxBytes != 64<<20 {
+		t.Fatalf("caps %d events, %d bytes", j.maxEvents, j.maxBytes)
+	}
+}
+
+func TestDoneResultsAreKeptSevenDays(t *testing.T) {
+	now := time.UnixMilli(1_800_000_000_000)
+	j := open(t, filepath.Join(t.TempDir(), "journal.db"), Options{Now: func() time.Time { return now }})
+	day := 24 * time.Hour
+	recs := []*CommandRecord{
+		{ID: "old", State: Done, DoneAtMs: now.Add(-7*day - time.Minute).UnixMilli()},
+		{ID: "recent", State: Done, DoneAtMs: now.Add(-7*day + time.Minute).UnixMilli()},
+		{ID: "running", State: Running, AcceptedAtMs: now.Add(-30 * day).UnixMilli()},
+	}
+	for _, r := range recs {
+		if err := j.PutCommand(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := j.Sweep(); n != 1 || err != nil {
+		t.Fatalf("swept %d, %v", n, err)
+	}
+	for id, want := range map[string]bool{"old": false, "recent": true, "running": true} {
+		rec, _ := j.Command(id)
+		if (rec != nil) != want {
+			t.Errorf("%s kept=%v, want %v", id, rec != nil, want)
+		}
+	}
+}
+
+func TestTheMarkOnlyMovesForward(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal.db")
+	j, _ := Open(path, Options{})
+	for _, step := range []struct{ in, want int64 }{{1000, 1000}, {500, 1000}, {2000, 2000}, {0, 2000}} {
+		if got, err := j.AdvanceMark(step.in); got != step.want || err != nil {
+			t.Fatalf("advance %d: %d, %v", step.in, got, err)
+		}
+	}
+	j.Close()
+	j = open(t, path, Options{})
+	if j.Mark() != 2000 {
+		t.Fatalf("mark %d after a restart", j.Mark())
+	}
+}
+
+func TestATransactionIsAllOrNothing(t *testing.T) {
+	j := open(t, filepath.Join(t.TempDir(), "journal.db"), Options{})
+	boom := errors.New("boom")
+	err := j.Update(func(tx *Tx) error {
+		tx.PutCommand(&CommandRecord{ID: "c", State: Done})
+		tx.Append(heartbeat(1))
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatal(err)
+	}
+	if rec, _ := j.Command("c"); rec != nil {
+		t.Fatal("the record survived a failed transaction")
+	}
+	if j.LastSeq() != 0 {
+		t.Fatal("the event survived a failed transaction")
+	}
+}
