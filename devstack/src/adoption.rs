@@ -4,7 +4,6 @@
 //! else rejects it (`GpuCountMismatch`, `AcceptanceFailed`). Event-driven: the
 //! session task calls in when a session opens and when a command ends.
 
-use prost::Message as _;
 use serde_json::json;
 use tracing::{info, warn};
 
@@ -96,7 +95,7 @@ fn judge(cmd: &CommandRow, expected: Option<u32>) -> Result<u64, String> {
 /// Adopts a node with NodeSpec generation 1.
 fn adopt(shared: &Shared, node: &NodeRow) -> Result<NodeSpecRow> {
     let now = now_ms();
-    let spec = make_spec(shared, &node.id, 1, now);
+    let spec = crate::spec::first(shared, &node.id, now);
     shared.store.tx(|c| {
         nodes::set_state(c, &node.id, NodeState::Adopted, "", now)?;
         specs::insert(c, &spec)
@@ -104,34 +103,6 @@ fn adopt(shared: &Shared, node: &NodeRow) -> Result<NodeSpecRow> {
     info!(node_id = %node.id, generation = 1, "adoption: node adopted");
     shared.bump();
     Ok(spec)
-}
-
-/// A NodeSpec for a node, signed by the command root under signed intent and
-/// an unsigned envelope otherwise.
-pub fn make_spec(shared: &Shared, node_id: &str, generation: u64, now: i64) -> NodeSpecRow {
-    let spec = proto::NodeSpec { node_id: node_id.to_string(), generation, ..Default::default() };
-    let envelope = match &shared.keys.intent {
-        Some(intent) => pki::intent::sign_spec(&intent.command_root, &spec),
-        None => pki::dsse::Envelope::unsigned(proto::payload_type::NODE_SPEC, spec.encode_to_vec()),
-    };
-    NodeSpecRow {
-        node_id: node_id.to_string(),
-        generation,
-        payload: spec.encode_to_vec(),
-        envelope: envelope.to_proto().encode_to_vec(),
-        created_at_ms: now,
-    }
-}
-
-/// The DesiredState frame of a stored spec.
-pub fn desired_state_frame(spec: &NodeSpecRow) -> Result<proto::GatewayFrame> {
-    let envelope = proto::Envelope::decode(spec.envelope.as_slice()).map_err(|e| Error::Corrupt {
-        table: "node_specs",
-        column: "envelope",
-        key: format!("{}/{}", spec.node_id, spec.generation),
-        reason: e.to_string(),
-    })?;
-    Ok(commands::frame(proto::gateway_frame::Frame::DesiredState(proto::DesiredState { spec: Some(envelope) })))
 }
 
 #[cfg(test)]
@@ -158,6 +129,7 @@ mod tests {
             delivered_at_ms: None,
             finished_at_ms: None,
             deliveries: 1,
+            batch_approval: None,
         }
     }
 

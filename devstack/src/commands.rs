@@ -1,5 +1,6 @@
-//! Commands: building the (signed or unsigned) envelope, enqueueing, waking
-//! the node's session, and the frames that deliver them.
+//! Commands: building the (signed or unsigned) envelope, enqueueing, batches
+//! of destructive commands with their approval, waking the node's session,
+//! and the frames that deliver them.
 
 use std::time::SystemTime;
 
@@ -28,15 +29,49 @@ pub struct CommandOptions {
     pub min_generation: u64,
 }
 
-/// Enqueues a command for a node and wakes its session; returns the id.
-pub fn enqueue(
+/// One command of a batch.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BatchCommand {
+    /// The node it is for.
+    pub node_id: String,
+    /// Its kind.
+    pub kind: String,
+    /// Its parameters.
+    pub params: serde_json::Value,
+    /// Whether the node may run it again after a crash.
+    pub retry_safe: bool,
+}
+
+/// A batch of destructive commands and how many approvers sign it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BatchSpec {
+    /// The commands (each becomes destructive, with the batch id).
+    pub commands: Vec<BatchCommand>,
+    /// How many of the stack's approvers sign the approval (fewer than the
+    /// quorum asks makes a batch bcd refuses, BATCH_UNAPPROVED).
+    pub approvals: usize,
+    /// The approval's deadline; `None`: none.
+    pub not_after: Option<SystemTime>,
+}
+
+/// A stored batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Batch {
+    /// The batch id.
+    pub id: String,
+    /// The command ids, in the order given.
+    pub command_ids: Vec<String>,
+}
+
+/// A command and its envelope, signed by the command root under signed intent.
+fn build(
     shared: &Shared,
     node_id: &str,
     kind: &str,
     params: &serde_json::Value,
     opts: &CommandOptions,
-) -> Result<String> {
-    let now = now_ms();
+    now: i64,
+) -> (proto::Command, pki::dsse::Envelope) {
     let command = proto::Command {
         id: ids::command_id(),
         node_id: node_id.to_string(),
@@ -53,7 +88,12 @@ pub fn enqueue(
         Some(intent) => pki::intent::sign_command(&intent.command_root, &command),
         None => pki::dsse::Envelope::unsigned(proto::payload_type::COMMAND, command.encode_to_vec()),
     };
-    let row = CommandRow {
+    (command, envelope)
+}
+
+/// The row of a new command.
+fn row(command: &proto::Command, envelope: &pki::dsse::Envelope, approval: Option<Vec<u8>>, now: i64) -> CommandRow {
+    CommandRow {
         id: command.id.clone(),
         node_id: command.node_id.clone(),
         kind: command.kind.clone(),
@@ -72,31 +112,96 @@ pub fn enqueue(
         delivered_at_ms: None,
         finished_at_ms: None,
         deliveries: 0,
-    };
+        batch_approval: approval,
+    }
+}
+
+/// Inserts rows (all or none) after checking their nodes, then wakes them.
+fn insert(shared: &Shared, rows: &[CommandRow]) -> Result<()> {
     shared.store.tx(|c| {
-        if nodes::get(c, node_id)?.is_none() {
-            return Err(Error::UnknownNode { node_id: node_id.to_string() });
+        for row in rows {
+            if nodes::get(c, &row.node_id)?.is_none() {
+                return Err(Error::UnknownNode { node_id: row.node_id.clone() });
+            }
+            commands::insert(c, row)?;
         }
-        commands::insert(c, &row)
+        Ok(())
     })?;
-    tracing::info!(node_id, command_id = %row.id, kind, signed = shared.keys.intent.is_some(), "command enqueued");
-    shared.hub.send(node_id, Control::Wake);
+    for row in rows {
+        tracing::info!(
+            node_id = %row.node_id,
+            command_id = %row.id,
+            kind = %row.kind,
+            batch = %row.batch,
+            signed = shared.keys.intent.is_some(),
+            "command enqueued"
+        );
+        shared.hub.send(&row.node_id, Control::Wake);
+    }
     shared.bump();
+    Ok(())
+}
+
+/// Enqueues a command for a node and wakes its session; returns the id.
+pub fn enqueue(
+    shared: &Shared,
+    node_id: &str,
+    kind: &str,
+    params: &serde_json::Value,
+    opts: &CommandOptions,
+) -> Result<String> {
+    let now = now_ms();
+    let (command, envelope) = build(shared, node_id, kind, params, opts, now);
+    let row = row(&command, &envelope, None, now);
+    insert(shared, std::slice::from_ref(&row))?;
     Ok(row.id)
 }
 
-/// The frame that delivers a stored command.
-pub fn delivery_frame(row: &CommandRow) -> Result<proto::GatewayFrame> {
-    let envelope = proto::Envelope::decode(row.envelope.as_slice()).map_err(|e| Error::Corrupt {
+/// Enqueues a batch of destructive commands, each delivered with a
+/// BatchApproval over the digests of all of them, signed by the first
+/// `approvals` approvers. Needs signed intent.
+pub fn enqueue_batch(shared: &Shared, spec: &BatchSpec) -> Result<Batch> {
+    let intent = shared.keys.intent.as_ref().ok_or(Error::NoSignedIntent)?;
+    let now = now_ms();
+    let batch_id = format!("batch_{}", hex::encode(ids::random_bytes(8)));
+    let opts = |retry_safe| CommandOptions {
+        retry_safe,
+        destructive: true,
+        batch: Some(batch_id.clone()),
+        ..CommandOptions::default()
+    };
+    let built: Vec<_> =
+        spec.commands.iter().map(|c| build(shared, &c.node_id, &c.kind, &c.params, &opts(c.retry_safe), now)).collect();
+    let approval = proto::BatchApproval {
+        batch_id: batch_id.clone(),
+        trust_domain: shared.settings.trust_domain.clone(),
+        command_digests: built.iter().map(|(_, env)| pki::intent::command_digest(env)).collect(),
+        not_after_ms: spec.not_after.map(to_ms).unwrap_or(0),
+    };
+    let signers: Vec<&dyn pki::Signer> =
+        intent.approvers.iter().take(spec.approvals).map(|a| a as &dyn pki::Signer).collect();
+    let approval = pki::intent::sign_batch_approval(&signers, &approval).to_proto().encode_to_vec();
+    let rows: Vec<CommandRow> = built.iter().map(|(c, env)| row(c, env, Some(approval.clone()), now)).collect();
+    insert(shared, &rows)?;
+    tracing::info!(batch = %batch_id, commands = rows.len(), approvals = signers.len(), "batch enqueued");
+    Ok(Batch { id: batch_id, command_ids: rows.into_iter().map(|r| r.id).collect() })
+}
+
+fn decode_envelope(bytes: &[u8], column: &'static str, key: &str) -> Result<proto::Envelope> {
+    proto::Envelope::decode(bytes).map_err(|e| Error::Corrupt {
         table: "commands",
-        column: "envelope",
-        key: row.id.clone(),
+        column,
+        key: key.to_string(),
         reason: e.to_string(),
-    })?;
-    Ok(frame(proto::gateway_frame::Frame::Command(proto::CommandDelivery {
-        command: Some(envelope),
-        batch_approval: None,
-    })))
+    })
+}
+
+/// The frame that delivers a stored command (with its batch approval).
+pub fn delivery_frame(row: &CommandRow) -> Result<proto::GatewayFrame> {
+    let command = decode_envelope(&row.envelope, "envelope", &row.id)?;
+    let batch_approval =
+        row.batch_approval.as_deref().map(|b| decode_envelope(b, "batch_approval", &row.id)).transpose()?;
+    Ok(frame(proto::gateway_frame::Frame::Command(proto::CommandDelivery { command: Some(command), batch_approval })))
 }
 
 /// A control frame (`seq` 0).

@@ -117,6 +117,9 @@ pub enum Error {
         /// The rejection reason (`GpuCountMismatch: …`).
         reason: String,
     },
+    /// The operation needs signed intent and the stack runs without it.
+    #[error("the dev stack runs without signed intent")]
+    NoSignedIntent,
     /// The stack is shutting down or has shut down.
     #[error("the dev stack is shut down")]
     Shutdown,

@@ -19,16 +19,18 @@ mod issuance;
 mod join;
 mod keys;
 mod shared;
+mod spec;
 mod stack;
 pub mod status;
 pub mod store;
 mod tls;
 
-pub use commands::CommandOptions;
+pub use commands::{Batch, BatchCommand, BatchSpec, CommandOptions};
 pub use config::BcdConfigPaths;
 pub use error::{Error, Result};
 pub use gateway::limit::MAX_MESSAGE_BYTES;
 pub use http::WELL_KNOWN_PATH;
+pub use spec::SpecUpdate;
 pub use stack::{Acceptance, CommandOutcome, DevStack, DevStackOptions, IntentPublicKeys, JoinMark, Pins, PoolSpec};
 pub use store::StoreLocation;
 pub use store::rows::{

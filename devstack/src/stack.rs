@@ -22,7 +22,7 @@ use tracing::{info, warn};
 
 use crate::adoption::{ACCEPTANCE_DIAG, ACCEPTANCE_NONE};
 use crate::clock::now_ms;
-use crate::commands::{self, CommandOptions};
+use crate::commands::{self, Batch, BatchSpec, CommandOptions};
 use crate::config::{self, BcdConfig, BcdConfigPaths};
 use crate::error::{Error, Result};
 use crate::gateway::{GatewayService, limit};
@@ -30,6 +30,7 @@ use crate::hub::Control;
 use crate::join::JoinService;
 use crate::keys::{ServingNames, StackKeys};
 use crate::shared::{Settings, Shared};
+use crate::spec::SpecUpdate;
 use crate::store::rows::{
     CommandRow, CommandStatus, CommandUpdateRow, InventoryRow, NodeCertRow, NodeRow, NodeSessionRow, NodeSpecRow,
     NodeState, PoolRow,
@@ -451,6 +452,35 @@ impl DevStack {
         opts: CommandOptions,
     ) -> Result<String> {
         commands::enqueue(&self.shared, node_id, kind, &params, &opts)
+    }
+
+    /// Enqueues a batch of destructive commands with a BatchApproval signed
+    /// by `spec.approvals` of the stack's approvers (signed intent only).
+    pub async fn enqueue_batch(&self, spec: BatchSpec) -> Result<Batch> {
+        commands::enqueue_batch(&self.shared, &spec)
+    }
+
+    /// Publishes the next spec generation of a node (sections not in
+    /// `update` carry over) and sends it to its live session; returns the
+    /// generation.
+    pub async fn publish_spec(&self, node_id: &str, update: SpecUpdate) -> Result<u64> {
+        crate::spec::publish(&self.shared, node_id, &update).map(|row| row.generation)
+    }
+
+    /// The current trust bundle with the next sequence number: the start of
+    /// a rotation (signed intent only).
+    pub fn next_trust_bundle(&self) -> Result<proto::TrustBundle> {
+        let intent = self.shared.keys.intent.as_ref().ok_or(Error::NoSignedIntent)?;
+        Ok(proto::TrustBundle { sequence: intent.trust_bundle.sequence + 1, ..intent.trust_bundle.clone() })
+    }
+
+    /// Signs a trust bundle with the first `approvals` of the stack's
+    /// current approvers (signed intent only).
+    pub fn sign_trust_bundle(&self, bundle: &proto::TrustBundle, approvals: usize) -> Result<pki::dsse::Envelope> {
+        let intent = self.shared.keys.intent.as_ref().ok_or(Error::NoSignedIntent)?;
+        let signers: Vec<&dyn pki::Signer> =
+            intent.approvers.iter().take(approvals).map(|a| a as &dyn pki::Signer).collect();
+        Ok(pki::intent::sign_trust_bundle(&signers, bundle))
     }
 
     /// Waits until a command reaches a terminal state.

@@ -246,7 +246,7 @@ impl Session {
 
     async fn send_spec(&self, spec: &NodeSpecRow) -> Result<(), End> {
         debug!(node_id = %self.node.node_id, generation = spec.generation, "session: desired state");
-        self.send(adoption::desired_state_frame(spec).map_err(store_end)?).await
+        self.send(crate::spec::desired_state_frame(spec).map_err(store_end)?).await
     }
 
     /// Delivers every command that is not done.

@@ -8,7 +8,8 @@ use super::{enum_col, optional};
 use crate::error::{Error, Result};
 
 const COLUMNS: &str = "id, node_id, kind, params, retry_safe, destructive, batch, not_after_ms, min_generation, \
-                       envelope, state, reason, result, output, created_at_ms, delivered_at_ms, finished_at_ms, deliveries";
+                       envelope, state, reason, result, output, created_at_ms, delivered_at_ms, finished_at_ms, deliveries, \
+                       batch_approval";
 
 /// The states that are not terminal, as SQL.
 const OPEN: &str = "('pending', 'delivered', 'accepted', 'running', 'busy')";
@@ -33,6 +34,7 @@ fn row(r: &Row<'_>) -> rusqlite::Result<CommandRow> {
         delivered_at_ms: r.get(15)?,
         finished_at_ms: r.get(16)?,
         deliveries: r.get(17)?,
+        batch_approval: r.get(18)?,
     })
 }
 
@@ -49,7 +51,7 @@ pub fn insert(c: &Connection, cmd: &CommandRow) -> Result<()> {
     c.execute(
         &format!(
             "INSERT INTO commands ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, \
-             ?16, ?17, ?18)"
+             ?16, ?17, ?18, ?19)"
         ),
         params![
             cmd.id,
@@ -69,7 +71,8 @@ pub fn insert(c: &Connection, cmd: &CommandRow) -> Result<()> {
             cmd.created_at_ms,
             cmd.delivered_at_ms,
             cmd.finished_at_ms,
-            cmd.deliveries
+            cmd.deliveries,
+            cmd.batch_approval
         ],
     )
     .map_err(Error::store("insert command"))?;

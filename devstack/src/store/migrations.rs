@@ -20,7 +20,10 @@ pub struct Migration {
 }
 
 /// Every migration, in order.
-pub const MIGRATIONS: &[Migration] = &[Migration { version: 1, name: "nodes, commands and keys", sql: V1 }];
+pub const MIGRATIONS: &[Migration] = &[
+    Migration { version: 1, name: "nodes, commands and keys", sql: V1 },
+    Migration { version: 2, name: "batch approvals", sql: V2 },
+];
 
 const V1: &str = r#"
 CREATE TABLE settings (
@@ -148,6 +151,10 @@ CREATE TABLE node_specs (
     created_at_ms INTEGER NOT NULL,
     PRIMARY KEY (node_id, generation)
 );
+"#;
+
+const V2: &str = r#"
+ALTER TABLE commands ADD COLUMN batch_approval BLOB;
 "#;
 
 /// Applies every migration not yet recorded; returns the numbers applied.

@@ -281,6 +281,8 @@ pub struct CommandRow {
     pub finished_at_ms: Option<i64>,
     /// How many times it was sent.
     pub deliveries: u32,
+    /// The batch approval delivered with it (`Envelope` bytes).
+    pub batch_approval: Option<Vec<u8>>,
 }
 
 /// One state a node reported for a command (the history).

@@ -337,6 +337,13 @@ impl Session {
         (proto::Command::decode(env.payload.as_slice()).expect("a Command payload"), env)
     }
 
+    /// Waits for the next command delivery, whole.
+    pub async fn expect_delivery(&mut self) -> proto::CommandDelivery {
+        let f = self.wait_for(|f| matches!(f.frame, Some(Out::Command(_)))).await.expect("a command");
+        let Some(Out::Command(delivery)) = f.frame else { unreachable!() };
+        delivery
+    }
+
     /// Waits for the next DesiredState.
     pub async fn expect_desired_state(&mut self) -> (proto::NodeSpec, proto::Envelope) {
         let f = self.wait_for(|f| matches!(f.frame, Some(Out::DesiredState(_)))).await.expect("a desired state");

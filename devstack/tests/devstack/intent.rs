@@ -1,0 +1,97 @@
+//! Signed intent beyond single commands: batches of destructive commands
+//! with their approval, and spec generations that rotate the trust bundle.
+
+use devstack::{BatchCommand, BatchSpec, DevStackOptions, Error, SpecUpdate};
+use prost::Message as _;
+
+use crate::node::{self, Session, TestNode, WAIT, diag_output};
+use crate::stack_with_pool;
+
+async fn adopted_node(stack: &devstack::DevStack, token: &str) -> (TestNode, Session) {
+    let node = TestNode::join(stack, token).await.unwrap();
+    let mut session = node.connect(stack, 0).await.unwrap();
+    let (diag, _) = session.expect_command().await;
+    session.complete(&diag, &diag_output(1)).await;
+    session.expect_desired_state().await;
+    session.heartbeat(1).await;
+    stack.await_adopted(&node.id, WAIT).await.unwrap();
+    (node, session)
+}
+
+#[tokio::test]
+async fn a_batch_carries_an_approval_by_the_quorum() {
+    let options = DevStackOptions { signed_intent: true, ..DevStackOptions::memory() };
+    let (stack, _pool, token) = stack_with_pool(options, None).await;
+    let (node, mut session) = adopted_node(&stack, &token).await;
+    let (bundle, _) = stack.trust_bundle().unwrap();
+    let quorum = bundle.quorum.clone().unwrap();
+    let reboot = |node_id: &str| BatchCommand {
+        node_id: node_id.to_string(),
+        kind: "node.reboot".into(),
+        params: serde_json::json!({}),
+        retry_safe: false,
+    };
+    let now = node::devstack_now_ms();
+
+    for (approvals, verdict) in [(2, None), (1, Some("batch-unapproved"))] {
+        let spec = BatchSpec { commands: vec![reboot(&node.id), reboot(&node.id)], approvals, not_after: None };
+        let batch = stack.enqueue_batch(spec).await.unwrap();
+        assert_eq!(batch.command_ids.len(), 2);
+        for id in &batch.command_ids {
+            let delivery = session.expect_delivery().await;
+            let env = pki::dsse::Envelope::from_proto(&delivery.command.unwrap());
+            let cmd = proto::Command::decode(env.payload.as_slice()).unwrap();
+            assert_eq!((&cmd.id, cmd.destructive, &cmd.batch), (id, true, &batch.id));
+            let approval = pki::dsse::Envelope::from_proto(&delivery.batch_approval.expect("an approval"));
+            let checked = pki::intent::verify_batch_approval(&approval, &quorum, "compute.dev.local", &env, &cmd, now);
+            assert_eq!(checked.err().map(|e| e.code()), verdict, "{approvals} approvals");
+        }
+    }
+    stack.shutdown().await.unwrap();
+
+    let (plain, _pool, token) = stack_with_pool(DevStackOptions::memory(), None).await;
+    let node = TestNode::join(&plain, &token).await.unwrap();
+    let spec = BatchSpec { commands: vec![reboot(&node.id)], approvals: 2, not_after: None };
+    assert!(matches!(plain.enqueue_batch(spec).await, Err(Error::NoSignedIntent)));
+    plain.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_published_spec_rotates_the_trust_bundle() {
+    let options = DevStackOptions { signed_intent: true, ..DevStackOptions::memory() };
+    let (stack, _pool, token) = stack_with_pool(options, None).await;
+    let (node, mut session) = adopted_node(&stack, &token).await;
+    let roots = stack.command_roots();
+    let (current, _) = stack.trust_bundle().unwrap();
+
+    let next = stack.next_trust_bundle().unwrap();
+    assert_eq!(next.sequence, 2);
+    let rotation = stack.sign_trust_bundle(&next, 2).unwrap();
+    assert_eq!(pki::intent::accept_trust_bundle(&current, &rotation).unwrap(), next);
+    let weak = stack.sign_trust_bundle(&next, 1).unwrap();
+    assert_eq!(pki::intent::accept_trust_bundle(&current, &weak).unwrap_err().code(), "trust-quorum");
+
+    let update = SpecUpdate { trust_bundle: Some(rotation.clone()), ..SpecUpdate::default() };
+    assert_eq!(stack.publish_spec(&node.id, update).await.unwrap(), 2);
+    let (_, env) = session.expect_desired_state().await;
+    let env = pki::dsse::Envelope::from_proto(&env);
+    let spec = pki::intent::verify_spec(&env, &roots, &node.id, pki::intent::SignedSpecs::Always, None).unwrap();
+    assert_eq!(spec.generation, 2);
+    let carried = spec.trust.unwrap().trust_bundle.unwrap();
+    assert_eq!(pki::dsse::Envelope::from_proto(&carried), rotation);
+
+    // An unsigned generation keeps the trust section and changes access.
+    let access =
+        proto::AccessSection { ssh_authorized_keys: vec!["ssh-ed25519 AAAA test".into()], ..Default::default() };
+    let update = SpecUpdate { access: Some(access.clone()), unsigned: true, ..SpecUpdate::default() };
+    assert_eq!(stack.publish_spec(&node.id, update).await.unwrap(), 3);
+    let (spec, env) = session.expect_desired_state().await;
+    assert!(env.signatures.is_empty());
+    assert_eq!((spec.generation, spec.access), (3, Some(access)));
+    assert!(spec.trust.is_some());
+    let env = pki::dsse::Envelope::from_proto(&env);
+    let refused = pki::intent::verify_spec(&env, &roots, &node.id, pki::intent::SignedSpecs::Access, None);
+    assert_eq!(refused.unwrap_err().code(), "spec-unsigned-access");
+    assert_eq!(stack.node(&node.id).await.unwrap().unwrap().spec_generation, 3);
+    stack.shutdown().await.unwrap();
+}
