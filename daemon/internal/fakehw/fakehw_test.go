@@ -1,0 +1,140 @@
+// Tests of fakehw: deterministic inventory sections, the variants' shapes,
+// the boot id and its reboot, and the execution counters.
+
+package fakehw
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"bcd/internal/machine"
+)
+
+func sections(t *testing.T, seed, variant string) map[string][]byte {
+	t.Helper()
+	inv, err := GenerateInventory(seed, variant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secs, err := inv.Sections()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]byte{}
+	for _, s := range secs {
+		out[s.Name] = s.Content
+	}
+	return out
+}
+
+func TestTheSameSeedGivesTheSameBytes(t *testing.T) {
+	for _, v := range Variants {
+		a, b := sections(t, "41", v), sections(t, "41", v)
+		for name := range a {
+			if !bytes.Equal(a[name], b[name]) {
+				t.Errorf("%s/%s differs between two runs", v, name)
+			}
+		}
+		c := sections(t, "42", v)
+		if bytes.Equal(a[machine.SectionSystem], c[machine.SectionSystem]) {
+			t.Errorf("%s: seeds 41 and 42 give the same system section", v)
+		}
+	}
+}
+
+func TestTheVariants(t *testing.T) {
+	for _, tc := range []struct {
+		variant string
+		gpus    int
+		model   string
+	}{
+		{VariantHGXH100, 8, "NVIDIA H100 80GB HBM3"},
+		{VariantHGXH100GPUMissing, 7, "NVIDIA H100 80GB HBM3"},
+		{VariantL40S, 4, "NVIDIA L40S"},
+		{VariantCPU, 0, ""},
+	} {
+		inv, err := GenerateInventory("41", tc.variant)
+		if err != nil {
+			t.Fatal(err)
+		}
+		secs, _ := inv.Sections()
+		if tc.gpus == 0 {
+			if inv.GPUs != nil || len(secs) != 2 {
+				t.Errorf("%s: has a gpus section", tc.variant)
+			}
+			continue
+		}
+		if len(inv.GPUs.Gpus) != tc.gpus || len(secs) != 3 || secs[1].Name != machine.SectionGPUs {
+			t.Errorf("%s: %d GPUs, %d sections", tc.variant, len(inv.GPUs.Gpus), len(secs))
+		}
+		for i, g := range inv.GPUs.Gpus {
+			if g.Index != uint32(i) || g.Model != tc.model {
+				t.Errorf("%s: GPU %d is %v", tc.variant, i, g)
+			}
+		}
+	}
+	if _, err := GenerateInventory("41", "a100"); !errors.Is(err, ErrUnknownVariant) {
+		t.Fatalf("unknown variant: %v", err)
+	}
+}
+
+func TestDiagCountsVisibleGPUs(t *testing.T) {
+	m, err := New(t.TempDir(), "41", VariantHGXH100GPUMissing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := m.Diag(context.Background())
+	if err != nil || d.GPUs != 7 || d.Healthy != 7 || d.Driver != driverVersion {
+		t.Fatalf("diag %+v, %v", d, err)
+	}
+}
+
+func TestTheBootIDSurvivesARestartAndARebootChangesIt(t *testing.T) {
+	dir := t.TempDir()
+	m, err := New(dir, "41", VariantHGXH100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := m.BootID()
+	marker := filepath.Join(m.Root(), "run", "marker")
+	os.WriteFile(marker, []byte("x"), 0o644)
+	again, _ := New(dir, "41", VariantHGXH100)
+	if again.BootID() != first || first == "" {
+		t.Fatalf("boot id %q, then %q", first, again.BootID())
+	}
+	if err := again.Reboot(); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := New(dir, "41", VariantHGXH100)
+	if after.BootID() == first {
+		t.Fatal("a reboot kept the boot id")
+	}
+	if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
+		t.Fatal("a reboot kept /run")
+	}
+}
+
+func TestExecutionsAreCounted(t *testing.T) {
+	m, _ := New(t.TempDir(), "41", VariantCPU)
+	for i := 0; i < 2; i++ {
+		if err := m.Executed("cmd_1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, _ := m.Executions("cmd_1"); n != 2 {
+		t.Fatalf("%d executions", n)
+	}
+	if n, _ := m.Executions("cmd_2"); n != 0 {
+		t.Fatalf("%d executions of a command that never ran", n)
+	}
+	if m.Executed("../x") == nil {
+		t.Fatal("a command id with a slash named a file")
+	}
+	if m.Hold([]byte(`{"hold_ms":1500}`)).Milliseconds() != 1500 || m.Hold(nil) != 0 {
+		t.Fatal("hold_ms")
+	}
+}

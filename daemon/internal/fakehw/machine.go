@@ -1,0 +1,181 @@
+// The fake machine: a machine.Machine over a fake root (data_dir/fakehw-root)
+// holding the boot id (proc/sys/kernel/random/boot_id), /run, CDI specs
+// (etc/cdi) and one execution counter per command id
+// (var/lib/fakehw/executions/<command-id>), every write fsynced.
+
+package fakehw
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"bcd/internal/config"
+	"bcd/internal/machine"
+)
+
+// RootName is the fake root's directory under the data dir.
+const RootName = "fakehw-root"
+
+// Machine is a fake machine.
+type Machine struct {
+	root, seed, variant string
+	inventory           *machine.Inventory
+	bootID              string
+}
+
+var _ machine.Machine = (*Machine)(nil)
+
+// New opens (or creates) the fake machine of seed and variant under
+// dataDir/fakehw-root. A first start writes a boot id.
+func New(dataDir, seed, variant string) (*Machine, error) {
+	inv, err := GenerateInventory(seed, variant)
+	if err != nil {
+		return nil, err
+	}
+	m := &Machine{root: filepath.Join(dataDir, RootName), seed: seed, variant: variant, inventory: inv}
+	for _, dir := range []string{"run", "etc/cdi", "var/lib/fakehw/executions", "var/log", "proc/sys/kernel/random"} {
+		if err := os.MkdirAll(filepath.Join(m.root, dir), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	data, err := os.ReadFile(m.bootIDPath())
+	switch {
+	case err == nil && len(strings.TrimSpace(string(data))) > 0:
+		m.bootID = strings.TrimSpace(string(data))
+	case err == nil || errors.Is(err, os.ErrNotExist):
+		if err := m.newBoot(); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, err
+	}
+	return m, nil
+}
+
+func (m *Machine) bootIDPath() string {
+	return filepath.Join(m.root, "proc", "sys", "kernel", "random", "boot_id")
+}
+
+func (m *Machine) newBoot() error {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	x := hex.EncodeToString(b[:])
+	id := x[0:8] + "-" + x[8:12] + "-" + x[12:16] + "-" + x[16:20] + "-" + x[20:32]
+	if err := config.WriteFileAtomic(m.bootIDPath(), []byte(id+"\n"), 0o644); err != nil {
+		return err
+	}
+	m.bootID = id
+	return nil
+}
+
+// Root is the fake root.
+func (m *Machine) Root() string { return m.root }
+
+// Seed is the machine's seed.
+func (m *Machine) Seed() string { return m.seed }
+
+// Variant is the machine's variant.
+func (m *Machine) Variant() string { return m.variant }
+
+// BootID is the current boot's id.
+func (m *Machine) BootID() string { return m.bootID }
+
+// Hostname is fakehw-<seed>.
+func (m *Machine) Hostname() string { return Hostname(m.seed) }
+
+// HardwareID is derived from the seed and the variant.
+func (m *Machine) HardwareID() string {
+	return "fakehw-" + hex.EncodeToString(derive(m.seed, m.variant, "hardware-id")[:8])
+}
+
+// Inventory is the generated inventory.
+func (m *Machine) Inventory() (*machine.Inventory, error) { return m.inventory, nil }
+
+// Diag reports every visible GPU healthy.
+func (m *Machine) Diag(ctx context.Context) (*machine.Diag, error) {
+	d := &machine.Diag{}
+	if g := m.inventory.GPUs; g != nil {
+		d.GPUs, d.Healthy, d.Driver = len(g.Gpus), len(g.Gpus), g.DriverVersion
+	}
+	return d, ctx.Err()
+}
+
+// CollectLogs writes a small log bundle under var/log and describes it.
+func (m *Machine) CollectLogs(ctx context.Context) ([]byte, error) {
+	text := fmt.Sprintf("fakehw %s seed %s boot %s\n", m.variant, m.seed, m.bootID)
+	path := filepath.Join(m.root, "var", "log", "bcd-logs.txt")
+	if err := config.WriteFileAtomic(path, []byte(text), 0o644); err != nil {
+		return nil, err
+	}
+	return json.Marshal(map[string]any{"files": 1, "bytes": len(text)})
+}
+
+// Reboot writes a new boot id and clears run/; the caller then exits so
+// that its supervisor starts it again, as after a real reboot.
+func (m *Machine) Reboot() error {
+	run := filepath.Join(m.root, "run")
+	if err := os.RemoveAll(run); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(run, 0o755); err != nil {
+		return err
+	}
+	return m.newBoot()
+}
+
+// CDIDir is etc/cdi under the fake root.
+func (m *Machine) CDIDir() string { return filepath.Join(m.root, "etc", "cdi") }
+
+// Kinds lists the kinds a fakehw machine runs.
+func (m *Machine) Kinds() []string {
+	return []string{"diag.nvml", "inventory.refresh", "logs.collect", "node.reboot"}
+}
+
+// ExecutionsPath is the counter file of a command id.
+func (m *Machine) ExecutionsPath(commandID string) string {
+	return filepath.Join(m.root, "var", "lib", "fakehw", "executions", commandID)
+}
+
+// Executed increments the command's execution counter, fsynced.
+func (m *Machine) Executed(commandID string) error {
+	if commandID == "" || strings.ContainsAny(commandID, `/\`) || commandID == "." || commandID == ".." {
+		return fmt.Errorf("fakehw: command id %q cannot name a file", commandID)
+	}
+	n, err := m.Executions(commandID)
+	if err != nil {
+		return err
+	}
+	return config.WriteFileAtomic(m.ExecutionsPath(commandID), []byte(strconv.Itoa(n+1)+"\n"), 0o644)
+}
+
+// Executions reads a command's execution counter (0 when it never ran).
+func (m *Machine) Executions(commandID string) (int, error) {
+	data, err := os.ReadFile(m.ExecutionsPath(commandID))
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(string(data)))
+}
+
+// Hold reads the "hold_ms" param.
+func (m *Machine) Hold(params []byte) time.Duration {
+	var p struct {
+		HoldMs int64 `json:"hold_ms"`
+	}
+	if len(params) == 0 || json.Unmarshal(params, &p) != nil || p.HoldMs <= 0 {
+		return 0
+	}
+	return time.Duration(p.HoldMs) * time.Millisecond
+}

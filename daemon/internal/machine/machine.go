@@ -1,0 +1,107 @@
+// Package machine is what bcd needs from the hardware it runs on: the boot
+// id, the inventory (and its canonical sections), a GPU diagnosis, logs, a
+// reboot, and where CDI specs go. The fakehw build plugs in internal/fakehw;
+// other builds use Host.
+package machine
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"time"
+
+	"bcd/internal/proto/agentv1"
+	"google.golang.org/protobuf/proto"
+)
+
+// ErrUnsupported marks an operation this machine cannot do.
+var ErrUnsupported = errors.New("not supported on this machine")
+
+// The inventory section names (ARCHITECTURE.md, "Inventory").
+const (
+	SectionSystem  = "system"
+	SectionGPUs    = "gpus"
+	SectionNetwork = "network"
+)
+
+// Machine is the hardware under bcd.
+type Machine interface {
+	// BootID identifies the current boot.
+	BootID() string
+	// Hostname is the machine's name.
+	Hostname() string
+	// HardwareID identifies the machine across reinstalls (a claim, not trusted).
+	HardwareID() string
+	// Inventory reads the hardware.
+	Inventory() (*Inventory, error)
+	// Diag runs the GPU diagnosis.
+	Diag(ctx context.Context) (*Diag, error)
+	// CollectLogs gathers the logs and says what it gathered (JSON).
+	CollectLogs(ctx context.Context) ([]byte, error)
+	// Reboot reboots: when it returns nil, the process must exit at once.
+	Reboot() error
+	// CDIDir is where CDI specs are written.
+	CDIDir() string
+	// Kinds lists the command kinds this machine runs.
+	Kinds() []string
+	// Executed records one real execution of a command (fakehw counts them).
+	Executed(commandID string) error
+	// Hold is how long a command with these params stays RUNNING before
+	// its work (fakehw's "hold_ms"; zero elsewhere).
+	Hold(params []byte) time.Duration
+}
+
+// Diag is the result of diag.nvml.
+type Diag struct {
+	// GPUs is the number of visible GPUs.
+	GPUs int `json:"gpus"`
+	// Healthy is how many of them passed.
+	Healthy int `json:"healthy"`
+	// Driver is the driver version ("" without GPUs).
+	Driver string `json:"driver"`
+}
+
+// Inventory is the hardware's description.
+type Inventory struct {
+	// System is the machine itself.
+	System *agentv1.SystemInventory
+	// GPUs is nil on a machine without GPUs.
+	GPUs *agentv1.GpuInventory
+	// Network lists the NICs.
+	Network *agentv1.NetworkInventory
+}
+
+// Section encodes one message as an inventory section: its deterministic
+// protobuf encoding and the lowercase hex SHA-256 of those bytes.
+func Section(name string, m proto.Message) (*agentv1.InventorySection, error) {
+	content, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(content)
+	return &agentv1.InventorySection{Name: name, Content: content, Sha256: hex.EncodeToString(sum[:])}, nil
+}
+
+// Sections returns the sections system, gpus (when there are GPUs) and
+// network, in that order.
+func (inv *Inventory) Sections() ([]*agentv1.InventorySection, error) {
+	type named struct {
+		name string
+		msg  proto.Message
+	}
+	parts := []named{{SectionSystem, inv.System}}
+	if inv.GPUs != nil {
+		parts = append(parts, named{SectionGPUs, inv.GPUs})
+	}
+	parts = append(parts, named{SectionNetwork, inv.Network})
+	out := make([]*agentv1.InventorySection, 0, len(parts))
+	for _, p := range parts {
+		s, err := Section(p.name, p.msg)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
