@@ -20,6 +20,8 @@ pub struct BcdConfig {
     pub serving_ca_spki_pin: String,
     /// The JoinService signing key's pin.
     pub join_signing_pin: String,
+    /// The JoinService signing key itself (standard base64 of its SPKI DER).
+    pub join_signing_key: String,
     /// The join-encryption key's pin.
     pub join_encryption_pin: String,
     /// bcd's data directory.
@@ -62,6 +64,7 @@ pub fn render(config: &BcdConfig) -> String {
     text += &line("gateway_server_name", &config.gateway_server_name);
     text += &line("serving_ca_spki_pin", &config.serving_ca_spki_pin);
     text += &line("join_signing_pin", &config.join_signing_pin);
+    text += &line("join_signing_key", &config.join_signing_key);
     text += &line("join_encryption_pin", &config.join_encryption_pin);
     text += &line("data_dir", &config.data_dir.to_string_lossy());
     text += &line("node_id", "");
@@ -93,6 +96,7 @@ mod tests {
             gateway_server_name: "gw.dev.local".into(),
             serving_ca_spki_pin: "sha256:a".into(),
             join_signing_pin: "sha256:b".into(),
+            join_signing_key: "MCow".into(),
             join_encryption_pin: "sha256:c".into(),
             data_dir: "/tmp/bcd".into(),
         };

@@ -28,6 +28,7 @@ pub fn well_known(shared: &Shared) -> Value {
         },
         "join": {
             "signingPin": keys.join_signing_pin(),
+            "signingKey": keys.join_signing_key_b64(),
             "encryptionPin": keys.join_encryption_pin(),
             "encryptionJwk": jwk,
         },

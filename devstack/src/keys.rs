@@ -135,6 +135,12 @@ impl StackKeys {
         self.join_signing.keyid()
     }
 
+    /// The join-signing public key: standard base64 of its SPKI DER (a pin
+    /// alone cannot verify a signature).
+    pub fn join_signing_key_b64(&self) -> String {
+        pki::b64::std(&self.join_signing.public_key().spki_der())
+    }
+
     /// The join-encryption key's pin (the sealed token's `kid`).
     pub fn join_encryption_pin(&self) -> String {
         self.join_encryption.keyid()

@@ -114,6 +114,8 @@ pub struct Pins {
     pub serving_ca: String,
     /// The join-signing key's pin (`join_signing_pin`).
     pub join_signing: String,
+    /// The join-signing key, standard base64 of its SPKI DER (`join_signing_key`).
+    pub join_signing_key: String,
     /// The join-encryption key's pin (`join_encryption_pin`).
     pub join_encryption: String,
     /// The join-encryption key as a public JWK (with `kid`).
@@ -314,6 +316,7 @@ impl DevStack {
         Pins {
             serving_ca: keys.serving_ca_pin(),
             join_signing: keys.join_signing_pin(),
+            join_signing_key: keys.join_signing_key_b64(),
             join_encryption: keys.join_encryption_pin(),
             join_encryption_jwk: keys.join_encryption_jwk(),
         }
@@ -379,6 +382,7 @@ impl DevStack {
             gateway_server_name: crate::SERVER_NAME.to_string(),
             serving_ca_spki_pin: pins.serving_ca,
             join_signing_pin: pins.join_signing,
+            join_signing_key: pins.join_signing_key,
             join_encryption_pin: pins.join_encryption,
             data_dir: data_dir.to_path_buf(),
         };

@@ -210,6 +210,9 @@ async fn the_well_known_document_and_the_bcd_config_name_the_stack() {
     assert_eq!(body["gateway"]["serverName"], "gw.dev.local");
     assert_eq!(body["gateway"]["servingCaSpkiPin"], pins.serving_ca.as_str());
     assert_eq!(body["join"]["signingPin"], pins.join_signing.as_str());
+    assert_eq!(body["join"]["signingKey"], pins.join_signing_key.as_str());
+    let signing_der = pki::b64::std_decode(&pins.join_signing_key).unwrap();
+    assert_eq!(PublicKey::from_spki_der(&signing_der).unwrap().pin(), pins.join_signing);
     assert_eq!(body["join"]["encryptionPin"], pins.join_encryption.as_str());
     assert_eq!(body["join"]["encryptionJwk"]["kid"], pins.join_encryption.as_str());
     assert_eq!(body["trustDomain"], "compute.dev.local");
@@ -222,6 +225,7 @@ async fn the_well_known_document_and_the_bcd_config_name_the_stack() {
         "gateway_server_name = \"gw.dev.local\"".to_string(),
         format!("serving_ca_spki_pin = \"{}\"", pins.serving_ca),
         format!("join_signing_pin = \"{}\"", pins.join_signing),
+        format!("join_signing_key = \"{}\"", pins.join_signing_key),
         format!("join_encryption_pin = \"{}\"", pins.join_encryption),
         format!("data_dir = \"{}\"", dir.path().join("data").display()),
         "node_id = \"\"".to_string(),
