@@ -64,3 +64,91 @@ pub fn authenticate<T>(shared: &Shared, request: &Request<T>) -> Result<AuthedNo
     let key = PublicKey::from_spki_der(&verified.spki_der).map_err(|e| from_pki(Code::Unauthenticated, &e))?;
     Ok(AuthedNode { node_id, serial, key, peer })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::keys::{ServingNames, StackKeys};
+    use crate::shared::Settings;
+    use crate::store::rows::PoolRow;
+    use crate::store::{Store, StoreLocation, nodes, pools};
+
+    const HOUR_MS: i64 = 3600 * 1000;
+
+    fn shared() -> Shared {
+        let store = Store::open(&StoreLocation::Memory).unwrap();
+        let keys = StackKeys::load_or_create(&store, &ServingNames::new(&[], &[]), false, "td", now_ms()).unwrap();
+        let settings = Settings {
+            trust_domain: "td".into(),
+            gateway_url: "https://127.0.0.1:1".into(),
+            heartbeat_interval: Duration::from_secs(5),
+            lane_credits: 4,
+            busy_retry: Duration::from_millis(500),
+            drain_retry_after_ms: 1000,
+        };
+        let shared = Shared::new(store, keys, settings);
+        let pool = PoolRow {
+            id: "pool_1".into(),
+            name: "p".into(),
+            gpu_model: None,
+            expect_gpu_count: None,
+            acceptance: "none".into(),
+            created_at_ms: 0,
+        };
+        shared.store.with(|c| pools::insert(c, &pool)).unwrap();
+        let node = nodes::NewNode {
+            id: "node_1",
+            pool_id: "pool_1",
+            join_token_id: "jt_1",
+            hostname: "",
+            daemon_version: "",
+            hardware_id: "",
+            created_at_ms: 0,
+        };
+        shared.store.with(|c| nodes::insert(c, &node)).unwrap();
+        shared
+    }
+
+    /// A certificate of node_1 issued at `not_before_ms`, stored unless `store` is false.
+    fn cert(shared: &Shared, not_before_ms: i64, store: bool) -> Vec<u8> {
+        let key = pki::keys::random_p256();
+        let csr = pki::x509::parse_csr(&pki::x509::csr(&key, "bcd").unwrap()).unwrap();
+        let row = crate::issuance::issue(shared, "node_1", &csr, not_before_ms).unwrap();
+        if store {
+            shared.store.with(|c| certs::insert(c, &row, 0)).unwrap();
+        }
+        row.der
+    }
+
+    fn call(shared: &Shared, chain: Option<Vec<u8>>) -> Result<AuthedNode, Status> {
+        let mut request = Request::new(());
+        request.extensions_mut().insert(PeerInfo {
+            remote_addr: "127.0.0.1:9".parse().unwrap(),
+            client_chain: chain.map(|leaf| Arc::new(vec![leaf])),
+        });
+        authenticate(shared, &request)
+    }
+
+    fn code(r: Result<AuthedNode, Status>) -> (Code, String) {
+        let status = r.unwrap_err();
+        (status.code(), crate::status::code_of(&status).to_string())
+    }
+
+    #[test]
+    fn certificates_are_checked_against_the_store() {
+        let shared = shared();
+        let now = now_ms();
+        let good = cert(&shared, now, true);
+        assert_eq!(call(&shared, Some(good.clone())).unwrap().node_id, "node_1");
+        assert_eq!(code(call(&shared, None)), (Code::Unauthenticated, "cert-unknown".into()));
+        let never_stored = cert(&shared, now, false);
+        assert_eq!(code(call(&shared, Some(never_stored))), (Code::Unauthenticated, "cert-unknown".into()));
+        let expired = cert(&shared, now - 48 * HOUR_MS, true);
+        assert_eq!(code(call(&shared, Some(expired))), (Code::PermissionDenied, "cert-validity".into()));
+        shared.store.with(|c| certs::revoke_all(c, "node_1", now)).unwrap();
+        assert_eq!(code(call(&shared, Some(good))), (Code::PermissionDenied, "cert-revoked".into()));
+    }
+}
