@@ -27,6 +27,20 @@ pub struct CommandOptions {
     pub not_after: Option<SystemTime>,
     /// The spec generation the node must have applied first.
     pub min_generation: u64,
+    /// How the envelope is signed (tests of bcd's refusals change it).
+    pub signing: Signing,
+}
+
+/// How a command's envelope is signed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Signing {
+    /// By the stack's command root under signed intent; unsigned otherwise.
+    #[default]
+    Stack,
+    /// No signature, even under signed intent (bcd answers BAD_SIGNATURE).
+    Unsigned,
+    /// By a fresh key no trust bundle names (bcd answers BAD_SIGNATURE).
+    Outsider,
 }
 
 /// One command of a batch.
@@ -84,9 +98,12 @@ fn build(
         batch: opts.batch.clone().unwrap_or_default(),
         issued_at_ms: now,
     };
-    let envelope = match &shared.keys.intent {
-        Some(intent) => pki::intent::sign_command(&intent.command_root, &command),
-        None => pki::dsse::Envelope::unsigned(proto::payload_type::COMMAND, command.encode_to_vec()),
+    let envelope = match (opts.signing, &shared.keys.intent) {
+        (Signing::Stack, Some(intent)) => pki::intent::sign_command(&intent.command_root, &command),
+        (Signing::Outsider, _) => pki::intent::sign_command(&pki::keys::random_ed25519(), &command),
+        (Signing::Stack | Signing::Unsigned, _) => {
+            pki::dsse::Envelope::unsigned(proto::payload_type::COMMAND, command.encode_to_vec())
+        }
     };
     (command, envelope)
 }
@@ -133,7 +150,6 @@ fn insert(shared: &Shared, rows: &[CommandRow]) -> Result<()> {
             command_id = %row.id,
             kind = %row.kind,
             batch = %row.batch,
-            signed = shared.keys.intent.is_some(),
             "command enqueued"
         );
         shared.hub.send(&row.node_id, Control::Wake);

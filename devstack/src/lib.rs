@@ -25,7 +25,7 @@ pub mod status;
 pub mod store;
 mod tls;
 
-pub use commands::{Batch, BatchCommand, BatchSpec, CommandOptions};
+pub use commands::{Batch, BatchCommand, BatchSpec, CommandOptions, Signing};
 pub use config::BcdConfigPaths;
 pub use error::{Error, Result};
 pub use gateway::limit::MAX_MESSAGE_BYTES;

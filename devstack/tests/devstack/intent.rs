@@ -1,7 +1,7 @@
 //! Signed intent beyond single commands: batches of destructive commands
 //! with their approval, and spec generations that rotate the trust bundle.
 
-use devstack::{BatchCommand, BatchSpec, DevStackOptions, Error, SpecUpdate};
+use devstack::{BatchCommand, BatchSpec, CommandOptions, CommandStatus, DevStackOptions, Error, Signing, SpecUpdate};
 use prost::Message as _;
 
 use crate::node::{self, Session, TestNode, WAIT, diag_output};
@@ -93,5 +93,48 @@ async fn a_published_spec_rotates_the_trust_bundle() {
     let refused = pki::intent::verify_spec(&env, &roots, &node.id, pki::intent::SignedSpecs::Access, None);
     assert_eq!(refused.unwrap_err().code(), "spec-unsigned-access");
     assert_eq!(stack.node(&node.id).await.unwrap().unwrap().spec_generation, 3);
+    stack.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn unsigned_and_outsider_commands_reach_the_node_and_its_refusal_is_recorded() {
+    let options = DevStackOptions { signed_intent: true, ..DevStackOptions::memory() };
+    let (stack, _pool, token) = stack_with_pool(options, None).await;
+    let (node, mut session) = adopted_node(&stack, &token).await;
+    for (signing, code) in [(Signing::Unsigned, "dsse-unsigned"), (Signing::Outsider, "dsse-unknown-key")] {
+        let opts = CommandOptions { signing, ..CommandOptions::default() };
+        let id = stack.enqueue_command(&node.id, "diag.nvml", serde_json::json!({}), opts).await.unwrap();
+        let (cmd, env) = session.expect_command().await;
+        assert_eq!(cmd.id, id);
+        let env = pki::dsse::Envelope::from_proto(&env);
+        let refusal = pki::intent::verify_command(&env, &stack.command_roots(), &node.id, 0).unwrap_err();
+        assert_eq!(refusal.code(), code);
+        // What bcd answers: FAILED BAD_SIGNATURE with a node-signed result.
+        let reason = format!("BAD_SIGNATURE: {code}");
+        let statement = proto::NodeStatement {
+            node_id: node.id.clone(),
+            boot_id: node.boot_id.clone(),
+            at_ms: node::devstack_now_ms(),
+            body: Some(proto::node_statement::Body::CommandResult(proto::CommandResult {
+                command_id: id.clone(),
+                kind: cmd.kind.clone(),
+                state: proto::CommandState::Failed as i32,
+                reason: reason.clone(),
+                output: Vec::new(),
+            })),
+        };
+        let result = pki::statement::sign(&node.key, &statement).to_proto();
+        let update = proto::node_frame::Frame::CommandUpdate(proto::CommandUpdate {
+            command_id: id.clone(),
+            state: proto::CommandState::Failed as i32,
+            reason: reason.clone(),
+            result: Some(result),
+            at_ms: statement.at_ms,
+        });
+        let seq = session.send_event(update).await;
+        session.await_ack(seq).await;
+        let outcome = stack.await_command(&id, WAIT).await.unwrap();
+        assert_eq!((outcome.state, outcome.reason), (CommandStatus::Failed, reason));
+    }
     stack.shutdown().await.unwrap();
 }

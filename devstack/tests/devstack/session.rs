@@ -196,6 +196,7 @@ async fn commands_carry_their_options() {
         batch: Some("batch-1".into()),
         not_after: Some(not_after),
         min_generation: 3,
+        ..CommandOptions::default()
     };
     let id = stack.enqueue_command(&node.id, "node.reboot", serde_json::json!({"why": "test"}), opts).await.unwrap();
     let (cmd, _) = session.expect_command().await;
