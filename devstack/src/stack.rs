@@ -490,17 +490,19 @@ impl DevStack {
     /// Waits until a command reaches a terminal state.
     pub async fn await_command(&self, id: &str, timeout: Duration) -> Result<CommandOutcome> {
         let shared = &self.shared;
-        let last = std::cell::RefCell::new(None::<CommandStatus>);
+        let last = std::sync::Mutex::new(None::<CommandStatus>);
         shared
             .wait_for(
                 timeout,
-                || format!("command {id} to end (last state {:?})", last.borrow()),
+                || format!("command {id} to end (last state {:?})", last.lock().map(|l| *l).unwrap_or_default()),
                 || {
                     let row = shared
                         .store
                         .with(|c| command_rows::get(c, id))?
                         .ok_or_else(|| Error::UnknownCommand { command_id: id.to_string() })?;
-                    *last.borrow_mut() = Some(row.state);
+                    if let Ok(mut l) = last.lock() {
+                        *l = Some(row.state);
+                    }
                     Ok(row.state.is_terminal().then(|| CommandOutcome {
                         id: row.id,
                         state: row.state,
@@ -516,21 +518,26 @@ impl DevStack {
     pub async fn await_node(
         &self,
         node_id: &str,
-        predicate: impl Fn(&NodeRow) -> bool,
+        predicate: impl Fn(&NodeRow) -> bool + Send,
         timeout: Duration,
     ) -> Result<NodeRow> {
         let shared = &self.shared;
-        let last = std::cell::RefCell::new(None::<(NodeState, u64, String)>);
+        let last = std::sync::Mutex::new(None::<(NodeState, u64, String)>);
         shared
             .wait_for(
                 timeout,
-                || format!("node {node_id} (last state, applied generation, reason: {:?})", last.borrow()),
+                || {
+                    let seen = last.lock().map(|l| l.clone()).unwrap_or_default();
+                    format!("node {node_id} (last state, applied generation, reason: {seen:?})")
+                },
                 || {
                     let row = shared
                         .store
                         .with(|c| nodes::get(c, node_id))?
                         .ok_or_else(|| Error::UnknownNode { node_id: node_id.to_string() })?;
-                    *last.borrow_mut() = Some((row.state, row.applied_generation, row.reason.clone()));
+                    if let Ok(mut l) = last.lock() {
+                        *l = Some((row.state, row.applied_generation, row.reason.clone()));
+                    }
                     Ok(predicate(&row).then_some(row))
                 },
             )

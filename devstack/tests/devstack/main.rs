@@ -67,3 +67,26 @@ pub async fn stack_with_pool(options: DevStackOptions, gpus: Option<u32>) -> (De
     let token = stack.mint_join_token(&pool, 5, Duration::from_secs(600)).await.unwrap();
     (stack, pool, token)
 }
+
+/// The API's futures are `Send`, so a harness can spawn them.
+#[allow(dead_code)]
+fn api_futures_are_send(stack: &DevStack) {
+    fn send<T: Send>(_: T) {}
+    let wait = Duration::from_secs(1);
+    send(stack.await_command("cmd", wait));
+    send(stack.await_node("node", |_| true, wait));
+    send(stack.await_adopted("node", wait));
+    send(stack.await_session("node", 1, wait));
+    send(stack.enqueue_command("node", "diag.nvml", serde_json::json!({}), Default::default()));
+    send(stack.revoke_node("node"));
+    send(DevStack::start(DevStackOptions::memory()));
+}
+
+/// The stack can be shared between tasks, and shut down from any of them.
+#[allow(dead_code)]
+fn the_stack_is_send_and_sync(stack: DevStack) {
+    fn shared<T: Send + Sync>(_: &T) {}
+    fn send<T: Send>(_: T) {}
+    shared(&stack);
+    send(stack.shutdown());
+}
