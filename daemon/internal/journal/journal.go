@@ -49,6 +49,7 @@ var (
 	keyMark       = []byte("server_time_mark_ms")
 	keyGeneration = []byte("applied_generation")
 	keySpec       = []byte("applied_spec")
+	keyLastAcked  = []byte("last_acked_seq")
 )
 
 // CommandState is how far a command got on this node.
@@ -282,8 +283,23 @@ func (j *Journal) Ack(upTo uint64) error {
 		if err := putU64(meta, keyEventCount, count); err != nil {
 			return err
 		}
+		if upTo > u64(meta.Get(keyLastAcked)) {
+			if err := putU64(meta, keyLastAcked, upTo); err != nil {
+				return err
+			}
+		}
 		return putU64(meta, keyEventBytes, size)
 	})
+}
+
+// LastAcked is the highest seq the gateway acked (0 for none).
+func (j *Journal) LastAcked() uint64 {
+	var seq uint64
+	_ = j.db.View(func(tx *bolt.Tx) error {
+		seq = u64(tx.Bucket(bucketMeta).Get(keyLastAcked))
+		return nil
+	})
+	return seq
 }
 
 // Unacked returns the stored events with seq > after, in seq order.

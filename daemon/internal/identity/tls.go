@@ -1,0 +1,67 @@
+// TLS to the gateway (ARCHITECTURE.md, "Join" step 1): TLS 1.3, ALPN h2
+// (grpc-go adds it), and the server accepted only when its chain holds a
+// certificate whose SPKI pin is serving_ca_spki_pin and the leaf verifies
+// under that certificate for gateway_server_name. The node's client
+// certificate is read from disk at every handshake.
+
+package identity
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"time"
+
+	"bcd/internal/pki"
+)
+
+// ErrServingPin means the gateway's chain holds no certificate with the
+// pinned SPKI.
+var ErrServingPin = errors.New("serving-ca-pin")
+
+// ErrServingCert means the leaf did not verify under the pinned CA.
+var ErrServingCert = errors.New("serving-certificate")
+
+// VerifyServer returns a VerifyPeerCertificate for the pin and server name.
+func VerifyServer(pin, serverName string, now func() time.Time) func([][]byte, [][]*x509.Certificate) error {
+	return func(raw [][]byte, _ [][]*x509.Certificate) error {
+		if len(raw) == 0 {
+			return fmt.Errorf("%w: the gateway presented no certificate", ErrServingCert)
+		}
+		for _, der := range raw {
+			info, err := pki.DescribeCertificate(der)
+			if err != nil || info.Pin != pin {
+				continue
+			}
+			if _, err := pki.VerifyIssued(raw[0], der, pki.VerifyOptions{Usage: pki.UsageServer, DNSName: serverName, At: now()}); err != nil {
+				return fmt.Errorf("%w: the gateway's certificate does not verify under the pinned CA for %q: %w", ErrServingCert, serverName, err)
+			}
+			return nil
+		}
+		return fmt.Errorf("%w: no certificate in the gateway's chain has the pinned SPKI %s", ErrServingPin, pin)
+	}
+}
+
+// ClientTLS is the TLS configuration for dialing the gateway; with
+// certificate nil the client presents none (Join).
+func ClientTLS(pin, serverName string, certificate func() (*tls.Certificate, error)) *tls.Config {
+	cfg := &tls.Config{
+		MinVersion: tls.VersionTLS13,
+		MaxVersion: tls.VersionTLS13,
+		ServerName: serverName,
+		NextProtos: []string{"h2"},
+		// The pin replaces the system roots: VerifyServer does all checks.
+		InsecureSkipVerify:    true,
+		VerifyPeerCertificate: VerifyServer(pin, serverName, time.Now),
+	}
+	if certificate != nil {
+		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return certificate() }
+	}
+	return cfg
+}
+
+// Certificate is the identity as a TLS client certificate.
+func (id *Identity) Certificate() *tls.Certificate {
+	return &tls.Certificate{Certificate: id.Chain, PrivateKey: id.Key}
+}

@@ -1,0 +1,368 @@
+// Package join is `bcd join` (ARCHITECTURE.md, "Join"): optionally the
+// well-known document (--server), then a fresh P-256 node key and its CSR,
+// the token sealed to the pinned join-encryption key and bound to the CSR,
+// one Join call over pinned TLS, the signed JoinResponse verified against
+// the pinned join-signing key and the CSR pin, and the identity written.
+// The token is a secret: it is never logged, printed or put in an error.
+package join
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"bcd/internal/config"
+	"bcd/internal/identity"
+	"bcd/internal/machine"
+	"bcd/internal/pki"
+	"bcd/internal/proto/agentv1"
+	jose "github.com/go-jose/go-jose/v4"
+	"google.golang.org/grpc/status"
+)
+
+// Errors of a join.
+var (
+	// ErrAlreadyJoined means the configuration and data dir hold an identity.
+	ErrAlreadyJoined = errors.New("already joined")
+	// ErrNoToken means no token was given.
+	ErrNoToken = errors.New("no join token (pipe it on standard input or use --token-file)")
+	// ErrPin means a key or document does not match its pin.
+	ErrPin = errors.New("pin mismatch")
+	// ErrRefused wraps the gateway's refusal ("<code>: <detail>").
+	ErrRefused = errors.New("join refused")
+	// ErrResponse means the JoinResponse did not verify.
+	ErrResponse = errors.New("join response refused")
+	// ErrWellKnown means the well-known document could not be used.
+	ErrWellKnown = errors.New("well-known document")
+)
+
+// WellKnownPath is where a control plane publishes its document.
+const WellKnownPath = "/.well-known/better-compute"
+
+// Options are a join's inputs.
+type Options struct {
+	// ConfigPath is config.toml.
+	ConfigPath string
+	// Token is the plain join token (a secret).
+	Token string
+	// Server is the control plane's base URL (--server), or "".
+	Server string
+	// TrustDocument takes the pins from the well-known document without
+	// flags, and allows http:// (fakehw builds only).
+	TrustDocument bool
+	// Pins given on the command line, which the document must match.
+	ServingCAPin, JoinSigningPin, JoinEncryptionPin string
+	// DataDir is the data dir for a configuration --server writes ("":
+	// data/ next to config.toml).
+	DataDir string
+	// Machine provides the claims.
+	Machine machine.Machine
+	// Version is bcd's version (a claim).
+	Version string
+	// Capabilities are claims.
+	Capabilities []string
+	// AllowH2C permits dev_insecure_h2c.
+	AllowH2C bool
+	// Log receives join.* lines.
+	Log *slog.Logger
+	// HTTP fetches the document (default http.DefaultClient with a timeout).
+	HTTP *http.Client
+}
+
+// Result is what a join produced.
+type Result struct {
+	// NodeID is the new node id.
+	NodeID string
+	// DataDir holds the identity.
+	DataDir string
+}
+
+// AlreadyJoined reports whether the configuration at path names a node
+// whose identity is in its data dir.
+func AlreadyJoined(path string) (*Result, bool) {
+	c, err := config.Load(path)
+	if err != nil || c.NodeID == "" || !identity.Exists(c.DataDir) {
+		return nil, false
+	}
+	return &Result{NodeID: c.NodeID, DataDir: c.DataDir}, true
+}
+
+// Document is the well-known document.
+type Document struct {
+	Gateway struct {
+		URL              string `json:"url"`
+		ServerName       string `json:"serverName"`
+		ServingCASPKIPin string `json:"servingCaSpkiPin"`
+	} `json:"gateway"`
+	Join struct {
+		SigningPin    string          `json:"signingPin"`
+		SigningKey    string          `json:"signingKey"`
+		EncryptionPin string          `json:"encryptionPin"`
+		EncryptionJWK json.RawMessage `json:"encryptionJwk"`
+	} `json:"join"`
+	TrustDomain string `json:"trustDomain"`
+}
+
+// Join runs a join. It returns ErrAlreadyJoined (with the result) when the
+// node has joined before.
+func Join(ctx context.Context, opts Options) (*Result, error) {
+	log := opts.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if r, ok := AlreadyJoined(opts.ConfigPath); ok {
+		return r, ErrAlreadyJoined
+	}
+	if opts.Server != "" {
+		if err := bootstrap(ctx, opts, log); err != nil {
+			return nil, err
+		}
+	}
+	if strings.TrimSpace(opts.Token) == "" {
+		return nil, ErrNoToken
+	}
+	c, err := config.Load(opts.ConfigPath)
+	if err != nil {
+		return nil, err
+	}
+	encryption, err := readJWK(c.JWKPath(), c.JoinEncryptionPin)
+	if err != nil {
+		return nil, err
+	}
+	signing, err := identity.JoinSigningKey(c)
+	if err != nil {
+		return nil, err
+	}
+
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	csrDER, err := pki.CreateCSR(rand.Reader, key, "bcd")
+	if err != nil {
+		return nil, err
+	}
+	csr, err := pki.ParseCSR(csrDER)
+	if err != nil {
+		return nil, err
+	}
+	sealed, err := pki.SealJoinToken(encryption, strings.TrimSpace(opts.Token), csr.Pin, time.Now().Unix())
+	if err != nil {
+		return nil, fmt.Errorf("sealing the token: %w", err)
+	}
+	request := &agentv1.JoinRequest{
+		Method: &agentv1.JoinRequest_Token{Token: &agentv1.TokenJoin{SealedToken: sealed, CsrDer: csrDER}},
+		Claims: claims(opts),
+	}
+	log.Info("join.request", "gateway", c.GatewayURL, "csr_pin", csr.Pin)
+
+	conn, err := identity.Dial(c, identity.DialOptions{AllowH2C: opts.AllowH2C})
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	reply, err := agentv1.NewJoinClient(conn).Join(cctx, request)
+	if err != nil {
+		return nil, refusal(err)
+	}
+	envMsg := reply.GetResponse()
+	if envMsg == nil {
+		return nil, fmt.Errorf("%w: the reply carries no JoinResponse (a TPM challenge?)", ErrResponse)
+	}
+	env := pki.EnvelopeFromProto(envMsg)
+	response, err := pki.VerifyJoinResponse(env, signing, csr.Pin)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrResponse, err)
+	}
+	if err := checkChain(response, csr.Pin); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrResponse, err)
+	}
+	if _, _, err := identity.Trust(response); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrResponse, err)
+	}
+	if err := identity.Save(c.DataDir, key, response.GetCertificateChain(), env); err != nil {
+		return nil, fmt.Errorf("writing the identity: %w", err)
+	}
+	if err := config.Set(c.Path, map[string]string{"node_id": response.GetNodeId()}, nil); err != nil {
+		return nil, fmt.Errorf("writing node_id into %s: %w", c.Path, err)
+	}
+	log.Info("join.joined", "node_id", response.GetNodeId(), "trust_domain", response.GetTrustDomain(),
+		"command_roots", len(response.GetTrust().GetCommandRoots()))
+	return &Result{NodeID: response.GetNodeId(), DataDir: c.DataDir}, nil
+}
+
+// refusal turns a gRPC error into a one-line reason: the status message is
+// "<code>: <detail>" by contract.
+func refusal(err error) error {
+	st, ok := status.FromError(err)
+	if !ok {
+		return fmt.Errorf("%w: %w", ErrRefused, err)
+	}
+	return fmt.Errorf("%w: %s", ErrRefused, strings.ReplaceAll(st.Message(), "\n", " "))
+}
+
+// checkChain checks that the chain's leaf is for the CSR's key and was
+// issued by the chain's CA for the node id.
+func checkChain(r *agentv1.JoinResponse, csrPin string) error {
+	chain := r.GetCertificateChain()
+	if len(chain) < 2 {
+		return fmt.Errorf("the chain has %d certificate(s), expected the leaf and the node CA", len(chain))
+	}
+	info, err := pki.VerifyIssued(chain[0], chain[1], pki.VerifyOptions{Usage: pki.UsageClient, At: time.Now()})
+	if err != nil {
+		return err
+	}
+	if info.Pin != csrPin {
+		return errors.New("the certificate is not for the CSR's key")
+	}
+	if info.CommonName != r.GetNodeId() {
+		return fmt.Errorf("the certificate names %q, the response %q", info.CommonName, r.GetNodeId())
+	}
+	return nil
+}
+
+func claims(opts Options) *agentv1.NodeClaims {
+	c := &agentv1.NodeClaims{DaemonVersion: opts.Version, Capabilities: opts.Capabilities}
+	if m := opts.Machine; m != nil {
+		c.Hostname, c.HardwareId = m.Hostname(), m.HardwareID()
+	}
+	return c
+}
+
+// readJWK reads join-encryption.jwk and checks it against pin.
+func readJWK(path, pin string) (*ecdsa.PublicKey, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("the join-encryption key: %w", err)
+	}
+	return parseJWK(data, pin)
+}
+
+func parseJWK(data []byte, pin string) (*ecdsa.PublicKey, error) {
+	var jwk jose.JSONWebKey
+	if err := jwk.UnmarshalJSON([]byte(strings.TrimSpace(string(data)))); err != nil {
+		return nil, fmt.Errorf("the join-encryption JWK: %w", err)
+	}
+	pub, ok := jwk.Key.(*ecdsa.PublicKey)
+	if !ok || pub.Curve != elliptic.P256() {
+		return nil, errors.New("the join-encryption JWK is not a P-256 public key")
+	}
+	key, err := pki.NewPublicKey(pub)
+	if err != nil {
+		return nil, err
+	}
+	if key.Pin() != pin {
+		return nil, fmt.Errorf("%w: the join-encryption key's pin %s is not join_encryption_pin %s", ErrPin, key.Pin(), pin)
+	}
+	return pub, nil
+}
+
+// bootstrap reads the well-known document and writes config.toml and
+// join-encryption.jwk from it.
+func bootstrap(ctx context.Context, opts Options, log *slog.Logger) error {
+	base := strings.TrimRight(opts.Server, "/")
+	switch {
+	case strings.HasPrefix(base, "https://"):
+	case strings.HasPrefix(base, "http://") && opts.TrustDocument:
+	default:
+		return fmt.Errorf("%w: --server %q must be an https:// URL", ErrWellKnown, opts.Server)
+	}
+	if !opts.TrustDocument && (opts.ServingCAPin == "" || opts.JoinSigningPin == "" || opts.JoinEncryptionPin == "") {
+		return fmt.Errorf("%w: --server needs --serving-ca-pin, --join-signing-pin and --join-encryption-pin in this build", ErrWellKnown)
+	}
+	client := opts.HTTP
+	if client == nil {
+		client = &http.Client{Timeout: 30 * time.Second}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+WellKnownPath, nil)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrWellKnown, err)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrWellKnown, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrWellKnown, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%w: GET %s: %s", ErrWellKnown, base+WellKnownPath, resp.Status)
+	}
+	doc := &Document{}
+	if err := json.Unmarshal(body, doc); err != nil {
+		return fmt.Errorf("%w: %w", ErrWellKnown, err)
+	}
+	if doc.Gateway.URL == "" || doc.Gateway.ServingCASPKIPin == "" || doc.Join.SigningPin == "" || doc.Join.EncryptionPin == "" || len(doc.Join.EncryptionJWK) == 0 {
+		return fmt.Errorf("%w: the document lacks the gateway or the join pins", ErrWellKnown)
+	}
+	for _, p := range []struct{ flag, doc, name string }{
+		{opts.ServingCAPin, doc.Gateway.ServingCASPKIPin, "serving CA"},
+		{opts.JoinSigningPin, doc.Join.SigningPin, "join-signing"},
+		{opts.JoinEncryptionPin, doc.Join.EncryptionPin, "join-encryption"},
+	} {
+		if p.flag != "" && p.flag != p.doc {
+			return fmt.Errorf("%w: the document's %s pin %s is not the pinned %s", ErrPin, p.name, p.doc, p.flag)
+		}
+	}
+	if _, err := parseJWK(doc.Join.EncryptionJWK, doc.Join.EncryptionPin); err != nil {
+		return fmt.Errorf("%w: %w", ErrWellKnown, err)
+	}
+	values := map[string]string{
+		"gateway_url":         doc.Gateway.URL,
+		"gateway_server_name": doc.Gateway.ServerName,
+		"serving_ca_spki_pin": doc.Gateway.ServingCASPKIPin,
+		"join_signing_pin":    doc.Join.SigningPin,
+		"join_encryption_pin": doc.Join.EncryptionPin,
+	}
+	order := []string{"gateway_url", "gateway_server_name", "serving_ca_spki_pin", "join_signing_pin", "join_signing_key", "join_encryption_pin", "data_dir", "node_id"}
+	if doc.Join.SigningKey != "" {
+		if _, err := identity.ParsePinnedKey(doc.Join.SigningKey, doc.Join.SigningPin); err != nil {
+			return fmt.Errorf("%w: %w", ErrWellKnown, err)
+		}
+		values["join_signing_key"] = doc.Join.SigningKey
+	}
+	existing, err := config.Load(opts.ConfigPath)
+	if err != nil || existing.DataDir == "" {
+		dataDir := opts.DataDir
+		if dataDir == "" {
+			abs, err := filepath.Abs(filepath.Join(filepath.Dir(opts.ConfigPath), "data"))
+			if err != nil {
+				return err
+			}
+			dataDir = abs
+		}
+		values["data_dir"] = dataDir
+		values["node_id"] = ""
+	}
+	if err := os.MkdirAll(filepath.Dir(opts.ConfigPath), 0o755); err != nil {
+		return err
+	}
+	if err := config.Set(opts.ConfigPath, values, order); err != nil {
+		return err
+	}
+	jwkPath := filepath.Join(filepath.Dir(opts.ConfigPath), config.JWKFileName)
+	if err := config.WriteFileAtomic(jwkPath, append([]byte(strings.TrimSpace(string(doc.Join.EncryptionJWK))), '\n'), 0o644); err != nil {
+		return err
+	}
+	log.Info("join.bootstrap", "server", base, "gateway", doc.Gateway.URL, "trust_domain", doc.TrustDomain)
+	return nil
+}
+
+// EncodeSPKI is the base64 form of a key for join_signing_key.
+func EncodeSPKI(k *pki.PublicKey) string { return base64.StdEncoding.EncodeToString(k.SPKI()) }

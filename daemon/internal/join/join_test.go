@@ -1,0 +1,203 @@
+// Tests of `bcd join` against the in-process gateway: a join writes the
+// identity with the right modes, a second run is "already joined", and a
+// JoinResponse signed by another key, a serving certificate off the pin, a
+// refused token and a wrong JWK are each refused; --server bootstraps from
+// the well-known document; the token never reaches the log.
+
+package join
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"bcd/internal/config"
+	"bcd/internal/fakehw"
+	"bcd/internal/identity"
+	"bcd/internal/pki"
+	"bcd/internal/testgw"
+)
+
+const token = "bc_jt_secret_token_0123456789"
+
+func setup(t *testing.T, opts testgw.Options) (*testgw.Gateway, string, *bytes.Buffer, Options) {
+	t.Helper()
+	g := testgw.Start(t, opts)
+	g.AddToken(token)
+	dir := t.TempDir()
+	path := g.WriteConfig(t, dir)
+	var logs bytes.Buffer
+	m, err := fakehw.New(filepath.Join(dir, "data"), "41", fakehw.VariantHGXH100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, path, &logs, Options{ConfigPath: path, Token: token, Machine: m, Version: "test", Log: slog.New(slog.NewTextHandler(&logs, nil))}
+}
+
+func TestAJoinWritesTheIdentity(t *testing.T) {
+	g, path, logs, opts := setup(t, testgw.Options{SignedIntent: true})
+	r, err := Join(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := config.Load(path)
+	if c.NodeID != r.NodeID || r.NodeID == "" {
+		t.Fatalf("config node_id %q, result %q", c.NodeID, r.NodeID)
+	}
+	for name, mode := range map[string]os.FileMode{".": 0o700, identity.KeyFile: 0o600} {
+		st, err := os.Stat(filepath.Join(c.DataDir, name))
+		if err != nil || st.Mode().Perm() != mode {
+			t.Errorf("%s: mode %v, %v", name, st.Mode().Perm(), err)
+		}
+	}
+	signing, _ := identity.JoinSigningKey(c)
+	id, err := identity.Load(c.DataDir, signing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id.NodeID != r.NodeID || len(id.Roots) != 1 || id.TrustBundle.GetSequence() != 1 {
+		t.Fatalf("identity %+v", id)
+	}
+	if strings.Contains(logs.String(), token) {
+		t.Fatal("the token is in the log")
+	}
+	if _, err := Join(context.Background(), Options{ConfigPath: path}); !errors.Is(err, ErrAlreadyJoined) {
+		t.Fatalf("second run: %v", err)
+	}
+	if g.Joins() != 1 {
+		t.Fatalf("%d Join calls", g.Joins())
+	}
+}
+
+func TestAResponseSignedByAnotherKeyIsRefused(t *testing.T) {
+	g, path, _, opts := setup(t, testgw.Options{})
+	g.SignJoinResponsesWith(pki.DeriveEd25519("another", "join-signing"))
+	_, err := Join(context.Background(), opts)
+	if !errors.Is(err, ErrResponse) || pki.CodeOf(err) != pki.CodeDSSEUnknownKey {
+		t.Fatalf("got %v", err)
+	}
+	if c, _ := config.Load(path); c.NodeID != "" || identity.Exists(c.DataDir) {
+		t.Fatal("a refused join wrote an identity")
+	}
+}
+
+func TestAServingCertificateOffThePinIsRefused(t *testing.T) {
+	_, path, _, opts := setup(t, testgw.Options{})
+	other, _ := testgw.NewKeys("another")
+	config.Set(path, map[string]string{"serving_ca_spki_pin": other.ServingCAPin()}, nil)
+	_, err := Join(context.Background(), opts)
+	if err == nil || !strings.Contains(err.Error(), "serving-ca-pin") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestAServerNameOffTheCertificateIsRefused(t *testing.T) {
+	_, path, _, opts := setup(t, testgw.Options{})
+	config.Set(path, map[string]string{"gateway_server_name": "evil.example"}, nil)
+	if _, err := Join(context.Background(), opts); err == nil || !strings.Contains(err.Error(), "serving-certificate") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestARefusedTokenGivesTheGatewaysCode(t *testing.T) {
+	_, _, logs, opts := setup(t, testgw.Options{})
+	opts.Token = "bc_jt_unknown"
+	_, err := Join(context.Background(), opts)
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "token-unknown: ") {
+		t.Fatalf("got %v", err)
+	}
+	if strings.Contains(err.Error(), opts.Token) || strings.Contains(logs.String(), opts.Token) {
+		t.Fatal("the token is in the error or the log")
+	}
+}
+
+func TestAJWKOffItsPinIsRefused(t *testing.T) {
+	_, path, _, opts := setup(t, testgw.Options{})
+	other, _ := testgw.NewKeys("another")
+	os.WriteFile(filepath.Join(filepath.Dir(path), config.JWKFileName), []byte(other.JWK()), 0o644)
+	if _, err := Join(context.Background(), opts); !errors.Is(err, ErrPin) {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestNoTokenIsRefused(t *testing.T) {
+	_, _, _, opts := setup(t, testgw.Options{})
+	opts.Token = " \n"
+	if _, err := Join(context.Background(), opts); !errors.Is(err, ErrNoToken) {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func wellKnown(g *testgw.Gateway, withKey bool) *httptest.Server {
+	doc := map[string]any{
+		"gateway": map[string]any{"url": g.URL, "serverName": testgw.ServerName, "servingCaSpkiPin": g.Keys.ServingCAPin()},
+		"join": map[string]any{"signingPin": g.Keys.JoinSigningPin(), "encryptionPin": g.Keys.JoinEncryptionPin(),
+			"encryptionJwk": json.RawMessage(g.Keys.JWK())},
+		"trustDomain": testgw.TrustDomain,
+	}
+	if withKey {
+		doc["join"].(map[string]any)["signingKey"] = g.Keys.JoinSigningSPKI()
+	}
+	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != WellKnownPath {
+			http.NotFound(w, r)
+			return
+		}
+		json.NewEncoder(w).Encode(doc)
+	}))
+}
+
+func TestServerBootstrapsFromTheWellKnownDocument(t *testing.T) {
+	g := testgw.Start(t, testgw.Options{})
+	g.AddToken(token)
+	srv := wellKnown(g, true)
+	defer srv.Close()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "etc", config.FileName)
+	opts := Options{ConfigPath: path, Token: token, Server: srv.URL, TrustDocument: true}
+	r, err := Join(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := config.Load(path)
+	if err != nil || c.NodeID != r.NodeID || c.DataDir != filepath.Join(dir, "etc", "data") || c.GatewayURL != g.URL {
+		t.Fatalf("config %+v, %v", c, err)
+	}
+	if _, err := os.Stat(c.JWKPath()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Join(context.Background(), Options{ConfigPath: path, Server: srv.URL, TrustDocument: true}); !errors.Is(err, ErrAlreadyJoined) {
+		t.Fatalf("re-run: %v", err)
+	}
+}
+
+func TestServerOverHTTPNeedsTrust(t *testing.T) {
+	g := testgw.Start(t, testgw.Options{})
+	srv := wellKnown(g, true)
+	defer srv.Close()
+	path := filepath.Join(t.TempDir(), config.FileName)
+	_, err := Join(context.Background(), Options{ConfigPath: path, Token: token, Server: srv.URL})
+	if !errors.Is(err, ErrWellKnown) {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestServerWithoutTheSigningKeySaysWhy(t *testing.T) {
+	g := testgw.Start(t, testgw.Options{})
+	g.AddToken(token)
+	srv := wellKnown(g, false)
+	defer srv.Close()
+	path := filepath.Join(t.TempDir(), config.FileName)
+	_, err := Join(context.Background(), Options{ConfigPath: path, Token: token, Server: srv.URL, TrustDocument: true})
+	if !errors.Is(err, identity.ErrJoinSigningKey) {
+		t.Fatalf("got %v", err)
+	}
+}

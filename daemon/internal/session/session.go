@@ -1,0 +1,478 @@
+// Package session runs bcd's side of Gateway.Session (ARCHITECTURE.md,
+// "Session"): Hello from the journal, the Welcome and its 5-minute rule,
+// the server-time mark that only moves forward (on Welcome and Ping),
+// acks and the resend of unacked events, heartbeats at the Welcome's
+// interval, Pong, liveness (3 silent intervals drop the stream), full-jitter
+// reconnect, Drain (redial after exactly retry_after_ms) and revocation.
+// What the frames mean (commands, desired state, cancel) is the Handler's.
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"bcd/internal/journal"
+	"bcd/internal/proto/agentv1"
+	"google.golang.org/grpc/status"
+)
+
+// MaxWelcomeRewind is how far before the mark a Welcome's server time may be.
+const MaxWelcomeRewind = 5 * time.Minute
+
+// The reconnect backoff of the contract.
+const (
+	DefaultBackoffBase = 200 * time.Millisecond
+	DefaultBackoffCap  = 30 * time.Second
+)
+
+// Errors a session ends or drops with.
+var (
+	// ErrRevoked means the node's certificate was revoked: bcd node exits 3.
+	ErrRevoked = errors.New("revoked")
+	// ErrServerTimeBackwards means a Welcome came more than 5 minutes
+	// before the mark.
+	ErrServerTimeBackwards = errors.New("server time went backwards")
+	// ErrLiveness means nothing was heard for 3 heartbeat intervals.
+	ErrLiveness = errors.New("liveness: nothing heard for 3 intervals")
+	// ErrNoWelcome means the first frame was not a Welcome.
+	ErrNoWelcome = errors.New("the gateway's first frame is not a Welcome")
+)
+
+// Stream is the client side of Gateway.Session.
+type Stream interface {
+	Send(*agentv1.NodeFrame) error
+	Recv() (*agentv1.GatewayFrame, error)
+	CloseSend() error
+}
+
+// Dialer opens a Session stream; close releases its connection.
+type Dialer func(ctx context.Context) (stream Stream, close func(), err error)
+
+// Handler gives frames their meaning.
+type Handler interface {
+	// Hello fills the node's part of the Hello (node id, boot id, version,
+	// capabilities, applied generation); the session adds the journal's.
+	Hello() *agentv1.Hello
+	// Welcomed runs after each accepted Welcome, before the resend (it
+	// appends the StatusReport).
+	Welcomed(w *agentv1.Welcome)
+	// Frame handles a Command, DesiredState, Cancel or another frame the
+	// session does not handle itself.
+	Frame(f *agentv1.GatewayFrame)
+	// AppliedGeneration is what heartbeats report.
+	AppliedGeneration() uint64
+}
+
+// State is the session's state for bcd status.
+type State string
+
+// The states.
+const (
+	Connecting   State = "connecting"
+	Connected    State = "connected"
+	Disconnected State = "disconnected"
+	Revoked      State = "revoked"
+)
+
+// Info is what bcd status shows of the session.
+type Info struct {
+	State         State
+	Epoch         uint64
+	Gateway       string
+	ConnectedAtMs int64
+}
+
+// Config configures a session.
+type Config struct {
+	// Dial opens streams.
+	Dial Dialer
+	// Gateway names the gateway in logs and status.
+	Gateway string
+	// Journal holds the events, the acks and the mark.
+	Journal *journal.Journal
+	// Handler handles frames.
+	Handler Handler
+	// BackoffBase and BackoffCap shape the full-jitter reconnect (defaults
+	// 200 ms and 30 s).
+	BackoffBase, BackoffCap time.Duration
+	// WelcomeTimeout bounds the wait for the Welcome (default 30 s).
+	WelcomeTimeout time.Duration
+	// Log receives session.* lines.
+	Log *slog.Logger
+}
+
+// Session is one node's session with its gateway, across reconnects.
+type Session struct {
+	cfg     Config
+	log     *slog.Logger
+	notify  chan struct{}
+	control chan *agentv1.NodeFrame
+
+	mu          sync.Mutex
+	info        Info
+	serverMs    int64     // the last server time heard
+	serverAt    time.Time // when it was heard (monotonic)
+	connections int
+}
+
+// New returns a session; Run starts it.
+func New(cfg Config) *Session {
+	if cfg.BackoffBase <= 0 {
+		cfg.BackoffBase = DefaultBackoffBase
+	}
+	if cfg.BackoffCap <= 0 {
+		cfg.BackoffCap = DefaultBackoffCap
+	}
+	if cfg.WelcomeTimeout <= 0 {
+		cfg.WelcomeTimeout = 30 * time.Second
+	}
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Session{
+		cfg:     cfg,
+		log:     log,
+		notify:  make(chan struct{}, 1),
+		control: make(chan *agentv1.NodeFrame, 64),
+		info:    Info{State: Disconnected, Gateway: cfg.Gateway},
+	}
+}
+
+// Notify says that the journal has new events to send.
+func (s *Session) Notify() {
+	select {
+	case s.notify <- struct{}{}:
+	default:
+	}
+}
+
+// SendControl queues a control frame (seq 0) for the current connection;
+// it is dropped when there is none, or too many are queued.
+func (s *Session) SendControl(f *agentv1.NodeFrame) {
+	f.Seq = 0
+	select {
+	case s.control <- f:
+	default:
+		s.log.Warn("session.control_dropped", "reason", "queue full")
+	}
+}
+
+// Info returns the state for bcd status.
+func (s *Session) Info() Info {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.info
+}
+
+// ServerNow estimates the gateway's clock: the last server time heard plus
+// the time since, never before the mark. Before any Welcome it is the local
+// clock, or the mark when that is later.
+func (s *Session) ServerNow() time.Time {
+	mark := s.cfg.Journal.Mark()
+	s.mu.Lock()
+	ms, at := s.serverMs, s.serverAt
+	s.mu.Unlock()
+	now := time.Now().UnixMilli()
+	if !at.IsZero() {
+		now = ms + time.Since(at).Milliseconds()
+	}
+	return time.UnixMilli(max(now, mark))
+}
+
+func (s *Session) heardServerTime(ms int64) {
+	if ms <= 0 {
+		return
+	}
+	if _, err := s.cfg.Journal.AdvanceMark(ms); err != nil {
+		s.log.Error("session.mark_failed", "err", err)
+	}
+	s.mu.Lock()
+	s.serverMs, s.serverAt = ms, time.Now()
+	s.mu.Unlock()
+}
+
+func (s *Session) setState(state State, epoch uint64, connectedAt int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.info.State = state
+	if state == Connected {
+		s.info.Epoch, s.info.ConnectedAtMs = epoch, connectedAt
+	}
+}
+
+// drained is a clean end that asks for a redial after exactly retryAfter.
+type drained struct{ retryAfter time.Duration }
+
+func (d *drained) Error() string { return fmt.Sprintf("drained (retry after %s)", d.retryAfter) }
+
+// Run keeps the session up until ctx ends (nil) or the node is revoked
+// (ErrRevoked).
+func (s *Session) Run(ctx context.Context) error {
+	attempt := 0
+	for {
+		s.setState(Connecting, 0, 0)
+		welcomed, err := s.connect(ctx)
+		if ctx.Err() != nil {
+			s.setState(Disconnected, 0, 0)
+			return nil
+		}
+		if errors.Is(err, ErrRevoked) {
+			s.setState(Revoked, 0, 0)
+			s.log.Warn("session.revoked", "gateway", s.cfg.Gateway, "err", err)
+			return ErrRevoked
+		}
+		s.setState(Disconnected, 0, 0)
+		if welcomed {
+			attempt = 0
+		}
+		var wait time.Duration
+		var d *drained
+		if errors.As(err, &d) {
+			wait = d.retryAfter
+			attempt = 0
+			s.log.Info("session.drained", "retry_after_ms", d.retryAfter.Milliseconds())
+		} else {
+			wait = s.backoff(attempt)
+			attempt++
+			s.log.Warn("session.dropped", "gateway", s.cfg.Gateway, "err", err, "retry_in_ms", wait.Milliseconds())
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil
+		case <-timer.C:
+		}
+	}
+}
+
+// backoff is full jitter: random(0, min(cap, base·2^attempt)).
+func (s *Session) backoff(attempt int) time.Duration {
+	ceiling := s.cfg.BackoffCap
+	if attempt < 30 {
+		if d := s.cfg.BackoffBase << attempt; d > 0 && d < ceiling {
+			ceiling = d
+		}
+	}
+	return time.Duration(rand.Int64N(int64(ceiling) + 1))
+}
+
+// isRevocation reports whether err is the gateway refusing a revoked certificate.
+func isRevocation(err error) bool {
+	st, ok := status.FromError(err)
+	return ok && strings.HasPrefix(st.Message(), "cert-revoked")
+}
+
+// connect runs one connection; welcomed says whether a Welcome was accepted.
+func (s *Session) connect(ctx context.Context) (welcomed bool, err error) {
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, closeConn, err := s.cfg.Dial(cctx)
+	if err != nil {
+		return false, fmt.Errorf("dial: %w", err)
+	}
+	defer closeConn()
+
+	j := s.cfg.Journal
+	hello := s.cfg.Handler.Hello()
+	hello.JournalId = j.ID()
+	hello.ServerTimeMarkMs = j.Mark()
+	hello.LastAckedSeq = j.LastAcked()
+
+	inbound := make(chan *agentv1.GatewayFrame, 16)
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			f, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case inbound <- f:
+			case <-cctx.Done():
+				return
+			}
+		}
+	}()
+	// failed turns a failed Send into the stream's real status: gRPC
+	// reports io.EOF on Send and the status on Recv.
+	failed := func(err error) error {
+		if !errors.Is(err, io.EOF) {
+			return err
+		}
+		select {
+		case rerr := <-recvErr:
+			recvErr <- rerr
+			if isRevocation(rerr) {
+				return fmt.Errorf("%w: %s", ErrRevoked, status.Convert(rerr).Message())
+			}
+			return rerr
+		case <-time.After(time.Second):
+			return err
+		}
+	}
+	send := func(f *agentv1.NodeFrame) error {
+		if err := stream.Send(f); err != nil {
+			return failed(err)
+		}
+		return nil
+	}
+	if err := send(&agentv1.NodeFrame{Frame: &agentv1.NodeFrame_Hello{Hello: hello}}); err != nil {
+		return false, err
+	}
+
+	var w *agentv1.Welcome
+	timeout := time.NewTimer(s.cfg.WelcomeTimeout)
+	defer timeout.Stop()
+	select {
+	case <-ctx.Done():
+		_ = stream.CloseSend()
+		return false, ctx.Err()
+	case err := <-recvErr:
+		if isRevocation(err) {
+			return false, fmt.Errorf("%w: %s", ErrRevoked, status.Convert(err).Message())
+		}
+		return false, fmt.Errorf("before the Welcome: %w", err)
+	case <-timeout.C:
+		return false, fmt.Errorf("%w: none within %s", ErrNoWelcome, s.cfg.WelcomeTimeout)
+	case f := <-inbound:
+		if w = f.GetWelcome(); w == nil {
+			return false, ErrNoWelcome
+		}
+	}
+
+	mark := j.Mark()
+	if mark > 0 && w.GetServerTimeMs() < mark-MaxWelcomeRewind.Milliseconds() {
+		s.log.Warn("session.refused", "reason", "server time went backwards",
+			"server_time_ms", w.GetServerTimeMs(), "mark_ms", mark, "epoch", w.GetSessionEpoch())
+		_ = stream.CloseSend()
+		return false, fmt.Errorf("%w: Welcome at %d, mark %d", ErrServerTimeBackwards, w.GetServerTimeMs(), mark)
+	}
+	s.heardServerTime(w.GetServerTimeMs())
+	if err := j.Ack(w.GetAckedSeq()); err != nil {
+		return true, err
+	}
+	s.setState(Connected, w.GetSessionEpoch(), time.Now().UnixMilli())
+	s.mu.Lock()
+	s.connections++
+	s.mu.Unlock()
+	interval := time.Duration(w.GetHeartbeatIntervalMs()) * time.Millisecond
+	if interval <= 0 {
+		interval = 5 * time.Second
+	}
+	s.log.Info("session.connected", "epoch", w.GetSessionEpoch(), "gateway", s.cfg.Gateway,
+		"heartbeat_ms", interval.Milliseconds(), "lane_credits", w.GetLaneCredits(), "acked_seq", w.GetAckedSeq())
+
+	// Control frames queued for an earlier connection are stale.
+	for len(s.control) > 0 {
+		<-s.control
+	}
+	s.cfg.Handler.Welcomed(w)
+	sentUpTo := w.GetAckedSeq()
+	flush := func() error {
+		events, err := j.Unacked(sentUpTo)
+		if err != nil {
+			return err
+		}
+		for _, e := range events {
+			if err := send(e); err != nil {
+				return err
+			}
+			sentUpTo = e.GetSeq()
+		}
+		return nil
+	}
+	if err := flush(); err != nil {
+		return true, err
+	}
+
+	heartbeat := time.NewTicker(interval)
+	defer heartbeat.Stop()
+	lastHeard := time.Now()
+	liveness := time.NewTimer(3 * interval)
+	defer liveness.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			_ = stream.CloseSend()
+			s.log.Info("session.closed", "epoch", w.GetSessionEpoch(), "reason", "shutting down")
+			return true, ctx.Err()
+		case err := <-recvErr:
+			if isRevocation(err) {
+				return true, fmt.Errorf("%w: %s", ErrRevoked, status.Convert(err).Message())
+			}
+			if errors.Is(err, io.EOF) {
+				return true, errors.New("the gateway closed the stream")
+			}
+			return true, err
+		case <-liveness.C:
+			if wait := time.Until(lastHeard.Add(3 * interval)); wait > 0 {
+				liveness.Reset(wait)
+				continue
+			}
+			s.log.Warn("session.liveness", "epoch", w.GetSessionEpoch(), "silent_ms", time.Since(lastHeard).Milliseconds())
+			_ = stream.CloseSend()
+			return true, ErrLiveness
+		case <-heartbeat.C:
+			hb := &agentv1.Heartbeat{AtMs: time.Now().UnixMilli(), AppliedGeneration: s.cfg.Handler.AppliedGeneration()}
+			if err := send(&agentv1.NodeFrame{Frame: &agentv1.NodeFrame_Heartbeat{Heartbeat: hb}}); err != nil {
+				return true, err
+			}
+		case <-s.notify:
+			if err := flush(); err != nil {
+				return true, err
+			}
+		case f := <-s.control:
+			if err := send(f); err != nil {
+				return true, err
+			}
+		case f := <-inbound:
+			lastHeard = time.Now()
+			end, err := s.frame(send, f)
+			if end != nil || err != nil {
+				_ = stream.CloseSend()
+				if end == nil {
+					end = err
+				}
+				return true, end
+			}
+		}
+	}
+}
+
+// frame handles one gateway frame after the Welcome; a non-nil end closes
+// the connection (Drain, RevocationNotice).
+func (s *Session) frame(send func(*agentv1.NodeFrame) error, f *agentv1.GatewayFrame) (end, err error) {
+	switch x := f.GetFrame().(type) {
+	case *agentv1.GatewayFrame_Ping:
+		s.heardServerTime(x.Ping.GetServerTimeMs())
+		pong := &agentv1.NodeFrame{Frame: &agentv1.NodeFrame_Pong{Pong: &agentv1.Pong{Nonce: x.Ping.GetNonce()}}}
+		return nil, send(pong)
+	case *agentv1.GatewayFrame_EventAck:
+		return nil, s.cfg.Journal.Ack(x.EventAck.GetUpToSeq())
+	case *agentv1.GatewayFrame_Drain:
+		s.log.Info("session.drain", "reason", x.Drain.GetReason(), "retry_after_ms", x.Drain.GetRetryAfterMs())
+		return &drained{retryAfter: time.Duration(x.Drain.GetRetryAfterMs()) * time.Millisecond}, nil
+	case *agentv1.GatewayFrame_RevocationNotice:
+		s.log.Warn("session.revocation_notice", "reason", x.RevocationNotice.GetReason())
+		return fmt.Errorf("%w: %s", ErrRevoked, x.RevocationNotice.GetReason()), nil
+	case *agentv1.GatewayFrame_Welcome:
+		s.log.Warn("session.unexpected_frame", "frame", "Welcome")
+		return nil, nil
+	}
+	s.cfg.Handler.Frame(f)
+	if f.GetSeq() > 0 {
+		ack := &agentv1.NodeFrame{Frame: &agentv1.NodeFrame_EventAck{EventAck: &agentv1.EventAck{UpToSeq: f.GetSeq()}}}
+		return nil, send(ack)
+	}
+	return nil, nil
+}

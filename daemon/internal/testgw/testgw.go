@@ -1,0 +1,460 @@
+// Package testgw is an in-process gateway for bcd's tests: the Join and
+// Gateway services over real TLS 1.3 with ALPN h2, certificates built from
+// seeded internal/pki keys (a serving CA and its leaf for localhost,
+// 127.0.0.1 and gw.dev.local, a node CA issuing node certificates from
+// CSRs), a JoinService that opens sealed tokens and signs JoinResponses,
+// and Session streams handed to the test to script frame by frame.
+// Only tests import it.
+package testgw
+
+import (
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"bcd/internal/config"
+	"bcd/internal/pki"
+	"bcd/internal/proto/agentv1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+// Seed is the seed of the test keys.
+const Seed = "bcd-testgw"
+
+// ServerName is the name the serving certificate carries besides localhost.
+const ServerName = "gw.dev.local"
+
+// TrustDomain is the test trust domain.
+const TrustDomain = "test.local"
+
+// Keys are the gateway's keys and certificates.
+type Keys struct {
+	ServingCA, NodeCA         *ecdsa.PrivateKey
+	ServingCACert, NodeCACert []byte
+	ServingLeaf               *ecdsa.PrivateKey
+	ServingLeafCert           []byte
+	JoinSigning               ed25519.PrivateKey
+	JoinEncryption            *ecdsa.PrivateKey
+	CommandRoot               ed25519.PrivateKey
+	Approvers                 []ed25519.PrivateKey
+}
+
+// NewKeys derives the keys from seed and builds the certificates.
+func NewKeys(seed string) (*Keys, error) {
+	k := &Keys{
+		ServingCA:      pki.DeriveP256(seed, "serving-ca"),
+		NodeCA:         pki.DeriveP256(seed, "node-ca"),
+		ServingLeaf:    pki.DeriveP256(seed, "serving"),
+		JoinSigning:    pki.DeriveEd25519(seed, "join-signing"),
+		JoinEncryption: pki.DeriveP256(seed, "join-encryption"),
+		CommandRoot:    pki.DeriveEd25519(seed, "command-root/0"),
+		Approvers:      []ed25519.PrivateKey{pki.DeriveEd25519(seed, "approver/0"), pki.DeriveEd25519(seed, "approver/1")},
+	}
+	now := time.Now()
+	var err error
+	if k.ServingCACert, err = caCert("serving CA", k.ServingCA, now); err != nil {
+		return nil, err
+	}
+	if k.NodeCACert, err = caCert("node CA", k.NodeCA, now); err != nil {
+		return nil, err
+	}
+	ca, _ := x509.ParseCertificate(k.ServingCACert)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(3),
+		Subject:      pkix.Name{CommonName: ServerName},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(24 * time.Hour),
+		DNSNames:     []string{"localhost", ServerName},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	k.ServingLeafCert, err = x509.CreateCertificate(rand.Reader, tmpl, ca, &k.ServingLeaf.PublicKey, k.ServingCA)
+	return k, err
+}
+
+func caCert(name string, key *ecdsa.PrivateKey, now time.Time) ([]byte, error) {
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: name},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(24 * time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		MaxPathLenZero:        true,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}
+	return x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+}
+
+func pinOf(key crypto.PublicKey) string {
+	p, err := pki.NewPublicKey(key)
+	if err != nil {
+		panic(err)
+	}
+	return p.Pin()
+}
+
+// ServingCAPin is the serving CA's pin.
+func (k *Keys) ServingCAPin() string { return pinOf(&k.ServingCA.PublicKey) }
+
+// JoinSigningPin is the JoinService signing key's pin.
+func (k *Keys) JoinSigningPin() string { return pinOf(k.JoinSigning.Public()) }
+
+// JoinSigningSPKI is the signing key's SPKI in standard base64.
+func (k *Keys) JoinSigningSPKI() string {
+	p, _ := pki.NewPublicKey(k.JoinSigning.Public())
+	return base64.StdEncoding.EncodeToString(p.SPKI())
+}
+
+// JoinEncryptionPin is the join-encryption key's pin.
+func (k *Keys) JoinEncryptionPin() string { return pinOf(&k.JoinEncryption.PublicKey) }
+
+// JWK is the join-encryption key's public JWK (with kid).
+func (k *Keys) JWK() string { return pki.JWK(&k.JoinEncryption.PublicKey, k.JoinEncryptionPin()) }
+
+// Options shape a gateway.
+type Options struct {
+	// SignedIntent gives joining nodes the command root and a trust bundle.
+	SignedIntent bool
+	// Keys replaces the default keys (another gateway's, say).
+	Keys *Keys
+	// TokenUses is how often each token may be used (default 1).
+	TokenUses int
+}
+
+// Gateway is a running test gateway.
+type Gateway struct {
+	agentv1.UnimplementedJoinServer
+	agentv1.UnimplementedGatewayServer
+
+	Keys *Keys
+	// URL is https://127.0.0.1:<port>.
+	URL string
+	// Sessions receives every Session stream that passed authentication.
+	Sessions chan *Session
+	opts     Options
+
+	mu      sync.Mutex
+	tokens  map[string]int
+	revoked map[string]bool
+	nodes   int
+	joins   int
+	// signWith, when set, signs JoinResponses instead of the join-signing key.
+	signWith ed25519.PrivateKey
+
+	server *grpc.Server
+}
+
+// Start starts a gateway on a free loopback port; the test stops it.
+func Start(t testing.TB, opts Options) *Gateway {
+	t.Helper()
+	keys := opts.Keys
+	if keys == nil {
+		var err error
+		if keys, err = NewKeys(Seed); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if opts.TokenUses == 0 {
+		opts.TokenUses = 1
+	}
+	g := &Gateway{Keys: keys, Sessions: make(chan *Session, 16), opts: opts, tokens: map[string]int{}, revoked: map[string]bool{}}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.URL = "https://" + lis.Addr().String()
+	g.server = grpc.NewServer(grpc.Creds(credentials.NewTLS(g.TLSConfig())))
+	agentv1.RegisterJoinServer(g.server, g)
+	agentv1.RegisterGatewayServer(g.server, g)
+	go func() { _ = g.server.Serve(lis) }()
+	t.Cleanup(g.server.Stop)
+	return g
+}
+
+// TLSConfig is the server side: TLS 1.3, h2, client certificates optional
+// and verified against the node CA when presented.
+func (g *Gateway) TLSConfig() *tls.Config {
+	pool := x509.NewCertPool()
+	nodeCA, _ := x509.ParseCertificate(g.Keys.NodeCACert)
+	pool.AddCert(nodeCA)
+	return &tls.Config{
+		MinVersion: tls.VersionTLS13,
+		NextProtos: []string{"h2"},
+		Certificates: []tls.Certificate{{
+			Certificate: [][]byte{g.Keys.ServingLeafCert, g.Keys.ServingCACert},
+			PrivateKey:  g.Keys.ServingLeaf,
+		}},
+		ClientAuth: tls.VerifyClientCertIfGiven,
+		ClientCAs:  pool,
+	}
+}
+
+// AddToken makes token valid for Options.TokenUses joins.
+func (g *Gateway) AddToken(token string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.tokens[token] = g.opts.TokenUses
+}
+
+// Revoke refuses the node's sessions from now on (cert-revoked).
+func (g *Gateway) Revoke(nodeID string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.revoked[nodeID] = true
+}
+
+// SignJoinResponsesWith makes the JoinService sign with another key.
+func (g *Gateway) SignJoinResponsesWith(key ed25519.PrivateKey) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.signWith = key
+}
+
+// Joins counts the Join calls.
+func (g *Gateway) Joins() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.joins
+}
+
+// ConfigValues are the config.toml keys for this gateway (data dir dir/data).
+func (g *Gateway) ConfigValues(dir string) (map[string]string, []string) {
+	values := map[string]string{
+		"gateway_url":         g.URL,
+		"gateway_server_name": ServerName,
+		"serving_ca_spki_pin": g.Keys.ServingCAPin(),
+		"join_signing_pin":    g.Keys.JoinSigningPin(),
+		"join_signing_key":    g.Keys.JoinSigningSPKI(),
+		"join_encryption_pin": g.Keys.JoinEncryptionPin(),
+		"data_dir":            filepath.Join(dir, "data"),
+	}
+	order := []string{"gateway_url", "gateway_server_name", "serving_ca_spki_pin", "join_signing_pin", "join_signing_key", "join_encryption_pin", "data_dir"}
+	return values, order
+}
+
+// WriteConfig writes dir/config.toml and join-encryption.jwk for this
+// gateway, and returns the config's path.
+func (g *Gateway) WriteConfig(t testing.TB, dir string) string {
+	t.Helper()
+	path := filepath.Join(dir, config.FileName)
+	values, order := g.ConfigValues(dir)
+	if err := config.Set(path, values, order); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, config.JWKFileName), []byte(g.Keys.JWK()+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func refuse(code codes.Code, stable, format string, args ...any) error {
+	return status.Error(code, stable+": "+fmt.Sprintf(format, args...))
+}
+
+// Join is the JoinService: a sealed token bound to the CSR, limited uses.
+func (g *Gateway) Join(ctx context.Context, req *agentv1.JoinRequest) (*agentv1.JoinReply, error) {
+	g.mu.Lock()
+	g.joins++
+	g.mu.Unlock()
+	tj := req.GetToken()
+	if tj == nil {
+		return nil, refuse(codes.InvalidArgument, "join-method", "only token joins")
+	}
+	csr, err := pki.ParseCSR(tj.GetCsrDer())
+	if err != nil {
+		return nil, refuse(codes.InvalidArgument, string(pki.CodeOf(err)), "%v", err)
+	}
+	payload, err := pki.OpenJoinToken(g.Keys.JoinEncryption, tj.GetSealedToken(), csr.Pin)
+	if err != nil {
+		return nil, refuse(codes.PermissionDenied, string(pki.CodeOf(err)), "the sealed token was refused")
+	}
+	g.mu.Lock()
+	uses, ok := g.tokens[payload.Token]
+	if ok && uses > 0 {
+		g.tokens[payload.Token] = uses - 1
+		g.nodes++
+	}
+	n, signer := g.nodes, g.signWith
+	g.mu.Unlock()
+	if !ok {
+		return nil, refuse(codes.PermissionDenied, "token-unknown", "no such token")
+	}
+	if uses == 0 {
+		return nil, refuse(codes.PermissionDenied, "token-exhausted", "the token has no uses left")
+	}
+	nodeID := fmt.Sprintf("node_%d", n)
+	leaf, err := g.issue(nodeID, csr.PublicKey)
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	response := &agentv1.JoinResponse{
+		NodeId:           nodeID,
+		CertificateChain: [][]byte{leaf, g.Keys.NodeCACert},
+		TrustDomain:      TrustDomain,
+		Gateway:          &agentv1.GatewayEndpoint{Url: g.URL, ServerName: ServerName, ServingCaSpkiPin: g.Keys.ServingCAPin()},
+		CsrPin:           csr.Pin,
+		IssuedAtMs:       time.Now().UnixMilli(),
+		PoolId:           "pool_test",
+	}
+	if g.opts.SignedIntent {
+		response.Trust = g.trust()
+	}
+	payloadBytes, _ := proto.MarshalOptions{Deterministic: true}.Marshal(response)
+	if signer == nil {
+		signer = g.Keys.JoinSigning
+	}
+	env, err := pki.SignEnvelope(nil, pki.PayloadTypeJoinResponse, payloadBytes, signer)
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	return &agentv1.JoinReply{Reply: &agentv1.JoinReply_Response{Response: env.Proto()}}, nil
+}
+
+// Bundle is a trust bundle of sequence seq over the test keys: the command
+// root, approvers 0 and 1 with threshold 2.
+func (g *Gateway) Bundle(seq uint64, unbatchedPerHour uint32) *agentv1.TrustBundle {
+	root, _ := pki.NewPublicKey(g.Keys.CommandRoot.Public())
+	b := &agentv1.TrustBundle{
+		TrustDomain:  TrustDomain,
+		Sequence:     seq,
+		CommandRoots: []*agentv1.PublicKey{root.Proto()},
+		Quorum:       &agentv1.Quorum{Threshold: 2, UnbatchedPerHour: unbatchedPerHour},
+	}
+	for _, a := range g.Keys.Approvers {
+		k, _ := pki.NewPublicKey(a.Public())
+		b.Quorum.Approvers = append(b.Quorum.Approvers, k.Proto())
+	}
+	return b
+}
+
+// SignBundle signs a bundle with signers.
+func SignBundle(b *agentv1.TrustBundle, signers ...crypto.Signer) *agentv1.Envelope {
+	payload, _ := proto.MarshalOptions{Deterministic: true}.Marshal(b)
+	env, err := pki.SignEnvelope(nil, pki.PayloadTypeTrustBundle, payload, signers...)
+	if err != nil {
+		panic(err)
+	}
+	return env.Proto()
+}
+
+func (g *Gateway) trust() *agentv1.JoinTrust {
+	root, _ := pki.NewPublicKey(g.Keys.CommandRoot.Public())
+	return &agentv1.JoinTrust{
+		CommandRoots: []*agentv1.PublicKey{root.Proto()},
+		TrustBundle:  SignBundle(g.Bundle(1, 1), g.Keys.Approvers[0], g.Keys.Approvers[1]),
+	}
+}
+
+func (g *Gateway) issue(nodeID string, key *ecdsa.PublicKey) ([]byte, error) {
+	ca, err := x509.ParseCertificate(g.Keys.NodeCACert)
+	if err != nil {
+		return nil, err
+	}
+	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
+	spiffe, _ := url.Parse("spiffe://" + TrustDomain + "/node/" + nodeID)
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: nodeID},
+		NotBefore:    now.Add(-time.Minute),
+		NotAfter:     now.Add(24 * time.Hour),
+		URIs:         []*url.URL{spiffe},
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	return x509.CreateCertificate(rand.Reader, tmpl, ca, key, g.Keys.NodeCA)
+}
+
+// Session is one node's Session stream, scripted by the test.
+type Session struct {
+	// NodeID is the client certificate's CN.
+	NodeID string
+	// NodeKey is the certified key (verifies node statements).
+	NodeKey *pki.PublicKey
+	// Frames receives what the node sends; it is closed when the stream ends.
+	Frames chan *agentv1.NodeFrame
+	stream agentv1.Gateway_SessionServer
+	end    chan error
+	once   sync.Once
+}
+
+// Send sends a frame to the node.
+func (s *Session) Send(f *agentv1.GatewayFrame) error { return s.stream.Send(f) }
+
+// End ends the stream with err (nil: a clean end).
+func (s *Session) End(err error) { s.once.Do(func() { s.end <- err }) }
+
+// Session authenticates the client certificate and hands the stream over.
+func (g *Gateway) Session(stream agentv1.Gateway_SessionServer) error {
+	p, ok := peer.FromContext(stream.Context())
+	if !ok {
+		return refuse(codes.Unauthenticated, "cert-unknown", "no peer")
+	}
+	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(info.State.PeerCertificates) == 0 {
+		return refuse(codes.Unauthenticated, "cert-unknown", "no client certificate")
+	}
+	leaf := info.State.PeerCertificates[0]
+	nodeID := leaf.Subject.CommonName
+	g.mu.Lock()
+	revoked := g.revoked[nodeID]
+	g.mu.Unlock()
+	if revoked {
+		return refuse(codes.PermissionDenied, "cert-revoked", "node %s was revoked", nodeID)
+	}
+	key, err := pki.NewPublicKey(leaf.PublicKey)
+	if err != nil {
+		return refuse(codes.Unauthenticated, "cert-unknown", "%v", err)
+	}
+	s := &Session{NodeID: nodeID, NodeKey: key, Frames: make(chan *agentv1.NodeFrame, 256), stream: stream, end: make(chan error, 1)}
+	go func() {
+		defer close(s.Frames)
+		for {
+			f, err := stream.Recv()
+			if err != nil {
+				if errors.Is(err, io.EOF) {
+					s.End(nil)
+				} else {
+					s.End(err)
+				}
+				return
+			}
+			s.Frames <- f
+		}
+	}()
+	select {
+	case g.Sessions <- s:
+	case <-stream.Context().Done():
+		return stream.Context().Err()
+	}
+	select {
+	case err := <-s.end:
+		return err
+	case <-stream.Context().Done():
+		return stream.Context().Err()
+	}
+}
