@@ -22,7 +22,7 @@ mod shared;
 mod spec;
 mod stack;
 pub mod status;
-pub mod store;
+mod store;
 mod tls;
 
 pub use commands::{Batch, BatchCommand, BatchSpec, CommandOptions, Signing};

@@ -37,7 +37,6 @@ pub enum StoreLocation {
 /// The store.
 pub struct Store {
     conn: Mutex<Connection>,
-    location: StoreLocation,
 }
 
 impl Store {
@@ -49,12 +48,7 @@ impl Store {
         };
         conn.execute_batch("PRAGMA foreign_keys = ON;").map_err(Error::store("enable foreign keys"))?;
         migrations::migrate(&mut conn)?;
-        Ok(Store { conn: Mutex::new(conn), location: location.clone() })
-    }
-
-    /// Where the store lives.
-    pub fn location(&self) -> &StoreLocation {
-        &self.location
+        Ok(Store { conn: Mutex::new(conn) })
     }
 
     fn lock(&self) -> MutexGuard<'_, Connection> {
