@@ -1,0 +1,362 @@
+// Tests of the session against the in-process gateway over real mTLS:
+// Hello and Welcome, heartbeats and Pong, acks and the resend of unacked
+// events, the server-time rule, Drain, revocation and liveness.
+
+package session
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"bcd/internal/config"
+	"bcd/internal/fakehw"
+	"bcd/internal/identity"
+	"bcd/internal/join"
+	"bcd/internal/journal"
+	"bcd/internal/proto/agentv1"
+	"bcd/internal/testgw"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+type handler struct {
+	nodeID   string
+	mu       sync.Mutex
+	welcomes []*agentv1.Welcome
+	frames   chan *agentv1.GatewayFrame
+	welcomed chan struct{}
+}
+
+func (h *handler) Hello() *agentv1.Hello {
+	return &agentv1.Hello{NodeId: h.nodeID, BootId: "boot_1", DaemonVersion: "test", AppliedGeneration: 7}
+}
+func (h *handler) Welcomed(w *agentv1.Welcome) {
+	h.mu.Lock()
+	h.welcomes = append(h.welcomes, w)
+	h.mu.Unlock()
+	h.welcomed <- struct{}{}
+}
+func (h *handler) Frame(f *agentv1.GatewayFrame) { h.frames <- f }
+func (h *handler) AppliedGeneration() uint64     { return 7 }
+
+type rig struct {
+	gw      *testgw.Gateway
+	journal *journal.Journal
+	handler *handler
+	session *Session
+	done    chan error
+	cancel  context.CancelFunc
+}
+
+// start joins a node to a test gateway and runs its session.
+func start(t *testing.T, prepare func(*journal.Journal)) *rig {
+	t.Helper()
+	g := testgw.Start(t, testgw.Options{})
+	g.AddToken("tok")
+	dir := t.TempDir()
+	path := g.WriteConfig(t, dir)
+	m, _ := fakehw.New(filepath.Join(dir, "data"), "41", fakehw.VariantCPU)
+	if _, err := join.Join(context.Background(), join.Options{ConfigPath: path, Token: "tok", Machine: m}); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := config.Load(path)
+	signing, _ := identity.JoinSigningKey(c)
+	id, err := identity.Load(c.DataDir, signing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := journal.Open(filepath.Join(c.DataDir, "journal.db"), journal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { j.Close() })
+	if prepare != nil {
+		prepare(j)
+	}
+	h := &handler{nodeID: id.NodeID, frames: make(chan *agentv1.GatewayFrame, 16), welcomed: make(chan struct{}, 16)}
+	s := New(Config{
+		Dial: func(ctx context.Context) (Stream, func(), error) {
+			conn, err := identity.Dial(c, identity.DialOptions{Identity: id})
+			if err != nil {
+				return nil, nil, err
+			}
+			stream, err := agentv1.NewGatewayClient(conn).Session(ctx)
+			if err != nil {
+				conn.Close()
+				return nil, nil, err
+			}
+			return stream, func() { conn.Close() }, nil
+		},
+		Gateway: g.URL, Journal: j, Handler: h,
+		BackoffBase: time.Millisecond, BackoffCap: 5 * time.Millisecond,
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &rig{gw: g, journal: j, handler: h, session: s, done: make(chan error, 1), cancel: cancel}
+	go func() { r.done <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-r.done
+	})
+	return r
+}
+
+const wait = 5 * time.Second
+
+func (r *rig) next(t *testing.T) *testgw.Session {
+	t.Helper()
+	select {
+	case s := <-r.gw.Sessions:
+		return s
+	case <-time.After(wait):
+		t.Fatal("no session")
+	}
+	return nil
+}
+
+func recv(t *testing.T, s *testgw.Session) *agentv1.NodeFrame {
+	t.Helper()
+	select {
+	case f, ok := <-s.Frames:
+		if !ok {
+			t.Fatal("the stream ended")
+		}
+		return f
+	case <-time.After(wait):
+		t.Fatal("no frame")
+	}
+	return nil
+}
+
+// recvWhere skips frames until one matches.
+func recvWhere(t *testing.T, s *testgw.Session, match func(*agentv1.NodeFrame) bool) *agentv1.NodeFrame {
+	t.Helper()
+	for {
+		if f := recv(t, s); match(f) {
+			return f
+		}
+	}
+}
+
+func isEvent(f *agentv1.NodeFrame) bool { return f.GetSeq() > 0 }
+
+func welcome(server time.Time, interval uint32, acked uint64) *agentv1.GatewayFrame {
+	return &agentv1.GatewayFrame{Frame: &agentv1.GatewayFrame_Welcome{Welcome: &agentv1.Welcome{
+		SessionEpoch: 3, ServerTimeMs: server.UnixMilli(), HeartbeatIntervalMs: interval, LaneCredits: 2, AckedSeq: acked}}}
+}
+
+func ended(t *testing.T, s *testgw.Session) {
+	t.Helper()
+	deadline := time.After(wait)
+	for {
+		select {
+		case _, ok := <-s.Frames:
+			if !ok {
+				return
+			}
+		case <-deadline:
+			t.Fatal("the node did not close the stream")
+		}
+	}
+}
+
+func report(gen uint64) *agentv1.NodeFrame {
+	return &agentv1.NodeFrame{Frame: &agentv1.NodeFrame_StatusReport{StatusReport: &agentv1.StatusReport{AppliedGeneration: gen}}}
+}
+
+func TestHelloWelcomeHeartbeatsAndPong(t *testing.T) {
+	r := start(t, func(j *journal.Journal) { j.AdvanceMark(1234) })
+	s := r.next(t)
+	hello := recv(t, s).GetHello()
+	if hello == nil || hello.NodeId != s.NodeID || hello.JournalId != r.journal.ID() || hello.ServerTimeMarkMs != 1234 ||
+		hello.BootId != "boot_1" || hello.AppliedGeneration != 7 {
+		t.Fatalf("hello %v", hello)
+	}
+	now := time.Now()
+	s.Send(welcome(now, 20, 0))
+	hb := recvWhere(t, s, func(f *agentv1.NodeFrame) bool { return f.GetHeartbeat() != nil })
+	if hb.Seq != 0 || hb.GetHeartbeat().AppliedGeneration != 7 {
+		t.Fatalf("heartbeat %v", hb)
+	}
+	if info := r.session.Info(); info.State != Connected || info.Epoch != 3 || info.ConnectedAtMs == 0 {
+		t.Fatalf("info %+v", info)
+	}
+	if r.journal.Mark() != now.UnixMilli() {
+		t.Fatalf("mark %d after the Welcome", r.journal.Mark())
+	}
+	later := now.Add(time.Minute).UnixMilli()
+	s.Send(&agentv1.GatewayFrame{Frame: &agentv1.GatewayFrame_Ping{Ping: &agentv1.Ping{Nonce: 99, ServerTimeMs: later}}})
+	pong := recvWhere(t, s, func(f *agentv1.NodeFrame) bool { return f.GetPong() != nil })
+	if pong.GetPong().Nonce != 99 {
+		t.Fatalf("pong %v", pong)
+	}
+	if r.journal.Mark() != later {
+		t.Fatalf("mark %d after a Ping", r.journal.Mark())
+	}
+	if d := r.session.ServerNow().UnixMilli() - later; d < 0 || d > 2000 {
+		t.Fatalf("server clock off by %d ms", d)
+	}
+	// A Ping from the past never moves the mark back.
+	s.Send(&agentv1.GatewayFrame{Frame: &agentv1.GatewayFrame_Ping{Ping: &agentv1.Ping{Nonce: 100, ServerTimeMs: 5}}})
+	recvWhere(t, s, func(f *agentv1.NodeFrame) bool { return f.GetPong().GetNonce() == 100 })
+	if r.journal.Mark() != later {
+		t.Fatalf("mark %d after a Ping from the past", r.journal.Mark())
+	}
+	// Other frames go to the handler, and frames with a seq are acked.
+	s.Send(&agentv1.GatewayFrame{Seq: 4, Frame: &agentv1.GatewayFrame_Cancel{Cancel: &agentv1.Cancel{CommandId: "c"}}})
+	select {
+	case f := <-r.handler.frames:
+		if f.GetCancel().GetCommandId() != "c" {
+			t.Fatalf("frame %v", f)
+		}
+	case <-time.After(wait):
+		t.Fatal("the handler got nothing")
+	}
+	ack := recvWhere(t, s, func(f *agentv1.NodeFrame) bool { return f.GetEventAck() != nil })
+	if ack.GetEventAck().UpToSeq != 4 {
+		t.Fatalf("ack %v", ack)
+	}
+}
+
+func TestUnackedEventsAreResentAfterTheWelcome(t *testing.T) {
+	r := start(t, func(j *journal.Journal) {
+		for g := uint64(1); g <= 3; g++ {
+			j.Append(report(g))
+		}
+	})
+	s := r.next(t)
+	recv(t, s) // Hello
+	s.Send(welcome(time.Now(), 1000, 1))
+	for want := uint64(2); want <= 3; want++ {
+		f := recvWhere(t, s, isEvent)
+		if f.Seq != want {
+			t.Fatalf("resent seq %d, want %d", f.Seq, want)
+		}
+	}
+	s.Send(&agentv1.GatewayFrame{Frame: &agentv1.GatewayFrame_EventAck{EventAck: &agentv1.EventAck{UpToSeq: 3}}})
+	// A new event goes out at once.
+	r.journal.Append(report(4))
+	r.session.Notify()
+	if f := recvWhere(t, s, isEvent); f.Seq != 4 {
+		t.Fatalf("new event seq %d", f.Seq)
+	}
+	// The gateway recorded 4 but the ack was lost: the next Welcome says so,
+	// and nothing is sent twice.
+	s.End(status.Error(codes.Unavailable, "gone"))
+	s = r.next(t)
+	if hello := recv(t, s).GetHello(); hello.LastAckedSeq != 3 {
+		t.Fatalf("hello last_acked_seq %d", hello.LastAckedSeq)
+	}
+	s.Send(welcome(time.Now(), 1000, 4))
+	r.journal.Append(report(5))
+	r.session.Notify()
+	if f := recvWhere(t, s, isEvent); f.Seq != 5 {
+		t.Fatalf("after the redial: seq %d", f.Seq)
+	}
+	if n, _ := r.journal.EventStats(); n != 1 {
+		t.Fatalf("%d events kept after acked_seq 4", n)
+	}
+}
+
+func TestAWelcomeMoreThanFiveMinutesBeforeTheMarkIsRefused(t *testing.T) {
+	mark := time.Now()
+	r := start(t, func(j *journal.Journal) { j.AdvanceMark(mark.UnixMilli()) })
+	s := r.next(t)
+	recv(t, s)
+	s.Send(welcome(mark.Add(-5*time.Minute-time.Second), 1000, 0))
+	ended(t, s)
+	if r.journal.Mark() != mark.UnixMilli() {
+		t.Fatal("a refused Welcome moved the mark")
+	}
+	if len(r.handler.welcomes) != 0 {
+		t.Fatal("a refused Welcome reached the handler")
+	}
+	// Within 5 minutes it is taken, and the mark stays where it was.
+	s = r.next(t)
+	recv(t, s)
+	s.Send(welcome(mark.Add(-4*time.Minute), 1000, 0))
+	select {
+	case <-r.handler.welcomed:
+	case <-time.After(wait):
+		t.Fatal("a Welcome within 5 minutes was refused")
+	}
+	if r.journal.Mark() != mark.UnixMilli() {
+		t.Fatal("an earlier Welcome moved the mark back")
+	}
+}
+
+func TestDrainRedialsAfterExactlyRetryAfter(t *testing.T) {
+	r := start(t, nil)
+	s := r.next(t)
+	recv(t, s)
+	s.Send(welcome(time.Now(), 1000, 0))
+	sent := time.Now()
+	s.Send(&agentv1.GatewayFrame{Frame: &agentv1.GatewayFrame_Drain{Drain: &agentv1.Drain{Reason: "restart", RetryAfterMs: 300}}})
+	ended(t, s)
+	s = r.next(t)
+	if waited := time.Since(sent); waited < 300*time.Millisecond {
+		t.Fatalf("redialed after %s", waited)
+	}
+	recv(t, s)
+}
+
+func TestARevocationNoticeEndsTheSession(t *testing.T) {
+	r := start(t, nil)
+	s := r.next(t)
+	recv(t, s)
+	s.Send(welcome(time.Now(), 1000, 0))
+	s.Send(&agentv1.GatewayFrame{Frame: &agentv1.GatewayFrame_RevocationNotice{RevocationNotice: &agentv1.RevocationNotice{Reason: "stolen"}}})
+	select {
+	case err := <-r.done:
+		if !errors.Is(err, ErrRevoked) {
+			t.Fatalf("run: %v", err)
+		}
+		r.done <- err
+	case <-time.After(wait):
+		t.Fatal("the session kept running")
+	}
+	if r.session.Info().State != Revoked {
+		t.Fatalf("state %s", r.session.Info().State)
+	}
+}
+
+func TestARevokedCertificateEndsTheSession(t *testing.T) {
+	r := start(t, nil)
+	s := r.next(t)
+	r.gw.Revoke(s.NodeID)
+	s.End(status.Error(codes.Unavailable, "restart"))
+	select {
+	case err := <-r.done:
+		if !errors.Is(err, ErrRevoked) {
+			t.Fatalf("run: %v", err)
+		}
+		r.done <- err
+	case <-time.After(wait):
+		t.Fatal("the session kept running")
+	}
+}
+
+func TestSilenceForThreeIntervalsDropsTheStream(t *testing.T) {
+	r := start(t, nil)
+	s := r.next(t)
+	recv(t, s)
+	s.Send(welcome(time.Now(), 30, 0))
+	ended(t, s) // no pings: the node gives up after 90 ms
+	s = r.next(t)
+	recv(t, s)
+}
+
+func TestBackoffIsFullJitterUnderTheCap(t *testing.T) {
+	s := New(Config{})
+	for attempt := 0; attempt < 40; attempt++ {
+		ceiling := min(DefaultBackoffCap, DefaultBackoffBase<<min(attempt, 20))
+		for i := 0; i < 20; i++ {
+			if d := s.backoff(attempt); d < 0 || d > ceiling {
+				t.Fatalf("attempt %d: %s above %s", attempt, d, ceiling)
+			}
+		}
+	}
+}
