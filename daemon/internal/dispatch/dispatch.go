@@ -1,0 +1,588 @@
+// Package dispatch decides and runs commands (ARCHITECTURE.md, "Commands";
+// DESIGN.md §5). Acceptance order: with command roots a missing or bad
+// signature is FAILED "BAD_SIGNATURE: <pki code>"; a command id the journal
+// knows is answered from the journal (duplicate delivery); another node's
+// command or a kind this machine does not run is UNSUPPORTED; min_generation
+// above the applied spec defers it and sends a SpecRequest; past not_after
+// (on the gateway's clock) it is EXPIRED; no free lane credit is BUSY; a
+// destructive command outside an approved batch is FAILED
+// "BATCH_UNAPPROVED: …" or "UNBATCHED_LIMIT: …". An accepted command is
+// journaled before any side effect, running{boot_id} right before it runs,
+// and its terminal update (with a node-signed NodeStatement{command_result})
+// is journaled together with the done record.
+package dispatch
+
+import (
+	"context"
+	"crypto"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"bcd/internal/journal"
+	"bcd/internal/machine"
+	"bcd/internal/pki"
+	"bcd/internal/proto/agentv1"
+	"google.golang.org/protobuf/proto"
+)
+
+// Reasons a command ends with, besides those of the kinds themselves.
+const (
+	ReasonBadSignature    = "BAD_SIGNATURE"
+	ReasonBatchUnapproved = "BATCH_UNAPPROVED"
+	ReasonUnbatchedLimit  = "UNBATCHED_LIMIT"
+	ReasonInterrupted     = "interrupted"
+	ReasonRebooted        = "rebooted"
+	ReasonCancelled       = "cancelled"
+)
+
+// SelfTerminating lists the kinds whose execution ends the process.
+var SelfTerminating = []string{"node.reboot", "daemon.upgrade"}
+
+// unbatchedKey keeps the times of destructive commands run outside a batch.
+const unbatchedKey = "unbatched_ms"
+
+// errShutdown cancels running commands when bcd stops: they stay running
+// in the journal and are settled on their next delivery.
+var errShutdown = errors.New("shutting down")
+
+// errCancelled cancels a command on a Cancel frame.
+var errCancelled = errors.New(ReasonCancelled)
+
+// Trust is what the dispatcher needs of signed intent.
+type Trust interface {
+	// Roots are the command roots (none: commands are not signed).
+	Roots() []*pki.PublicKey
+	// Quorum is the destructive-command quorum (nil: none) and the trust domain.
+	Quorum() (*agentv1.Quorum, string)
+}
+
+// Config wires a dispatcher.
+type Config struct {
+	// NodeID is this node.
+	NodeID string
+	// Key signs command results.
+	Key crypto.Signer
+	// Journal records commands and events.
+	Journal *journal.Journal
+	// Machine runs the kinds.
+	Machine machine.Machine
+	// Trust gives the roots and the quorum.
+	Trust Trust
+	// Applied is the applied spec generation.
+	Applied func() uint64
+	// ServerNow is the gateway's clock (expiry, batch approvals).
+	ServerNow func() time.Time
+	// Notify says the journal has new events.
+	Notify func()
+	// SendControl sends a control frame (SpecRequest).
+	SendControl func(*agentv1.NodeFrame)
+	// StatusReport appends a StatusReport event and returns its sections
+	// (inventory.refresh).
+	StatusReport func() ([]*agentv1.InventorySection, error)
+	// Reboot is called once a self-terminating command is journaled
+	// running: it reboots the machine and ends the process.
+	Reboot func(commandID string)
+	// Now is the local clock (tests).
+	Now func() time.Time
+	// Log receives dispatch.* lines.
+	Log *slog.Logger
+}
+
+// Dispatcher decides and runs commands.
+type Dispatcher struct {
+	cfg Config
+	log *slog.Logger
+
+	mu       sync.Mutex
+	credits  int
+	running  map[string]context.CancelCauseFunc
+	deferred map[string]*agentv1.CommandDelivery
+	wg       sync.WaitGroup
+	stopped  bool
+}
+
+// New returns a dispatcher with no lane credits until SetCredits.
+func New(cfg Config) *Dispatcher {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.ServerNow == nil {
+		cfg.ServerNow = cfg.Now
+	}
+	if cfg.Applied == nil {
+		cfg.Applied = func() uint64 { return 0 }
+	}
+	for _, f := range []*func(){&cfg.Notify} {
+		if *f == nil {
+			*f = func() {}
+		}
+	}
+	if cfg.SendControl == nil {
+		cfg.SendControl = func(*agentv1.NodeFrame) {}
+	}
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Dispatcher{cfg: cfg, log: log, running: map[string]context.CancelCauseFunc{}, deferred: map[string]*agentv1.CommandDelivery{}}
+}
+
+// SetCredits sets the lane credits of the current session (the Welcome's).
+func (d *Dispatcher) SetCredits(n uint32) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.credits = int(n)
+}
+
+// Running is the number of commands running in this process.
+func (d *Dispatcher) Running() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.running)
+}
+
+// Stop cancels the running commands, which stay running in the journal,
+// and waits for their goroutines.
+func (d *Dispatcher) Stop() {
+	d.mu.Lock()
+	d.stopped = true
+	for _, cancel := range d.running {
+		cancel(errShutdown)
+	}
+	d.mu.Unlock()
+	d.wg.Wait()
+}
+
+// Wait waits for every running command to end (tests).
+func (d *Dispatcher) Wait() { d.wg.Wait() }
+
+// update builds a CommandUpdate frame; terminal states carry a node-signed
+// result.
+func (d *Dispatcher) update(id, kind string, state agentv1.CommandState, reason string, output []byte) (*agentv1.NodeFrame, error) {
+	now := d.cfg.Now().UnixMilli()
+	u := &agentv1.CommandUpdate{CommandId: id, State: state, Reason: reason, AtMs: now}
+	if terminal(state) {
+		stmt := &agentv1.NodeStatement{
+			NodeId: d.cfg.NodeID,
+			BootId: d.cfg.Machine.BootID(),
+			AtMs:   now,
+			Body: &agentv1.NodeStatement_CommandResult{CommandResult: &agentv1.CommandResult{
+				CommandId: id, Kind: kind, State: state, Reason: reason, Output: output}},
+		}
+		env, err := pki.SignStatement(rand.Reader, d.cfg.Key, stmt)
+		if err != nil {
+			return nil, fmt.Errorf("signing the result of %s: %w", id, err)
+		}
+		u.Result = env.Proto()
+	}
+	return &agentv1.NodeFrame{Frame: &agentv1.NodeFrame_CommandUpdate{CommandUpdate: u}}, nil
+}
+
+func terminal(s agentv1.CommandState) bool {
+	switch s {
+	case agentv1.CommandState_SUCCEEDED, agentv1.CommandState_FAILED, agentv1.CommandState_EXPIRED, agentv1.CommandState_UNSUPPORTED:
+		return true
+	}
+	return false
+}
+
+// emit appends a non-terminal update (ACCEPTED again, RUNNING, BUSY).
+func (d *Dispatcher) emit(id, kind string, state agentv1.CommandState, reason string) {
+	f, err := d.update(id, kind, state, reason, nil)
+	if err == nil {
+		_, err = d.cfg.Journal.Append(f)
+	}
+	if err != nil {
+		d.log.Error("dispatch.journal_failed", "command_id", id, "err", err)
+		return
+	}
+	d.cfg.Notify()
+}
+
+// refuse ends a command before acceptance; with record, the result is
+// kept so that a duplicate delivery gets it again.
+func (d *Dispatcher) refuse(cmd *agentv1.Command, state agentv1.CommandState, reason string, record bool) {
+	d.log.Info("dispatch.refused", "command_id", cmd.GetId(), "kind", cmd.GetKind(), "state", state.String(), "reason", reason)
+	rec := &journal.CommandRecord{ID: cmd.GetId(), Kind: cmd.GetKind(), AcceptedAtMs: d.cfg.Now().UnixMilli()}
+	if err := d.finish(rec, state, reason, nil, record); err != nil {
+		d.log.Error("dispatch.journal_failed", "command_id", cmd.GetId(), "err", err)
+	}
+}
+
+// finish journals a terminal update; with record, together with the done
+// record.
+func (d *Dispatcher) finish(rec *journal.CommandRecord, state agentv1.CommandState, reason string, output []byte, record bool) error {
+	f, err := d.update(rec.ID, rec.Kind, state, reason, output)
+	if err != nil {
+		return err
+	}
+	data, err := proto.Marshal(f.GetCommandUpdate())
+	if err != nil {
+		return err
+	}
+	err = d.cfg.Journal.Update(func(tx *journal.Tx) error {
+		if record {
+			rec.State, rec.Update, rec.DoneAtMs, rec.Delivery = journal.Done, data, d.cfg.Now().UnixMilli(), nil
+			if err := tx.PutCommand(rec); err != nil {
+				return err
+			}
+		}
+		_, err := tx.Append(f)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	d.cfg.Notify()
+	return nil
+}
+
+// Deliver handles one CommandDelivery.
+func (d *Dispatcher) Deliver(delivery *agentv1.CommandDelivery) {
+	env := pki.EnvelopeFromProto(delivery.GetCommand())
+	cmd := &agentv1.Command{}
+	if roots := d.cfg.Trust.Roots(); len(roots) > 0 {
+		payload, err := env.Verify(pki.PayloadTypeCommand, roots, 1)
+		if err != nil {
+			// The id is unverified: report on it, keep nothing.
+			if env.PayloadType != pki.PayloadTypeCommand || proto.Unmarshal(env.Payload, cmd) != nil || cmd.GetId() == "" {
+				d.log.Warn("dispatch.dropped", "reason", "an unverifiable command without a readable id", "code", string(pki.CodeOf(err)))
+				return
+			}
+			d.refuse(cmd, agentv1.CommandState_FAILED, ReasonBadSignature+": "+string(pki.CodeOf(err)), false)
+			return
+		}
+		if err := proto.Unmarshal(payload, cmd); err != nil {
+			d.log.Warn("dispatch.dropped", "reason", "a signed command that does not decode", "err", err)
+			return
+		}
+	} else if env.PayloadType != pki.PayloadTypeCommand || proto.Unmarshal(env.Payload, cmd) != nil {
+		d.log.Warn("dispatch.dropped", "reason", "not a command", "payload_type", env.PayloadType)
+		return
+	}
+	if cmd.GetId() == "" {
+		d.log.Warn("dispatch.dropped", "reason", "a command without an id")
+		return
+	}
+	d.decide(cmd, env, delivery)
+}
+
+// decide runs the acceptance order after the signature.
+func (d *Dispatcher) decide(cmd *agentv1.Command, env *pki.Envelope, delivery *agentv1.CommandDelivery) {
+	id := cmd.GetId()
+	rec, err := d.cfg.Journal.Command(id)
+	if err != nil {
+		d.log.Error("dispatch.journal_failed", "command_id", id, "err", err)
+		return
+	}
+	if rec != nil {
+		d.duplicate(rec, cmd)
+		return
+	}
+	if cmd.GetNodeId() != d.cfg.NodeID {
+		d.refuse(cmd, agentv1.CommandState_UNSUPPORTED, fmt.Sprintf("%s: command for node %q", pki.CodeCommandWrongNode, cmd.GetNodeId()), true)
+		return
+	}
+	if !slices.Contains(d.cfg.Machine.Kinds(), cmd.GetKind()) {
+		d.refuse(cmd, agentv1.CommandState_UNSUPPORTED, fmt.Sprintf("kind-unsupported: %q", cmd.GetKind()), true)
+		return
+	}
+	if applied := d.cfg.Applied(); cmd.GetMinGeneration() > applied {
+		d.mu.Lock()
+		d.deferred[id] = delivery
+		d.mu.Unlock()
+		d.log.Info("dispatch.deferred", "command_id", id, "min_generation", cmd.GetMinGeneration(), "applied_generation", applied)
+		d.cfg.SendControl(&agentv1.NodeFrame{Frame: &agentv1.NodeFrame_SpecRequest{SpecRequest: &agentv1.SpecRequest{MinGeneration: cmd.GetMinGeneration()}}})
+		return
+	}
+	if now := d.cfg.ServerNow().UnixMilli(); cmd.GetNotAfterMs() != 0 && now > cmd.GetNotAfterMs() {
+		d.refuse(cmd, agentv1.CommandState_EXPIRED, fmt.Sprintf("%s: not after %d, now %d", pki.CodeCommandExpired, cmd.GetNotAfterMs(), now), true)
+		return
+	}
+	d.mu.Lock()
+	busy := len(d.running) >= d.credits
+	d.mu.Unlock()
+	if busy {
+		d.log.Info("dispatch.busy", "command_id", id, "running", d.Running())
+		d.emit(id, cmd.GetKind(), agentv1.CommandState_BUSY, "no free lane credit")
+		return
+	}
+	var unbatched []int64
+	if cmd.GetDestructive() {
+		var reason string
+		unbatched, reason = d.quorum(cmd, env, delivery)
+		if reason != "" {
+			d.refuse(cmd, agentv1.CommandState_FAILED, reason, true)
+			return
+		}
+	}
+	data, err := proto.Marshal(delivery)
+	if err != nil {
+		return
+	}
+	rec = &journal.CommandRecord{
+		ID: id, Kind: cmd.GetKind(), State: journal.Accepted, RetrySafe: cmd.GetRetrySafe(),
+		SelfTerminating: slices.Contains(SelfTerminating, cmd.GetKind()), AcceptedAtMs: d.cfg.Now().UnixMilli(), Delivery: data,
+	}
+	accepted, err := d.update(id, cmd.GetKind(), agentv1.CommandState_ACCEPTED, "", nil)
+	if err != nil {
+		return
+	}
+	// Accepted is written before any side effect.
+	err = d.cfg.Journal.Update(func(tx *journal.Tx) error {
+		if err := tx.PutCommand(rec); err != nil {
+			return err
+		}
+		if unbatched != nil {
+			b, _ := json.Marshal(unbatched)
+			if err := tx.Put(unbatchedKey, b); err != nil {
+				return err
+			}
+		}
+		_, err := tx.Append(accepted)
+		return err
+	})
+	if err != nil {
+		d.log.Error("dispatch.journal_failed", "command_id", id, "err", err)
+		return
+	}
+	d.log.Info("dispatch.accepted", "command_id", id, "kind", cmd.GetKind(), "retry_safe", cmd.GetRetrySafe())
+	d.cfg.Notify()
+	d.start(rec, cmd)
+}
+
+// quorum checks a destructive command: an approved batch, or room under
+// unbatched_per_hour. It returns the unbatched times to record (nil for
+// none) or a refusal reason.
+func (d *Dispatcher) quorum(cmd *agentv1.Command, env *pki.Envelope, delivery *agentv1.CommandDelivery) ([]int64, string) {
+	q, trustDomain := d.cfg.Trust.Quorum()
+	if q == nil {
+		return nil, "" // no trust bundle: no quorum to enforce
+	}
+	if approval := delivery.GetBatchApproval(); approval != nil {
+		if _, err := pki.VerifyBatchApproval(pki.EnvelopeFromProto(approval), q, trustDomain, env, cmd, d.cfg.ServerNow()); err != nil {
+			return nil, ReasonBatchUnapproved + ": " + string(pki.CodeOf(err))
+		}
+		return nil, ""
+	}
+	now := d.cfg.Now().UnixMilli()
+	var times []int64
+	_ = json.Unmarshal(d.cfg.Journal.Get(unbatchedKey), &times)
+	kept := times[:0]
+	for _, t := range times {
+		if t > now-time.Hour.Milliseconds() {
+			kept = append(kept, t)
+		}
+	}
+	if len(kept) >= int(q.GetUnbatchedPerHour()) {
+		return nil, fmt.Sprintf("%s: %d destructive command(s) outside a batch in the last hour, %d allowed", ReasonUnbatchedLimit, len(kept), q.GetUnbatchedPerHour())
+	}
+	return append(kept, now), ""
+}
+
+// duplicate answers a command id the journal knows.
+func (d *Dispatcher) duplicate(rec *journal.CommandRecord, cmd *agentv1.Command) {
+	d.mu.Lock()
+	_, inProcess := d.running[rec.ID]
+	d.mu.Unlock()
+	switch {
+	case rec.State == journal.Done:
+		u := &agentv1.CommandUpdate{}
+		if err := proto.Unmarshal(rec.Update, u); err != nil {
+			d.log.Error("dispatch.journal_failed", "command_id", rec.ID, "err", err)
+			return
+		}
+		d.log.Info("dispatch.duplicate", "command_id", rec.ID, "answer", "stored result", "state", u.GetState().String())
+		if _, err := d.cfg.Journal.Append(&agentv1.NodeFrame{Frame: &agentv1.NodeFrame_CommandUpdate{CommandUpdate: u}}); err != nil {
+			d.log.Error("dispatch.journal_failed", "command_id", rec.ID, "err", err)
+			return
+		}
+		d.cfg.Notify()
+	case inProcess:
+		d.log.Info("dispatch.duplicate", "command_id", rec.ID, "answer", "re-attach")
+		d.emit(rec.ID, rec.Kind, agentv1.CommandState_RUNNING, "")
+	case rec.SelfTerminating && rec.State == journal.Running && rec.BootID != d.cfg.Machine.BootID():
+		d.log.Info("dispatch.duplicate", "command_id", rec.ID, "answer", "rebooted", "boot_id", rec.BootID)
+		if err := d.finish(rec, agentv1.CommandState_SUCCEEDED, ReasonRebooted, nil, true); err != nil {
+			d.log.Error("dispatch.journal_failed", "command_id", rec.ID, "err", err)
+		}
+	case rec.RetrySafe:
+		d.log.Info("dispatch.duplicate", "command_id", rec.ID, "answer", "re-execute after a crash")
+		d.start(rec, cmd)
+	default:
+		d.log.Info("dispatch.duplicate", "command_id", rec.ID, "answer", "interrupted")
+		if err := d.finish(rec, agentv1.CommandState_FAILED, ReasonInterrupted, nil, true); err != nil {
+			d.log.Error("dispatch.journal_failed", "command_id", rec.ID, "err", err)
+		}
+	}
+}
+
+// start runs an accepted command in its own goroutine.
+func (d *Dispatcher) start(rec *journal.CommandRecord, cmd *agentv1.Command) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	d.mu.Lock()
+	if d.stopped {
+		d.mu.Unlock()
+		cancel(errShutdown)
+		return
+	}
+	d.running[rec.ID] = cancel
+	d.wg.Add(1)
+	d.mu.Unlock()
+	go func() {
+		defer d.wg.Done()
+		defer func() {
+			d.mu.Lock()
+			delete(d.running, rec.ID)
+			d.mu.Unlock()
+			cancel(nil)
+		}()
+		d.run(ctx, rec, cmd)
+	}()
+}
+
+// run executes one command: running{boot_id}, the work, the terminal update.
+func (d *Dispatcher) run(ctx context.Context, rec *journal.CommandRecord, cmd *agentv1.Command) {
+	running, err := d.update(rec.ID, rec.Kind, agentv1.CommandState_RUNNING, "", nil)
+	if err != nil {
+		return
+	}
+	rec.State, rec.BootID = journal.Running, d.cfg.Machine.BootID()
+	err = d.cfg.Journal.Update(func(tx *journal.Tx) error {
+		if err := tx.PutCommand(rec); err != nil {
+			return err
+		}
+		_, err := tx.Append(running)
+		return err
+	})
+	if err != nil {
+		d.log.Error("dispatch.journal_failed", "command_id", rec.ID, "err", err)
+		return
+	}
+	d.cfg.Notify()
+	if err := d.cfg.Machine.Executed(rec.ID); err != nil {
+		d.log.Error("dispatch.counter_failed", "command_id", rec.ID, "err", err)
+	}
+	d.log.Info("dispatch.running", "command_id", rec.ID, "kind", rec.Kind, "boot_id", rec.BootID)
+	if hold := d.cfg.Machine.Hold(cmd.GetParams()); hold > 0 {
+		timer := time.NewTimer(hold)
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+		}
+	}
+	if ctx.Err() == nil && rec.SelfTerminating {
+		d.log.Info("dispatch.self_terminating", "command_id", rec.ID, "kind", rec.Kind)
+		if d.cfg.Reboot != nil {
+			d.cfg.Reboot(rec.ID)
+		}
+		return
+	}
+	var output []byte
+	if ctx.Err() == nil {
+		output, err = d.execute(ctx, rec.Kind)
+	}
+	switch cause := context.Cause(ctx); {
+	case errors.Is(cause, errShutdown):
+		d.log.Info("dispatch.interrupted", "command_id", rec.ID, "reason", "shutting down")
+		return
+	case errors.Is(cause, errCancelled):
+		err, output = errCancelled, nil
+	}
+	state, reason := agentv1.CommandState_SUCCEEDED, ""
+	if err != nil {
+		state, reason = agentv1.CommandState_FAILED, err.Error()
+	}
+	if err := d.finish(rec, state, reason, output, true); err != nil {
+		d.log.Error("dispatch.journal_failed", "command_id", rec.ID, "err", err)
+		return
+	}
+	d.log.Info("dispatch.done", "command_id", rec.ID, "kind", rec.Kind, "state", state.String(), "reason", reason)
+}
+
+// execute runs a kind and returns its output.
+func (d *Dispatcher) execute(ctx context.Context, kind string) ([]byte, error) {
+	switch kind {
+	case "diag.nvml":
+		diag, err := d.cfg.Machine.Diag(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(diag)
+	case "inventory.refresh":
+		if d.cfg.StatusReport == nil {
+			return nil, errors.New("no status report")
+		}
+		sections, err := d.cfg.StatusReport()
+		if err != nil {
+			return nil, err
+		}
+		type hash struct {
+			Name   string `json:"name"`
+			SHA256 string `json:"sha256"`
+		}
+		out := struct {
+			Sections []hash `json:"sections"`
+		}{Sections: []hash{}}
+		for _, s := range sections {
+			out.Sections = append(out.Sections, hash{s.GetName(), s.GetSha256()})
+		}
+		return json.Marshal(out)
+	case "logs.collect":
+		return d.cfg.Machine.CollectLogs(ctx)
+	}
+	return nil, fmt.Errorf("kind-unsupported: %q", kind)
+}
+
+// Cancel ends a running command FAILED "cancelled" (self-terminating ones
+// cannot be cancelled), or forgets a deferred one.
+func (d *Dispatcher) Cancel(id string) {
+	d.mu.Lock()
+	cancel, ok := d.running[id]
+	_, deferred := d.deferred[id]
+	delete(d.deferred, id)
+	d.mu.Unlock()
+	rec, _ := d.cfg.Journal.Command(id)
+	switch {
+	case ok && rec != nil && rec.SelfTerminating:
+		d.log.Info("dispatch.cancel_ignored", "command_id", id, "reason", "a self-terminating command cannot be cancelled")
+	case ok:
+		d.log.Info("dispatch.cancel", "command_id", id)
+		cancel(errCancelled)
+	case deferred:
+		d.log.Info("dispatch.cancel", "command_id", id, "deferred", true)
+	default:
+		d.log.Info("dispatch.cancel_ignored", "command_id", id, "reason", "not running")
+	}
+}
+
+// GenerationApplied reconsiders the commands deferred for a generation.
+func (d *Dispatcher) GenerationApplied(generation uint64) {
+	d.mu.Lock()
+	var ready []*agentv1.CommandDelivery
+	for id, delivery := range d.deferred {
+		cmd := &agentv1.Command{}
+		if proto.Unmarshal(delivery.GetCommand().GetPayload(), cmd) == nil && cmd.GetMinGeneration() <= generation {
+			ready = append(ready, delivery)
+			delete(d.deferred, id)
+		}
+	}
+	d.mu.Unlock()
+	for _, delivery := range ready {
+		d.Deliver(delivery)
+	}
+}
+
+// Deferred is the number of commands waiting for a spec.
+func (d *Dispatcher) Deferred() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.deferred)
+}
