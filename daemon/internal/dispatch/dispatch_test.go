@@ -36,7 +36,7 @@ type trust struct {
 	quorum *agentv1.Quorum
 }
 
-func (t *trust) Roots() []*pki.PublicKey            { return t.roots }
+func (t *trust) Roots() []*pki.PublicKey           { return t.roots }
 func (t *trust) Quorum() (*agentv1.Quorum, string) { return t.quorum, "test.local" }
 
 func pub(k crypto.Signer) *pki.PublicKey {
