@@ -1,0 +1,246 @@
+// Tests of desired state: generations applied once and persisted, holds
+// bound to CDI files with node-signed AllocationBound and released on the
+// spec's word only, the signedSpecs policies, and trust rotations taken
+// only when the current approvers signed them.
+
+package converge
+
+import (
+	"bytes"
+	"crypto"
+	"crypto/ed25519"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"bcd/internal/fakehw"
+	"bcd/internal/intent"
+	"bcd/internal/journal"
+	"bcd/internal/pki"
+	"bcd/internal/proto/agentv1"
+	"google.golang.org/protobuf/proto"
+)
+
+const nodeID = "node_1"
+
+var (
+	root      = pki.DeriveEd25519("converge-test", "command-root/0")
+	approvers = []ed25519.PrivateKey{pki.DeriveEd25519("converge-test", "approver/0"), pki.DeriveEd25519("converge-test", "approver/1")}
+	strangers = []ed25519.PrivateKey{pki.DeriveEd25519("converge-test", "stranger/0"), pki.DeriveEd25519("converge-test", "stranger/1")}
+	nodeKey   = pki.DeriveP256("converge-test", "node/0")
+)
+
+func pub(k crypto.Signer) *pki.PublicKey {
+	p, _ := pki.NewPublicKey(k.Public())
+	return p
+}
+
+func bundle(seq uint64) *agentv1.TrustBundle {
+	return &agentv1.TrustBundle{
+		TrustDomain: "test.local", Sequence: seq, CommandRoots: []*agentv1.PublicKey{pub(root).Proto()},
+		Quorum: &agentv1.Quorum{Approvers: []*agentv1.PublicKey{pub(approvers[0]).Proto(), pub(approvers[1]).Proto()}, Threshold: 2},
+	}
+}
+
+type rig struct {
+	c       *Converger
+	j       *journal.Journal
+	m       *fakehw.Machine
+	trust   *intent.Trust
+	logs    *bytes.Buffer
+	applied []uint64
+}
+
+func newRig(t *testing.T, dir string, signed bool, policy string) *rig {
+	t.Helper()
+	j, err := journal.Open(filepath.Join(dir, "journal.db"), journal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { j.Close() })
+	m, _ := fakehw.New(dir, "41", fakehw.VariantHGXH100)
+	logs := &bytes.Buffer{}
+	log := slog.New(slog.NewTextHandler(logs, nil))
+	var roots []*pki.PublicKey
+	var b *agentv1.TrustBundle
+	if signed {
+		roots, b = []*pki.PublicKey{pub(root)}, bundle(1)
+	}
+	trust, err := intent.New(j, roots, b, "test.local", policy, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &rig{j: j, m: m, trust: trust, logs: logs}
+	r.c, err = New(Config{NodeID: nodeID, Key: nodeKey, Journal: j, Machine: m, Trust: trust, Log: log,
+		Applied: func(g uint64) { r.applied = append(r.applied, g) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func spec(gen uint64, holds ...*agentv1.Hold) *agentv1.NodeSpec {
+	return &agentv1.NodeSpec{NodeId: nodeID, Generation: gen, Holds: holds}
+}
+
+func hold(id string, gpus ...uint32) *agentv1.Hold {
+	return &agentv1.Hold{AllocationId: id, GpuIndexes: gpus}
+}
+
+func desired(s *agentv1.NodeSpec, signers ...ed25519.PrivateKey) *agentv1.DesiredState {
+	payload, _ := proto.Marshal(s)
+	env := &pki.Envelope{PayloadType: pki.PayloadTypeNodeSpec, Payload: payload}
+	for _, k := range signers {
+		one, _ := pki.SignEnvelope(nil, pki.PayloadTypeNodeSpec, payload, k)
+		env.Signatures = append(env.Signatures, one.Signatures...)
+	}
+	return &agentv1.DesiredState{Spec: env.Proto()}
+}
+
+func (r *rig) lastReport(t *testing.T) *agentv1.StatusReport {
+	t.Helper()
+	events, _ := r.j.Unacked(0)
+	for i := len(events) - 1; i >= 0; i-- {
+		if rep := events[i].GetStatusReport(); rep != nil {
+			return rep
+		}
+	}
+	t.Fatal("no status report")
+	return nil
+}
+
+func TestAHoldIsBoundAndReleasedOnlyByTheSpec(t *testing.T) {
+	dir := t.TempDir()
+	r := newRig(t, dir, false, "")
+	if ok, err := r.c.Apply(desired(spec(1, hold("alloc_1", 0, 1)))); !ok || err != nil {
+		t.Fatalf("apply: %v %v", ok, err)
+	}
+	cdi := filepath.Join(r.m.CDIDir(), "bcd-alloc-alloc_1.json")
+	data, err := os.ReadFile(cdi)
+	if err != nil || !strings.Contains(string(data), "NVIDIA_VISIBLE_DEVICES=0,1") {
+		t.Fatalf("CDI spec %s, %v", data, err)
+	}
+	rep := r.lastReport(t)
+	if rep.AppliedGeneration != 1 || len(rep.Allocations) != 1 || len(rep.Inventory) != 3 {
+		t.Fatalf("report %v", rep)
+	}
+	stmt, err := pki.VerifyStatement(pki.EnvelopeFromProto(rep.Allocations[0]), pub(nodeKey), nodeID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := stmt.GetAllocationBound(); b.GetAllocationId() != "alloc_1" || len(b.GetGpuIndexes()) != 2 || b.GetCdiDevices()[0] != "bcd.dev/alloc=alloc_1" || b.GetGeneration() != 1 {
+		t.Fatalf("statement %v", stmt)
+	}
+	if gen, _ := r.j.Applied(); gen != 1 || len(r.applied) != 1 {
+		t.Fatalf("applied generation %d, callbacks %v", gen, r.applied)
+	}
+
+	// A restart keeps the hold, and restores a CDI file that went missing.
+	os.Remove(cdi)
+	r.j.Close()
+	r = newRig(t, dir, false, "")
+	if _, err := os.Stat(cdi); err != nil {
+		t.Fatal("a hold was dropped on bcd's own")
+	}
+	// The same generation again changes nothing; an older one neither.
+	if ok, _ := r.c.Apply(desired(spec(1))); ok {
+		t.Fatal("generation 1 applied twice")
+	}
+	if _, err := os.Stat(cdi); err != nil {
+		t.Fatal("a stale spec released a hold")
+	}
+	if ok, _ := r.c.Apply(desired(spec(2))); !ok {
+		t.Fatal("generation 2 not applied")
+	}
+	if _, err := os.Stat(cdi); !os.IsNotExist(err) {
+		t.Fatal("the released hold's CDI file is still there")
+	}
+	rep = r.lastReport(t)
+	if len(rep.Released) != 1 || rep.Released[0].AllocationId != "alloc_1" || len(rep.Allocations) != 0 || rep.AppliedGeneration != 2 {
+		t.Fatalf("report %v", rep)
+	}
+}
+
+func TestAHoldThatCannotBeBoundFails(t *testing.T) {
+	r := newRig(t, t.TempDir(), false, "")
+	r.c.Apply(desired(spec(1, hold("a", 0), hold("b", 0, 1), hold("c", 8))))
+	rep := r.lastReport(t)
+	if len(rep.Allocations) != 1 || len(rep.Failed) != 2 {
+		t.Fatalf("report %v", rep)
+	}
+	for _, f := range rep.Failed {
+		if f.AllocationId == "b" && !strings.HasPrefix(f.Reason, "gpu-held") || f.AllocationId == "c" && !strings.HasPrefix(f.Reason, "gpu-unknown") {
+			t.Fatalf("failure %v", f)
+		}
+	}
+}
+
+func TestSpecsMustBeSignedWithRootsUnderAlways(t *testing.T) {
+	r := newRig(t, t.TempDir(), true, "")
+	if _, err := r.c.Apply(desired(spec(1))); !errors.Is(err, ErrSpecRefused) || pki.CodeOf(err) != pki.CodeDSSEUnsigned {
+		t.Fatalf("unsigned: %v", err)
+	}
+	if _, err := r.c.Apply(desired(spec(1), strangers[0])); pki.CodeOf(err) != pki.CodeDSSEUnknownKey {
+		t.Fatalf("signed by another key: %v", err)
+	}
+	if ok, err := r.c.Apply(desired(spec(1), root)); !ok || err != nil {
+		t.Fatalf("signed: %v %v", ok, err)
+	}
+	other := spec(2)
+	other.NodeId = "node_2"
+	if _, err := r.c.Apply(desired(other, root)); pki.CodeOf(err) != pki.CodeSpecWrongNode {
+		t.Fatalf("another node's: %v", err)
+	}
+}
+
+func TestUnderAccessOnlyAccessChangesMustBeSigned(t *testing.T) {
+	r := newRig(t, t.TempDir(), true, "access")
+	if ok, err := r.c.Apply(desired(spec(1))); !ok || err != nil {
+		t.Fatalf("unsigned without access: %v %v", ok, err)
+	}
+	s := spec(2)
+	s.Access = &agentv1.AccessSection{SshAuthorizedKeys: []string{"ssh-ed25519 AAAA"}}
+	if _, err := r.c.Apply(desired(s)); pki.CodeOf(err) != pki.CodeSpecUnsignedAccess {
+		t.Fatalf("unsigned access change: %v", err)
+	}
+	if ok, _ := r.c.Apply(desired(s, root)); !ok {
+		t.Fatal("a signed access change was refused")
+	}
+}
+
+func TestATrustRotationNeedsTheCurrentApprovers(t *testing.T) {
+	r := newRig(t, t.TempDir(), true, "")
+	next := bundle(2)
+	next.Quorum.UnbatchedPerHour = 5
+	payload, _ := proto.Marshal(next)
+	signed := func(keys ...ed25519.PrivateKey) *agentv1.Envelope {
+		env := &pki.Envelope{PayloadType: pki.PayloadTypeTrustBundle, Payload: payload}
+		for _, k := range keys {
+			one, _ := pki.SignEnvelope(nil, pki.PayloadTypeTrustBundle, payload, k)
+			env.Signatures = append(env.Signatures, one.Signatures...)
+		}
+		return env.Proto()
+	}
+	s := spec(1)
+	s.Trust = &agentv1.TrustSection{TrustBundle: signed(strangers...)}
+	if ok, _ := r.c.Apply(desired(s, root)); !ok {
+		t.Fatal("the spec itself should still apply")
+	}
+	if r.trust.Bundle().GetSequence() != 1 || !strings.Contains(r.logs.String(), "trust.ignored") {
+		t.Fatalf("a bundle signed by strangers was taken (sequence %d)", r.trust.Bundle().GetSequence())
+	}
+	s = spec(2)
+	s.Trust = &agentv1.TrustSection{TrustBundle: signed(approvers...)}
+	r.c.Apply(desired(s, root))
+	if r.trust.Bundle().GetSequence() != 2 {
+		t.Fatal("a bundle signed by the current approvers was ignored")
+	}
+	// It survives a restart.
+	again, _ := intent.New(r.j, []*pki.PublicKey{pub(root)}, bundle(1), "test.local", "", nil)
+	if again.Bundle().GetSequence() != 2 {
+		t.Fatal("the rotation was not persisted")
+	}
+}
