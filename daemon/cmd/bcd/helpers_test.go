@@ -1,0 +1,15 @@
+// Helpers of the command-line tests.
+
+package main
+
+import (
+	"os"
+	"testing"
+)
+
+func writeFile(t *testing.T, path, text string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}

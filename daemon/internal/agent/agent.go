@@ -1,0 +1,280 @@
+// Package agent is one node agent (`bcd node`, and each agent of `bcd
+// sim`): it loads the identity (re-verifying the JoinResponse), opens the
+// journal, and wires the session to the dispatcher (commands, cancel), the
+// converger (desired state) and the status socket. It ends on its
+// context (exit 0), after a self-terminating command (exit 0: the
+// supervisor starts it again) or on revocation (exit 3).
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"bcd/internal/config"
+	"bcd/internal/converge"
+	"bcd/internal/dispatch"
+	"bcd/internal/identity"
+	"bcd/internal/intent"
+	"bcd/internal/journal"
+	"bcd/internal/machine"
+	"bcd/internal/proto/agentv1"
+	"bcd/internal/session"
+	"bcd/internal/status"
+)
+
+// JournalFile is the journal's file in the data dir.
+const JournalFile = "journal.db"
+
+// Exit codes of `bcd node`.
+const (
+	ExitOK      = 0
+	ExitError   = 1
+	ExitRevoked = 3
+)
+
+// Capabilities are what this bcd announces in its Hello.
+var Capabilities = []string{"events.v1", "cdi", "signed-intent"}
+
+// Options configure an agent.
+type Options struct {
+	// Config is the node's configuration.
+	Config *config.Config
+	// Machine is the hardware.
+	Machine machine.Machine
+	// Version is bcd's version.
+	Version string
+	// AllowH2C permits dev_insecure_h2c (fakehw builds).
+	AllowH2C bool
+	// BackoffCap lowers the reconnect cap (0: the contract's 30 s).
+	BackoffCap time.Duration
+	// NoStatusSocket skips the status socket (tests).
+	NoStatusSocket bool
+	// Log receives the agent's lines.
+	Log *slog.Logger
+}
+
+// Agent is one running node.
+type Agent struct {
+	opts       Options
+	log        *slog.Logger
+	id         *identity.Identity
+	journal    *journal.Journal
+	trust      *intent.Trust
+	dispatcher *dispatch.Dispatcher
+	converger  *converge.Converger
+	session    *session.Session
+	reboot     chan string
+	closeOnce  sync.Once
+}
+
+// New loads everything an agent needs; Close releases it when Run is not called.
+func New(opts Options) (*Agent, error) {
+	log := opts.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	c := opts.Config
+	if c.NodeID == "" {
+		return nil, identity.ErrNotJoined
+	}
+	signing, err := identity.JoinSigningKey(c)
+	if err != nil {
+		return nil, err
+	}
+	id, err := identity.Load(c.DataDir, signing)
+	if err != nil {
+		return nil, err
+	}
+	if id.NodeID != c.NodeID {
+		return nil, fmt.Errorf("%s names node %q, the identity in %s is %q", c.Path, c.NodeID, c.DataDir, id.NodeID)
+	}
+	j, err := journal.Open(filepath.Join(c.DataDir, JournalFile), journal.Options{Log: log})
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{opts: opts, log: log, id: id, journal: j, reboot: make(chan string, 1)}
+	if _, err := j.Sweep(); err != nil {
+		log.Warn("journal.sweep_failed", "err", err)
+	}
+	a.trust, err = intent.New(j, id.Roots, id.TrustBundle, id.Response.GetTrustDomain(), c.SignedSpecs, log)
+	if err != nil {
+		j.Close()
+		return nil, err
+	}
+	a.session = session.New(session.Config{
+		Dial:       a.dial,
+		Gateway:    c.GatewayURL,
+		Journal:    j,
+		Handler:    a,
+		BackoffCap: opts.BackoffCap,
+		Log:        log,
+	})
+	a.converger, err = converge.New(converge.Config{
+		NodeID: id.NodeID, Key: id.Key, Journal: j, Machine: opts.Machine, Trust: a.trust,
+		Notify: a.session.Notify, Log: log,
+		Applied: func(generation uint64) { a.dispatcher.GenerationApplied(generation) },
+	})
+	if err != nil {
+		j.Close()
+		return nil, err
+	}
+	a.dispatcher = dispatch.New(dispatch.Config{
+		NodeID: id.NodeID, Key: id.Key, Journal: j, Machine: opts.Machine, Trust: a.trust,
+		Applied:      a.converger.AppliedGeneration,
+		ServerNow:    a.session.ServerNow,
+		Notify:       a.session.Notify,
+		SendControl:  a.session.SendControl,
+		StatusReport: a.statusReport,
+		Reboot: func(id string) {
+			select {
+			case a.reboot <- id:
+			default:
+			}
+		},
+		Log: log,
+	})
+	return a, nil
+}
+
+// NodeID is the agent's node id.
+func (a *Agent) NodeID() string { return a.id.NodeID }
+
+// Close releases the journal.
+func (a *Agent) Close() { a.closeOnce.Do(func() { a.journal.Close() }) }
+
+func (a *Agent) dial(ctx context.Context) (session.Stream, func(), error) {
+	conn, err := identity.Dial(a.opts.Config, identity.DialOptions{Identity: a.id, AllowH2C: a.opts.AllowH2C})
+	if err != nil {
+		return nil, nil, err
+	}
+	stream, err := agentv1.NewGatewayClient(conn).Session(ctx)
+	if err != nil {
+		conn.Close()
+		return nil, nil, err
+	}
+	return stream, func() { conn.Close() }, nil
+}
+
+// Run runs the agent until ctx ends, a self-terminating command ran, or the
+// node is revoked, and returns the exit code.
+func (a *Agent) Run(ctx context.Context) (int, error) {
+	defer a.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if !a.opts.NoStatusSocket {
+		if err := status.Serve(ctx, status.Path(a.opts.Config.DataDir), a.Status); err != nil {
+			return ExitError, fmt.Errorf("the status socket: %w", err)
+		}
+	}
+	go func() {
+		tick := time.NewTicker(time.Hour)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				_, _ = a.journal.Sweep()
+			}
+		}
+	}()
+	a.log.Info("node.starting", "node_id", a.id.NodeID, "boot_id", a.opts.Machine.BootID(), "journal_id", a.journal.ID(),
+		"version", a.opts.Version, "gateway", a.opts.Config.GatewayURL, "command_roots", len(a.trust.Roots()))
+	done := make(chan error, 1)
+	go func() { done <- a.session.Run(ctx) }()
+	var code int
+	var err error
+	select {
+	case err = <-done:
+		if errors.Is(err, session.ErrRevoked) {
+			code, err = ExitRevoked, nil
+			a.log.Warn("node.revoked", "node_id", a.id.NodeID)
+		}
+	case id := <-a.reboot:
+		a.log.Info("node.rebooting", "command_id", id)
+		if rerr := a.opts.Machine.Reboot(); rerr != nil {
+			a.log.Error("node.reboot_failed", "err", rerr)
+		}
+		cancel()
+		<-done
+	}
+	a.dispatcher.Stop()
+	a.log.Info("node.stopped", "node_id", a.id.NodeID, "exit", code)
+	return code, err
+}
+
+// Hello is the node's part of the Hello.
+func (a *Agent) Hello() *agentv1.Hello {
+	return &agentv1.Hello{
+		NodeId:            a.id.NodeID,
+		BootId:            a.opts.Machine.BootID(),
+		DaemonVersion:     a.opts.Version,
+		Capabilities:      Capabilities,
+		AppliedGeneration: a.converger.AppliedGeneration(),
+	}
+}
+
+// Welcomed takes the lane credits and appends the status report.
+func (a *Agent) Welcomed(w *agentv1.Welcome) {
+	a.dispatcher.SetCredits(w.GetLaneCredits())
+	if _, err := a.statusReport(); err != nil {
+		a.log.Error("status.report_failed", "err", err)
+	}
+}
+
+// statusReport appends a StatusReport event and returns its sections.
+func (a *Agent) statusReport() ([]*agentv1.InventorySection, error) {
+	report, err := a.converger.Report(nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := a.journal.Append(&agentv1.NodeFrame{Frame: &agentv1.NodeFrame_StatusReport{StatusReport: report}}); err != nil {
+		return nil, err
+	}
+	a.session.Notify()
+	return report.GetInventory(), nil
+}
+
+// Frame handles commands, desired state and cancels.
+func (a *Agent) Frame(f *agentv1.GatewayFrame) {
+	switch x := f.GetFrame().(type) {
+	case *agentv1.GatewayFrame_Command:
+		a.dispatcher.Deliver(x.Command)
+	case *agentv1.GatewayFrame_DesiredState:
+		_, _ = a.converger.Apply(x.DesiredState)
+	case *agentv1.GatewayFrame_Cancel:
+		a.dispatcher.Cancel(x.Cancel.GetCommandId())
+	default:
+		a.log.Info("session.unhandled_frame", "frame", fmt.Sprintf("%T", x))
+	}
+}
+
+// AppliedGeneration is what heartbeats report.
+func (a *Agent) AppliedGeneration() uint64 { return a.converger.AppliedGeneration() }
+
+// Status is what `bcd status --json` prints.
+func (a *Agent) Status() *status.Status {
+	info := a.session.Info()
+	done := 0
+	if recs, err := a.journal.Commands(); err == nil {
+		for _, r := range recs {
+			if r.State == journal.Done {
+				done++
+			}
+		}
+	}
+	return &status.Status{
+		NodeID:            a.id.NodeID,
+		DaemonVersion:     a.opts.Version,
+		BootID:            a.opts.Machine.BootID(),
+		JournalID:         a.journal.ID(),
+		Session:           status.Session{State: string(info.State), Epoch: info.Epoch, Gateway: info.Gateway, ConnectedAtMs: info.ConnectedAtMs},
+		AppliedGeneration: a.converger.AppliedGeneration(),
+		Commands:          status.Commands{Running: a.dispatcher.Running(), Done: done},
+	}
+}
