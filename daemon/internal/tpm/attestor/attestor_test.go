@@ -1,0 +1,97 @@
+// Tests of the Go attestor against the shared corpus (testdata/tpm/cases.json),
+// the committed EK chain, and the Rust code list.
+
+package attestor
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"testing"
+	"time"
+)
+
+const testdata = "../../../../testdata/tpm/"
+
+func read(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(testdata + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestCodesAreTheRustCodes(t *testing.T) {
+	src, err := os.ReadFile("../../../../pki/src/error.rs")
+	if err != nil {
+		t.Skipf("the Rust source is not beside this module: %v", err)
+	}
+	list := regexp.MustCompile(`(?s)pub const CODES: &'static \[&'static str\] = &\[(.*?)\];`).FindSubmatch(src)
+	if list == nil {
+		t.Fatal("no CODES list in pki/src/error.rs")
+	}
+	var rust []Code
+	tpm := false
+	for _, m := range regexp.MustCompile(`"([a-z0-9-]+)"`).FindAllSubmatch(list[1], -1) {
+		tpm = tpm || string(m[1]) == string(CodeTPMMalformed)
+		if tpm {
+			rust = append(rust, Code(m[1]))
+		}
+	}
+	if len(rust) < len(Codes) || fmt.Sprint(rust[:len(Codes)]) != fmt.Sprint(Codes) {
+		t.Fatalf("the TPM codes of pki::Error::CODES and attestor.Codes differ\nRust %v\nGo   %v", rust, Codes)
+	}
+}
+
+func TestCases(t *testing.T) {
+	positive, negative, err := RunCases(read(t, "cases.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if positive < 7 || negative < 45 {
+		t.Fatalf("%d positive and %d negative cases", positive, negative)
+	}
+	t.Logf("%d positive, %d negative cases agree with Rust", positive, negative)
+}
+
+func TestEKCertificate(t *testing.T) {
+	cert, root := read(t, "ek-cert.der"), read(t, "ek-root.der")
+	if err := VerifyEKCertificate(cert, [][]byte{root}, AsOf); err != nil {
+		t.Fatalf("the committed EK certificate does not chain to the EK root: %v", err)
+	}
+	var doc struct {
+		Roots map[string][]byte `json:"roots"`
+	}
+	if err := json.Unmarshal(read(t, "cases.json"), &doc); err != nil {
+		t.Fatal(err)
+	}
+	for name, err := range map[string]error{
+		"another root":     VerifyEKCertificate(cert, [][]byte{doc.Roots["foreign-ek-root"]}, AsOf),
+		"no root":          VerifyEKCertificate(cert, nil, AsOf),
+		"after its expiry": VerifyEKCertificate(cert, [][]byte{root}, AsOf.Add(30*365*24*time.Hour)),
+		"before it starts": VerifyEKCertificate(cert, [][]byte{root}, AsOf.Add(-48*time.Hour)),
+		"garbage":          VerifyEKCertificate([]byte("garbage"), [][]byte{root}, AsOf),
+	} {
+		if !errors.Is(err, CodeEKCertificateChain) {
+			t.Errorf("%s: %v, want %s", name, err, CodeEKCertificateChain)
+		}
+	}
+	var r1 struct {
+		EKPublic []byte `json:"ekPublic"`
+		AKPublic []byte `json:"akPublic"`
+	}
+	if err := json.Unmarshal(read(t, "round1.json"), &r1); err != nil {
+		t.Fatal(err)
+	}
+	e, err := (&Attestor{Roots: [][]byte{root}, NodeKey: PolicyTPM}).VerifyRound1(
+		&Round1{EKPublic: r1.EKPublic, EKCertificate: cert, AKPublic: r1.AKPublic}, AsOf)
+	if err != nil {
+		t.Fatalf("round1.json: %v", err)
+	}
+	if len(e.AKName) != 34 {
+		t.Fatalf("AK name of %d bytes", len(e.AKName))
+	}
+}
