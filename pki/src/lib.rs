@@ -9,7 +9,8 @@
 //! The crate does no I/O and reads no clock: every "now" is an argument
 //! (Unix milliseconds), so fixtures verified at their `asOf` never expire.
 //! The only outside input is the OS random number generator, used where a
-//! caller asks for fresh randomness ([`jwe::SealRandomness::from_os`]).
+//! caller asks for fresh randomness ([`jwe::SealRandomness::from_os`],
+//! [`tpm::ChallengeRandomness::from_os`]).
 //! Every refusal is an [`Error`] whose [`Error::code`] is the same stable
 //! string the Go side returns.
 

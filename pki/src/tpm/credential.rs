@@ -111,6 +111,11 @@ fn keys(z_x: &[u8], ephemeral_x: &[u8], ek_x: &[u8], object_name: &[u8]) -> (Vec
 
 /// MakeCredential: protects `secret` (at most 32 bytes) for the object named
 /// `object_name`, to the ECC P-256 EK `ek`, with the ephemeral key given.
+///
+/// # Panics
+///
+/// If `secret` is longer than 32 bytes (a SHA-256 digest), which no TPM
+/// would accept; the attestor always passes 32.
 pub fn make_credential(
     ek: &p256::PublicKey,
     object_name: &[u8],
