@@ -141,8 +141,9 @@ func TestCommands(t *testing.T) {
 	if err := run([]string{"write", dir}, &out); err != nil {
 		t.Fatal(err)
 	}
-	if want := filepath.Join(filepath.Base(dir), "daemon", "daemon.json"); out.String() != "wrote "+want+"\n" {
-		t.Fatalf("write printed %q", out.String())
+	if want := filepath.Join(filepath.Base(dir), "daemon", "daemon.json"); !strings.HasPrefix(out.String(), "wrote "+want+"\n") ||
+		strings.Count(out.String(), "\n") != 13 {
+		t.Fatalf("write printed %q (daemon.json, then the 12 inventory files)", out.String())
 	}
 	out.Reset()
 	if err := run([]string{"write", dir}, &out); err != nil || out.Len() != 0 {

@@ -1,7 +1,8 @@
 // Command bcd-fixtures is the Go half of the fixture factory, run by
 // `cargo xtask daemon-fixtures` (fixtures/src/bin/daemon-fixtures.rs):
-// it writes and checks testdata/daemon/daemon.json, and verifies every case
-// of the Rust-written fixtures in Go.
+// it writes and checks testdata/daemon/daemon.json and the inventory golden
+// testdata/daemon/inventory/, and verifies every case of the Rust-written
+// fixtures in Go.
 package main
 
 import (
@@ -20,9 +21,12 @@ DIR is the testdata directory.
 
 Commands:
   write DIR    write DIR/daemon/daemon.json, unless the file there still
-               verifies and says the same (its signatures are random)
+               verifies and says the same (its signatures are random), and
+               the inventory golden DIR/daemon/inventory/ (fakehw, seed 41:
+               <variant>/<section>.pb and hashes.json)
   check DIR    write nothing; fail if DIR/daemon/daemon.json is missing,
-               does not verify, or says something other than write would
+               does not verify, or says something other than write would,
+               or if an inventory golden file differs by a byte
   verify DIR   run every case of DIR/interop.json and DIR/release/release.json
                and re-produce their deterministic bytes; print one summary line
 `
@@ -61,6 +65,13 @@ func run(args []string, stdout io.Writer) error {
 		if wrote {
 			fmt.Fprintf(stdout, "wrote %s\n", filepath.Join(filepath.Base(dir), "daemon", "daemon.json"))
 		}
+		golden, err := writeInventory(dir)
+		if err != nil {
+			return err
+		}
+		for _, rel := range golden {
+			fmt.Fprintf(stdout, "wrote %s\n", filepath.Join(filepath.Base(dir), "daemon", "inventory", rel))
+		}
 		return nil
 	case "check":
 		data, err := os.ReadFile(daemonPath(dir))
@@ -70,7 +81,7 @@ func run(args []string, stdout io.Writer) error {
 		if err := checkDaemonFile(data); err != nil {
 			return fmt.Errorf("%s is stale: %w; run `cargo xtask daemon-fixtures`", daemonPath(dir), err)
 		}
-		return nil
+		return checkInventory(dir)
 	case "verify":
 		return verify(dir, stdout)
 	}
