@@ -99,6 +99,8 @@ type Options struct {
 	Now func() time.Time
 	// Log receives journal.* lines.
 	Log *slog.Logger
+	// LockTimeout bounds the wait for another process's lock (default 1 s).
+	LockTimeout time.Duration
 }
 
 // Journal is an open journal file.
@@ -114,7 +116,11 @@ type Journal struct {
 // Open opens (or creates) the journal at path. A new journal gets a fresh
 // random journal id.
 func Open(path string, opts Options) (*Journal, error) {
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	timeout := opts.LockTimeout
+	if timeout <= 0 {
+		timeout = time.Second
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout})
 	if err != nil {
 		if errors.Is(err, bolt.ErrTimeout) {
 			return nil, fmt.Errorf("%s: %w", path, ErrLocked)

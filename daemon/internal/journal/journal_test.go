@@ -80,7 +80,7 @@ func TestJournalIDAndEventsSurviveARestart(t *testing.T) {
 func TestASecondOpenIsRefused(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "journal.db")
 	open(t, path, Options{})
-	if _, err := Open(path, Options{}); !errors.Is(err, ErrLocked) {
+	if _, err := Open(path, Options{LockTimeout: 20 * time.Millisecond}); !errors.Is(err, ErrLocked) {
 		t.Fatalf("second open: %v", err)
 	}
 }
