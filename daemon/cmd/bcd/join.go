@@ -4,14 +4,11 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"bcd/internal/agent"
 	"bcd/internal/config"
@@ -72,8 +69,7 @@ func runJoin(args []string, e env) int {
 	if err != nil {
 		return fail(e, "join", err)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx := e.ctx
 	r, err := join.Join(ctx, join.Options{
 		ConfigPath: *configPath, Token: token, Server: *server, TrustDocument: fakehwBuild,
 		ServingCAPin: *servingPin, JoinSigningPin: *signingPin, JoinEncryptionPin: *encryptionPin,

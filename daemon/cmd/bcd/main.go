@@ -5,13 +5,16 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -34,13 +37,18 @@ Exit codes: 0 success, 1 failure, 2 bad usage, 3 (bcd node) the node was revoked
 
 // env is the process environment as the commands see it (tests replace it).
 type env struct {
+	// ctx ends on SIGTERM or SIGINT.
+	ctx            context.Context
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	getenv         func(string) string
 }
 
 func main() {
-	os.Exit(run(os.Args[1:], env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(os.Args[1:], env{ctx: ctx, stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv})
+	stop()
+	os.Exit(code)
 }
 
 // command is one subcommand.

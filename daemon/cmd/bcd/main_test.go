@@ -5,6 +5,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,7 +13,7 @@ import (
 
 func runWith(args []string, stdin string) (int, string, string) {
 	var stdout, stderr bytes.Buffer
-	code := run(args, env{stdin: strings.NewReader(stdin), stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }})
+	code := run(args, env{ctx: context.Background(), stdin: strings.NewReader(stdin), stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }})
 	return code, stdout.String(), stderr.String()
 }
 

@@ -4,12 +4,8 @@
 package main
 
 import (
-	"context"
 	"flag"
-	"os"
-	"os/signal"
 	"path/filepath"
-	"syscall"
 
 	"bcd/internal/agent"
 	"bcd/internal/config"
@@ -47,8 +43,7 @@ func runNode(args []string, e env) int {
 	if err != nil {
 		return fail(e, "node", err)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx := e.ctx
 	code, err := a.Run(ctx)
 	if err != nil {
 		return fail(e, "node", err)

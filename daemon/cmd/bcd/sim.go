@@ -5,16 +5,13 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"sync"
-	"syscall"
 
 	"bcd/internal/agent"
 	"bcd/internal/config"
@@ -78,8 +75,7 @@ func runSim(args []string, e env) int {
 			a.Close()
 		}
 	}()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx := e.ctx
 	for i := 0; i < *nodes; i++ {
 		dir := filepath.Join(base.DataDir, "sim", strconv.Itoa(i))
 		path, err := simConfig(dir, baseText, jwk)
