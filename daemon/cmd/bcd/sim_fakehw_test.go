@@ -57,7 +57,9 @@ func TestSimJoinsDistinctNodesWithOneToken(t *testing.T) {
 	}
 	// A second run needs no token: every agent has joined.
 	ctx2, stop2 := context.WithCancel(context.Background())
-	go func() { done <- run([]string{"sim", "--config", path, "--nodes", "3", "--seed", "100"}, cliEnv(ctx2, "", &out, &errOut)) }()
+	go func() {
+		done <- run([]string{"sim", "--config", path, "--nodes", "3", "--seed", "100"}, cliEnv(ctx2, "", &out, &errOut))
+	}()
 	select {
 	case <-g.Sessions:
 	case <-time.After(10 * time.Second):
