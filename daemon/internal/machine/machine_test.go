@@ -1,0 +1,45 @@
+// Tests of inventory sections: deterministic bytes, lowercase hex SHA-256,
+// the section order, and no gpus section without GPUs.
+
+package machine
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"testing"
+
+	"bcd/internal/proto/agentv1"
+)
+
+func TestSections(t *testing.T) {
+	inv := &Inventory{
+		System:  &agentv1.SystemInventory{Hostname: "h", CpuCores: 4},
+		GPUs:    &agentv1.GpuInventory{DriverVersion: "1", Gpus: []*agentv1.Gpu{{Index: 0, Model: "X"}}},
+		Network: &agentv1.NetworkInventory{Nics: []*agentv1.Nic{{Name: "eth0"}}},
+	}
+	secs, err := inv.Sections()
+	if err != nil || len(secs) != 3 || secs[0].Name != SectionSystem || secs[1].Name != SectionGPUs || secs[2].Name != SectionNetwork {
+		t.Fatalf("sections %v, %v", secs, err)
+	}
+	for _, s := range secs {
+		sum := sha256.Sum256(s.Content)
+		if s.Sha256 != hex.EncodeToString(sum[:]) {
+			t.Errorf("%s: sha256 %s", s.Name, s.Sha256)
+		}
+	}
+	inv.GPUs = nil
+	if secs, _ := inv.Sections(); len(secs) != 2 {
+		t.Fatalf("%d sections without GPUs", len(secs))
+	}
+}
+
+func TestTheHostDescribesItself(t *testing.T) {
+	h := NewHost()
+	inv, err := h.Inventory()
+	if err != nil || inv.System.GetCpuCores() == 0 || inv.GPUs != nil {
+		t.Fatalf("inventory %v, %v", inv, err)
+	}
+	if h.Hold([]byte(`{"hold_ms":5}`)) != 0 {
+		t.Fatal("a host build honours hold_ms")
+	}
+}
