@@ -350,7 +350,7 @@ impl Attestor {
         let csr = x509::parse_csr(&answer.csr)?;
 
         let certified_node_key = match &answer.node_key {
-            Some(certified) => Some(verify_certification(e, &pending.nonce, certified)?),
+            Some(certified) => Some(verify_certification(&e.ak_key, &pending.nonce, certified)?),
             None if self.node_key != NodeKeyPolicy::Any => return Err(Error::NodeKeyUncertified),
             None => None,
         };
@@ -371,10 +371,22 @@ impl Attestor {
     }
 }
 
+/// Checks a renewal's certification of the next node key by the AK of the
+/// node's join (its stored `TPMT_PUBLIC`), over `nonce`, in the order of
+/// round 2's step 8 (`tpm-malformed` also for an AK that does not parse as
+/// an ECC P-256 key); returns the certified key.
+pub fn verify_key_certification(ak_public: &[u8], nonce: &[u8], certified: &CertifiedKey) -> Result<p256::PublicKey> {
+    let ak = Public::parse(ak_public, "AK public")?;
+    let ak_key = ak
+        .p256()
+        .ok_or_else(|| Error::TpmMalformed { what: "AK public".into(), reason: "not an ECC P-256 key".into() })?;
+    verify_certification(&ak_key, nonce, certified)
+}
+
 /// Checks the AK's certification of a node key, returning the key.
-fn verify_certification(e: &Enrollment, nonce: &[u8; 32], certified: &CertifiedKey) -> Result<p256::PublicKey> {
+fn verify_certification(ak_key: &p256::PublicKey, nonce: &[u8], certified: &CertifiedKey) -> Result<p256::PublicKey> {
     let public = Public::parse(&certified.public, "node key public")?;
-    if !verify_ecdsa_sha256(&e.ak_key, &certified.certify.attest, &certified.certify.signature) {
+    if !verify_ecdsa_sha256(ak_key, &certified.certify.attest, &certified.certify.signature) {
         return Err(Error::CertifySignature);
     }
     let attest = Attest::parse(&certified.certify.attest, "certification")?;
@@ -695,5 +707,19 @@ mod tests {
         assert!(!san.critical);
         assert!(exts.iter().any(|e| e.extn_id.to_string() == "2.5.29.37"));
         x509::verify_issued(&der, &tpm.root, T0).unwrap();
+    }
+
+    #[test]
+    fn a_renewal_certification_is_checked_against_the_stored_ak() {
+        let tpm = SoftTpm::new();
+        let ak = ak_public(&tpm.ak.public_key()).to_bytes();
+        let next = node_public(&keys::p256("t", "next").public_key());
+        let certified = tpm.certify(&[9; 32], &next);
+        let key = verify_key_certification(&ak, &[9; 32], &certified).unwrap();
+        assert_eq!(key, keys::p256("t", "next").public_key());
+        assert_eq!(verify_key_certification(&ak, &[8; 32], &certified).unwrap_err().code(), "certify-nonce");
+        let other_ak = ak_public(&keys::p256("t", "other-ak").public_key()).to_bytes();
+        assert_eq!(verify_key_certification(&other_ak, &[9; 32], &certified).unwrap_err().code(), "certify-signature");
+        assert_eq!(verify_key_certification(b"junk", &[9; 32], &certified).unwrap_err().code(), "tpm-malformed");
     }
 }
