@@ -1,1 +1,8 @@
-//! The end-to-end scenarios (feature `bcd-e2e`).
+//! The end-to-end scenarios (feature `bcd-e2e`): the fakehw bcd, built once
+//! per run, against the dev stack under signed intent over real mTLS.
+//! `BCD_E2E_RUNNER` picks where bcd runs (native, netns, wsl);
+//! `BCD_E2E_LOG=1` streams every daemon's log.
+
+mod adoption;
+mod common;
+mod join;

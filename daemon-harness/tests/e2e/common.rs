@@ -1,0 +1,131 @@
+//! What every scenario shares: the bcd binary (built once per run), a dev
+//! stack under signed intent, pools, tokens and node handles, and the
+//! `must_*` / `await_*` actions the scenarios read as sentences.
+
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use daemon_harness::build::{BuildOptions, build_bcd};
+use daemon_harness::node::Node;
+use daemon_harness::prereq;
+use daemon_harness::runner::{self, Runner};
+use devstack::{Acceptance, DevStack, DevStackOptions, PoolSpec};
+
+/// How long a scenario waits for anything before it fails.
+pub const DEADLINE: Duration = Duration::from_secs(30);
+
+/// The fakehw seed of the scenarios (the golden inventory's seed).
+pub const SEED: &str = "41";
+
+/// The fakehw bcd, built once per test binary (and cached across runs).
+pub fn bcd() -> Result<PathBuf> {
+    static BCD: OnceLock<std::result::Result<PathBuf, String>> = OnceLock::new();
+    BCD.get_or_init(|| build_bcd(&BuildOptions::fakehw()).map_err(|e| format!("{e:#}")))
+        .clone()
+        .map_err(|e| anyhow::anyhow!(e))
+}
+
+/// One scenario's world: a dev stack and the runner bcd runs under.
+pub struct Env {
+    pub stack: DevStack,
+    pub bcd: PathBuf,
+    pub runner: Arc<dyn Runner>,
+    started: Instant,
+    name: String,
+}
+
+impl Env {
+    /// Starts a dev stack under signed intent, or returns None when a
+    /// prerequisite is missing (skipped locally, a failure under CI).
+    pub async fn start(scenario: &str) -> Option<Env> {
+        Self::start_with(scenario, |_| {}).await
+    }
+
+    /// Like [`Env::start`], with changed stack options.
+    pub async fn start_with(scenario: &str, adjust: impl FnOnce(&mut DevStackOptions)) -> Option<Env> {
+        if !prereq::require_go(scenario) || !runner::require_runner(scenario) {
+            return None;
+        }
+        let runner = runner::from_env().expect("BCD_E2E_RUNNER names a runner");
+        let bcd = bcd().expect("bcd builds");
+        let mut options = DevStackOptions { signed_intent: true, heartbeat_interval_ms: 500, ..Default::default() };
+        let host = runner.gateway_host();
+        if host != "127.0.0.1" {
+            let ip = host.parse().expect("the runner's gateway host is an IP address");
+            options.listen_host = ip;
+            options.extra_ips.push(ip);
+        }
+        adjust(&mut options);
+        let stack = DevStack::start(options).await.expect("the dev stack starts");
+        Some(Env { stack, bcd, runner, started: Instant::now(), name: scenario.to_string() })
+    }
+
+    /// A pool with diag.nvml acceptance and an optional expected GPU count.
+    pub async fn must_create_pool(&self, name: &str, expect_gpus: Option<u32>) -> String {
+        self.stack
+            .create_pool(PoolSpec {
+                name: name.to_string(),
+                gpu_model: None,
+                expect_gpu_count: expect_gpus,
+                acceptance: Acceptance::DiagNvml,
+            })
+            .await
+            .expect("the pool is created")
+    }
+
+    /// A join token for `pool` with `uses` uses.
+    pub async fn must_mint_token(&self, pool: &str, uses: u32) -> String {
+        self.stack.mint_join_token(pool, uses, Duration::from_secs(3600)).await.expect("a token is minted")
+    }
+
+    /// A fakehw node of `variant`, with a ready config.toml.
+    pub async fn must_make_node(&self, name: &str, variant: &str) -> Node {
+        self.must_make_node_seeded(name, variant, SEED).await
+    }
+
+    /// A fakehw node of `variant` and `seed`, with a ready config.toml.
+    pub async fn must_make_node_seeded(&self, name: &str, variant: &str, seed: &str) -> Node {
+        let env = vec![
+            ("BCD_FAKEHW_SEED".to_string(), seed.to_string()),
+            ("BCD_FAKEHW_VARIANT".to_string(), variant.to_string()),
+        ];
+        let node = Node::new(name, &self.bcd, self.runner.clone(), env).expect("a node directory");
+        self.stack.write_bcd_config(node.dir(), &node.data_dir()).await.expect("config.toml is written");
+        node
+    }
+
+    /// Joins `node` with a fresh one-use token of `pool` and returns its node id.
+    pub async fn must_join(&self, node: &Node, pool: &str) -> String {
+        let token = self.must_mint_token(pool, 1).await;
+        let out = node.must_join(&token).await.expect("bcd join succeeds");
+        assert!(!out.stdout.contains(&token) && !out.stderr.contains(&token), "bcd join printed the token");
+        node.assert_never_printed(&token, "the join token");
+        node_id(node).expect("config.toml names the node")
+    }
+
+    /// Joins and starts `node`, then waits until the stack adopted it.
+    pub async fn must_join_and_adopt(&self, node: &mut Node, pool: &str) -> String {
+        let id = self.must_join(node, pool).await;
+        node.start().expect("bcd node starts");
+        self.stack.await_adopted(&id, DEADLINE).await.expect("the node is adopted");
+        id
+    }
+
+    /// Prints the scenario's wall time (the figure the issues ask for).
+    pub fn report(&self) {
+        eprintln!("scenario {} ({}): {:.2?}", self.name, self.runner.name(), self.started.elapsed());
+    }
+}
+
+/// The node id bcd wrote into its config.toml.
+pub fn node_id(node: &Node) -> Result<String> {
+    let text = std::fs::read_to_string(node.config()).context("reading config.toml")?;
+    text.lines()
+        .filter_map(|l| l.split_once('='))
+        .find(|(k, _)| k.trim() == "node_id")
+        .map(|(_, v)| v.trim().trim_matches('"').to_string())
+        .filter(|id| !id.is_empty())
+        .context("config.toml has no node_id")
+}
