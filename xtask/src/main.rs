@@ -212,6 +212,9 @@ fn ci(sh: &Shell) -> Result<()> {
         let _dir = sh.push_dir(&daemon);
         Ok(cmd!(sh, "go test ./...").run()?)
     })?;
+    step("e2e: bcd against the dev stack (--features bcd-e2e)", || {
+        Ok(cmd!(sh, "{cargo} test -p daemon-harness --features bcd-e2e --test e2e --quiet").run()?)
+    })?;
     step("codegen --check", || codegen(sh, true))?;
     step("daemon-fixtures --check", || daemon_fixtures(sh, true))?;
     println!("\nci: all steps passed in {:.1?}", started.elapsed());
