@@ -29,6 +29,7 @@ import (
 	"bcd/internal/pki"
 	"bcd/internal/proto/agentv1"
 	jose "github.com/go-jose/go-jose/v4"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
@@ -42,6 +43,9 @@ var (
 	ErrPin = errors.New("pin mismatch")
 	// ErrRefused wraps the gateway's refusal ("<code>: <detail>").
 	ErrRefused = errors.New("join refused")
+	// ErrUnreachable means no Join call got through (network, or bcd
+	// refused the gateway's certificate: serving-ca-pin, serving-certificate).
+	ErrUnreachable = errors.New("cannot reach the JoinService")
 	// ErrResponse means the JoinResponse did not verify.
 	ErrResponse = errors.New("join response refused")
 	// ErrWellKnown means the well-known document could not be used.
@@ -210,9 +214,13 @@ func Join(ctx context.Context, opts Options) (*Result, error) {
 func refusal(err error) error {
 	st, ok := status.FromError(err)
 	if !ok {
-		return fmt.Errorf("%w: %w", ErrRefused, err)
+		return fmt.Errorf("%w: %w", ErrUnreachable, err)
 	}
-	return fmt.Errorf("%w: %s", ErrRefused, strings.ReplaceAll(st.Message(), "\n", " "))
+	msg := strings.ReplaceAll(st.Message(), "\n", " ")
+	if st.Code() == codes.Unavailable || st.Code() == codes.DeadlineExceeded {
+		return fmt.Errorf("%w: %s", ErrUnreachable, msg)
+	}
+	return fmt.Errorf("%w: %s", ErrRefused, msg)
 }
 
 // checkChain checks that the chain's leaf is for the CSR's key and was
