@@ -29,13 +29,23 @@ pub fn on_session_start(shared: &Shared, node: &NodeRow) -> Result<Option<NodeSp
                 .with(|c| pools::get(c, &node.pool_id))?
                 .ok_or_else(|| Error::UnknownPool { pool_id: node.pool_id.clone() })?;
             if pool.acceptance == ACCEPTANCE_NONE {
-                return adopt(shared, node).map(Some);
+                return adopt(shared, node);
             }
+            // The command and the move to `accepting` in one transaction:
+            // of two first sessions racing here, only one enqueues.
             let opts = CommandOptions { retry_safe: true, ..Default::default() };
-            let id = commands::enqueue(shared, &node.id, ACCEPTANCE_DIAG, &json!({}), &opts)?;
-            shared.store.with(|c| nodes::set_accepting(c, &node.id, &id))?;
-            info!(node_id = %node.id, command_id = %id, "adoption: acceptance check enqueued");
-            shared.bump();
+            let row = commands::prepare(shared, &node.id, ACCEPTANCE_DIAG, &json!({}), &opts);
+            let enqueued = shared.store.tx(|c| {
+                if !nodes::set_accepting(c, &node.id, &row.id)? {
+                    return Ok(false);
+                }
+                commands::insert_rows(c, std::slice::from_ref(&row))?;
+                Ok(true)
+            })?;
+            if enqueued {
+                info!(node_id = %node.id, command_id = %row.id, "adoption: acceptance check enqueued");
+                commands::announce(shared, std::slice::from_ref(&row));
+            }
             Ok(None)
         }
         // A stack that stopped between a result and its decision decides now.
@@ -64,11 +74,11 @@ pub fn on_command_done(shared: &Shared, node: &NodeRow, cmd: &CommandRow) -> Res
     match verdict {
         Ok(gpus) => {
             info!(node_id = %node.id, gpus, "adoption: acceptance check passed");
-            adopt(shared, node).map(Some)
+            adopt(shared, node)
         }
         Err(reason) => {
             warn!(node_id = %node.id, %reason, "adoption: node rejected");
-            shared.store.with(|c| nodes::set_state(c, &node.id, NodeState::Rejected, &reason, now_ms()))?;
+            shared.store.with(|c| nodes::reject(c, &node.id, &reason))?;
             shared.bump();
             Ok(None)
         }
@@ -92,17 +102,24 @@ fn judge(cmd: &CommandRow, expected: Option<u32>) -> Result<u64, String> {
     }
 }
 
-/// Adopts a node with NodeSpec generation 1.
-fn adopt(shared: &Shared, node: &NodeRow) -> Result<NodeSpecRow> {
+/// Adopts a node with NodeSpec generation 1; `None` when another session
+/// of the node adopted it first.
+fn adopt(shared: &Shared, node: &NodeRow) -> Result<Option<NodeSpecRow>> {
     let now = now_ms();
     let spec = crate::spec::first(shared, &node.id, now);
-    shared.store.tx(|c| {
-        nodes::set_state(c, &node.id, NodeState::Adopted, "", now)?;
-        specs::insert(c, &spec)
+    let adopted = shared.store.tx(|c| {
+        if !nodes::adopt(c, &node.id, now)? {
+            return Ok(false);
+        }
+        specs::insert(c, &spec)?;
+        Ok(true)
     })?;
+    if !adopted {
+        return Ok(None);
+    }
     info!(node_id = %node.id, generation = 1, "adoption: node adopted");
     shared.bump();
-    Ok(spec)
+    Ok(Some(spec))
 }
 
 #[cfg(test)]
@@ -141,5 +158,24 @@ mod tests {
         assert!(judge(&ok, Some(7)).unwrap_err().starts_with("GpuCountMismatch"));
         assert!(judge(&diag(CommandStatus::Failed, "{}"), None).unwrap_err().starts_with("AcceptanceFailed"));
         assert!(judge(&diag(CommandStatus::Succeeded, "{}"), None).unwrap_err().starts_with("AcceptanceFailed"));
+    }
+
+    #[test]
+    fn two_first_sessions_with_the_same_view_enqueue_one_check_and_adopt_once() {
+        let shared = crate::shared::testing::shared_with_node(ACCEPTANCE_DIAG);
+        let joined = shared.store.with(|c| nodes::get(c, "node_1")).unwrap().unwrap();
+        // Both sessions read the node as `joined` before either decided.
+        assert_eq!(on_session_start(&shared, &joined).unwrap(), None);
+        assert_eq!(on_session_start(&shared, &joined).unwrap(), None);
+        let commands = shared.store.with(|c| command_rows::of_node(c, "node_1")).unwrap();
+        assert_eq!(commands.len(), 1);
+        let node = shared.store.with(|c| nodes::get(c, "node_1")).unwrap().unwrap();
+        assert_eq!((node.state, node.acceptance_command_id), (NodeState::Accepting, Some(commands[0].id.clone())));
+
+        let plain = crate::shared::testing::shared_with_node(ACCEPTANCE_NONE);
+        let joined = plain.store.with(|c| nodes::get(c, "node_1")).unwrap().unwrap();
+        assert_eq!(on_session_start(&plain, &joined).unwrap().map(|s| s.generation), Some(1));
+        assert_eq!(on_session_start(&plain, &joined).unwrap(), None);
+        assert_eq!(plain.store.with(|c| specs::of_node(c, "node_1")).unwrap().len(), 1);
     }
 }

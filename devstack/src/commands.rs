@@ -133,17 +133,19 @@ fn row(command: &proto::Command, envelope: &pki::dsse::Envelope, approval: Optio
     }
 }
 
-/// Inserts rows (all or none) after checking their nodes, then wakes them.
-fn insert(shared: &Shared, rows: &[CommandRow]) -> Result<()> {
-    shared.store.tx(|c| {
-        for row in rows {
-            if nodes::get(c, &row.node_id)?.is_none() {
-                return Err(Error::UnknownNode { node_id: row.node_id.clone() });
-            }
-            commands::insert(c, row)?;
+/// Inserts rows inside a caller's transaction, after checking their nodes.
+pub fn insert_rows(c: &rusqlite::Connection, rows: &[CommandRow]) -> Result<()> {
+    for row in rows {
+        if nodes::get(c, &row.node_id)?.is_none() {
+            return Err(Error::UnknownNode { node_id: row.node_id.clone() });
         }
-        Ok(())
-    })?;
+        commands::insert(c, row)?;
+    }
+    Ok(())
+}
+
+/// Logs committed rows and wakes their nodes' sessions.
+pub fn announce(shared: &Shared, rows: &[CommandRow]) {
     for row in rows {
         tracing::info!(
             node_id = %row.node_id,
@@ -155,7 +157,27 @@ fn insert(shared: &Shared, rows: &[CommandRow]) -> Result<()> {
         shared.hub.send(&row.node_id, Control::Wake);
     }
     shared.bump();
+}
+
+/// Inserts rows (all or none) after checking their nodes, then wakes them.
+fn insert(shared: &Shared, rows: &[CommandRow]) -> Result<()> {
+    shared.store.tx(|c| insert_rows(c, rows))?;
+    announce(shared, rows);
     Ok(())
+}
+
+/// The row of a new command for a node (signed under signed intent), not
+/// yet stored.
+pub fn prepare(
+    shared: &Shared,
+    node_id: &str,
+    kind: &str,
+    params: &serde_json::Value,
+    opts: &CommandOptions,
+) -> CommandRow {
+    let now = now_ms();
+    let (command, envelope) = build(shared, node_id, kind, params, opts, now);
+    row(&command, &envelope, None, now)
 }
 
 /// Enqueues a command for a node and wakes its session; returns the id.
@@ -166,9 +188,7 @@ pub fn enqueue(
     params: &serde_json::Value,
     opts: &CommandOptions,
 ) -> Result<String> {
-    let now = now_ms();
-    let (command, envelope) = build(shared, node_id, kind, params, opts, now);
-    let row = row(&command, &envelope, None, now);
+    let row = prepare(shared, node_id, kind, params, opts);
     insert(shared, std::slice::from_ref(&row))?;
     Ok(row.id)
 }

@@ -1,8 +1,10 @@
-//! A ready `config.toml` for bcd (and `join-encryption.jwk` beside it).
+//! A ready `config.toml` for bcd (and `join-encryption.jwk` beside it),
+//! with an optional `[update]` section pinning the release keys.
 
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
+use crate::releases::UpdatePins;
 
 /// The file name of bcd's configuration.
 pub const CONFIG_FILE: &str = "config.toml";
@@ -26,6 +28,8 @@ pub struct BcdConfig {
     pub join_encryption_pin: String,
     /// bcd's data directory.
     pub data_dir: PathBuf,
+    /// The `[update]` section, if any.
+    pub update: Option<UpdatePins>,
 }
 
 /// Where [`write`] put the files.
@@ -68,6 +72,17 @@ pub fn render(config: &BcdConfig) -> String {
     text += &line("join_encryption_pin", &config.join_encryption_pin);
     text += &line("data_dir", &config.data_dir.to_string_lossy());
     text += &line("node_id", "");
+    if let Some(update) = &config.update {
+        let array = |items: Vec<String>| {
+            let items: Vec<String> = items.iter().map(|s| toml_string(s)).collect();
+            format!("[{}]", items.join(", "))
+        };
+        text += "\n[update]\n";
+        text += &format!("release_keys = {}\n", array(update.spki_b64()));
+        text += &format!("release_key_pins = {}\n", array(update.pins()));
+        text += &format!("threshold = {}\n", update.threshold);
+        text += &format!("min_sequence = {}\n", update.min_sequence);
+    }
     text
 }
 
@@ -99,9 +114,21 @@ mod tests {
             join_signing_key: "MCow".into(),
             join_encryption_pin: "sha256:c".into(),
             data_dir: "/tmp/bcd".into(),
+            update: None,
         };
         let text = render(&config);
         assert!(text.contains("gateway_server_name = \"gw.dev.local\"\n"));
-        assert!(text.contains("node_id = \"\"\n"));
+        assert!(text.ends_with("node_id = \"\"\n"));
+        assert!(!text.contains("[update]"));
+
+        let key = pki::Signer::public_key(&pki::keys::ed25519("bc-interop-v1", "release/0"));
+        let update = UpdatePins { keys: vec![key.clone()], threshold: 2, min_sequence: 5 };
+        let text = render(&BcdConfig { update: Some(update), ..config });
+        let tail = format!(
+            "node_id = \"\"\n\n[update]\nrelease_keys = [\"{}\"]\nrelease_key_pins = [\"{}\"]\nthreshold = 2\nmin_sequence = 5\n",
+            pki::b64::std(&key.spki_der()),
+            key.pin()
+        );
+        assert!(text.ends_with(&tail), "{text}");
     }
 }

@@ -117,6 +117,87 @@ pub enum Error {
         /// The rejection reason (`GpuCountMismatch: …`).
         reason: String,
     },
+    /// No reservation has this id.
+    #[error("unknown reservation {reservation_id}")]
+    UnknownReservation {
+        /// The reservation id.
+        reservation_id: String,
+    },
+    /// The reservation is not in a state that allows the operation.
+    #[error("reservation {reservation_id} is {state}: cannot {action}")]
+    ReservationState {
+        /// The reservation id.
+        reservation_id: String,
+        /// Its state.
+        state: crate::store::rows::ReservationState,
+        /// What was asked (`release`).
+        action: &'static str,
+    },
+    /// An awaited reservation ended in another state than the one awaited.
+    #[error("reservation {reservation_id} ended {state}: {reason}")]
+    ReservationEnded {
+        /// The reservation id.
+        reservation_id: String,
+        /// Its terminal state.
+        state: crate::store::rows::ReservationState,
+        /// The node's reason (for a failure).
+        reason: String,
+    },
+    /// A reservation request that cannot be met as asked (zero GPUs).
+    #[error("a reservation on node {node_id}: {reason}")]
+    InvalidReservation {
+        /// The node id.
+        node_id: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The node is not adopted, so nothing can be booked on it.
+    #[error("node {node_id} is {state}, not adopted")]
+    NodeNotAdopted {
+        /// The node id.
+        node_id: String,
+        /// Its state.
+        state: crate::store::rows::NodeState,
+    },
+    /// The node reported no readable `gpus` inventory section.
+    #[error("node {node_id} has no gpus inventory section: {reason}")]
+    NoGpuInventory {
+        /// The node id.
+        node_id: String,
+        /// Why (absent, or undecodable).
+        reason: String,
+    },
+    /// Fewer free GPUs than asked.
+    #[error("node {node_id} has {free} free GPUs, {wanted} asked")]
+    InsufficientGpus {
+        /// The node id.
+        node_id: String,
+        /// How many were asked.
+        wanted: u32,
+        /// How many are free.
+        free: u32,
+    },
+    /// No release has this version.
+    #[error("unknown release {version}")]
+    UnknownRelease {
+        /// The version.
+        version: String,
+    },
+    /// A release of this version was already published.
+    #[error("release {version} already exists")]
+    ReleaseExists {
+        /// The version.
+        version: String,
+    },
+    /// A release to publish is not well formed.
+    #[error("invalid release: {reason}")]
+    InvalidRelease {
+        /// What is wrong.
+        reason: String,
+    },
+    /// The operation needs a TPM attestor and the stack runs without one.
+    #[error("the dev stack has no TPM attestor")]
+    NoTpmAttestor,
     /// The operation needs signed intent and the stack runs without it.
     #[error("the dev stack runs without signed intent")]
     NoSignedIntent,

@@ -1,15 +1,21 @@
-//! The plain-HTTP side of the stack (loopback): the well-known document that
-//! lets `bcd join --server URL` find the gateway and the join pins.
+//! The plain-HTTP side of the stack: the well-known document that lets
+//! `bcd join --server URL` find the gateway and the join pins, and release
+//! downloads (`GET /releases/<version>/bcd-<os>-<arch>` and
+//! `GET /releases/<version>/manifest.dsse.json`). Plain HTTP is enough for
+//! releases: bcd trusts only the signed manifest and the digest it names.
 
 use std::sync::Arc;
 
 use axum::Json;
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{Path, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::{Value, json};
 
 use crate::shared::Shared;
+use crate::store::releases;
 
 /// The path of the well-known document.
 pub const WELL_KNOWN_PATH: &str = "/.well-known/better-compute";
@@ -36,9 +42,41 @@ pub fn well_known(shared: &Shared) -> Value {
     })
 }
 
+/// One file of a release: an artifact's bytes or the signed manifest.
+async fn release_file(State(shared): State<Arc<Shared>>, Path((version, file)): Path<(String, String)>) -> Response {
+    let not_found = |what: String| {
+        tracing::warn!(version = %version, file = %file, "http: release download refused: {what}");
+        (StatusCode::NOT_FOUND, what).into_response()
+    };
+    if file == "manifest.dsse.json" {
+        return match shared.store.with(|c| releases::get(c, &version)) {
+            Ok(Some(row)) => ([(header::CONTENT_TYPE, "application/json")], row.envelope).into_response(),
+            Ok(None) => not_found(format!("no release {version}")),
+            Err(e) => internal(e),
+        };
+    }
+    let Some((os, arch)) = file.strip_prefix("bcd-").and_then(|p| p.split_once('-')) else {
+        return not_found(format!("no file {file}"));
+    };
+    match shared.store.with(|c| releases::artifact_bytes(c, &version, os, arch)) {
+        Ok(Some(bytes)) => {
+            tracing::info!(version = %version, os, arch, size = bytes.len(), "http: release artifact served");
+            ([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response()
+        }
+        Ok(None) => not_found(format!("no artifact {os}/{arch} in release {version}")),
+        Err(e) => internal(e),
+    }
+}
+
+fn internal(e: crate::error::Error) -> Response {
+    tracing::error!(error = %e, "http: internal error");
+    (StatusCode::INTERNAL_SERVER_ERROR, "internal error").into_response()
+}
+
 /// The HTTP routes.
 pub fn router(shared: Arc<Shared>) -> Router {
     Router::new()
         .route(WELL_KNOWN_PATH, get(|State(shared): State<Arc<Shared>>| async move { Json(well_known(&shared)) }))
+        .route("/releases/{version}/{file}", get(release_file))
         .with_state(shared)
 }

@@ -24,6 +24,16 @@ pub fn command_id() -> String {
     prefixed("cmd_")
 }
 
+/// A reservation id (also the hold's allocation id).
+pub fn reservation_id() -> String {
+    prefixed("rsv_")
+}
+
+/// A TPM join session id (between the two rounds).
+pub fn tpm_session_id() -> String {
+    prefixed("tpm_")
+}
+
 /// A pool id.
 pub fn pool_id() -> String {
     prefixed("pool_")

@@ -10,13 +10,20 @@ use crate::store::rows::NodeCertRow;
 /// Back-dating of a node certificate's notBefore, for clock skew.
 const SKEW_MS: i64 = 60_000;
 
-/// Issues a 24-hour certificate (random serial) for a verified CSR.
-pub fn issue(shared: &Shared, node_id: &str, csr: &x509::Csr, now_ms: i64) -> Result<NodeCertRow> {
+/// Issues a 24-hour certificate (random serial) for a verified CSR; a TPM
+/// node's certificate names its AK (`urn:bc:tpm-ak:`).
+pub fn issue(
+    shared: &Shared,
+    node_id: &str,
+    csr: &x509::Csr,
+    tpm_ak_name: Option<&[u8]>,
+    now_ms: i64,
+) -> Result<NodeCertRow> {
     let serial = ids::serial();
     let node = x509::NodeCertificate {
         node_id,
         trust_domain: &shared.settings.trust_domain,
-        tpm_ak_name: None,
+        tpm_ak_name,
         serial: &serial,
         not_before_ms: now_ms - SKEW_MS,
     };
@@ -50,7 +57,7 @@ pub fn signed_response(
         trust_domain: shared.settings.trust_domain.clone(),
         trust: Some(proto::JoinTrust {
             command_roots: keys.command_roots().iter().map(pki::PublicKey::to_proto).collect(),
-            trust_bundle: keys.intent.as_ref().map(|i| i.trust_bundle_env.to_proto()),
+            trust_bundle: keys.intent.as_ref().map(|i| i.trust().1.to_proto()),
         }),
         gateway: Some(proto::GatewayEndpoint {
             url: shared.settings.gateway_url.clone(),

@@ -1,7 +1,9 @@
-//! The JoinService (tonic `Join`): a sealed token and a CSR in, a node, its
-//! certificate and a signed JoinResponse out.
+//! The JoinService (tonic `Join`): a sealed token and a CSR in (or the two
+//! TPM rounds), a node, its certificate and a signed JoinResponse out.
 //!
-//! Checks, in order: the method (token only here), the CSR (`csr-malformed`,
+//! A TPM join (two rounds) goes to the attestor ([`crate::tpm`]), or is
+//! refused `method-unsupported` when the stack has none. A token join checks,
+//! in order: the CSR (`csr-malformed`,
 //! `csr-signature`), the sealed token (`jwe-*`, `token-payload`,
 //! `token-csr-mismatch`), the token by SHA-256 (`token-unknown`), its expiry
 //! (`token-expired`), its pool (`pool-unknown`), its uses (`token-exhausted`,
@@ -20,7 +22,8 @@ use crate::issuance;
 use crate::shared::Shared;
 use crate::status::{self, code, refuse};
 use crate::store::nodes::NewNode;
-use crate::store::{certs, nodes, pools, tokens};
+use crate::store::rows::{JoinMethod, NodeJoinRow, NodeKeyLevel};
+use crate::store::{bindings, certs, nodes, pools, tokens};
 use crate::{ids, tls::PeerInfo};
 
 /// The JoinService.
@@ -69,7 +72,7 @@ impl JoinService {
             ));
         }
         let node_id = ids::node_id();
-        let cert = issuance::issue(shared, &node_id, &csr, now).map_err(internal)?;
+        let cert = issuance::issue(shared, &node_id, &csr, None, now).map_err(internal)?;
         let created = shared
             .store
             .tx(|c| {
@@ -81,7 +84,7 @@ impl JoinService {
                     &NewNode {
                         id: &node_id,
                         pool_id: &token_row.pool_id,
-                        join_token_id: &token_row.id,
+                        join_token_id: Some(&token_row.id),
                         hostname: &claims.hostname,
                         daemon_version: &claims.daemon_version,
                         hardware_id: &claims.hardware_id,
@@ -89,6 +92,17 @@ impl JoinService {
                     },
                 )?;
                 certs::insert(c, &cert, now)?;
+                bindings::record_join(
+                    c,
+                    &NodeJoinRow {
+                        node_id: node_id.clone(),
+                        method: JoinMethod::Token,
+                        node_key: NodeKeyLevel::Any,
+                        policy: String::new(),
+                        serial: cert.serial.clone(),
+                        at_ms: now,
+                    },
+                )?;
                 Ok(true)
             })
             .map_err(internal)?;
@@ -113,6 +127,10 @@ impl JoinService {
     }
 }
 
+fn no_attestor() -> Status {
+    refuse(Code::Unimplemented, code::METHOD_UNSUPPORTED, "this stack has no TPM attestor configured")
+}
+
 /// An internal failure as a status (the detail is the stack's own error,
 /// which never holds a secret).
 pub fn internal(e: Error) -> Status {
@@ -128,9 +146,14 @@ impl proto::join_server::Join for JoinService {
         let claims = req.claims.unwrap_or_default();
         let result = match &req.method {
             Some(proto::join_request::Method::Token(token)) => self.join_token(token, &claims),
-            Some(proto::join_request::Method::TpmRound1(_) | proto::join_request::Method::TpmRound2(_)) => {
-                Err(refuse(Code::Unimplemented, code::METHOD_UNSUPPORTED, "this stack has no TPM attestor configured"))
-            }
+            Some(proto::join_request::Method::TpmRound1(r1)) => match &self.shared.tpm {
+                Some(tpm) => tpm.round1(&self.shared, r1),
+                None => Err(no_attestor()),
+            },
+            Some(proto::join_request::Method::TpmRound2(r2)) => match &self.shared.tpm {
+                Some(tpm) => tpm.round2(&self.shared, r2, &claims),
+                None => Err(no_attestor()),
+            },
             None => Err(refuse(Code::InvalidArgument, code::METHOD_UNSUPPORTED, "the request names no join method")),
         };
         match result {

@@ -3,16 +3,21 @@
 //! back on every later start, so a restarted stack keeps its CAs, pins and
 //! trust bundle.
 //!
+//! Release keys are generated the same way, unless the options give them
+//! (fixtures' keys, for deterministic tests); given keys are not stored.
+//!
 //! The gateway's serving certificate is re-issued (under the same serving CA,
 //! so the pin holds) when the requested names change or it nears expiry.
 
 use std::net::IpAddr;
+use std::sync::RwLock;
 
 use pki::{PublicKey, Signer, x509};
 use rusqlite::Connection;
 
 use crate::error::{Error, Result};
 use crate::ids;
+use crate::releases::ReleaseKeys;
 use crate::store::{Store, settings};
 
 const DAY_MS: i64 = 24 * 3600 * 1000;
@@ -23,6 +28,8 @@ const SERVING_VALIDITY_MS: i64 = 365 * DAY_MS;
 /// Approvers of the dev trust bundle, and how many must sign a rotation.
 const APPROVERS: usize = 3;
 const THRESHOLD: u32 = 2;
+/// Release keys generated for a stack.
+const RELEASE_KEYS: usize = 2;
 
 /// The names the gateway's serving certificate carries.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -53,7 +60,8 @@ impl ServingNames {
 }
 
 /// The keys of signed intent: a command root, approvers, token issuers and
-/// the signed trust bundle (sequence 1).
+/// the current signed trust bundle (sequence 1 at first, then the latest
+/// rotation the approvers signed).
 pub struct IntentKeys {
     /// Signs commands and NodeSpecs.
     pub command_root: ed25519_dalek::SigningKey,
@@ -63,10 +71,46 @@ pub struct IntentKeys {
     pub tunnels_issuer: p256::SecretKey,
     /// Issues workload tokens (later issues).
     pub workload_issuer: p256::SecretKey,
-    /// The current trust bundle.
-    pub trust_bundle: proto::TrustBundle,
-    /// The trust bundle signed by the approvers.
-    pub trust_bundle_env: pki::dsse::Envelope,
+    /// The current trust bundle and its envelope, signed by the approvers.
+    trust: RwLock<(proto::TrustBundle, pki::dsse::Envelope)>,
+}
+
+/// The settings entry of the current trust bundle.
+const TRUST_BUNDLE: &str = "trust-bundle.env";
+
+impl IntentKeys {
+    /// The current trust bundle and its signed envelope.
+    pub fn trust(&self) -> (proto::TrustBundle, pki::dsse::Envelope) {
+        // Only whole values are stored under the lock, so a poisoned lock
+        // still holds a consistent pair.
+        self.trust.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The bundle of `env` if it is a rotation the current bundle accepts
+    /// (signed by its approvers' threshold, same trust domain, a higher
+    /// sequence); `None` otherwise.
+    pub fn check_rotation(&self, env: &pki::dsse::Envelope) -> Option<(proto::TrustBundle, pki::dsse::Envelope)> {
+        let (current, _) = self.trust();
+        match pki::intent::accept_trust_bundle(&current, env) {
+            Ok(bundle) if bundle.sequence > current.sequence => Some((bundle, env.clone())),
+            Ok(_) => None,
+            Err(e) => {
+                tracing::info!(code = e.code(), "trust bundle not adopted by the stack: {e}");
+                None
+            }
+        }
+    }
+
+    /// Stores a rotation (inside the caller's transaction).
+    pub fn persist_trust(&self, c: &Connection, env: &pki::dsse::Envelope) -> Result<()> {
+        use prost::Message as _;
+        settings::put(c, TRUST_BUNDLE, &env.to_proto().encode_to_vec())
+    }
+
+    /// Makes a stored rotation the current bundle.
+    pub fn set_trust(&self, bundle: proto::TrustBundle, env: pki::dsse::Envelope) {
+        *self.trust.write().unwrap_or_else(|p| p.into_inner()) = (bundle, env);
+    }
 }
 
 /// Every key and certificate of the stack.
@@ -89,6 +133,8 @@ pub struct StackKeys {
     pub join_encryption: p256::SecretKey,
     /// Present under signed intent.
     pub intent: Option<IntentKeys>,
+    /// Sign release manifests.
+    pub release: Vec<ed25519_dalek::SigningKey>,
 }
 
 impl StackKeys {
@@ -99,6 +145,7 @@ impl StackKeys {
         names: &ServingNames,
         signed_intent: bool,
         trust_domain: &str,
+        release_keys: &ReleaseKeys,
         now_ms: i64,
     ) -> Result<Self> {
         store.tx(|c| {
@@ -111,6 +158,12 @@ impl StackKeys {
             let join_signing = ed_key(c, "join-signing.key")?;
             let join_encryption = p256_key(c, "join-encryption.key")?;
             let intent = if signed_intent { Some(intent_keys(c, trust_domain)?) } else { None };
+            let release = match release_keys {
+                ReleaseKeys::Generated => {
+                    (0..RELEASE_KEYS).map(|i| ed_key(c, &format!("release/{i}.key"))).collect::<Result<Vec<_>>>()?
+                }
+                ReleaseKeys::Given(seeds) => seeds.iter().map(ed25519_dalek::SigningKey::from_bytes).collect(),
+            };
             Ok(StackKeys {
                 node_ca_key,
                 node_ca_der,
@@ -121,6 +174,7 @@ impl StackKeys {
                 join_signing,
                 join_encryption,
                 intent,
+                release,
             })
         })
     }
@@ -247,7 +301,7 @@ fn intent_keys(c: &Connection, trust_domain: &str) -> Result<IntentKeys> {
     let approvers = (0..APPROVERS).map(|i| ed_key(c, &format!("approver/{i}.key"))).collect::<Result<Vec<_>>>()?;
     let tunnels_issuer = p256_key(c, "tunnels-issuer.key")?;
     let workload_issuer = p256_key(c, "workload-issuer.key")?;
-    const BUNDLE: &str = "trust-bundle.env";
+    const BUNDLE: &str = TRUST_BUNDLE;
     let trust_bundle_env = match settings::get(c, BUNDLE)? {
         Some(bytes) => {
             let msg = proto::Envelope::decode(bytes.as_slice()).map_err(|e| stored_key_err(BUNDLE, e))?;
@@ -278,7 +332,13 @@ fn intent_keys(c: &Connection, trust_domain: &str) -> Result<IntentKeys> {
         .verify(proto::payload_type::TRUST_BUNDLE, &approver_keys, THRESHOLD as usize)
         .map_err(|e| stored_key_err(BUNDLE, e))?;
     let trust_bundle: proto::TrustBundle = pki::dsse::decode(payload).map_err(|e| stored_key_err(BUNDLE, e))?;
-    Ok(IntentKeys { command_root, approvers, tunnels_issuer, workload_issuer, trust_bundle, trust_bundle_env })
+    Ok(IntentKeys {
+        command_root,
+        approvers,
+        tunnels_issuer,
+        workload_issuer,
+        trust: RwLock::new((trust_bundle, trust_bundle_env)),
+    })
 }
 
 #[cfg(test)]
@@ -291,16 +351,23 @@ mod tests {
         let store = Store::open(&StoreLocation::Memory).unwrap();
         let names = ServingNames::new(&[], &[]);
         let now = crate::clock::now_ms();
-        let a = StackKeys::load_or_create(&store, &names, true, "compute.dev.local", now).unwrap();
-        let b = StackKeys::load_or_create(&store, &names, true, "compute.dev.local", now).unwrap();
+        let generated = ReleaseKeys::Generated;
+        let a = StackKeys::load_or_create(&store, &names, true, "compute.dev.local", &generated, now).unwrap();
+        let b = StackKeys::load_or_create(&store, &names, true, "compute.dev.local", &generated, now).unwrap();
         assert_eq!(a.node_ca_der, b.node_ca_der);
         assert_eq!(a.gateway_der, b.gateway_der);
         assert_eq!(a.join_signing_pin(), b.join_signing_pin());
-        assert_eq!(a.intent.as_ref().unwrap().trust_bundle_env, b.intent.as_ref().unwrap().trust_bundle_env);
-        assert_eq!(a.intent.as_ref().unwrap().trust_bundle.sequence, 1);
+        assert_eq!(a.intent.as_ref().unwrap().trust(), b.intent.as_ref().unwrap().trust());
+        assert_eq!(a.intent.as_ref().unwrap().trust().0.sequence, 1);
+        assert_eq!(a.release.len(), 2);
+        assert_eq!(a.release[1].to_bytes(), b.release[1].to_bytes());
+        assert_ne!(a.release[0].to_bytes(), a.release[1].to_bytes());
 
         let more = ServingNames::new(&["gw.example.test".into()], &["10.0.0.1".parse().unwrap()]);
-        let c = StackKeys::load_or_create(&store, &more, false, "compute.dev.local", now).unwrap();
+        let given = ReleaseKeys::Given(vec![[7; 32]]);
+        let c = StackKeys::load_or_create(&store, &more, false, "compute.dev.local", &given, now).unwrap();
+        assert_eq!(c.release.len(), 1);
+        assert_eq!(c.release[0].to_bytes(), [7; 32]);
         assert_ne!(c.gateway_der, a.gateway_der);
         assert_eq!(c.serving_ca_pin(), a.serving_ca_pin());
         let v = x509::verify_issued(&c.gateway_der, &c.serving_ca_der, now).unwrap();

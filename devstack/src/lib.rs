@@ -1,7 +1,8 @@
-//! The dev control plane (DESIGN.md §6): a JoinService and a gateway (tonic
-//! over our own rustls acceptor, mTLS), a SQLite store with migrations, the
-//! adoption worker and the well-known document, run in-process by tests
-//! ([`DevStack`]) or by the `devstack serve` binary.
+//! The dev control plane (DESIGN.md §6): a JoinService (token and TPM
+//! joins) and a gateway (tonic over our own rustls acceptor, mTLS), a SQLite
+//! store with migrations, adoption, GPU reservations, releases and
+//! self-update, the well-known document and release downloads, run
+//! in-process by tests ([`DevStack`]) or by the `devstack serve` binary.
 //!
 //! The protocol contract it implements is ARCHITECTURE.md, "The agent
 //! protocol in practice". Every cryptographic object comes from `pki`.
@@ -18,26 +19,35 @@ mod ids;
 mod issuance;
 mod join;
 mod keys;
+mod releases;
+mod reservations;
 mod shared;
 mod spec;
 mod stack;
 pub mod status;
 mod store;
 mod tls;
+mod tpm;
 
 pub use commands::{Batch, BatchCommand, BatchSpec, CommandOptions, Signing};
 pub use config::BcdConfigPaths;
 pub use error::{Error, Result};
 pub use gateway::limit::MAX_MESSAGE_BYTES;
 pub use http::WELL_KNOWN_PATH;
+pub use releases::{ManifestOptions, Release, ReleaseKeys, UPGRADE_KIND, UpdatePins};
+pub use reservations::{ALLOCATION_GENERATION, ALLOCATION_MISMATCH, ALLOCATION_UNKNOWN};
 pub use spec::SpecUpdate;
 pub use stack::{Acceptance, CommandOutcome, DevStack, DevStackOptions, IntentPublicKeys, JoinMark, Pins, PoolSpec};
 pub use store::StoreLocation;
 pub use store::rows::{
-    CommandRow, CommandStatus, CommandUpdateRow, InventoryRow, JoinTokenRow, NodeCertRow, NodeRow, NodeSessionRow,
-    NodeSpecRow, NodeState, PoolRow,
+    CommandRow, CommandStatus, CommandUpdateRow, InventoryRow, JoinMethod, JoinTokenRow, NodeBindingRow, NodeCertRow,
+    NodeJoinRow, NodeKeyLevel, NodeRow, NodeSessionRow, NodeSpecRow, NodeState, PoolRow, ReleaseArtifactRow,
+    ReservationRow, ReservationState,
 };
 pub use tls::ALPN_H2;
+pub use tpm::{
+    ChallengeSource, TPM_NOT_ALLOWED, TPM_SESSION_EXPIRED, TPM_SESSION_UNKNOWN, TpmAllow, TpmAttestorOptions,
+};
 
 /// The name the gateway's serving certificate is checked for.
 pub const SERVER_NAME: &str = "gw.dev.local";

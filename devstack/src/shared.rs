@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::hub::Hub;
 use crate::keys::StackKeys;
 use crate::store::Store;
+use crate::tpm::TpmJoin;
 
 /// The settings of a running stack.
 #[derive(Clone, Debug)]
@@ -27,6 +28,12 @@ pub struct Settings {
     pub busy_retry: Duration,
     /// Drain's `retry_after_ms` at shutdown.
     pub drain_retry_after_ms: u32,
+    /// The HTTP side's base URL as nodes reach it (release downloads).
+    pub http_base_url: String,
+    /// How many release signatures bcd's `[update]` asks for.
+    pub release_threshold: u32,
+    /// The lowest release sequence bcd's `[update]` accepts.
+    pub release_min_sequence: u64,
 }
 
 /// What the parts of a stack share.
@@ -39,18 +46,21 @@ pub struct Shared {
     pub hub: Hub,
     /// This run's settings.
     pub settings: Settings,
+    /// The TPM attestor, when the stack has one.
+    pub tpm: Option<TpmJoin>,
     changed: watch::Sender<u64>,
     draining: AtomicBool,
 }
 
 impl Shared {
     /// Bundles the parts.
-    pub fn new(store: Store, keys: StackKeys, settings: Settings) -> Self {
+    pub fn new(store: Store, keys: StackKeys, settings: Settings, tpm: Option<TpmJoin>) -> Self {
         Shared {
             store,
             keys,
             hub: Hub::default(),
             settings,
+            tpm,
             changed: watch::channel(0).0,
             draining: AtomicBool::new(false),
         }
@@ -92,5 +102,58 @@ impl Shared {
                 Err(_) => return Err(Error::Timeout { what: what(), waited_ms: timeout.as_millis() as u64 }),
             }
         }
+    }
+}
+
+/// A stack's shared state for unit tests: an in-memory store, fresh keys,
+/// a pool `pool_1` and a joined node `node_1`.
+#[cfg(test)]
+pub mod testing {
+    use std::time::Duration;
+
+    use super::{Settings, Shared};
+    use crate::keys::{ServingNames, StackKeys};
+    use crate::store::rows::PoolRow;
+    use crate::store::{Store, StoreLocation, nodes, pools};
+
+    /// The shared state, with a pool whose acceptance is `acceptance`.
+    pub fn shared_with_node(acceptance: &str) -> Shared {
+        let store = Store::open(&StoreLocation::Memory).unwrap();
+        let names = ServingNames::new(&[], &[]);
+        let release = crate::releases::ReleaseKeys::Generated;
+        let now = crate::clock::now_ms();
+        let keys = StackKeys::load_or_create(&store, &names, false, "td", &release, now).unwrap();
+        let settings = Settings {
+            trust_domain: "td".into(),
+            gateway_url: "https://127.0.0.1:1".into(),
+            heartbeat_interval: Duration::from_secs(5),
+            lane_credits: 4,
+            busy_retry: Duration::from_millis(500),
+            drain_retry_after_ms: 1000,
+            http_base_url: "http://127.0.0.1:1".into(),
+            release_threshold: 2,
+            release_min_sequence: 1,
+        };
+        let shared = Shared::new(store, keys, settings, None);
+        let pool = PoolRow {
+            id: "pool_1".into(),
+            name: "p".into(),
+            gpu_model: None,
+            expect_gpu_count: None,
+            acceptance: acceptance.into(),
+            created_at_ms: 0,
+        };
+        shared.store.with(|c| pools::insert(c, &pool)).unwrap();
+        let node = nodes::NewNode {
+            id: "node_1",
+            pool_id: "pool_1",
+            join_token_id: Some("jt_1"),
+            hostname: "",
+            daemon_version: "",
+            hardware_id: "",
+            created_at_ms: 0,
+        };
+        shared.store.with(|c| nodes::insert(c, &node)).unwrap();
+        shared
     }
 }

@@ -46,37 +46,73 @@ pub fn first(shared: &Shared, node_id: &str, now: i64) -> NodeSpecRow {
     row(shared, &spec, false, now)
 }
 
+/// Builds and stores the next generation of a node's spec inside a caller's
+/// transaction: the latest spec, changed by `edit`, with the next generation.
+/// The caller sends it with [`push`] once the transaction committed.
+pub fn next(
+    c: &rusqlite::Connection,
+    shared: &Shared,
+    node_id: &str,
+    unsigned: bool,
+    edit: impl FnOnce(&mut proto::NodeSpec) -> Result<()>,
+) -> Result<NodeSpecRow> {
+    if nodes::get(c, node_id)?.is_none() {
+        return Err(Error::UnknownNode { node_id: node_id.to_string() });
+    }
+    let mut spec = match specs::latest(c, node_id)? {
+        Some(latest) => proto::NodeSpec::decode(latest.payload.as_slice()).map_err(|e| Error::Corrupt {
+            table: "node_specs",
+            column: "payload",
+            key: format!("{node_id}/{}", latest.generation),
+            reason: e.to_string(),
+        })?,
+        None => proto::NodeSpec { node_id: node_id.to_string(), ..Default::default() },
+    };
+    spec.generation += 1;
+    edit(&mut spec)?;
+    let spec_row = row(shared, &spec, unsigned, now_ms());
+    specs::insert(c, &spec_row)?;
+    Ok(spec_row)
+}
+
+/// Sends a committed spec to the node's live session (a node that is away
+/// gets it after its next Welcome).
+pub fn push(shared: &Shared, spec: &NodeSpecRow) -> Result<()> {
+    shared.hub.send(&spec.node_id, Control::Raw(Box::new(desired_state_frame(spec)?)));
+    shared.bump();
+    Ok(())
+}
+
 /// Stores the next generation of a node's spec and sends it to its live
-/// session (a node that is away gets it after its next Welcome).
+/// session. A trust bundle that the current approvers signed for a higher
+/// sequence also becomes the stack's current bundle (what later joins get);
+/// any other is sent as is (tests of bcd's `trust.ignored`).
 pub fn publish(shared: &Shared, node_id: &str, update: &SpecUpdate) -> Result<NodeSpecRow> {
-    let now = now_ms();
+    let rotation = match (&update.trust_bundle, &shared.keys.intent) {
+        (Some(env), Some(intent)) => intent.check_rotation(env),
+        _ => None,
+    };
     let spec_row = shared.store.tx(|c| {
-        if nodes::get(c, node_id)?.is_none() {
-            return Err(Error::UnknownNode { node_id: node_id.to_string() });
+        let spec_row = next(c, shared, node_id, update.unsigned, |spec| {
+            if let Some(access) = &update.access {
+                spec.access = Some(access.clone());
+            }
+            if let Some(bundle) = &update.trust_bundle {
+                spec.trust = Some(proto::TrustSection { trust_bundle: Some(bundle.to_proto()) });
+            }
+            Ok(())
+        })?;
+        if let (Some((_, env)), Some(intent)) = (&rotation, &shared.keys.intent) {
+            intent.persist_trust(c, env)?;
         }
-        let mut spec = match specs::latest(c, node_id)? {
-            Some(latest) => proto::NodeSpec::decode(latest.payload.as_slice()).map_err(|e| Error::Corrupt {
-                table: "node_specs",
-                column: "payload",
-                key: format!("{node_id}/{}", latest.generation),
-                reason: e.to_string(),
-            })?,
-            None => proto::NodeSpec { node_id: node_id.to_string(), ..Default::default() },
-        };
-        spec.generation += 1;
-        if let Some(access) = &update.access {
-            spec.access = Some(access.clone());
-        }
-        if let Some(bundle) = &update.trust_bundle {
-            spec.trust = Some(proto::TrustSection { trust_bundle: Some(bundle.to_proto()) });
-        }
-        let spec_row = row(shared, &spec, update.unsigned, now);
-        specs::insert(c, &spec_row)?;
         Ok(spec_row)
     })?;
+    if let (Some((bundle, env)), Some(intent)) = (rotation, &shared.keys.intent) {
+        tracing::info!(sequence = bundle.sequence, "trust bundle rotated: it is now the stack's current bundle");
+        intent.set_trust(bundle, env);
+    }
     tracing::info!(node_id, generation = spec_row.generation, unsigned = update.unsigned, "spec published");
-    shared.hub.send(node_id, Control::Raw(Box::new(desired_state_frame(&spec_row)?)));
-    shared.bump();
+    push(shared, &spec_row)?;
     Ok(spec_row)
 }
 

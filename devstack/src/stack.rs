@@ -29,14 +29,19 @@ use crate::gateway::{GatewayService, limit};
 use crate::hub::Control;
 use crate::join::JoinService;
 use crate::keys::{ServingNames, StackKeys};
+use crate::releases::{ManifestOptions, Release, ReleaseKeys, UpdatePins};
 use crate::shared::{Settings, Shared};
 use crate::spec::SpecUpdate;
 use crate::store::rows::{
-    CommandRow, CommandStatus, CommandUpdateRow, InventoryRow, NodeCertRow, NodeRow, NodeSessionRow, NodeSpecRow,
-    NodeState, PoolRow,
+    CommandRow, CommandStatus, CommandUpdateRow, InventoryRow, NodeBindingRow, NodeCertRow, NodeJoinRow, NodeRow,
+    NodeSessionRow, NodeSpecRow, NodeState, PoolRow, ReleaseArtifactRow, ReservationRow, ReservationState,
 };
 use crate::store::{Store, StoreLocation};
-use crate::store::{certs, commands as command_rows, inventory, nodes, pools, sessions, specs, tokens};
+use crate::store::{
+    bindings, certs, commands as command_rows, inventory, nodes, pools, releases as release_rows,
+    reservations as reservation_rows, sessions, specs, tokens,
+};
+use crate::tpm::{TpmAllow, TpmAttestorOptions, TpmJoin};
 use crate::{http, ids, tls};
 
 /// How long shutdown waits for sessions to drain and servers to stop.
@@ -50,14 +55,16 @@ pub struct DevStackOptions {
     /// Sign commands and NodeSpecs with a command root, and hand joining
     /// nodes the roots and a trust bundle.
     pub signed_intent: bool,
-    /// The address both servers listen on (loopback by default).
+    /// The address both servers listen on (loopback by default); the
+    /// serving certificate names it (unless it is unspecified, 0.0.0.0 / ::).
     pub listen_host: IpAddr,
     /// The gateway's port; 0 picks a free one.
     pub gateway_port: u16,
     /// The HTTP port; 0 picks a free one.
     pub http_port: u16,
-    /// The host written into the gateway URL (default: `listen_host`), for
-    /// a node that reaches the stack by another address (a network namespace).
+    /// The host written into the gateway and release URLs (default:
+    /// `listen_host`), for a node that reaches the stack by another address
+    /// (a network namespace, WSL).
     pub advertise_host: Option<String>,
     /// More DNS names for the serving certificate.
     pub extra_dns_names: Vec<String>,
@@ -73,6 +80,15 @@ pub struct DevStackOptions {
     pub drain_retry_after_ms: u32,
     /// The SPIFFE trust domain.
     pub trust_domain: String,
+    /// Where the release keys come from (generated and stored by default).
+    pub release_keys: ReleaseKeys,
+    /// How many release signatures bcd's `[update]` asks for (default 2).
+    pub release_threshold: u32,
+    /// The lowest release sequence bcd's `[update]` accepts (default 1).
+    pub release_min_sequence: u64,
+    /// The TPM attestor of the JoinService; without one a TPM join is
+    /// refused `method-unsupported`.
+    pub tpm_attestor: Option<TpmAttestorOptions>,
 }
 
 impl Default for DevStackOptions {
@@ -91,6 +107,10 @@ impl Default for DevStackOptions {
             busy_retry_ms: 500,
             drain_retry_after_ms: 1000,
             trust_domain: crate::TRUST_DOMAIN.to_string(),
+            release_keys: ReleaseKeys::Generated,
+            release_threshold: crate::releases::DEFAULT_THRESHOLD,
+            release_min_sequence: 1,
+            tpm_attestor: None,
         }
     }
 }
@@ -192,6 +212,23 @@ pub struct DevStack {
     tasks: Vec<JoinHandle<()>>,
 }
 
+/// The names of the serving certificate: the defaults, the extra ones, the
+/// listening address (when it is a specific one) and the advertised host.
+fn serving_names(options: &DevStackOptions) -> ServingNames {
+    let mut ips = options.extra_ips.clone();
+    let mut dns = options.extra_dns_names.clone();
+    if !options.listen_host.is_unspecified() {
+        ips.push(options.listen_host);
+    }
+    if let Some(host) = &options.advertise_host {
+        match host.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>() {
+            Ok(ip) => ips.push(ip),
+            Err(_) => dns.push(host.clone()),
+        }
+    }
+    ServingNames::new(&dns, &ips)
+}
+
 fn host_for_url(host: &str) -> String {
     if host.contains(':') && !host.starts_with('[') { format!("[{host}]") } else { host.to_string() }
 }
@@ -219,9 +256,17 @@ impl DevStack {
         let http_addr = http_listener.local_addr().map_err(|source| Error::Bind { addr: "http".into(), source })?;
         let host = options.advertise_host.clone().unwrap_or_else(|| options.listen_host.to_string());
         let gateway_url = format!("https://{}:{}", host_for_url(&host), gateway_addr.port());
+        let http_base_url = format!("http://{}:{}", host_for_url(&host), http_addr.port());
 
-        let names = ServingNames::new(&options.extra_dns_names, &options.extra_ips);
-        let keys = StackKeys::load_or_create(&store, &names, options.signed_intent, &options.trust_domain, now)?;
+        let names = serving_names(&options);
+        let keys = StackKeys::load_or_create(
+            &store,
+            &names,
+            options.signed_intent,
+            &options.trust_domain,
+            &options.release_keys,
+            now,
+        )?;
         let settings = Settings {
             trust_domain: options.trust_domain.clone(),
             gateway_url,
@@ -229,8 +274,12 @@ impl DevStack {
             lane_credits: options.lane_credits,
             busy_retry: Duration::from_millis(u64::from(options.busy_retry_ms)),
             drain_retry_after_ms: options.drain_retry_after_ms,
+            http_base_url,
+            release_threshold: options.release_threshold,
+            release_min_sequence: options.release_min_sequence,
         };
-        let shared = Arc::new(Shared::new(store, keys, settings));
+        let tpm = options.tpm_attestor.clone().map(TpmJoin::new);
+        let shared = Arc::new(Shared::new(store, keys, settings, tpm));
         let (stop, _) = watch::channel(false);
         let mut tasks = Vec::new();
 
@@ -264,7 +313,10 @@ impl DevStack {
         info!(
             gateway = %shared.settings.gateway_url,
             http = %http_addr,
+            serving_dns = ?names.dns,
+            serving_ips = ?names.ips,
             signed_intent = shared.keys.intent.is_some(),
+            tpm_attestor = shared.tpm.is_some(),
             store = ?options.store,
             "devstack: started"
         );
@@ -368,14 +420,28 @@ impl DevStack {
         })
     }
 
-    /// The current trust bundle and its signed envelope (under signed intent).
+    /// The current trust bundle and its signed envelope (under signed
+    /// intent): sequence 1, or the latest rotation the approvers signed that
+    /// was published with [`DevStack::publish_spec`].
     pub fn trust_bundle(&self) -> Option<(proto::TrustBundle, pki::dsse::Envelope)> {
-        self.shared.keys.intent.as_ref().map(|i| (i.trust_bundle.clone(), i.trust_bundle_env.clone()))
+        self.shared.keys.intent.as_ref().map(|i| i.trust())
     }
 
     /// Writes a ready bcd `config.toml` and `join-encryption.jwk` into `dir`,
     /// with `data_dir` as bcd's data directory.
     pub async fn write_bcd_config(&self, dir: &Path, data_dir: &Path) -> Result<BcdConfigPaths> {
+        self.write_bcd_config_with(dir, data_dir, None).await
+    }
+
+    /// Writes a ready bcd `config.toml` (with an `[update]` section pinning
+    /// `update`, when given: [`DevStack::release_keys`] or a changed copy)
+    /// and `join-encryption.jwk` into `dir`.
+    pub async fn write_bcd_config_with(
+        &self,
+        dir: &Path,
+        data_dir: &Path,
+        update: Option<&UpdatePins>,
+    ) -> Result<BcdConfigPaths> {
         let pins = self.pins();
         let cfg = BcdConfig {
             gateway_url: self.gateway_url().to_string(),
@@ -385,6 +451,7 @@ impl DevStack {
             join_signing_key: pins.join_signing_key,
             join_encryption_pin: pins.join_encryption,
             data_dir: data_dir.to_path_buf(),
+            update: update.cloned(),
         };
         config::write(dir, &cfg, &pins.join_encryption_jwk)
     }
@@ -475,7 +542,8 @@ impl DevStack {
     /// a rotation (signed intent only).
     pub fn next_trust_bundle(&self) -> Result<proto::TrustBundle> {
         let intent = self.shared.keys.intent.as_ref().ok_or(Error::NoSignedIntent)?;
-        Ok(proto::TrustBundle { sequence: intent.trust_bundle.sequence + 1, ..intent.trust_bundle.clone() })
+        let (current, _) = intent.trust();
+        Ok(proto::TrustBundle { sequence: current.sequence + 1, ..current })
     }
 
     /// Signs a trust bundle with the first `approvals` of the stack's
@@ -679,6 +747,168 @@ impl DevStack {
     /// A node's specs.
     pub async fn node_specs(&self, node_id: &str) -> Result<Vec<NodeSpecRow>> {
         self.shared.store.with(|c| specs::of_node(c, node_id))
+    }
+
+    /// Books `gpus` free GPUs of an adopted node (from its `gpus` inventory
+    /// section) as a hold in a new spec generation sent to the node; returns
+    /// the reservation id (also the hold's `allocation_id`). It turns
+    /// `active` on the node's signed AllocationBound.
+    pub async fn reserve(&self, node_id: &str, gpus: u32) -> Result<String> {
+        crate::reservations::reserve(&self.shared, node_id, gpus)
+    }
+
+    /// Withdraws a pending or active reservation's hold in a new spec
+    /// generation (returned); it is `released` on the node's
+    /// AllocationReleased.
+    pub async fn release(&self, reservation_id: &str) -> Result<u64> {
+        crate::reservations::release(&self.shared, reservation_id)
+    }
+
+    /// A reservation.
+    pub async fn reservation(&self, reservation_id: &str) -> Result<Option<ReservationRow>> {
+        self.shared.store.with(|c| reservation_rows::get(c, reservation_id))
+    }
+
+    /// A node's reservations, oldest first.
+    pub async fn reservations(&self, node_id: &str) -> Result<Vec<ReservationRow>> {
+        self.shared.store.with(|c| reservation_rows::of_node(c, node_id))
+    }
+
+    /// Waits until a reservation is in `state`; fails at once when it ended
+    /// in another state (`failed`, say, when `active` is awaited).
+    pub async fn await_reservation(
+        &self,
+        reservation_id: &str,
+        state: ReservationState,
+        timeout: Duration,
+    ) -> Result<ReservationRow> {
+        let shared = &self.shared;
+        let last = std::sync::Mutex::new(None::<(ReservationState, String)>);
+        let row = shared
+            .wait_for(
+                timeout,
+                || {
+                    let seen = last.lock().map(|l| l.clone()).unwrap_or_default();
+                    format!("reservation {reservation_id} to be {state} (last state, refusal: {seen:?})")
+                },
+                || {
+                    let row = shared
+                        .store
+                        .with(|c| reservation_rows::get(c, reservation_id))?
+                        .ok_or_else(|| Error::UnknownReservation { reservation_id: reservation_id.to_string() })?;
+                    if let Ok(mut l) = last.lock() {
+                        *l = Some((row.state, row.last_refusal.clone()));
+                    }
+                    Ok((row.state == state || row.state.is_terminal()).then_some(row))
+                },
+            )
+            .await?;
+        if row.state != state {
+            return Err(Error::ReservationEnded { reservation_id: row.id, state: row.state, reason: row.reason });
+        }
+        Ok(row)
+    }
+
+    /// The release keys' pins, threshold and lowest sequence: what bcd's
+    /// `[update]` section pins.
+    pub fn release_keys(&self) -> UpdatePins {
+        crate::releases::pins(&self.shared)
+    }
+
+    /// Publishes a release: its artifacts (`(os, arch, bytes)`) are served
+    /// at `GET /releases/<version>/bcd-<os>-<arch>` on the HTTP listener and
+    /// its manifest, signed by every release key, at
+    /// `GET /releases/<version>/manifest.dsse.json`.
+    pub async fn publish_release(
+        &self,
+        version: &str,
+        sequence: u64,
+        artifacts: &[(&str, &str, &[u8])],
+    ) -> Result<Release> {
+        crate::releases::publish(&self.shared, version, sequence, artifacts)
+    }
+
+    /// A published release.
+    pub async fn release_info(&self, version: &str) -> Result<Release> {
+        crate::releases::get(&self.shared, version)
+    }
+
+    /// The artifacts of a published release (without their bytes).
+    pub async fn release_artifacts(&self, version: &str) -> Result<Vec<ReleaseArtifactRow>> {
+        self.shared.store.with(|c| release_rows::artifacts(c, version))
+    }
+
+    /// A release's manifest signed as `options` say: fewer keys, another
+    /// sequence, a wrong digest (the published manifest by default).
+    pub async fn release_manifest(&self, version: &str, options: &ManifestOptions) -> Result<pki::dsse::Envelope> {
+        crate::releases::manifest_with(&self.shared, version, options)
+    }
+
+    /// Enqueues a `daemon.upgrade` of a node to a published release (params
+    /// `{"manifest": <the signed manifest, DSSE JSON>}`); returns the command id.
+    pub async fn rollout_upgrade(&self, node_id: &str, version: &str) -> Result<String> {
+        self.rollout_upgrade_with(node_id, version, &ManifestOptions::default()).await
+    }
+
+    /// Like [`DevStack::rollout_upgrade`] with a manifest signed as
+    /// `options` say (to test bcd's refusals).
+    pub async fn rollout_upgrade_with(
+        &self,
+        node_id: &str,
+        version: &str,
+        options: &ManifestOptions,
+    ) -> Result<String> {
+        crate::releases::rollout(&self.shared, node_id, version, options)
+    }
+
+    /// Waits until a node has a live session whose Hello reported
+    /// `version` (a self-update confirmed by its Welcome); returns its row.
+    pub async fn await_daemon_version(
+        &self,
+        node_id: &str,
+        version: &str,
+        timeout: Duration,
+    ) -> Result<NodeSessionRow> {
+        let shared = &self.shared;
+        let last = std::sync::Mutex::new(String::new());
+        shared
+            .wait_for(
+                timeout,
+                || {
+                    let seen = last.lock().map(|l| l.clone()).unwrap_or_default();
+                    format!("node {node_id} to run {version} (last session's version {seen:?})")
+                },
+                || {
+                    let sessions = shared.store.with(|c| sessions::of_node(c, node_id))?;
+                    if let (Some(s), Ok(mut l)) = (sessions.last(), last.lock()) {
+                        l.clone_from(&s.daemon_version);
+                    }
+                    let Some(epoch) = shared.hub.live_epoch(node_id) else { return Ok(None) };
+                    Ok(sessions.into_iter().find(|s| s.epoch == epoch && s.daemon_version == version))
+                },
+            )
+            .await
+    }
+
+    /// Adds an entry to the TPM attestor's allow-list.
+    pub fn allow_tpm(&self, entry: TpmAllow) -> Result<()> {
+        self.shared.tpm.as_ref().ok_or(Error::NoTpmAttestor)?.allow(entry);
+        Ok(())
+    }
+
+    /// A node's hardware bindings (`tpm-ek`).
+    pub async fn node_bindings(&self, node_id: &str) -> Result<Vec<NodeBindingRow>> {
+        self.shared.store.with(|c| bindings::of_node(c, node_id))
+    }
+
+    /// The node bound to a TPM's EK (`SHA-256` of its `TPMT_PUBLIC`).
+    pub async fn node_by_ek(&self, ek_sha256: &[u8; 32]) -> Result<Option<NodeBindingRow>> {
+        self.shared.store.with(|c| bindings::get(c, bindings::TPM_EK, &hex::encode(ek_sha256)))
+    }
+
+    /// A node's joins, oldest first (method, what was proved about its key).
+    pub async fn node_joins(&self, node_id: &str) -> Result<Vec<NodeJoinRow>> {
+        self.shared.store.with(|c| bindings::joins(c, node_id))
     }
 
     /// Shuts down gracefully: Drain to every session, then the servers stop.

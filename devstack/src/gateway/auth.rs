@@ -68,55 +68,20 @@ pub fn authenticate<T>(shared: &Shared, request: &Request<T>) -> Result<AuthedNo
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
-    use std::time::Duration;
 
     use super::*;
-    use crate::keys::{ServingNames, StackKeys};
-    use crate::shared::Settings;
-    use crate::store::rows::PoolRow;
-    use crate::store::{Store, StoreLocation, nodes, pools};
 
     const HOUR_MS: i64 = 3600 * 1000;
 
     fn shared() -> Shared {
-        let store = Store::open(&StoreLocation::Memory).unwrap();
-        let keys = StackKeys::load_or_create(&store, &ServingNames::new(&[], &[]), false, "td", now_ms()).unwrap();
-        let settings = Settings {
-            trust_domain: "td".into(),
-            gateway_url: "https://127.0.0.1:1".into(),
-            heartbeat_interval: Duration::from_secs(5),
-            lane_credits: 4,
-            busy_retry: Duration::from_millis(500),
-            drain_retry_after_ms: 1000,
-        };
-        let shared = Shared::new(store, keys, settings);
-        let pool = PoolRow {
-            id: "pool_1".into(),
-            name: "p".into(),
-            gpu_model: None,
-            expect_gpu_count: None,
-            acceptance: "none".into(),
-            created_at_ms: 0,
-        };
-        shared.store.with(|c| pools::insert(c, &pool)).unwrap();
-        let node = nodes::NewNode {
-            id: "node_1",
-            pool_id: "pool_1",
-            join_token_id: "jt_1",
-            hostname: "",
-            daemon_version: "",
-            hardware_id: "",
-            created_at_ms: 0,
-        };
-        shared.store.with(|c| nodes::insert(c, &node)).unwrap();
-        shared
+        crate::shared::testing::shared_with_node("none")
     }
 
     /// A certificate of node_1 issued at `not_before_ms`, stored unless `store` is false.
     fn cert(shared: &Shared, not_before_ms: i64, store: bool) -> Vec<u8> {
         let key = pki::keys::random_p256();
         let csr = pki::x509::parse_csr(&pki::x509::csr(&key, "bcd").unwrap()).unwrap();
-        let row = crate::issuance::issue(shared, "node_1", &csr, not_before_ms).unwrap();
+        let row = crate::issuance::issue(shared, "node_1", &csr, None, not_before_ms).unwrap();
         if store {
             shared.store.with(|c| certs::insert(c, &row, 0)).unwrap();
         }

@@ -7,18 +7,15 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::{Code, Request, Response, Status, Streaming};
-use tracing::{info, warn};
+use tonic::{Request, Response, Status, Streaming};
+use tracing::warn;
 
-use crate::clock::now_ms;
-use crate::issuance;
-use crate::join::internal;
 use crate::shared::Shared;
-use crate::status::{self, code, refuse};
-use crate::store::{certs, nodes};
+use crate::status;
 
 pub mod auth;
 pub mod limit;
+pub mod renew;
 pub mod session;
 
 /// How many frames may wait for a slow node before the session blocks.
@@ -65,20 +62,18 @@ impl proto::gateway_server::Gateway for GatewayService {
 
     async fn renew(&self, request: Request<proto::RenewRequest>) -> Result<Response<proto::RenewReply>, Status> {
         let node = self.authenticate("Renew", &request)?;
-        let req = request.into_inner();
-        let csr = pki::x509::parse_csr(&req.csr_der).map_err(|e| status::from_pki(Code::InvalidArgument, &e))?;
-        let shared = &self.shared;
-        let now = now_ms();
-        let row =
-            shared.store.with(|c| nodes::get(c, &node.node_id)).map_err(internal)?.ok_or_else(|| {
-                refuse(Code::Unauthenticated, code::CERT_UNKNOWN, format!("no node {}", node.node_id))
-            })?;
-        let cert = issuance::issue(shared, &node.node_id, &csr, now).map_err(internal)?;
-        shared.store.with(|c| certs::insert(c, &cert, now)).map_err(internal)?;
-        let envelope = issuance::signed_response(shared, &node.node_id, &row.pool_id, &cert, now);
-        info!(node_id = %node.node_id, serial = %cert.serial, "gateway: certificate renewed");
-        shared.bump();
-        Ok(Response::new(proto::RenewReply { response: Some(envelope.to_proto()) }))
+        match renew::renew(&self.shared, &node, request.get_ref()) {
+            Ok(reply) => Ok(Response::new(reply)),
+            Err(status) => {
+                warn!(
+                    node_id = %node.node_id,
+                    code = status::code_of(&status),
+                    message = status.message(),
+                    "gateway: renewal refused"
+                );
+                Err(status)
+            }
+        }
     }
 
     async fn tunnel(

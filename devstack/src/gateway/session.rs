@@ -24,6 +24,7 @@ use crate::clock::now_ms;
 use crate::commands::{delivery_frame, frame};
 use crate::error::Result;
 use crate::hub::Control;
+use crate::reservations::{self, Bound};
 use crate::shared::Shared;
 use crate::status::{code, refuse};
 use crate::store::commands::Outcome;
@@ -474,8 +475,18 @@ impl Session {
     /// Verifies a node-signed result under the session's key, then under the
     /// node's other certified keys (a result signed before a renewal).
     fn verify_result(&self, env: &pki::dsse::Envelope) -> Result<proto::CommandResult, pki::Error> {
+        self.verify_statement(env, pki::statement::verify_command_result)
+    }
+
+    /// Runs `verify` under the session's key, then under the node's other
+    /// certified keys; the first success, or the session key's refusal.
+    fn verify_statement<T>(
+        &self,
+        env: &pki::dsse::Envelope,
+        verify: impl Fn(&pki::dsse::Envelope, &pki::PublicKey, &str) -> Result<T, pki::Error>,
+    ) -> Result<T, pki::Error> {
         let node_id = &self.node.node_id;
-        let first = pki::statement::verify_command_result(env, &self.node.key, node_id);
+        let first = verify(env, &self.node.key, node_id);
         if first.is_ok() {
             return first;
         }
@@ -484,9 +495,9 @@ impl Session {
             let Ok(described) = pki::x509::describe_der(&cert.der) else { continue };
             let Ok(key) = pki::PublicKey::from_spki_der(&described.spki_der) else { continue };
             if key != self.node.key
-                && let Ok(result) = pki::statement::verify_command_result(env, &key, node_id)
+                && let Ok(value) = verify(env, &key, node_id)
             {
-                return Ok(result);
+                return Ok(value);
             }
         }
         first
@@ -509,17 +520,35 @@ impl Session {
                 );
             }
         }
+        let bound: Vec<Bound> = report
+            .allocations
+            .iter()
+            .map(|env| Bound::check(env, |e| self.verify_statement(e, pki::statement::verify_allocation_bound)))
+            .collect();
+        let shared = self.shared.clone();
         let applied = self
             .record_event(seq, "status_report", |c| {
                 let now = now_ms();
                 for section in &good {
                     inventory::upsert(c, &node_id, &section.name, &section.sha256, &section.content, now)?;
                 }
-                nodes::set_applied_generation(c, &node_id, report.applied_generation)
+                nodes::set_applied_generation(c, &node_id, report.applied_generation)?;
+                reservations::apply_report(c, &shared, &node_id, &bound, &report.released, &report.failed)
             })
             .await?;
-        if applied.is_some() {
-            debug!(node_id = %node_id, sections = good.len(), generation = report.applied_generation, "session: status report");
+        if let Some(applied) = applied {
+            debug!(
+                node_id = %node_id,
+                sections = good.len(),
+                allocations = bound.len(),
+                released = report.released.len(),
+                failed = report.failed.len(),
+                generation = report.applied_generation,
+                "session: status report"
+            );
+            for spec in &applied.specs {
+                self.send_spec(spec).await?;
+            }
             self.shared.bump();
         }
         Ok(())

@@ -2,7 +2,7 @@
 //!
 //! Each migration runs in its own transaction and is recorded in
 //! `schema_migrations`; a migration, once released, never changes: later
-//! issues append new ones (reservations, node_bindings, releases, …).
+//! issues append new ones.
 
 use rusqlite::{Connection, params};
 
@@ -23,6 +23,9 @@ pub struct Migration {
 pub const MIGRATIONS: &[Migration] = &[
     Migration { version: 1, name: "nodes, commands and keys", sql: V1 },
     Migration { version: 2, name: "batch approvals", sql: V2 },
+    Migration { version: 3, name: "reservations", sql: V3 },
+    Migration { version: 4, name: "node bindings and joins", sql: V4 },
+    Migration { version: 5, name: "releases", sql: V5 },
 ];
 
 const V1: &str = r#"
@@ -157,6 +160,72 @@ const V2: &str = r#"
 ALTER TABLE commands ADD COLUMN batch_approval BLOB;
 "#;
 
+const V3: &str = r#"
+CREATE TABLE reservations (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    node_id TEXT NOT NULL REFERENCES nodes(id),
+    gpu_indexes TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('pending', 'active', 'releasing', 'released', 'failed')),
+    reason TEXT NOT NULL DEFAULT '',
+    generation INTEGER NOT NULL,
+    release_generation INTEGER,
+    bound_generation INTEGER,
+    cdi_devices TEXT NOT NULL DEFAULT '[]',
+    statement BLOB,
+    last_refusal TEXT NOT NULL DEFAULT '',
+    created_at_ms INTEGER NOT NULL,
+    active_at_ms INTEGER,
+    released_at_ms INTEGER
+);
+CREATE INDEX reservations_node ON reservations(node_id, state);
+"#;
+
+const V4: &str = r#"
+CREATE TABLE node_bindings (
+    node_id TEXT NOT NULL REFERENCES nodes(id),
+    kind TEXT NOT NULL CHECK (kind IN ('tpm-ek')),
+    sha256 TEXT NOT NULL,
+    ak_public BLOB NOT NULL,
+    ak_name BLOB NOT NULL,
+    created_at_ms INTEGER NOT NULL,
+    updated_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (kind, sha256)
+);
+CREATE INDEX node_bindings_node ON node_bindings(node_id);
+
+CREATE TABLE node_joins (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    node_id TEXT NOT NULL REFERENCES nodes(id),
+    method TEXT NOT NULL CHECK (method IN ('token', 'tpm')),
+    node_key TEXT NOT NULL CHECK (node_key IN ('tpm', 'certified', 'any')),
+    policy TEXT NOT NULL DEFAULT '',
+    serial TEXT NOT NULL,
+    at_ms INTEGER NOT NULL
+);
+CREATE INDEX node_joins_node ON node_joins(node_id);
+"#;
+
+const V5: &str = r#"
+CREATE TABLE releases (
+    version TEXT PRIMARY KEY,
+    sequence INTEGER NOT NULL,
+    manifest BLOB NOT NULL,
+    envelope TEXT NOT NULL,
+    created_at_ms INTEGER NOT NULL
+);
+
+CREATE TABLE release_artifacts (
+    version TEXT NOT NULL REFERENCES releases(version),
+    os TEXT NOT NULL,
+    arch TEXT NOT NULL,
+    sha256 TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    bytes BLOB NOT NULL,
+    PRIMARY KEY (version, os, arch)
+);
+"#;
+
 /// Applies every migration not yet recorded; returns the numbers applied.
 pub fn migrate(conn: &mut Connection) -> Result<Vec<u32>> {
     conn.execute_batch(
@@ -205,8 +274,21 @@ mod tests {
             .unwrap()
             .collect::<Result<_, _>>()
             .unwrap();
-        for t in ["commands", "join_tokens", "node_certs", "node_events", "node_sessions", "nodes", "pools", "settings"]
-        {
+        for t in [
+            "commands",
+            "join_tokens",
+            "node_bindings",
+            "node_certs",
+            "node_events",
+            "node_joins",
+            "node_sessions",
+            "nodes",
+            "pools",
+            "release_artifacts",
+            "releases",
+            "reservations",
+            "settings",
+        ] {
             assert!(tables.iter().any(|x| x == t), "{t} missing from {tables:?}");
         }
     }

@@ -12,6 +12,7 @@ use rusqlite::{Connection, OptionalExtension, Transaction};
 
 use crate::error::{Error, Result};
 
+pub mod bindings;
 pub mod certs;
 pub mod commands;
 pub mod events;
@@ -19,6 +20,8 @@ pub mod inventory;
 pub mod migrations;
 pub mod nodes;
 pub mod pools;
+pub mod releases;
+pub mod reservations;
 pub mod rows;
 pub mod sessions;
 pub mod settings;

@@ -2,7 +2,7 @@
 
 use rusqlite::{Connection, Row, params};
 
-use super::rows::{NodeRow, NodeState};
+use super::rows::NodeRow;
 use super::{enum_col, optional};
 use crate::error::{Error, Result};
 
@@ -41,8 +41,8 @@ pub struct NewNode<'a> {
     pub id: &'a str,
     /// Its pool.
     pub pool_id: &'a str,
-    /// The token it used.
-    pub join_token_id: &'a str,
+    /// The token it used (none for a TPM join).
+    pub join_token_id: Option<&'a str>,
     /// Claims.
     pub hostname: &'a str,
     /// Claims.
@@ -84,26 +84,40 @@ pub fn last_seq(c: &Connection) -> Result<i64> {
     c.query_row("SELECT COALESCE(MAX(seq), 0) FROM nodes", [], |r| r.get(0)).map_err(Error::store("read node seq"))
 }
 
-/// Sets a node's state and reason (and its adoption time when adopted).
-pub fn set_state(c: &Connection, id: &str, state: NodeState, reason: &str, now_ms: i64) -> Result<()> {
+/// Rejects a node that is `accepting`, with its reason.
+pub fn reject(c: &Connection, id: &str, reason: &str) -> Result<()> {
     c.execute(
-        "UPDATE nodes SET state = ?2, reason = ?3,
-                adopted_at_ms = CASE WHEN ?2 = 'adopted' THEN ?4 ELSE adopted_at_ms END
-         WHERE id = ?1",
-        params![id, state.as_str(), reason, now_ms],
+        "UPDATE nodes SET state = 'rejected', reason = ?2 WHERE id = ?1 AND state = 'accepting'",
+        params![id, reason],
     )
-    .map_err(Error::store("set node state"))?;
+    .map_err(Error::store("reject node"))?;
     Ok(())
 }
 
-/// Records the acceptance command of a node and moves it to `accepting`.
-pub fn set_accepting(c: &Connection, id: &str, command_id: &str) -> Result<()> {
-    c.execute(
-        "UPDATE nodes SET state = 'accepting', acceptance_command_id = ?2 WHERE id = ?1",
-        params![id, command_id],
-    )
-    .map_err(Error::store("set node accepting"))?;
-    Ok(())
+/// Records the acceptance command of a node and moves it from `joined` to
+/// `accepting`; returns false (and changes nothing) when it was no longer
+/// `joined` (another session of the node got there first).
+pub fn set_accepting(c: &Connection, id: &str, command_id: &str) -> Result<bool> {
+    let n = c
+        .execute(
+            "UPDATE nodes SET state = 'accepting', acceptance_command_id = ?2 WHERE id = ?1 AND state = 'joined'",
+            params![id, command_id],
+        )
+        .map_err(Error::store("set node accepting"))?;
+    Ok(n == 1)
+}
+
+/// Adopts a node that is `joined` or `accepting`; returns false when it was
+/// already adopted or rejected.
+pub fn adopt(c: &Connection, id: &str, now_ms: i64) -> Result<bool> {
+    let n = c
+        .execute(
+            "UPDATE nodes SET state = 'adopted', reason = '', adopted_at_ms = ?2
+             WHERE id = ?1 AND state IN ('joined', 'accepting')",
+            params![id, now_ms],
+        )
+        .map_err(Error::store("adopt node"))?;
+    Ok(n == 1)
 }
 
 /// Records what a Hello says (daemon version, applied generation).

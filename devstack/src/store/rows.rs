@@ -327,3 +327,232 @@ pub struct NodeSpecRow {
     /// Creation time.
     pub created_at_ms: i64,
 }
+
+/// Where a GPU reservation is (DESIGN.md §6): the stack's hold is out
+/// (`pending`), the node bound it (`active`), the hold was withdrawn
+/// (`releasing`), the node let go of it (`released`), or the node could not
+/// bind it (`failed`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReservationState {
+    /// The hold is in the node's spec; no verified AllocationBound yet.
+    Pending,
+    /// The node reported a node-signed AllocationBound that matches.
+    Active,
+    /// The hold was removed from the spec; the node has not released it yet.
+    Releasing,
+    /// The node reported AllocationReleased (terminal).
+    Released,
+    /// The node reported AllocationFailed (terminal).
+    Failed,
+}
+
+impl ReservationState {
+    /// The value stored in `reservations.state`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReservationState::Pending => "pending",
+            ReservationState::Active => "active",
+            ReservationState::Releasing => "releasing",
+            ReservationState::Released => "released",
+            ReservationState::Failed => "failed",
+        }
+    }
+
+    /// Whether the reservation is over.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, ReservationState::Released | ReservationState::Failed)
+    }
+}
+
+impl FromStr for ReservationState {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "pending" => ReservationState::Pending,
+            "active" => ReservationState::Active,
+            "releasing" => ReservationState::Releasing,
+            "released" => ReservationState::Released,
+            "failed" => ReservationState::Failed,
+            other => return Err(format!("unknown reservation state {other:?}")),
+        })
+    }
+}
+
+impl fmt::Display for ReservationState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A GPU reservation on a node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReservationRow {
+    /// `rsv_…`; also the hold's `allocation_id`.
+    pub id: String,
+    /// The node.
+    pub node_id: String,
+    /// The GPU indexes held, ascending.
+    pub gpu_indexes: Vec<u32>,
+    /// Where it is.
+    pub state: ReservationState,
+    /// The node's reason, for a failed reservation.
+    pub reason: String,
+    /// The spec generation that added the hold.
+    pub generation: u64,
+    /// The spec generation that removed it, once released.
+    pub release_generation: Option<u64>,
+    /// The generation of the verified AllocationBound.
+    pub bound_generation: Option<u64>,
+    /// The CDI devices the node bound.
+    pub cdi_devices: Vec<String>,
+    /// The verified node-signed AllocationBound (protobuf `Envelope` bytes).
+    pub statement: Option<Vec<u8>>,
+    /// Why the last AllocationBound for it was refused (`<code>: …`), or empty.
+    pub last_refusal: String,
+    /// Creation time.
+    pub created_at_ms: i64,
+    /// When it turned active.
+    pub active_at_ms: Option<i64>,
+    /// When it ended (released or failed).
+    pub released_at_ms: Option<i64>,
+}
+
+/// How a node joined.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum JoinMethod {
+    /// A sealed join token, one round.
+    Token,
+    /// TPM attestation, two rounds.
+    Tpm,
+}
+
+impl JoinMethod {
+    /// The value stored in `node_joins.method`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JoinMethod::Token => "token",
+            JoinMethod::Tpm => "tpm",
+        }
+    }
+}
+
+impl FromStr for JoinMethod {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "token" => Ok(JoinMethod::Token),
+            "tpm" => Ok(JoinMethod::Tpm),
+            other => Err(format!("unknown join method {other:?}")),
+        }
+    }
+}
+
+/// What a node's key is, as far as its join proved: `tpm` (made in the TPM
+/// and certified by the AK: the CSR's key), `certified` (the AK certified a
+/// TPM key, the CSR's key is another), `any` (nothing proved; every token join).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NodeKeyLevel {
+    /// The CSR's key is the AK-certified TPM key.
+    Tpm,
+    /// The AK certified a TPM key; the CSR's key may differ.
+    Certified,
+    /// Nothing is proved about the key.
+    Any,
+}
+
+impl NodeKeyLevel {
+    /// The value stored in `node_joins.node_key`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodeKeyLevel::Tpm => "tpm",
+            NodeKeyLevel::Certified => "certified",
+            NodeKeyLevel::Any => "any",
+        }
+    }
+}
+
+impl FromStr for NodeKeyLevel {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "tpm" => Ok(NodeKeyLevel::Tpm),
+            "certified" => Ok(NodeKeyLevel::Certified),
+            "any" => Ok(NodeKeyLevel::Any),
+            other => Err(format!("unknown node key level {other:?}")),
+        }
+    }
+}
+
+impl fmt::Display for NodeKeyLevel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One join of a node (a TPM node that rejoins after a reinstall has several).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeJoinRow {
+    /// The node.
+    pub node_id: String,
+    /// Token or TPM.
+    pub method: JoinMethod,
+    /// What the join proved about the node key.
+    pub node_key: NodeKeyLevel,
+    /// The attestor's `nodeKey` policy at the time (`tpm`, `certified`,
+    /// `any`), empty for a token join.
+    pub policy: String,
+    /// The serial of the certificate the join issued.
+    pub serial: String,
+    /// When.
+    pub at_ms: i64,
+}
+
+/// A hardware identity bound to a node: for `tpm-ek`, `SHA-256` of the EK's
+/// `TPMT_PUBLIC`, with the AK of the latest join (renewals are checked against it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeBindingRow {
+    /// The node.
+    pub node_id: String,
+    /// `tpm-ek`.
+    pub kind: String,
+    /// Lowercase hex SHA-256 of the EK's `TPMT_PUBLIC`.
+    pub sha256: String,
+    /// The AK's `TPMT_PUBLIC` (of the latest join).
+    pub ak_public: Vec<u8>,
+    /// The AK's name (`0x000b || SHA-256(TPMT_PUBLIC)`).
+    pub ak_name: Vec<u8>,
+    /// The first join.
+    pub created_at_ms: i64,
+    /// The latest join.
+    pub updated_at_ms: i64,
+}
+
+/// A published release (its artifacts' bytes are in `release_artifacts`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReleaseRow {
+    /// The daemon version.
+    pub version: String,
+    /// The release sequence.
+    pub sequence: u64,
+    /// The manifest (JSON), as signed.
+    pub manifest: Vec<u8>,
+    /// The signed manifest, DSSE JSON.
+    pub envelope: String,
+    /// When it was published.
+    pub created_at_ms: i64,
+}
+
+/// One artifact of a release, without its bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReleaseArtifactRow {
+    /// The release.
+    pub version: String,
+    /// `linux`.
+    pub os: String,
+    /// `amd64`, `arm64`.
+    pub arch: String,
+    /// Lowercase hex SHA-256 of the bytes.
+    pub sha256: String,
+    /// Size in bytes.
+    pub size: u64,
+}

@@ -1,0 +1,84 @@
+//! `Gateway.Renew`: a new certificate for the caller's node from a CSR.
+//!
+//! A token node renews with a plain CSR (a certification, if sent, is
+//! ignored). A node bound to a TPM (`node_bindings`) renews under what its
+//! latest join proved (`node_joins.node_key`): the AK recorded at that join
+//! must certify the next key, over `SHA-256(csr_der)` as qualifying data
+//! (`tpm-malformed`, `certify-signature`, `certify-nonce`, `certify-name`,
+//! `node-key-attributes`); under `tpm` that key must be the CSR's
+//! (`node-key-not-csr`), under `tpm` and `certified` a certification is
+//! required (`node-key-uncertified`). The new certificate still names the AK.
+
+use sha2::{Digest, Sha256};
+use tonic::{Code, Status};
+use tracing::{info, warn};
+
+use super::auth::AuthedNode;
+use crate::clock::now_ms;
+use crate::issuance;
+use crate::join::internal;
+use crate::shared::Shared;
+use crate::status::{self, code, refuse};
+use crate::store::rows::NodeKeyLevel;
+use crate::store::{bindings, certs, nodes};
+
+/// The qualifying data of a renewal's TPM2_Certify: `SHA-256(csr_der)`.
+pub fn renewal_nonce(csr_der: &[u8]) -> [u8; 32] {
+    Sha256::digest(csr_der).into()
+}
+
+fn refused(e: &pki::Error) -> Status {
+    let grpc = if e.code() == "tpm-malformed" { Code::InvalidArgument } else { Code::PermissionDenied };
+    status::from_pki(grpc, e)
+}
+
+/// Renews the certificate of `node`.
+pub fn renew(shared: &Shared, node: &AuthedNode, req: &proto::RenewRequest) -> Result<proto::RenewReply, Status> {
+    let csr = pki::x509::parse_csr(&req.csr_der).map_err(|e| status::from_pki(Code::InvalidArgument, &e))?;
+    let now = now_ms();
+    let (row, binding, level) = shared
+        .store
+        .with(|c| {
+            Ok((
+                nodes::get(c, &node.node_id)?,
+                bindings::tpm_of_node(c, &node.node_id)?,
+                bindings::latest_node_key(c, &node.node_id)?,
+            ))
+        })
+        .map_err(internal)?;
+    let row =
+        row.ok_or_else(|| refuse(Code::Unauthenticated, code::CERT_UNKNOWN, format!("no node {}", node.node_id)))?;
+    let ak_name = match &binding {
+        None => {
+            if req.node_key.is_some() {
+                warn!(node_id = %node.node_id, "gateway: renewal certification ignored: the node has no TPM binding");
+            }
+            None
+        }
+        Some(b) => {
+            let level = level.unwrap_or(NodeKeyLevel::Tpm);
+            let certified = match &req.node_key {
+                Some(k) => Some(
+                    pki::tpm::attestor::verify_key_certification(
+                        &b.ak_public,
+                        &renewal_nonce(&req.csr_der),
+                        &crate::tpm::certified_key(k),
+                    )
+                    .map_err(|e| refused(&e))?,
+                ),
+                None if level != NodeKeyLevel::Any => return Err(refused(&pki::Error::NodeKeyUncertified)),
+                None => None,
+            };
+            if level == NodeKeyLevel::Tpm && certified.as_ref() != Some(&csr.public_key) {
+                return Err(refused(&pki::Error::NodeKeyNotCsr));
+            }
+            Some(b.ak_name.clone())
+        }
+    };
+    let cert = issuance::issue(shared, &node.node_id, &csr, ak_name.as_deref(), now).map_err(internal)?;
+    shared.store.with(|c| certs::insert(c, &cert, now)).map_err(internal)?;
+    let envelope = issuance::signed_response(shared, &node.node_id, &row.pool_id, &cert, now);
+    info!(node_id = %node.node_id, serial = %cert.serial, tpm = binding.is_some(), "gateway: certificate renewed");
+    shared.bump();
+    Ok(proto::RenewReply { response: Some(envelope.to_proto()) })
+}

@@ -1,0 +1,303 @@
+//! Releases and self-update (DESIGN.md §3.7): the release keys, publishing a
+//! release (artifacts stored and served over the plain HTTP listener, a
+//! manifest signed by the release keys), manifests with chosen defects for
+//! tests of bcd's refusals, and the `daemon.upgrade` command that rolls a
+//! release out to a node (ARCHITECTURE.md, "Self-update").
+
+use sha2::{Digest, Sha256};
+
+use crate::clock::now_ms;
+use crate::commands::{self, CommandOptions};
+use crate::error::{Error, Result};
+use crate::shared::Shared;
+use crate::store::releases as release_rows;
+use crate::store::rows::{ReleaseArtifactRow, ReleaseRow};
+
+/// The command kind that rolls a release out to a node.
+pub const UPGRADE_KIND: &str = "daemon.upgrade";
+/// The default number of release signatures bcd's `[update]` asks for.
+pub const DEFAULT_THRESHOLD: u32 = 2;
+
+/// Where the stack's release keys come from.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub enum ReleaseKeys {
+    /// Two Ed25519 keys generated at first start and kept in the store.
+    #[default]
+    Generated,
+    /// These Ed25519 secret keys (32-byte seeds), in order; not stored.
+    Given(Vec<[u8; 32]>),
+}
+
+impl ReleaseKeys {
+    /// The keys `release/0` … `release/{count-1}` derived from a fixture seed
+    /// (`testdata/release` uses the seed `bc-interop-v1` and two keys).
+    pub fn from_seed(seed: &str, count: usize) -> Self {
+        ReleaseKeys::Given((0..count).map(|i| pki::keys::ed25519(seed, &format!("release/{i}")).to_bytes()).collect())
+    }
+}
+
+impl std::fmt::Debug for ReleaseKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the secret keys themselves.
+        match self {
+            ReleaseKeys::Generated => f.write_str("Generated"),
+            ReleaseKeys::Given(keys) => write!(f, "Given({} keys)", keys.len()),
+        }
+    }
+}
+
+/// What bcd's `[update]` section pins: the release keys, how many of them
+/// must sign, and the lowest acceptable sequence.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UpdatePins {
+    /// The release keys.
+    pub keys: Vec<pki::PublicKey>,
+    /// How many of them must sign a manifest.
+    pub threshold: u32,
+    /// The lowest release sequence bcd accepts.
+    pub min_sequence: u64,
+}
+
+impl UpdatePins {
+    /// The keys' pins (`sha256:…`), in order.
+    pub fn pins(&self) -> Vec<String> {
+        self.keys.iter().map(pki::PublicKey::pin).collect()
+    }
+
+    /// The keys as standard base64 of their SPKI DER, in order.
+    pub fn spki_b64(&self) -> Vec<String> {
+        self.keys.iter().map(|k| pki::b64::std(&k.spki_der())).collect()
+    }
+
+    /// The same pins as a `pki` release policy.
+    pub fn policy(&self) -> pki::release::Policy {
+        pki::release::Policy {
+            keys: self.keys.clone(),
+            threshold: self.threshold as usize,
+            min_sequence: self.min_sequence,
+        }
+    }
+}
+
+/// A published release.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Release {
+    /// The daemon version.
+    pub version: String,
+    /// The release sequence.
+    pub sequence: u64,
+    /// The manifest, as signed.
+    pub manifest: pki::release::Manifest,
+    /// The manifest signed by every release key.
+    pub envelope: pki::dsse::Envelope,
+    /// Where the signed manifest is served (DSSE JSON).
+    pub manifest_url: String,
+}
+
+/// How to sign a release's manifest for a rollout; the default is the
+/// published manifest. The other choices make manifests bcd must refuse.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ManifestOptions {
+    /// Sign with only the first `n` release keys (`release-threshold`).
+    pub signers: Option<usize>,
+    /// Claim this sequence instead of the release's (`release-sequence`).
+    pub sequence: Option<u64>,
+    /// Claim a digest that is not the artifacts' (`release-digest`).
+    pub wrong_digest: bool,
+}
+
+/// The path of an artifact on the HTTP listener.
+pub fn artifact_path(version: &str, os: &str, arch: &str) -> String {
+    format!("/releases/{version}/bcd-{os}-{arch}")
+}
+
+/// The path of a release's signed manifest on the HTTP listener.
+pub fn manifest_path(version: &str) -> String {
+    format!("/releases/{version}/manifest.dsse.json")
+}
+
+/// Whether `s` may be a version (letters, digits, `.`, `_`, `+`, `-`).
+fn valid_version(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 64 && s.chars().all(|c| c.is_ascii_alphanumeric() || "._+-".contains(c))
+}
+
+/// Whether `s` may be an os or arch (lowercase letters, digits, `_`: no `-`,
+/// which separates them in the file name).
+fn valid_platform(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 32 && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
+/// The pins of the stack's release keys.
+pub fn pins(shared: &Shared) -> UpdatePins {
+    UpdatePins {
+        keys: shared.keys.release.iter().map(pki::Signer::public_key).collect(),
+        threshold: shared.settings.release_threshold,
+        min_sequence: shared.settings.release_min_sequence,
+    }
+}
+
+/// The manifest of stored artifacts.
+fn manifest(shared: &Shared, version: &str, sequence: u64, artifacts: &[ReleaseArtifactRow]) -> pki::release::Manifest {
+    pki::release::Manifest {
+        version: version.to_string(),
+        sequence,
+        artifacts: artifacts
+            .iter()
+            .map(|a| pki::release::Artifact {
+                os: a.os.clone(),
+                arch: a.arch.clone(),
+                sha256: a.sha256.clone(),
+                size: a.size,
+                url: format!("{}{}", shared.settings.http_base_url, artifact_path(version, &a.os, &a.arch)),
+            })
+            .collect(),
+    }
+}
+
+/// Signs a manifest with the first `n` release keys (all by default).
+fn sign(shared: &Shared, manifest: &pki::release::Manifest, n: Option<usize>) -> pki::dsse::Envelope {
+    let keys = &shared.keys.release;
+    let signers: Vec<&dyn pki::Signer> = keys.iter().take(n.unwrap_or(keys.len())).map(|k| k as _).collect();
+    pki::release::sign(&signers, manifest)
+}
+
+fn invalid(reason: String) -> Error {
+    Error::InvalidRelease { reason }
+}
+
+/// Publishes a release: stores its artifacts (`(os, arch, bytes)`) and its
+/// manifest signed by every release key.
+pub fn publish(shared: &Shared, version: &str, sequence: u64, artifacts: &[(&str, &str, &[u8])]) -> Result<Release> {
+    if !valid_version(version) {
+        return Err(invalid(format!("version {version:?} is not letters, digits, '.', '_', '+', '-'")));
+    }
+    if artifacts.is_empty() {
+        return Err(invalid(format!("release {version} has no artifact")));
+    }
+    let mut stored: Vec<(ReleaseArtifactRow, &[u8])> = Vec::new();
+    for (os, arch, bytes) in artifacts {
+        if !valid_platform(os) || !valid_platform(arch) {
+            return Err(invalid(format!("platform {os:?}/{arch:?} is not lowercase letters, digits, '_'")));
+        }
+        if stored.iter().any(|(r, _)| r.os == *os && r.arch == *arch) {
+            return Err(invalid(format!("release {version} has two artifacts for {os}/{arch}")));
+        }
+        let row = ReleaseArtifactRow {
+            version: version.to_string(),
+            os: os.to_string(),
+            arch: arch.to_string(),
+            sha256: hex::encode(Sha256::digest(bytes)),
+            size: bytes.len() as u64,
+        };
+        stored.push((row, bytes));
+    }
+    stored.sort_by(|(a, _), (b, _)| (&a.os, &a.arch).cmp(&(&b.os, &b.arch)));
+    let rows: Vec<ReleaseArtifactRow> = stored.iter().map(|(r, _)| r.clone()).collect();
+    let manifest = manifest(shared, version, sequence, &rows);
+    let envelope = sign(shared, &manifest, None);
+    let row = ReleaseRow {
+        version: version.to_string(),
+        sequence,
+        manifest: serde_json::to_vec(&manifest).unwrap_or_default(),
+        envelope: envelope.to_json(),
+        created_at_ms: now_ms(),
+    };
+    shared.store.tx(|c| {
+        if release_rows::get(c, version)?.is_some() {
+            return Err(Error::ReleaseExists { version: version.to_string() });
+        }
+        release_rows::insert(c, &row)?;
+        for (a, bytes) in &stored {
+            release_rows::insert_artifact(c, a, bytes)?;
+        }
+        Ok(())
+    })?;
+    tracing::info!(version, sequence, artifacts = rows.len(), signers = shared.keys.release.len(), "release published");
+    shared.bump();
+    Ok(Release {
+        version: version.to_string(),
+        sequence,
+        manifest,
+        envelope,
+        manifest_url: format!("{}{}", shared.settings.http_base_url, manifest_path(version)),
+    })
+}
+
+/// A published release.
+pub fn get(shared: &Shared, version: &str) -> Result<Release> {
+    let (row, artifacts) = shared.store.with(|c| {
+        let row = release_rows::get(c, version)?.ok_or_else(|| Error::UnknownRelease { version: version.into() })?;
+        Ok((row, release_rows::artifacts(c, version)?))
+    })?;
+    let envelope = pki::dsse::Envelope::from_json(&row.envelope).map_err(|e| Error::Corrupt {
+        table: "releases",
+        column: "envelope",
+        key: version.to_string(),
+        reason: e.to_string(),
+    })?;
+    Ok(Release {
+        version: row.version,
+        sequence: row.sequence,
+        manifest: manifest(shared, version, row.sequence, &artifacts),
+        envelope,
+        manifest_url: format!("{}{}", shared.settings.http_base_url, manifest_path(version)),
+    })
+}
+
+/// A release's manifest signed as `options` say (the published one by default).
+pub fn manifest_with(shared: &Shared, version: &str, options: &ManifestOptions) -> Result<pki::dsse::Envelope> {
+    let release = get(shared, version)?;
+    if *options == ManifestOptions::default() {
+        return Ok(release.envelope);
+    }
+    let mut manifest = release.manifest;
+    if let Some(sequence) = options.sequence {
+        manifest.sequence = sequence;
+    }
+    if options.wrong_digest {
+        for a in &mut manifest.artifacts {
+            // The digest of other bytes of the same size: bcd downloads the
+            // right size and then refuses the digest.
+            a.sha256 = hex::encode(Sha256::digest(format!("not {}", a.sha256)));
+        }
+    }
+    Ok(sign(shared, &manifest, options.signers))
+}
+
+/// The parameters of a `daemon.upgrade` command: the signed manifest as a
+/// DSSE JSON object (ARCHITECTURE.md, "Self-update").
+pub fn upgrade_params(envelope: &pki::dsse::Envelope) -> serde_json::Value {
+    // The envelope's JSON form always parses back.
+    let manifest: serde_json::Value = serde_json::from_str(&envelope.to_json()).unwrap_or(serde_json::Value::Null);
+    serde_json::json!({ "manifest": manifest })
+}
+
+/// Enqueues a `daemon.upgrade` of a node to a published release; returns
+/// the command id.
+pub fn rollout(shared: &Shared, node_id: &str, version: &str, options: &ManifestOptions) -> Result<String> {
+    let envelope = manifest_with(shared, version, options)?;
+    let opts = CommandOptions { retry_safe: true, ..CommandOptions::default() };
+    let id = commands::enqueue(shared, node_id, UPGRADE_KIND, &upgrade_params(&envelope), &opts)?;
+    tracing::info!(node_id, version, command_id = %id, defects = ?options, "upgrade rolled out");
+    Ok(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_checked_and_keys_never_printed() {
+        assert!(valid_version("0.9.0") && valid_version("1.0.0-rc.1+g1234"));
+        assert!(!valid_version("") && !valid_version("../x") && !valid_version("a/b"));
+        assert!(valid_platform("linux") && valid_platform("amd64") && valid_platform("arm64"));
+        assert!(!valid_platform("linux-gnu") && !valid_platform("Linux"));
+        let keys = ReleaseKeys::from_seed("bc-interop-v1", 2);
+        assert_eq!(format!("{keys:?}"), "Given(2 keys)");
+        let ReleaseKeys::Given(seeds) = keys else { panic!() };
+        // testdata/release/release.json: release/0's SPKI.
+        let public = pki::Signer::public_key(&ed25519_dalek::SigningKey::from_bytes(&seeds[0]));
+        assert_eq!(pki::b64::std(&public.spki_der()), "MCowBQYDK2VwAyEAiM9rB9INjAzl/pj91aBxBnPGQNV4b/JhVdQIfGLs7TY=");
+        assert_eq!(artifact_path("0.9.0", "linux", "amd64"), "/releases/0.9.0/bcd-linux-amd64");
+    }
+}

@@ -1,0 +1,219 @@
+//! GPU reservations (issue 5, DESIGN.md §6): booking free GPU indexes of an
+//! adopted node's `gpus` inventory as a `Hold` in a new NodeSpec generation,
+//! withdrawing it on release, and what the node reports back in its
+//! StatusReports: a node-signed `AllocationBound` turns a reservation
+//! `active` (verified under the node's certified key, with the held indexes
+//! and a generation at or after the hold's), `AllocationReleased` ends a
+//! releasing one, `AllocationFailed` fails it (and withdraws the hold).
+//!
+//! A NodeSpec's holds are always those of the node's `pending` and `active`
+//! reservations, rebuilt in the transaction that changes one.
+
+use prost::Message as _;
+use rusqlite::Connection;
+use tracing::{info, warn};
+
+use crate::clock::now_ms;
+use crate::error::{Error, Result};
+use crate::ids;
+use crate::shared::Shared;
+use crate::store::reservations as rows;
+use crate::store::rows::{NodeSpecRow, NodeState, ReservationRow, ReservationState};
+use crate::store::{inventory, nodes};
+
+/// The code of an AllocationBound for no reservation of this node.
+pub const ALLOCATION_UNKNOWN: &str = "allocation-unknown";
+/// The code of an AllocationBound whose indexes are not the held ones.
+pub const ALLOCATION_MISMATCH: &str = "allocation-mismatch";
+/// The code of an AllocationBound for a generation before the hold's.
+pub const ALLOCATION_GENERATION: &str = "allocation-generation";
+
+/// The holds of a node's spec: its pending and active reservations.
+fn holds(c: &Connection, node_id: &str) -> Result<Vec<proto::Hold>> {
+    Ok(rows::held(c, node_id)?
+        .into_iter()
+        .map(|r| proto::Hold { allocation_id: r.id, gpu_indexes: r.gpu_indexes, binding: String::new() })
+        .collect())
+}
+
+/// The next spec generation of a node with its holds rebuilt from the store.
+fn respec(c: &Connection, shared: &Shared, node_id: &str) -> Result<NodeSpecRow> {
+    let holds = holds(c, node_id)?;
+    crate::spec::next(c, shared, node_id, false, |spec| {
+        spec.holds = holds;
+        Ok(())
+    })
+}
+
+/// The GPU indexes of a node's stored `gpus` inventory section.
+fn gpu_indexes(c: &Connection, node_id: &str) -> Result<Vec<u32>> {
+    let missing = |reason: String| Error::NoGpuInventory { node_id: node_id.to_string(), reason };
+    let section = inventory::of_node(c, node_id)?
+        .into_iter()
+        .find(|s| s.name == "gpus")
+        .ok_or_else(|| missing("the node reported none".into()))?;
+    let gpus = proto::GpuInventory::decode(section.content.as_slice()).map_err(|e| missing(e.to_string()))?;
+    let mut indexes: Vec<u32> = gpus.gpus.iter().map(|g| g.index).collect();
+    indexes.sort_unstable();
+    indexes.dedup();
+    Ok(indexes)
+}
+
+/// Books `gpus` free GPUs of an adopted node (the lowest free indexes) in a
+/// new spec generation, sent to the node; returns the reservation id.
+pub fn reserve(shared: &Shared, node_id: &str, gpus: u32) -> Result<String> {
+    if gpus == 0 {
+        return Err(Error::InvalidReservation { node_id: node_id.into(), reason: "zero GPUs asked".into() });
+    }
+    let id = ids::reservation_id();
+    let (spec, indexes) = shared.store.tx(|c| {
+        let node = nodes::get(c, node_id)?.ok_or_else(|| Error::UnknownNode { node_id: node_id.into() })?;
+        if node.state != NodeState::Adopted {
+            return Err(Error::NodeNotAdopted { node_id: node_id.into(), state: node.state });
+        }
+        let taken: Vec<u32> = rows::taken(c, node_id)?.into_iter().flat_map(|r| r.gpu_indexes).collect();
+        let free: Vec<u32> = gpu_indexes(c, node_id)?.into_iter().filter(|i| !taken.contains(i)).collect();
+        if free.len() < gpus as usize {
+            return Err(Error::InsufficientGpus { node_id: node_id.into(), wanted: gpus, free: free.len() as u32 });
+        }
+        let indexes = free[..gpus as usize].to_vec();
+        let generation = node.spec_generation + 1;
+        rows::insert(c, &id, node_id, &indexes, generation, now_ms())?;
+        let spec = respec(c, shared, node_id)?;
+        debug_assert_eq!(spec.generation, generation);
+        Ok((spec, indexes))
+    })?;
+    info!(node_id, reservation_id = %id, gpu_indexes = ?indexes, generation = spec.generation, "reservation: hold sent");
+    crate::spec::push(shared, &spec)?;
+    Ok(id)
+}
+
+/// Withdraws a pending or active reservation's hold in a new spec
+/// generation; the reservation is `releasing` until the node reports
+/// AllocationReleased. Returns the generation.
+pub fn release(shared: &Shared, reservation_id: &str) -> Result<u64> {
+    let spec = shared.store.tx(|c| {
+        let r = rows::get(c, reservation_id)?
+            .ok_or_else(|| Error::UnknownReservation { reservation_id: reservation_id.into() })?;
+        if !matches!(r.state, ReservationState::Pending | ReservationState::Active) {
+            return Err(Error::ReservationState { reservation_id: r.id, state: r.state, action: "release" });
+        }
+        let node = nodes::get(c, &r.node_id)?.ok_or_else(|| Error::UnknownNode { node_id: r.node_id.clone() })?;
+        rows::start_release(c, reservation_id, node.spec_generation + 1)?;
+        respec(c, shared, &r.node_id)
+    })?;
+    info!(node_id = %spec.node_id, reservation_id, generation = spec.generation, "reservation: hold withdrawn");
+    crate::spec::push(shared, &spec)?;
+    Ok(spec.generation)
+}
+
+/// An AllocationBound whose signature verified, or why it did not.
+pub struct Bound {
+    /// The node's claim (decoded from the verified statement).
+    pub result: Result<proto::AllocationBound, String>,
+    /// The envelope as received (protobuf bytes).
+    pub envelope: Vec<u8>,
+    /// The allocation it names, read without verification (for the refusal).
+    pub claimed_id: Option<String>,
+}
+
+impl Bound {
+    /// Verifies one reported statement with `verify` (the session's key,
+    /// then the node's other certified keys).
+    pub fn check(
+        env: &proto::Envelope,
+        verify: impl Fn(&pki::dsse::Envelope) -> std::result::Result<proto::AllocationBound, pki::Error>,
+    ) -> Bound {
+        let envelope = pki::dsse::Envelope::from_proto(env);
+        let claimed_id = proto::NodeStatement::decode(env.payload.as_slice()).ok().and_then(|s| match s.body {
+            Some(proto::node_statement::Body::AllocationBound(a)) => Some(a.allocation_id),
+            _ => None,
+        });
+        let result = verify(&envelope).map_err(|e| format!("{}: {e}", e.code()));
+        Bound { result, envelope: env.encode_to_vec(), claimed_id }
+    }
+}
+
+/// What applying a status report's allocations changed.
+#[derive(Default)]
+pub struct Applied {
+    /// Specs to send once committed (holds withdrawn after a failure).
+    pub specs: Vec<NodeSpecRow>,
+    /// Whether any reservation changed.
+    pub changed: bool,
+}
+
+/// Applies a status report's allocation reports inside the event's
+/// transaction.
+pub fn apply_report(
+    c: &Connection,
+    shared: &Shared,
+    node_id: &str,
+    bound: &[Bound],
+    released: &[proto::AllocationReleased],
+    failed: &[proto::AllocationFailed],
+) -> Result<Applied> {
+    let now = now_ms();
+    let mut applied = Applied::default();
+    let of_node =
+        |id: &str| -> Result<Option<ReservationRow>> { Ok(rows::get(c, id)?.filter(|r| r.node_id == node_id)) };
+    for b in bound {
+        let claimed = match &b.result {
+            Ok(a) => Some(a.allocation_id.clone()),
+            Err(_) => b.claimed_id.clone(),
+        };
+        let Some(r) = claimed.as_deref().map(of_node).transpose()?.flatten() else {
+            warn!(node_id, allocation_id = ?claimed, "reservation: AllocationBound for no reservation of this node");
+            continue;
+        };
+        let verdict = b.result.clone().and_then(|a| {
+            let mut got = a.gpu_indexes.clone();
+            got.sort_unstable();
+            if got != r.gpu_indexes {
+                return Err(format!("{ALLOCATION_MISMATCH}: bound {got:?}, held {:?}", r.gpu_indexes));
+            }
+            if a.generation < r.generation {
+                return Err(format!("{ALLOCATION_GENERATION}: bound at {}, held from {}", a.generation, r.generation));
+            }
+            Ok(a)
+        });
+        match verdict {
+            Ok(a) => {
+                if rows::activate(c, &r.id, a.generation, &a.cdi_devices, &b.envelope, now)? {
+                    info!(node_id, reservation_id = %r.id, generation = a.generation, "reservation: active");
+                    applied.changed = true;
+                }
+            }
+            Err(refusal) => {
+                warn!(node_id, reservation_id = %r.id, %refusal, "reservation: AllocationBound refused");
+                rows::refuse(c, &r.id, &refusal)?;
+                applied.changed = true;
+            }
+        }
+    }
+    for rel in released {
+        match of_node(&rel.allocation_id)? {
+            Some(r) if rows::finish_release(c, &r.id, now)? => {
+                info!(node_id, reservation_id = %r.id, "reservation: released");
+                applied.changed = true;
+            }
+            Some(r) => info!(node_id, reservation_id = %r.id, state = %r.state, "reservation: release report ignored"),
+            None => warn!(node_id, allocation_id = %rel.allocation_id, "reservation: released an unknown allocation"),
+        }
+    }
+    for f in failed {
+        let Some(r) = of_node(&f.allocation_id)? else {
+            warn!(node_id, allocation_id = %f.allocation_id, "reservation: failure of an unknown allocation");
+            continue;
+        };
+        let Some(before) = rows::fail(c, &r.id, &f.reason, now)? else { continue };
+        warn!(node_id, reservation_id = %r.id, reason = %f.reason, "reservation: failed");
+        applied.changed = true;
+        if matches!(before, ReservationState::Pending | ReservationState::Active) {
+            let spec = respec(c, shared, node_id)?;
+            rows::set_release_generation(c, &r.id, spec.generation)?;
+            applied.specs.push(spec);
+        }
+    }
+    Ok(applied)
+}

@@ -1,0 +1,366 @@
+//! The TPM join (DESIGN.md §3.8, ARCHITECTURE.md "TPM join"): the attestor
+//! options, the allow-list that resolves an EK to a pool, the sessions kept
+//! between the two rounds (in memory, single use, with a deadline), and the
+//! node bound to `SHA-256(EK public)` in `node_bindings`, so that a rejoin
+//! with the same EK is the same node.
+//!
+//! Every check is `pki::tpm::Attestor`'s; a refusal is `"<pki code>: …"`.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use pki::tpm::{Attestor, ChallengeRandomness, NodeKeyPolicy, Pending};
+use sha2::{Digest, Sha256};
+use tonic::{Code, Status};
+use tracing::info;
+
+use crate::clock::now_ms;
+use crate::join::internal;
+use crate::shared::Shared;
+use crate::status::{self, refuse};
+use crate::store::bindings::{self, TPM_EK};
+use crate::store::nodes::NewNode;
+use crate::store::rows::{JoinMethod, NodeBindingRow, NodeJoinRow, NodeKeyLevel};
+use crate::store::{certs, nodes, pools};
+use crate::{ids, issuance};
+
+/// The code of an EK that no allow-list entry resolves to a pool.
+pub const TPM_NOT_ALLOWED: &str = "tpm-not-allowed";
+/// The code of a round 2 whose session the stack does not know (or used).
+pub const TPM_SESSION_UNKNOWN: &str = "tpm-session-unknown";
+/// The code of a round 2 after its session's deadline.
+pub const TPM_SESSION_EXPIRED: &str = "tpm-session-expired";
+/// How many sessions may wait for their round 2 at once.
+const MAX_PENDING: usize = 1024;
+
+/// Where the challenge's secret, nonce and ephemeral key come from.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum ChallengeSource {
+    /// The OS random number generator.
+    #[default]
+    Os,
+    /// Derived from a fixture seed and label, so that a recorded answer
+    /// (`testdata/tpm/answer.json`) matches. Test-only: every challenge is
+    /// the same.
+    Seeded {
+        /// The seed (`bc-interop-v1`).
+        seed: String,
+        /// The label (`tpm/challenge`).
+        label: String,
+    },
+}
+
+/// One allow-list entry: an EK (by `SHA-256` of its `TPMT_PUBLIC`, or any
+/// EK that chains to the roots) and the pool (id or name) it joins.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TpmAllow {
+    /// The EK's `SHA-256(TPMT_PUBLIC)`; `None` matches every EK.
+    pub ek_sha256: Option<[u8; 32]>,
+    /// The pool, by id or by name (resolved at join time).
+    pub pool: String,
+}
+
+impl TpmAllow {
+    /// Allows the EK whose `TPMT_PUBLIC` is `ek_public` into `pool`.
+    pub fn ek(ek_public: &[u8], pool: impl Into<String>) -> Self {
+        TpmAllow { ek_sha256: Some(Sha256::digest(ek_public).into()), pool: pool.into() }
+    }
+
+    /// Allows every EK certified by the roots into `pool`.
+    pub fn any(pool: impl Into<String>) -> Self {
+        TpmAllow { ek_sha256: None, pool: pool.into() }
+    }
+}
+
+/// The TPM attestor of a stack.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TpmAttestorOptions {
+    /// The EK roots (DER): the manufacturers whose EK certificates are trusted.
+    pub ek_roots: Vec<Vec<u8>>,
+    /// The `nodeKey` policy.
+    pub node_key: NodeKeyPolicy,
+    /// The allow-list (more entries with [`crate::DevStack::allow_tpm`]).
+    pub allow: Vec<TpmAllow>,
+    /// How long a challenge waits for its round 2.
+    pub session_ttl: Duration,
+    /// Where challenges draw their randomness.
+    pub challenge: ChallengeSource,
+}
+
+impl TpmAttestorOptions {
+    /// An attestor trusting `ek_roots`, with policy `node_key`, an empty
+    /// allow-list, a 60-second round 2 deadline and OS randomness.
+    pub fn new(ek_roots: Vec<Vec<u8>>, node_key: NodeKeyPolicy) -> Self {
+        TpmAttestorOptions {
+            ek_roots,
+            node_key,
+            allow: Vec::new(),
+            session_ttl: Duration::from_secs(60),
+            challenge: ChallengeSource::Os,
+        }
+    }
+}
+
+/// What round 1 left for round 2.
+struct Session {
+    pending: Pending,
+    pool_id: String,
+    deadline: Instant,
+}
+
+/// The running attestor: its checks, its allow-list, its open sessions.
+pub struct TpmJoin {
+    attestor: Attestor,
+    options: TpmAttestorOptions,
+    allow: Mutex<Vec<TpmAllow>>,
+    sessions: Mutex<HashMap<String, Session>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Entries are inserted or removed whole, so a poisoned lock still holds
+    // a consistent map.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The gRPC code of a `pki` refusal of a TPM round: malformed input is
+/// `InvalidArgument`, a refused attestation `PermissionDenied`.
+fn grpc_code(e: &pki::Error) -> Code {
+    match e.code() {
+        "tpm-malformed" | "csr-malformed" => Code::InvalidArgument,
+        _ => Code::PermissionDenied,
+    }
+}
+
+impl TpmJoin {
+    /// The attestor of `options`.
+    pub fn new(options: TpmAttestorOptions) -> Self {
+        TpmJoin {
+            attestor: Attestor::new(options.ek_roots.clone(), options.node_key),
+            allow: Mutex::new(options.allow.clone()),
+            options,
+            sessions: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Adds an allow-list entry.
+    pub fn allow(&self, entry: TpmAllow) {
+        lock(&self.allow).push(entry);
+    }
+
+    fn randomness(&self) -> ChallengeRandomness {
+        match &self.options.challenge {
+            ChallengeSource::Os => ChallengeRandomness::from_os(),
+            ChallengeSource::Seeded { seed, label } => ChallengeRandomness::seeded(seed, label),
+        }
+    }
+
+    /// The pool an EK joins: the first allow-list entry that names it (or
+    /// any EK) and whose pool exists.
+    fn resolve(&self, shared: &Shared, ek_sha256: &[u8; 32]) -> Result<String, Status> {
+        let entries: Vec<TpmAllow> =
+            lock(&self.allow).iter().filter(|a| a.ek_sha256.is_none_or(|h| &h == ek_sha256)).cloned().collect();
+        let hex = hex::encode(ek_sha256);
+        if entries.is_empty() {
+            return Err(refuse(Code::PermissionDenied, TPM_NOT_ALLOWED, format!("EK sha256 {hex} is not allowed")));
+        }
+        for entry in &entries {
+            let pool = shared
+                .store
+                .with(|c| Ok(pools::get(c, &entry.pool)?.or(pools::by_name(c, &entry.pool)?)))
+                .map_err(internal)?;
+            if let Some(pool) = pool {
+                return Ok(pool.id);
+            }
+        }
+        Err(refuse(
+            Code::FailedPrecondition,
+            status::code::POOL_UNKNOWN,
+            format!("no pool {:?} for EK sha256 {hex}", entries[0].pool),
+        ))
+    }
+
+    /// Round 1: checks the EK, its certificate and the AK, resolves the
+    /// pool, and answers a challenge whose session waits for round 2.
+    pub fn round1(&self, shared: &Shared, r: &proto::TpmRound1) -> Result<proto::JoinReply, Status> {
+        let round1 = pki::tpm::Round1 {
+            ek_public: r.ek_public.clone(),
+            ek_certificate: r.ek_certificate.clone(),
+            ak_public: r.ak_public.clone(),
+        };
+        let enrollment =
+            self.attestor.verify_round1(&round1, now_ms()).map_err(|e| status::from_pki(grpc_code(&e), &e))?;
+        let ek = enrollment.ek_binding;
+        let bound = shared.store.with(|c| bindings::get(c, TPM_EK, &hex::encode(ek))).map_err(internal)?;
+        let pool_id = self.resolve(shared, &ek)?;
+        // A rejoin keeps the node's pool.
+        let pool_id = match &bound {
+            Some(b) => {
+                shared.store.with(|c| nodes::get(c, &b.node_id)).map_err(internal)?.map_or(pool_id, |n| n.pool_id)
+            }
+            None => pool_id,
+        };
+        let (challenge, pending) = self.attestor.challenge(enrollment, self.randomness());
+        let session_id = ids::tpm_session_id();
+        let now = Instant::now();
+        {
+            let mut sessions = lock(&self.sessions);
+            sessions.retain(|_, s| s.deadline > now);
+            if sessions.len() >= MAX_PENDING {
+                return Err(Status::resource_exhausted(format!(
+                    "tpm-busy: {MAX_PENDING} TPM joins wait for their round 2"
+                )));
+            }
+            sessions.insert(
+                session_id.clone(),
+                Session { pending, pool_id: pool_id.clone(), deadline: now + self.options.session_ttl },
+            );
+        }
+        info!(
+            session_id = %session_id,
+            ek_sha256 = %hex::encode(ek),
+            pool_id = %pool_id,
+            rejoin = bound.as_ref().map(|b| b.node_id.as_str()),
+            "join: TPM round 1 verified, challenge sent"
+        );
+        Ok(proto::JoinReply {
+            reply: Some(proto::join_reply::Reply::Challenge(proto::TpmChallenge {
+                session_id,
+                credential_blob: challenge.credential.credential_blob,
+                encrypted_secret: challenge.credential.encrypted_secret,
+                nonce: challenge.nonce.to_vec(),
+            })),
+        })
+    }
+
+    /// Round 2: checks the answer of a session, creates the node (or finds
+    /// the one bound to this EK), issues a certificate naming the AK and
+    /// answers the signed JoinResponse.
+    pub fn round2(
+        &self,
+        shared: &Shared,
+        r: &proto::TpmRound2,
+        claims: &proto::NodeClaims,
+    ) -> Result<proto::JoinReply, Status> {
+        let session = lock(&self.sessions).remove(&r.session_id).ok_or_else(|| {
+            refuse(Code::FailedPrecondition, TPM_SESSION_UNKNOWN, format!("no TPM join session {:?}", r.session_id))
+        })?;
+        if session.deadline <= Instant::now() {
+            return Err(refuse(
+                Code::FailedPrecondition,
+                TPM_SESSION_EXPIRED,
+                format!(
+                    "TPM join session {} passed its {} s deadline",
+                    r.session_id,
+                    self.options.session_ttl.as_secs()
+                ),
+            ));
+        }
+        let answer = answer(r)?;
+        let attestation =
+            self.attestor.verify_answer(&session.pending, &answer).map_err(|e| status::from_pki(grpc_code(&e), &e))?;
+        let level = if attestation.csr_key_in_tpm {
+            NodeKeyLevel::Tpm
+        } else if attestation.certified_node_key.is_some() {
+            NodeKeyLevel::Certified
+        } else {
+            NodeKeyLevel::Any
+        };
+        let enrollment = &session.pending.enrollment;
+        let ek_hex = hex::encode(attestation.ek_binding);
+        let now = now_ms();
+        let (node_id, cert, rejoin) = shared
+            .store
+            .tx(|c| {
+                let bound = bindings::get(c, TPM_EK, &ek_hex)?;
+                let rejoin = bound.is_some();
+                let node_id = match &bound {
+                    Some(b) => b.node_id.clone(),
+                    None => {
+                        let node_id = ids::node_id();
+                        nodes::insert(
+                            c,
+                            &NewNode {
+                                id: &node_id,
+                                pool_id: &session.pool_id,
+                                join_token_id: None,
+                                hostname: &claims.hostname,
+                                daemon_version: &claims.daemon_version,
+                                hardware_id: &claims.hardware_id,
+                                created_at_ms: now,
+                            },
+                        )?;
+                        node_id
+                    }
+                };
+                let cert = issuance::issue(shared, &node_id, &attestation.csr, Some(&attestation.ak_name), now)?;
+                certs::insert(c, &cert, now)?;
+                bindings::upsert(
+                    c,
+                    &NodeBindingRow {
+                        node_id: node_id.clone(),
+                        kind: TPM_EK.into(),
+                        sha256: ek_hex.clone(),
+                        ak_public: enrollment.ak_public.to_bytes(),
+                        ak_name: attestation.ak_name.clone(),
+                        created_at_ms: bound.as_ref().map_or(now, |b| b.created_at_ms),
+                        updated_at_ms: now,
+                    },
+                )?;
+                bindings::record_join(
+                    c,
+                    &NodeJoinRow {
+                        node_id: node_id.clone(),
+                        method: JoinMethod::Tpm,
+                        node_key: level,
+                        policy: self.options.node_key.as_str().into(),
+                        serial: cert.serial.clone(),
+                        at_ms: now,
+                    },
+                )?;
+                Ok((node_id, cert, rejoin))
+            })
+            .map_err(internal)?;
+        let pool_id = shared
+            .store
+            .with(|c| nodes::get(c, &node_id))
+            .map_err(internal)?
+            .map_or(session.pool_id.clone(), |n| n.pool_id);
+        let envelope = issuance::signed_response(shared, &node_id, &pool_id, &cert, now);
+        info!(
+            node_id = %node_id,
+            pool_id = %pool_id,
+            ek_sha256 = %ek_hex,
+            node_key = %level,
+            policy = self.options.node_key.as_str(),
+            rejoin,
+            serial = %cert.serial,
+            "join: node joined with its TPM"
+        );
+        shared.bump();
+        Ok(proto::JoinReply { reply: Some(proto::join_reply::Reply::Response(envelope.to_proto())) })
+    }
+}
+
+/// A round 2 as the attestor takes it.
+fn answer(r: &proto::TpmRound2) -> Result<pki::tpm::Answer, Status> {
+    let quote = r.quote.as_ref().ok_or_else(|| {
+        let e = pki::Error::TpmMalformed { what: "round 2".into(), reason: "no quote".into() };
+        status::from_pki(Code::InvalidArgument, &e)
+    })?;
+    Ok(pki::tpm::Answer {
+        activated_secret: r.activated_secret.clone(),
+        quote: pki::tpm::attestor::Signed { attest: quote.attest.clone(), signature: quote.signature.clone() },
+        pcr_values: quote.pcr_values.clone(),
+        node_key: r.node_key.as_ref().map(certified_key),
+        csr: r.csr_der.clone(),
+    })
+}
+
+/// A node key and its certification as the attestor takes them.
+pub fn certified_key(k: &proto::TpmCertification) -> pki::tpm::attestor::CertifiedKey {
+    pki::tpm::attestor::CertifiedKey {
+        public: k.public.clone(),
+        certify: pki::tpm::attestor::Signed { attest: k.attest.clone(), signature: k.signature.clone() },
+    }
+}
