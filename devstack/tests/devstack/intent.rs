@@ -138,3 +138,45 @@ async fn unsigned_and_outsider_commands_reach_the_node_and_its_refusal_is_record
     }
     stack.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_rotation_signed_by_the_approvers_becomes_the_stacks_bundle_for_later_joins() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = DevStackOptions { signed_intent: true, ..DevStackOptions::file(dir.path().join("stack.sqlite")) };
+    let (stack, _pool, token) = stack_with_pool(options, None).await;
+    let (node, mut session) = adopted_node(&stack, &token).await;
+    let (first, first_env) = stack.trust_bundle().unwrap();
+
+    // A rotation under the threshold is sent (bcd ignores it) but not adopted.
+    let next = stack.next_trust_bundle().unwrap();
+    let weak = stack.sign_trust_bundle(&next, 1).unwrap();
+    stack.publish_spec(&node.id, SpecUpdate { trust_bundle: Some(weak), ..SpecUpdate::default() }).await.unwrap();
+    session.expect_desired_state().await;
+    assert_eq!(stack.trust_bundle().unwrap(), (first.clone(), first_env));
+
+    // One the approvers signed is: nodes joining afterwards get it.
+    let rotation = stack.sign_trust_bundle(&next, 2).unwrap();
+    stack
+        .publish_spec(&node.id, SpecUpdate { trust_bundle: Some(rotation.clone()), ..SpecUpdate::default() })
+        .await
+        .unwrap();
+    assert_eq!(stack.trust_bundle().unwrap(), (next.clone(), rotation.clone()));
+    assert_eq!(stack.next_trust_bundle().unwrap().sequence, 3);
+    let later = TestNode::join(&stack, &token).await.unwrap();
+    let carried = later.response.trust.as_ref().unwrap().trust_bundle.as_ref().unwrap();
+    assert_eq!(pki::dsse::Envelope::from_proto(carried), rotation);
+    assert_eq!(pki::intent::accept_trust_bundle(&first, &rotation).unwrap().sequence, 2);
+    // Publishing it again (to another node) changes nothing.
+    stack
+        .publish_spec(&later.id, SpecUpdate { trust_bundle: Some(rotation.clone()), ..SpecUpdate::default() })
+        .await
+        .unwrap();
+    assert_eq!(stack.trust_bundle().unwrap().0.sequence, 2);
+
+    // It survives a restart.
+    let restart = stack.restart_options();
+    stack.shutdown().await.unwrap();
+    let stack = devstack::DevStack::start(restart).await.unwrap();
+    assert_eq!(stack.trust_bundle().unwrap(), (next, rotation));
+    stack.shutdown().await.unwrap();
+}

@@ -4,10 +4,13 @@
 mod intent;
 mod join;
 mod node;
+mod releases;
+mod reservations;
 mod restart;
 mod serve;
 mod session;
 mod tls;
+mod tpm;
 
 use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -79,6 +82,14 @@ fn api_futures_are_send(stack: &DevStack) {
     send(stack.await_session("node", 1, wait));
     send(stack.enqueue_command("node", "diag.nvml", serde_json::json!({}), Default::default()));
     send(stack.revoke_node("node"));
+    send(stack.reserve("node", 2));
+    send(stack.release("rsv"));
+    send(stack.await_reservation("rsv", devstack::ReservationState::Active, wait));
+    send(stack.publish_release("0.9.0", 7, &[("linux", "amd64", b"bcd")]));
+    send(stack.rollout_upgrade("node", "0.9.0"));
+    send(stack.rollout_upgrade_with("node", "0.9.0", &devstack::ManifestOptions::default()));
+    send(stack.await_daemon_version("node", "0.9.0", wait));
+    send(stack.node_bindings("node"));
     send(DevStack::start(DevStackOptions::memory()));
 }
 

@@ -146,6 +146,20 @@ impl TestNode {
         })
     }
 
+    /// A node that joined some other way (TPM): its key and verified response.
+    pub fn from_response(key: p256::SecretKey, response: proto::JoinResponse) -> TestNode {
+        let cert = ClientCert { chain: response.certificate_chain.clone(), key: key.clone() };
+        TestNode {
+            id: response.node_id.clone(),
+            key,
+            response,
+            cert,
+            journal_id: format!("journal-{}", hex::encode(&pki::keys::random_p256().to_bytes()[..4])),
+            boot_id: "boot-1".into(),
+            seq: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
     /// The same node with a renewed key and certificate chain.
     pub fn renewed(self, key: p256::SecretKey, chain: Vec<Vec<u8>>) -> TestNode {
         TestNode { cert: ClientCert { chain, key: key.clone() }, key, ..self }
@@ -171,7 +185,25 @@ impl TestNode {
 
     /// Opens a session: Hello, then the Welcome.
     pub async fn connect(&self, stack: &DevStack, applied_generation: u64) -> Result<Session, Status> {
-        let first = self.hello(applied_generation);
+        self.connect_with(stack, self.hello(applied_generation)).await
+    }
+
+    /// Opens a session with this node's Hello changed by `edit` (another
+    /// daemon version, say).
+    pub async fn connect_as(
+        &self,
+        stack: &DevStack,
+        applied_generation: u64,
+        edit: impl FnOnce(&mut proto::Hello),
+    ) -> Result<Session, Status> {
+        let mut first = self.hello(applied_generation);
+        if let Some(In::Hello(hello)) = &mut first.frame {
+            edit(hello);
+        }
+        self.connect_with(stack, first).await
+    }
+
+    async fn connect_with(&self, stack: &DevStack, first: proto::NodeFrame) -> Result<Session, Status> {
         let mut session = Session::open(stack, Some(self.cert.clone()), first).await?;
         session.node_id = self.id.clone();
         session.key = Some(self.key.clone());
@@ -413,4 +445,69 @@ pub fn control(frame: In) -> proto::NodeFrame {
 /// The diag.nvml output of a machine with `gpus` GPUs.
 pub fn diag_output(gpus: u32) -> String {
     format!(r#"{{"gpus":{gpus},"healthy":{gpus},"driver":"550.54.15"}}"#)
+}
+
+/// Joins with `token`, answers the acceptance check (`gpus` GPUs) and
+/// applies generation 1: an adopted node and its live session.
+pub async fn adopted(stack: &DevStack, token: &str, gpus: u32) -> (TestNode, Session) {
+    let node = TestNode::join(stack, token).await.unwrap();
+    let mut session = node.connect(stack, 0).await.unwrap();
+    let (diag, _) = session.expect_command().await;
+    session.complete(&diag, &diag_output(gpus)).await;
+    session.expect_desired_state().await;
+    session.heartbeat(1).await;
+    stack.await_adopted(&node.id, WAIT).await.unwrap();
+    (node, session)
+}
+
+/// A `gpus` inventory section with GPUs 0..n.
+pub fn gpus_section(n: u32) -> proto::InventorySection {
+    use sha2::Digest as _;
+    let gpus = proto::GpuInventory {
+        driver_version: "550.54.15".into(),
+        fabric: "nvswitch".into(),
+        gpus: (0..n)
+            .map(|i| proto::Gpu { index: i, uuid: format!("GPU-{i}"), model: "H100".into(), ..Default::default() })
+            .collect(),
+        ..Default::default()
+    };
+    let content = gpus.encode_to_vec();
+    proto::InventorySection { name: "gpus".into(), sha256: hex::encode(sha2::Sha256::digest(&content)), content }
+}
+
+/// A node-signed AllocationBound.
+pub fn allocation_bound(
+    node: &TestNode,
+    key: &dyn pki::Signer,
+    allocation_id: &str,
+    gpu_indexes: &[u32],
+    generation: u64,
+) -> proto::Envelope {
+    let statement = proto::NodeStatement {
+        node_id: node.id.clone(),
+        boot_id: node.boot_id.clone(),
+        at_ms: devstack_now_ms(),
+        body: Some(proto::node_statement::Body::AllocationBound(proto::AllocationBound {
+            allocation_id: allocation_id.to_string(),
+            gpu_indexes: gpu_indexes.to_vec(),
+            cdi_devices: gpu_indexes.iter().map(|i| format!("nvidia.com/gpu={i}")).collect(),
+            generation,
+        })),
+    };
+    pki::statement::sign(key, &statement).to_proto()
+}
+
+/// `GET path` on the stack's HTTP listener: the status code and the body.
+pub async fn http_get(stack: &DevStack, path: &str) -> (u16, Vec<u8>) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut tcp = TcpStream::connect(stack.http_url().trim_start_matches("http://")).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    tcp.write_all(request.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    tcp.read_to_end(&mut response).await.unwrap();
+    let split = response.windows(4).position(|w| w == b"\r\n\r\n").expect("a header block");
+    let head = String::from_utf8_lossy(&response[..split]).into_owned();
+    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).expect("a status code");
+    assert!(!head.to_ascii_lowercase().contains("transfer-encoding: chunked"), "{head}");
+    (status, response[split + 4..].to_vec())
 }

@@ -239,3 +239,21 @@ async fn a_node_renews_its_certificate_over_mtls() {
     assert_eq!(session.welcome.session_epoch, 1);
     stack.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn racing_first_sessions_enqueue_one_acceptance_check() {
+    let (stack, _pool, token) = stack_with_pool(DevStackOptions::memory(), None).await;
+    for _ in 0..5 {
+        let node = TestNode::join(&stack, &token).await.unwrap();
+        let (a, b, c) = tokio::join!(node.connect(&stack, 0), node.connect(&stack, 0), node.connect(&stack, 0));
+        let live: Vec<_> = [a, b, c].into_iter().filter_map(Result::ok).collect();
+        assert!(!live.is_empty());
+        stack.await_node_state(&node.id, devstack::NodeState::Accepting, crate::node::WAIT).await.unwrap();
+        let diags: Vec<_> =
+            stack.commands(&node.id).await.unwrap().into_iter().filter(|c| c.kind == "diag.nvml").collect();
+        assert_eq!(diags.len(), 1, "{diags:?}");
+        let row = stack.node(&node.id).await.unwrap().unwrap();
+        assert_eq!(row.acceptance_command_id.as_deref(), Some(diags[0].id.as_str()));
+    }
+    stack.shutdown().await.unwrap();
+}

@@ -87,3 +87,54 @@ async fn bad_connections_are_refused_while_a_session_keeps_working() {
         assert!(text.contains(line), "no log line with {line:?} in\n{text}");
     }
 }
+
+#[tokio::test]
+async fn a_gateway_on_another_address_is_named_by_its_certificate_and_dialed_by_ip() {
+    // 127.0.0.2 stands for the host side of a veth pair or WSL's gateway:
+    // a non-default address that the serving certificate must name.
+    let host: std::net::IpAddr = "127.0.0.2".parse().unwrap();
+    let options = DevStackOptions { listen_host: host, ..DevStackOptions::memory() };
+    let (stack, _pool, token) = stack_with_pool(options, None).await;
+    assert_eq!(stack.gateway_addr().ip(), host);
+    assert!(stack.gateway_url().starts_with("https://127.0.0.2:"), "{}", stack.gateway_url());
+    assert!(stack.http_url().starts_with("http://127.0.0.2:"));
+    let now = node::devstack_now_ms();
+    let serving = pki::x509::verify_issued(&gateway_leaf(&stack).await, stack.serving_ca_der(), now).unwrap();
+    assert!(serving.ips.contains(&host), "{:?}", serving.ips);
+    assert!(serving.dns_names.iter().any(|d| d == "gw.dev.local"));
+
+    // Dialed by IP, checked for the IP itself and for gw.dev.local.
+    for name in [rustls::pki_types::ServerName::IpAddress(host.into()), "gw.dev.local".try_into().unwrap()] {
+        let connector = tokio_rustls::TlsConnector::from(node::client_config(&stack, None, &[b"h2"]));
+        let tcp = tokio::net::TcpStream::connect(stack.gateway_addr()).await.unwrap();
+        connector.connect(name.clone(), tcp).await.unwrap_or_else(|e| panic!("{name:?}: {e}"));
+    }
+    // A node joins and is adopted over it (node::channel dials gateway_addr with gw.dev.local).
+    let node = TestNode::join(&stack, &token).await.unwrap();
+    let mut session = node.connect(&stack, 0).await.unwrap();
+    let (diag, _) = session.expect_command().await;
+    session.complete(&diag, &diag_output(1)).await;
+    session.heartbeat(1).await;
+    stack.await_node_state(&node.id, devstack::NodeState::Adopted, WAIT).await.unwrap();
+    stack.shutdown().await.unwrap();
+
+    // An advertised address (a namespace's view) is named too.
+    let options = DevStackOptions {
+        advertise_host: Some("127.0.0.3".into()),
+        extra_dns_names: vec!["gw.example.test".into()],
+        ..DevStackOptions::memory()
+    };
+    let stack = devstack::DevStack::start(options).await.unwrap();
+    assert!(stack.gateway_url().starts_with("https://127.0.0.3:"));
+    let serving = pki::x509::verify_issued(&gateway_leaf(&stack).await, stack.serving_ca_der(), now).unwrap();
+    assert!(serving.ips.contains(&"127.0.0.3".parse().unwrap()), "{:?}", serving.ips);
+    assert!(serving.dns_names.iter().any(|d| d == "gw.example.test"));
+    stack.shutdown().await.unwrap();
+}
+
+/// The serving certificate the gateway presents.
+async fn gateway_leaf(stack: &devstack::DevStack) -> Vec<u8> {
+    let tls = node::dial(stack, None, &[b"h2"]).await.unwrap();
+    let (_, session) = tls.get_ref();
+    session.peer_certificates().unwrap()[0].as_ref().to_vec()
+}
