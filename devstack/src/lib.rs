@@ -35,7 +35,7 @@ pub use error::{Error, Result};
 pub use gateway::limit::MAX_MESSAGE_BYTES;
 pub use http::WELL_KNOWN_PATH;
 pub use releases::{ManifestOptions, Release, ReleaseKeys, UPGRADE_KIND, UpdatePins};
-pub use reservations::{ALLOCATION_GENERATION, ALLOCATION_MISMATCH, ALLOCATION_UNKNOWN};
+pub use reservations::{ALLOCATION_GENERATION, ALLOCATION_MISMATCH};
 pub use spec::SpecUpdate;
 pub use stack::{Acceptance, CommandOutcome, DevStack, DevStackOptions, IntentPublicKeys, JoinMark, Pins, PoolSpec};
 pub use store::StoreLocation;

@@ -21,8 +21,6 @@ use crate::store::reservations as rows;
 use crate::store::rows::{NodeSpecRow, NodeState, ReservationRow, ReservationState};
 use crate::store::{inventory, nodes};
 
-/// The code of an AllocationBound for no reservation of this node.
-pub const ALLOCATION_UNKNOWN: &str = "allocation-unknown";
 /// The code of an AllocationBound whose indexes are not the held ones.
 pub const ALLOCATION_MISMATCH: &str = "allocation-mismatch";
 /// The code of an AllocationBound for a generation before the hold's.
@@ -134,13 +132,11 @@ impl Bound {
     }
 }
 
-/// What applying a status report's allocations changed.
+/// What applying a status report's allocations asks of the session.
 #[derive(Default)]
 pub struct Applied {
     /// Specs to send once committed (holds withdrawn after a failure).
     pub specs: Vec<NodeSpecRow>,
-    /// Whether any reservation changed.
-    pub changed: bool,
 }
 
 /// Applies a status report's allocation reports inside the event's
@@ -181,13 +177,11 @@ pub fn apply_report(
             Ok(a) => {
                 if rows::activate(c, &r.id, a.generation, &a.cdi_devices, &b.envelope, now)? {
                     info!(node_id, reservation_id = %r.id, generation = a.generation, "reservation: active");
-                    applied.changed = true;
                 }
             }
             Err(refusal) => {
                 warn!(node_id, reservation_id = %r.id, %refusal, "reservation: AllocationBound refused");
                 rows::refuse(c, &r.id, &refusal)?;
-                applied.changed = true;
             }
         }
     }
@@ -195,7 +189,6 @@ pub fn apply_report(
         match of_node(&rel.allocation_id)? {
             Some(r) if rows::finish_release(c, &r.id, now)? => {
                 info!(node_id, reservation_id = %r.id, "reservation: released");
-                applied.changed = true;
             }
             Some(r) => info!(node_id, reservation_id = %r.id, state = %r.state, "reservation: release report ignored"),
             None => warn!(node_id, allocation_id = %rel.allocation_id, "reservation: released an unknown allocation"),
@@ -208,7 +201,6 @@ pub fn apply_report(
         };
         let Some(before) = rows::fail(c, &r.id, &f.reason, now)? else { continue };
         warn!(node_id, reservation_id = %r.id, reason = %f.reason, "reservation: failed");
-        applied.changed = true;
         if matches!(before, ReservationState::Pending | ReservationState::Active) {
             let spec = respec(c, shared, node_id)?;
             rows::set_release_generation(c, &r.id, spec.generation)?;
