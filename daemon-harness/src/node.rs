@@ -127,6 +127,28 @@ impl Node {
         Ok(output)
     }
 
+    /// Starts `bcd args…` in the background (not supervised), with `stdin`
+    /// piped in and its output captured live; for long-running commands such
+    /// as `bcd sim`.
+    pub async fn spawn(&self, args: &[&str], stdin: Option<&str>) -> Result<Background> {
+        let mut cmd = self.command(args);
+        cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().with_context(|| format!("starting bcd {}", args.join(" ")))?;
+        if let Some(input) = stdin {
+            let mut pipe = child.stdin.take().expect("piped stdin");
+            pipe.write_all(input.as_bytes()).await?;
+        }
+        let label = format!("bcd {}", args.first().copied().unwrap_or(""));
+        let readers = vec![
+            self.logs.follow(&label, child.stdout.take().expect("piped stdout")),
+            self.logs.follow(&label, child.stderr.take().expect("piped stderr")),
+        ];
+        Ok(Background { child, readers })
+    }
+
     /// `bcd join --config …` with the token on standard input; fails unless it exits 0.
     pub async fn must_join(&self, token: &str) -> Result<Output> {
         let config = self.config();
@@ -208,6 +230,42 @@ impl Node {
         assert!(!self.logs.contains(secret), "{what} appears in the output of node {}", self.name);
         let on_disk = std::fs::read_to_string(self.logs.path()).unwrap_or_default();
         assert!(!on_disk.contains(secret), "{what} appears in {}", self.logs.path().display());
+    }
+}
+
+/// A bcd process started with [`Node::spawn`].
+pub struct Background {
+    child: tokio::process::Child,
+    readers: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Background {
+    /// Whether it is still running.
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Stops it with SIGTERM (SIGKILL after 5 s), waits until its output is
+    /// captured, and returns its exit status code.
+    pub async fn stop(mut self) -> Option<i32> {
+        if let Some(pid) = self.child.id() {
+            // SAFETY: kill(2) on our own child.
+            #[cfg(unix)]
+            unsafe {
+                libc::kill(pid as i32, libc::SIGTERM)
+            };
+        }
+        let status = match tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await {
+            Ok(status) => status.ok(),
+            Err(_) => {
+                let _ = self.child.kill().await;
+                None
+            }
+        };
+        for reader in self.readers.drain(..) {
+            let _ = reader.await;
+        }
+        status.and_then(|s| s.code())
     }
 }
 

@@ -113,6 +113,18 @@ impl Env {
         id
     }
 
+    /// Shuts the dev stack down (Drain to every session) and starts it again
+    /// on the same store and ports, as an operator restart would.
+    pub async fn restart_stack(&mut self) {
+        let options = self.stack.restart_options();
+        // `shutdown` consumes the stack: park a throwaway one in its place.
+        let parked = DevStack::start(DevStackOptions::default()).await.expect("a throwaway stack starts");
+        let old = std::mem::replace(&mut self.stack, parked);
+        old.shutdown().await.expect("the dev stack shuts down");
+        let new = DevStack::start(options).await.expect("the dev stack starts again on its file");
+        std::mem::replace(&mut self.stack, new).shutdown().await.expect("the throwaway stack shuts down");
+    }
+
     /// Prints the scenario's wall time (the figure the issues ask for).
     pub fn report(&self) {
         eprintln!("scenario {} ({}): {:.2?}", self.name, self.runner.name(), self.started.elapsed());
@@ -128,4 +140,28 @@ pub fn node_id(node: &Node) -> Result<String> {
         .map(|(_, v)| v.trim().trim_matches('"').to_string())
         .filter(|id| !id.is_empty())
         .context("config.toml has no node_id")
+}
+
+/// How many times fakehw really executed `command_id` on `node` (its
+/// execution counter under the fake root; 0 when it never ran).
+pub fn execution_count(node: &Node, command_id: &str) -> u64 {
+    let path = node.data_dir().join("fakehw-root/var/lib/fakehw/executions").join(command_id);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => text.trim().parse().unwrap_or_else(|_| panic!("{} holds {text:?}", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+        Err(e) => panic!("reading {}: {e}", path.display()),
+    }
+}
+
+/// Polls the stack until command `id` is in `state`, or fails at the deadline.
+pub async fn await_command_state(stack: &DevStack, id: &str, state: devstack::CommandStatus) -> devstack::CommandRow {
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let row = stack.command(id).await.unwrap().expect("the command exists");
+        if row.state == state {
+            return row;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "command {id} is {:?}, never {state:?}", row.state);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

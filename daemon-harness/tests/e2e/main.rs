@@ -5,4 +5,6 @@
 
 mod adoption;
 mod common;
+mod faults;
 mod join;
+mod lifecycle;

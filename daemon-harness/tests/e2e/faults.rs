@@ -1,0 +1,111 @@
+//! Crash and restart faults (issue 5 item 4): bcd SIGKILLed while a command
+//! runs and started again (a non-retry-safe command ends FAILED interrupted
+//! and never runs twice; a retry-safe one runs exactly once more), and the
+//! dev stack restarted on the same SQLite file while nodes are connected
+//! (every node reconnects; no command is lost or doubled). fakehw's
+//! execution counters under the fake root prove "never twice".
+
+use devstack::{CommandOptions, CommandOutcome, CommandStatus, StoreLocation};
+use serde_json::json;
+
+use crate::common::{DEADLINE, Env, await_command_state, execution_count};
+
+/// How long the held commands of these scenarios run.
+const HOLD_MS: u64 = 1_500;
+
+/// Runs a held command, SIGKILLs bcd while it runs, and returns the outcome
+/// once the supervisor started bcd again, with the execution count.
+async fn kill_mid_command(env: &Env, retry_safe: bool) -> (CommandOutcome, u64) {
+    let pool = env.must_create_pool("any", None).await;
+    let mut node = env.must_make_node("crashy", "cpu").await;
+    let id = env.must_join_and_adopt(&mut node, &pool).await;
+    let epoch = env.stack.await_session(&id, 1, DEADLINE).await.unwrap().epoch;
+
+    let options = CommandOptions { retry_safe, ..Default::default() };
+    let cmd = env.stack.enqueue_command(&id, "logs.collect", json!({ "hold_ms": HOLD_MS }), options).await.unwrap();
+    await_command_state(&env.stack, &cmd, CommandStatus::Running).await;
+    assert_eq!(execution_count(&node, &cmd), 1);
+    node.supervisor().unwrap().signal(libc::SIGKILL).unwrap();
+    node.supervisor().unwrap().await_state(DEADLINE, "bcd to be started again", |s| s.starts >= 2).await.unwrap();
+    env.stack.await_session(&id, epoch + 1, DEADLINE).await.unwrap();
+
+    let outcome = env.stack.await_command(&cmd, DEADLINE).await.unwrap();
+    let count = execution_count(&node, &cmd);
+    node.stop().await;
+    (outcome, count)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_non_retry_safe_command_interrupted_by_a_crash_fails_and_never_runs_twice() {
+    let Some(env) = Env::start("a_non_retry_safe_command_interrupted_by_a_crash_fails_and_never_runs_twice").await
+    else {
+        return;
+    };
+    let (outcome, count) = kill_mid_command(&env, false).await;
+    assert_eq!(outcome.state, CommandStatus::Failed, "{outcome:?}");
+    assert!(outcome.reason.contains("interrupted"), "{outcome:?}");
+    assert_eq!(count, 1, "never runs twice");
+    env.report();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_retry_safe_command_interrupted_by_a_crash_runs_exactly_once_more() {
+    let Some(env) = Env::start("a_retry_safe_command_interrupted_by_a_crash_runs_exactly_once_more").await else {
+        return;
+    };
+    let (outcome, count) = kill_mid_command(&env, true).await;
+    assert_eq!(outcome.state, CommandStatus::Succeeded, "{outcome:?}");
+    assert_eq!(count, 2, "exactly once more");
+    env.report();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_dev_stack_restarts_on_its_file_and_no_command_is_lost_or_doubled() {
+    let store = tempfile::tempdir().unwrap();
+    let path = store.path().join("devstack.sqlite");
+    let scenario = "the_dev_stack_restarts_on_its_file_and_no_command_is_lost_or_doubled";
+    let Some(mut env) = Env::start_with(scenario, |o| o.store = StoreLocation::File(path.clone())).await else {
+        return;
+    };
+    let pool = env.must_create_pool("any", None).await;
+    let mut nodes = Vec::new();
+    for name in ["first", "second"] {
+        let mut node = env.must_make_node(name, "cpu").await;
+        let id = env.must_join_and_adopt(&mut node, &pool).await;
+        nodes.push((node, id));
+    }
+
+    // One command in flight on each node, and one queued behind it.
+    let mut commands = Vec::new();
+    for (_, id) in &nodes {
+        let held = CommandOptions { retry_safe: false, ..Default::default() };
+        let running = env.stack.enqueue_command(id, "logs.collect", json!({ "hold_ms": HOLD_MS }), held).await.unwrap();
+        await_command_state(&env.stack, &running, CommandStatus::Running).await;
+        let queued =
+            env.stack.enqueue_command(id, "inventory.refresh", json!({}), CommandOptions::default()).await.unwrap();
+        commands.push((id.clone(), running));
+        commands.push((id.clone(), queued));
+    }
+    let epochs: Vec<u64> = nodes.iter().map(|(_, id)| env.stack.live_epoch(id).unwrap_or(0)).collect();
+
+    env.restart_stack().await;
+
+    for ((_, id), epoch) in nodes.iter().zip(epochs) {
+        env.stack.await_session(id, epoch + 1, DEADLINE).await.expect("the node reconnects");
+    }
+    // A command enqueued after the restart is delivered too.
+    for (_, id) in &nodes {
+        let after = env.stack.enqueue_command(id, "logs.collect", json!({}), CommandOptions::default()).await.unwrap();
+        commands.push((id.clone(), after));
+    }
+    for (node_id, cmd) in &commands {
+        let outcome = env.stack.await_command(cmd, DEADLINE).await.unwrap();
+        assert_eq!(outcome.state, CommandStatus::Succeeded, "{cmd} on {node_id}: {outcome:?}");
+        let (node, _) = nodes.iter().find(|(_, id)| id == node_id).unwrap();
+        assert_eq!(execution_count(node, cmd), 1, "{cmd} ran exactly once");
+    }
+    for (node, _) in &mut nodes {
+        node.stop().await;
+    }
+    env.report();
+}
