@@ -1,10 +1,12 @@
 // The node's half of the two join rounds (DESIGN.md §3.8): what bcd sends
-// in round 1, and how it answers the attestor's challenge in round 2.
+// in round 1, how it answers the attestor's challenge in round 2, and the
+// next node key of a renewal, certified by the AK over SHA-256(csr).
 
 package tpm
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"fmt"
@@ -112,4 +114,46 @@ func AnswerChallenge(t *TPM, ak, nodeKey tpm2.TPMHandle, ch *Challenge, commonNa
 		NodeKey:         &CertifiedKey{Public: key.PublicArea(), Certify: certify},
 		CSR:             csr,
 	}, key, nil
+}
+
+// Renewal is what a TPM node sends to Gateway.Renew besides its client
+// certificate: a CSR signed by the next node key and the AK's
+// certification of that key.
+type Renewal struct {
+	// CSR is the PKCS#10 request (subject CN commonName), signed in the TPM.
+	CSR []byte
+	// NodeKey is the next key's public area and TPM2_Certify of it by the AK
+	// over RenewalNonce(CSR).
+	NodeKey CertifiedKey
+}
+
+// RenewalNonce is the qualifying data of a renewal's certification:
+// SHA-256 of the whole CSR DER (ARCHITECTURE.md, "Renewal").
+func RenewalNonce(csr []byte) []byte {
+	d := sha256.Sum256(csr)
+	return d[:]
+}
+
+// Renew makes the next node key persistent at next (replacing any object
+// there: never pass the current key's handle), signs a CSR (subject CN
+// commonName) with it in the TPM, and has the AK at ak certify it over
+// RenewalNonce(csr). The key is returned for use once the gateway has
+// certified it.
+func Renew(t *TPM, ak, next tpm2.TPMHandle, commonName string) (*Renewal, *NodeKey, error) {
+	key, err := t.CreateNodeKey(next)
+	if err != nil {
+		return nil, nil, err
+	}
+	csr, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
+		Subject:            pkix.Name{CommonName: commonName},
+		SignatureAlgorithm: x509.ECDSAWithSHA256,
+	}, key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("signing the CSR with the next node key: %w", err)
+	}
+	certify, err := t.Certify(ak, key, RenewalNonce(csr))
+	if err != nil {
+		return nil, nil, err
+	}
+	return &Renewal{CSR: csr, NodeKey: CertifiedKey{Public: key.PublicArea(), Certify: certify}}, key, nil
 }

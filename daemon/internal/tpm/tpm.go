@@ -39,7 +39,20 @@ const (
 	AKHandle = tpm2.TPMHandle(0x81010002)
 	// NodeKeyHandle is the persistent handle of bcd's node key.
 	NodeKeyHandle = tpm2.TPMHandle(0x81000002)
+	// RenewedNodeKeyHandle is the other handle a node key may live at: a
+	// renewal makes the next key at the handle the current one is not at,
+	// so the current key keeps signing until the new certificate is in.
+	RenewedNodeKeyHandle = tpm2.TPMHandle(0x81000003)
 )
+
+// OtherNodeKeyHandle is the handle a renewal makes the next node key at
+// when the current one is at h.
+func OtherNodeKeyHandle(h tpm2.TPMHandle) tpm2.TPMHandle {
+	if h == NodeKeyHandle {
+		return RenewedNodeKeyHandle
+	}
+	return NodeKeyHandle
+}
 
 // QuotedPCRs are the PCRs a join quote covers: SHA-256 PCRs 0–7.
 var QuotedPCRs = []int{0, 1, 2, 3, 4, 5, 6, 7}

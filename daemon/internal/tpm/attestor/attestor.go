@@ -340,7 +340,7 @@ func (a *Attestor) VerifyAnswer(e *Enrollment, secret, nonce []byte, ans *Answer
 	var certified *ecdsa.PublicKey
 	switch {
 	case ans.NodeKey != nil:
-		if certified, err = verifyCertification(e, nonce, ans.NodeKey); err != nil {
+		if certified, err = verifyCertification(e.AK, nonce, ans.NodeKey); err != nil {
 			return nil, err
 		}
 	case a.NodeKey != PolicyAny:
@@ -353,12 +353,30 @@ func (a *Attestor) VerifyAnswer(e *Enrollment, secret, nonce []byte, ans *Answer
 	return &Attestation{EKBinding: e.EKBinding, AKName: e.AKName, PCRValues: ans.PCRValues, CSR: csr, CSRKeyInTPM: inTPM}, nil
 }
 
-func verifyCertification(e *Enrollment, nonce []byte, k *CertifiedKey) (*ecdsa.PublicKey, error) {
+// VerifyKeyCertification checks the AK's certification of a node key over
+// nonce outside a join, against the AK's bare TPMT_PUBLIC as stored at the
+// join, and returns the certified key: a renewal's next key, whose nonce is
+// SHA-256(csr_der) (Rust's verify_key_certification, same codes in the same
+// order: tpm-malformed, certify-signature, certify-nonce, certify-name,
+// node-key-attributes).
+func VerifyKeyCertification(akPublic, nonce []byte, k *CertifiedKey) (*ecdsa.PublicKey, error) {
+	ak, err := parsePublic(akPublic, "AK public")
+	if err != nil {
+		return nil, err
+	}
+	akKey := p256(ak)
+	if akKey == nil {
+		return nil, refuse(CodeTPMMalformed, "AK public: not an ECC P-256 key")
+	}
+	return verifyCertification(akKey, nonce, k)
+}
+
+func verifyCertification(ak *ecdsa.PublicKey, nonce []byte, k *CertifiedKey) (*ecdsa.PublicKey, error) {
 	public, err := parsePublic(k.Public, "node key public")
 	if err != nil {
 		return nil, err
 	}
-	if !verifySignature(e.AK, k.Certify.Attest, k.Certify.Signature) {
+	if !verifySignature(ak, k.Certify.Attest, k.Certify.Signature) {
 		return nil, refuse(CodeCertifySignature, "the node key's certification is not signed by the AK")
 	}
 	att, err := parseAttest(k.Certify.Attest, tpm2.TPMSTAttestCertify, "certification")
