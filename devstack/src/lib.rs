@@ -8,6 +8,7 @@
 //! protocol in practice". Every cryptographic object comes from `pki`.
 
 mod adoption;
+pub mod client;
 mod clock;
 mod commands;
 pub mod config;

@@ -98,3 +98,33 @@ async fn join_refuses_a_serving_certificate_that_does_not_match_the_pin() {
     assert!(tokens.iter().all(|t| t.uses == 0), "the token was never presented: {tokens:?}");
     env.report();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sealed_token_replayed_with_another_csr_is_refused() {
+    let Some(env) = Env::start("a_sealed_token_replayed_with_another_csr_is_refused").await else { return };
+    let pool = env.must_create_pool("any", None).await;
+    let token = env.must_mint_token(&pool, 1).await;
+    // What an eavesdropper saw: a token sealed for one CSR...
+    let seen_csr = pki::x509::csr(&pki::keys::random_p256(), "bcd").unwrap();
+    let seen_pin = pki::x509::parse_csr(&seen_csr).unwrap().pin;
+    let sealed = devstack::client::seal(&env.stack, &token, &seen_pin);
+    // ...replayed with its own CSR.
+    let own_csr = pki::x509::csr(&pki::keys::random_p256(), "bcd").unwrap();
+    let channel = devstack::client::channel(&env.stack, None).await.unwrap();
+    let mut join = proto::join_client::JoinClient::new(channel);
+    let request = |csr: Vec<u8>| proto::JoinRequest {
+        method: Some(proto::join_request::Method::Token(proto::TokenJoin {
+            sealed_token: sealed.clone(),
+            csr_der: csr,
+        })),
+        claims: None,
+    };
+    let refused = join.join(request(own_csr)).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+    assert!(refused.message().starts_with("token-csr-mismatch:"), "{refused:?}");
+    let tokens = env.stack.join_tokens(&pool).await.unwrap();
+    assert_eq!(tokens[0].uses, 0, "a refused replay does not use the token");
+    // The same sealed token with the CSR it was sealed for is accepted.
+    join.join(request(seen_csr)).await.expect("the original join succeeds");
+    env.report();
+}

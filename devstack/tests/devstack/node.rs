@@ -7,87 +7,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use devstack::DevStack;
-use hyper_util::rt::TokioIo;
 use prost::Message as _;
 use proto::gateway_frame::Frame as Out;
 use proto::node_frame::Frame as In;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::{Channel, Endpoint};
 use tonic::{Status, Streaming};
 
 /// How long a test waits for anything.
 pub const WAIT: Duration = Duration::from_secs(10);
 
-/// A client certificate chain and its key.
-#[derive(Clone)]
-pub struct ClientCert {
-    pub chain: Vec<Vec<u8>>,
-    pub key: p256::SecretKey,
-}
-
-/// The rustls client configuration of a node: the serving CA as the only
-/// root, TLS 1.3, the given ALPN list and optional client certificate.
-pub fn client_config(stack: &DevStack, cert: Option<&ClientCert>, alpn: &[&[u8]]) -> Arc<rustls::ClientConfig> {
-    use p256::pkcs8::EncodePrivateKey as _;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(CertificateDer::from(stack.serving_ca_der().to_vec())).unwrap();
-    let builder = rustls::ClientConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .unwrap()
-        .with_root_certificates(roots);
-    let mut config = match cert {
-        Some(c) => {
-            let chain = c.chain.iter().map(|d| CertificateDer::from(d.clone())).collect();
-            let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(c.key.to_pkcs8_der().unwrap().as_bytes().to_vec()));
-            builder.with_client_auth_cert(chain, key).unwrap()
-        }
-        None => builder.with_no_client_auth(),
-    };
-    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-    Arc::new(config)
-}
-
-/// A TLS connection to the gateway.
-pub async fn dial(
-    stack: &DevStack,
-    cert: Option<&ClientCert>,
-    alpn: &[&[u8]],
-) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
-    let connector = tokio_rustls::TlsConnector::from(client_config(stack, cert, alpn));
-    let tcp = TcpStream::connect(stack.gateway_addr()).await?;
-    connector.connect(ServerName::try_from(devstack::SERVER_NAME).unwrap(), tcp).await
-}
-
-/// A gRPC channel to the gateway over our own TLS (ALPN h2).
-pub async fn channel(stack: &DevStack, cert: Option<ClientCert>) -> Result<Channel, tonic::transport::Error> {
-    let addr = stack.gateway_addr();
-    let config = client_config(stack, cert.as_ref(), &[b"h2"]);
-    let connector = tower::service_fn(move |_uri: http::Uri| {
-        let config = config.clone();
-        async move {
-            let tcp = TcpStream::connect(addr).await?;
-            let tls = tokio_rustls::TlsConnector::from(config)
-                .connect(ServerName::try_from(devstack::SERVER_NAME).unwrap(), tcp)
-                .await?;
-            Ok::<_, std::io::Error>(TokioIo::new(tls))
-        }
-    });
-    Endpoint::from_static("http://gw.dev.local").connect_with_connector(connector).await
-}
-
-/// A sealed token for a CSR.
-pub fn seal(stack: &DevStack, token: &str, csr_pin: &str) -> String {
-    let iat = devstack_now_ms() / 1000;
-    pki::join::seal_token(&stack.join_encryption_key(), token, csr_pin, iat, &pki::jwe::SealRandomness::from_os())
-}
-
-pub fn devstack_now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
-}
+pub use devstack::client::{ClientCert, channel, client_config, dial, now_ms as devstack_now_ms, seal};
 
 /// A fresh node key and its CSR.
 pub fn key_and_csr() -> (p256::SecretKey, Vec<u8>, String) {
