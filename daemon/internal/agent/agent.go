@@ -3,7 +3,10 @@
 // journal, and wires the session to the dispatcher (commands, cancel), the
 // converger (desired state) and the status socket. It ends on its
 // context (exit 0), after a self-terminating command (exit 0: the
-// supervisor starts it again) or on revocation (exit 3).
+// supervisor starts it again) or on revocation (exit 3). With an Updater
+// it runs daemon.upgrade, execs the new binary (Options.Exec), and at start
+// confirms a pending upgrade on the first Welcome or rolls it back at its
+// deadline (ARCHITECTURE.md, "Self-update").
 package agent
 
 import (
@@ -25,6 +28,7 @@ import (
 	"bcd/internal/proto/agentv1"
 	"bcd/internal/session"
 	"bcd/internal/status"
+	selfupdate "bcd/internal/update"
 )
 
 // JournalFile is the journal's file in the data dir.
@@ -56,7 +60,18 @@ type Options struct {
 	NoStatusSocket bool
 	// Log receives the agent's lines.
 	Log *slog.Logger
+	// Updater runs daemon.upgrade and resumes a pending upgrade at start
+	// (nil: no [update], daemon.upgrade is UNSUPPORTED).
+	Updater *selfupdate.Updater
+	// Exec replaces the process with the binary at path, after the agent
+	// has closed everything (bcd node: syscall.Exec with the same arguments).
+	Exec func(path string) error
+	// NeverConnect makes every dial fail (the never-connecting fakehw build).
+	NeverConnect bool
 }
+
+// ErrNeverConnects is every dial's error in the never-connecting build.
+var ErrNeverConnects = errors.New("this build never connects (fakehw, -X main.neverConnect=true)")
 
 // Agent is one running node.
 type Agent struct {
@@ -69,6 +84,8 @@ type Agent struct {
 	converger  *converge.Converger
 	session    *session.Session
 	reboot     chan string
+	exec       chan string
+	watch      *selfupdate.Watch
 	closeOnce  sync.Once
 }
 
@@ -97,7 +114,7 @@ func New(opts Options) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{opts: opts, log: log, id: id, journal: j, reboot: make(chan string, 1)}
+	a := &Agent{opts: opts, log: log, id: id, journal: j, reboot: make(chan string, 1), exec: make(chan string, 1)}
 	if _, err := j.Sweep(); err != nil {
 		log.Warn("journal.sweep_failed", "err", err)
 	}
@@ -130,6 +147,7 @@ func New(opts Options) (*Agent, error) {
 		Notify:       a.session.Notify,
 		SendControl:  a.session.SendControl,
 		StatusReport: a.statusReport,
+		Upgrade:      a.upgradeHook(),
 		Reboot: func(id string) {
 			select {
 			case a.reboot <- id:
@@ -148,6 +166,9 @@ func (a *Agent) NodeID() string { return a.id.NodeID }
 func (a *Agent) Close() { a.closeOnce.Do(func() { a.journal.Close() }) }
 
 func (a *Agent) dial(ctx context.Context) (session.Stream, func(), error) {
+	if a.opts.NeverConnect {
+		return nil, nil, ErrNeverConnects
+	}
 	conn, err := identity.Dial(a.opts.Config, identity.DialOptions{Identity: a.id, AllowH2C: a.opts.AllowH2C})
 	if err != nil {
 		return nil, nil, err
@@ -183,6 +204,9 @@ func (a *Agent) Run(ctx context.Context) (int, error) {
 			}
 		}
 	}()
+	if err := a.resumeUpgrade(ctx); err != nil {
+		return ExitError, err
+	}
 	a.log.Info("node.starting", "node_id", a.id.NodeID, "boot_id", a.opts.Machine.BootID(), "journal_id", a.journal.ID(),
 		"version", a.opts.Version, "gateway", a.opts.Config.GatewayURL, "command_roots", len(a.trust.Roots()))
 	done := make(chan error, 1)
@@ -195,6 +219,12 @@ func (a *Agent) Run(ctx context.Context) (int, error) {
 			code, err = ExitRevoked, nil
 			a.log.Warn("node.revoked", "node_id", a.id.NodeID)
 		}
+	case path := <-a.exec:
+		cancel()
+		<-done
+		a.dispatcher.Stop()
+		a.Close()
+		return a.execute(path)
 	case id := <-a.reboot:
 		a.log.Info("node.rebooting", "command_id", id)
 		if rerr := a.opts.Machine.Reboot(); rerr != nil {
@@ -222,6 +252,7 @@ func (a *Agent) Hello() *agentv1.Hello {
 // Welcomed takes the lane credits and appends the status report.
 func (a *Agent) Welcomed(w *agentv1.Welcome) {
 	a.dispatcher.SetCredits(w.GetLaneCredits())
+	a.confirmUpgrade()
 	if _, err := a.statusReport(); err != nil {
 		a.log.Error("status.report_failed", "err", err)
 	}

@@ -41,8 +41,12 @@ const (
 	ReasonCancelled       = "cancelled"
 )
 
+// UpgradeKind is self-update (ARCHITECTURE.md, "Self-update"): run by
+// Config.Upgrade, and refused UNSUPPORTED when there is none.
+const UpgradeKind = "daemon.upgrade"
+
 // SelfTerminating lists the kinds whose execution ends the process.
-var SelfTerminating = []string{"node.reboot", "daemon.upgrade"}
+var SelfTerminating = []string{"node.reboot", UpgradeKind}
 
 // unbatchedKey keeps the times of destructive commands run outside a batch.
 const unbatchedKey = "unbatched_ms"
@@ -88,6 +92,12 @@ type Config struct {
 	// Reboot is called once a self-terminating command is journaled
 	// running: it reboots the machine and ends the process.
 	Reboot func(commandID string)
+	// Upgrade runs a daemon.upgrade once it is journaled running: either
+	// it returns the command's output or refusal, or terminate is true and
+	// the process is about to execute the new binary (the command stays
+	// running until the new binary's Welcome, see Settle). Nil: bcd has no
+	// [update] and the kind is UNSUPPORTED.
+	Upgrade func(ctx context.Context, commandID string, params []byte) (output []byte, terminate bool, err error)
 	// Now is the local clock (tests).
 	Now func() time.Time
 	// Log receives dispatch.* lines.
@@ -289,7 +299,7 @@ func (d *Dispatcher) decide(cmd *agentv1.Command, env *pki.Envelope, delivery *a
 		d.refuse(cmd, agentv1.CommandState_UNSUPPORTED, fmt.Sprintf("%s: command for node %q", pki.CodeCommandWrongNode, cmd.GetNodeId()), true)
 		return
 	}
-	if !slices.Contains(d.cfg.Machine.Kinds(), cmd.GetKind()) {
+	if !slices.Contains(d.cfg.Machine.Kinds(), cmd.GetKind()) && (cmd.GetKind() != UpgradeKind || d.cfg.Upgrade == nil) {
 		d.refuse(cmd, agentv1.CommandState_UNSUPPORTED, fmt.Sprintf("kind-unsupported: %q", cmd.GetKind()), true)
 		return
 	}
@@ -478,15 +488,22 @@ func (d *Dispatcher) run(ctx context.Context, rec *journal.CommandRecord, cmd *a
 			timer.Stop()
 		}
 	}
-	if ctx.Err() == nil && rec.SelfTerminating {
+	var output []byte
+	switch {
+	case ctx.Err() != nil:
+	case rec.Kind == UpgradeKind && d.cfg.Upgrade != nil:
+		var terminate bool
+		if output, terminate, err = d.cfg.Upgrade(ctx, rec.ID, cmd.GetParams()); terminate {
+			d.log.Info("dispatch.self_terminating", "command_id", rec.ID, "kind", rec.Kind)
+			return
+		}
+	case rec.SelfTerminating:
 		d.log.Info("dispatch.self_terminating", "command_id", rec.ID, "kind", rec.Kind)
 		if d.cfg.Reboot != nil {
 			d.cfg.Reboot(rec.ID)
 		}
 		return
-	}
-	var output []byte
-	if ctx.Err() == nil {
+	default:
 		output, err = d.execute(ctx, rec.Kind)
 	}
 	switch cause := context.Cause(ctx); {
@@ -539,6 +556,27 @@ func (d *Dispatcher) execute(ctx context.Context, kind string) ([]byte, error) {
 		return d.cfg.Machine.CollectLogs(ctx)
 	}
 	return nil, fmt.Errorf("kind-unsupported: %q", kind)
+}
+
+// Settle ends a journaled command that is not done with a node-signed
+// result: a daemon.upgrade confirmed by the new binary's first Welcome, or
+// failed after its rollback. A done command is left alone.
+func (d *Dispatcher) Settle(id, kind string, state agentv1.CommandState, reason string, output []byte) error {
+	rec, err := d.cfg.Journal.Command(id)
+	if err != nil {
+		return err
+	}
+	if rec == nil {
+		rec = &journal.CommandRecord{ID: id, Kind: kind, AcceptedAtMs: d.cfg.Now().UnixMilli()}
+	}
+	if rec.State == journal.Done {
+		return nil
+	}
+	if err := d.finish(rec, state, reason, output, true); err != nil {
+		return err
+	}
+	d.log.Info("dispatch.done", "command_id", id, "kind", rec.Kind, "state", state.String(), "reason", reason)
+	return nil
 }
 
 // Cancel ends a running command FAILED "cancelled" (self-terminating ones

@@ -1,0 +1,116 @@
+// Self-update in the agent: daemon.upgrade hands the new binary to Run,
+// which closes everything and execs it; a starting agent reports a
+// rolled-back upgrade FAILED, or confirms its own upgrade on the first
+// Welcome and rolls it back when the Welcome does not come in time.
+
+package agent
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"bcd/internal/dispatch"
+	"bcd/internal/proto/agentv1"
+	selfupdate "bcd/internal/update"
+)
+
+// upgradeHook is the dispatcher's daemon.upgrade (nil without an Updater).
+func (a *Agent) upgradeHook() func(context.Context, string, []byte) ([]byte, bool, error) {
+	if a.opts.Updater == nil {
+		return nil
+	}
+	return a.upgrade
+}
+
+// upgrade runs daemon.upgrade; after a swap it hands the entrypoint to Run.
+func (a *Agent) upgrade(ctx context.Context, commandID string, params []byte) ([]byte, bool, error) {
+	out, err := a.opts.Updater.Upgrade(ctx, commandID, params)
+	if err != nil {
+		return nil, false, err
+	}
+	if out.Exec == "" {
+		return out.Output, false, nil
+	}
+	select {
+	case a.exec <- out.Exec:
+	default:
+	}
+	return nil, true, nil
+}
+
+// resumeUpgrade reads upgrade.json before the session starts.
+func (a *Agent) resumeUpgrade(ctx context.Context) error {
+	if a.opts.Updater == nil {
+		return nil
+	}
+	res, err := a.opts.Updater.Resume()
+	if err != nil {
+		return fmt.Errorf("resuming the pending upgrade: %w", err)
+	}
+	if r := res.Failed; r != nil {
+		a.log.Warn("update.failed", "command_id", r.CommandID, "version", r.Version, "reason", res.Reason)
+		return a.dispatcher.Settle(r.CommandID, dispatch.UpgradeKind, agentv1.CommandState_FAILED, res.Reason, nil)
+	}
+	if res.Await == nil {
+		return nil
+	}
+	a.watch = res.Await
+	go func() {
+		timer := time.NewTimer(time.Until(a.watch.Deadline()))
+		defer timer.Stop()
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		path, err := a.watch.Expire()
+		if err != nil {
+			a.log.Error("update.rollback_failed", "err", err)
+			return
+		}
+		if path != "" {
+			select {
+			case a.exec <- path:
+			default:
+			}
+		}
+	}()
+	return nil
+}
+
+// confirmUpgrade confirms this version's pending upgrade on a Welcome.
+func (a *Agent) confirmUpgrade() {
+	if a.watch == nil {
+		return
+	}
+	output, err := a.watch.Welcomed()
+	if err != nil {
+		a.log.Error("update.confirm_failed", "err", err)
+		return
+	}
+	if output == nil {
+		return
+	}
+	r := a.watch.Record()
+	if err := a.dispatcher.Settle(r.CommandID, dispatch.UpgradeKind, agentv1.CommandState_SUCCEEDED, "", output); err != nil {
+		a.log.Error("update.report_failed", "command_id", r.CommandID, "err", err)
+	}
+}
+
+// execute replaces the process with path once everything is closed; when
+// that fails the entrypoint names the previous slot again, and the
+// supervisor's restart reports the upgrade FAILED.
+func (a *Agent) execute(path string) (int, error) {
+	a.log.Info("node.exec", "path", path)
+	err := fmt.Errorf("no exec in this process")
+	if a.opts.Exec != nil {
+		if err = a.opts.Exec(path); err == nil {
+			return ExitOK, nil // only a test's Exec returns
+		}
+	}
+	if _, rerr := a.opts.Updater.Store.Rollback(); rerr != nil && selfupdate.CodeOf(rerr) != selfupdate.CodeNotPending {
+		a.log.Error("update.rollback_failed", "err", rerr)
+	}
+	return ExitError, fmt.Errorf("exec %s: %w", path, err)
+}
