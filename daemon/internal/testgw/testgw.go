@@ -13,10 +13,12 @@ import (
 	"crypto/ecdsa"
 	"crypto/ed25519"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -143,6 +145,9 @@ type Options struct {
 	Keys *Keys
 	// TokenUses is how often each token may be used (default 1).
 	TokenUses int
+	// TPM makes the JoinService a TPM attestor too (tpm.go); nil refuses
+	// TPM joins (method-unsupported).
+	TPM *TPMOptions
 }
 
 // Gateway is a running test gateway.
@@ -164,6 +169,10 @@ type Gateway struct {
 	joins   int
 	// signWith, when set, signs JoinResponses instead of the join-signing key.
 	signWith ed25519.PrivateKey
+	// tpm is the TPM attestor's state (tpm.go).
+	tpm tpmState
+	// renewals counts the certificates Renew issued.
+	renewals int
 
 	server *grpc.Server
 }
@@ -280,9 +289,15 @@ func (g *Gateway) Join(ctx context.Context, req *agentv1.JoinRequest) (*agentv1.
 	g.mu.Lock()
 	g.joins++
 	g.mu.Unlock()
+	switch {
+	case req.GetTpmRound1() != nil:
+		return g.tpmRound1(req.GetTpmRound1())
+	case req.GetTpmRound2() != nil:
+		return g.tpmRound2(req.GetTpmRound2())
+	}
 	tj := req.GetToken()
 	if tj == nil {
-		return nil, refuse(codes.InvalidArgument, "join-method", "only token joins")
+		return nil, refuse(codes.InvalidArgument, "join-method", "no join method")
 	}
 	csr, err := pki.ParseCSR(tj.GetCsrDer())
 	if err != nil {
@@ -298,7 +313,7 @@ func (g *Gateway) Join(ctx context.Context, req *agentv1.JoinRequest) (*agentv1.
 		g.tokens[payload.Token] = uses - 1
 		g.nodes++
 	}
-	n, signer := g.nodes, g.signWith
+	n := g.nodes
 	g.mu.Unlock()
 	if !ok {
 		return nil, refuse(codes.PermissionDenied, "token-unknown", "no such token")
@@ -306,8 +321,20 @@ func (g *Gateway) Join(ctx context.Context, req *agentv1.JoinRequest) (*agentv1.
 	if uses == 0 {
 		return nil, refuse(codes.PermissionDenied, "token-exhausted", "the token has no uses left")
 	}
-	nodeID := fmt.Sprintf("node_%d", n)
-	leaf, err := g.issue(nodeID, csr.PublicKey)
+	env, err := g.respond(fmt.Sprintf("node_%d", n), csr, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &agentv1.JoinReply{Reply: &agentv1.JoinReply_Response{Response: env}}, nil
+}
+
+// respond issues a certificate for the CSR's key (naming the AK when akName
+// is given) and signs the JoinResponse that carries it.
+func (g *Gateway) respond(nodeID string, csr *pki.CSR, akName []byte) (*agentv1.Envelope, error) {
+	g.mu.Lock()
+	signer := g.signWith
+	g.mu.Unlock()
+	leaf, err := g.issue(nodeID, csr.PublicKey, akName)
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
@@ -331,7 +358,7 @@ func (g *Gateway) Join(ctx context.Context, req *agentv1.JoinRequest) (*agentv1.
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
-	return &agentv1.JoinReply{Reply: &agentv1.JoinReply_Response{Response: env.Proto()}}, nil
+	return env.Proto(), nil
 }
 
 // Bundle is a trust bundle of sequence seq over the test keys: the command
@@ -369,7 +396,9 @@ func (g *Gateway) trust() *agentv1.JoinTrust {
 	}
 }
 
-func (g *Gateway) issue(nodeID string, key *ecdsa.PublicKey) ([]byte, error) {
+// issue makes a node certificate; akName adds urn:bc:tpm-ak:<hex SHA-256
+// of the AK name> (a TPM node).
+func (g *Gateway) issue(nodeID string, key *ecdsa.PublicKey, akName []byte) ([]byte, error) {
 	ca, err := x509.ParseCertificate(g.Keys.NodeCACert)
 	if err != nil {
 		return nil, err
@@ -385,6 +414,10 @@ func (g *Gateway) issue(nodeID string, key *ecdsa.PublicKey) ([]byte, error) {
 		URIs:         []*url.URL{spiffe},
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	if akName != nil {
+		digest := sha256.Sum256(akName)
+		tmpl.URIs = append(tmpl.URIs, &url.URL{Scheme: "urn", Opaque: "bc:tpm-ak:" + hex.EncodeToString(digest[:])})
 	}
 	return x509.CreateCertificate(rand.Reader, tmpl, ca, key, g.Keys.NodeCA)
 }
@@ -408,15 +441,16 @@ func (s *Session) Send(f *agentv1.GatewayFrame) error { return s.stream.Send(f) 
 // End ends the stream with err (nil: a clean end).
 func (s *Session) End(err error) { s.once.Do(func() { s.end <- err }) }
 
-// Session authenticates the client certificate and hands the stream over.
-func (g *Gateway) Session(stream agentv1.Gateway_SessionServer) error {
-	p, ok := peer.FromContext(stream.Context())
+// authenticate returns the node id (CN) and key of the caller's client
+// certificate, refusing none and a revoked node.
+func (g *Gateway) authenticate(ctx context.Context) (string, *pki.PublicKey, error) {
+	p, ok := peer.FromContext(ctx)
 	if !ok {
-		return refuse(codes.Unauthenticated, "cert-unknown", "no peer")
+		return "", nil, refuse(codes.Unauthenticated, "cert-unknown", "no peer")
 	}
 	info, ok := p.AuthInfo.(credentials.TLSInfo)
 	if !ok || len(info.State.PeerCertificates) == 0 {
-		return refuse(codes.Unauthenticated, "cert-unknown", "no client certificate")
+		return "", nil, refuse(codes.Unauthenticated, "cert-unknown", "no client certificate")
 	}
 	leaf := info.State.PeerCertificates[0]
 	nodeID := leaf.Subject.CommonName
@@ -424,11 +458,20 @@ func (g *Gateway) Session(stream agentv1.Gateway_SessionServer) error {
 	revoked := g.revoked[nodeID]
 	g.mu.Unlock()
 	if revoked {
-		return refuse(codes.PermissionDenied, "cert-revoked", "node %s was revoked", nodeID)
+		return "", nil, refuse(codes.PermissionDenied, "cert-revoked", "node %s was revoked", nodeID)
 	}
 	key, err := pki.NewPublicKey(leaf.PublicKey)
 	if err != nil {
-		return refuse(codes.Unauthenticated, "cert-unknown", "%v", err)
+		return "", nil, refuse(codes.Unauthenticated, "cert-unknown", "%v", err)
+	}
+	return nodeID, key, nil
+}
+
+// Session authenticates the client certificate and hands the stream over.
+func (g *Gateway) Session(stream agentv1.Gateway_SessionServer) error {
+	nodeID, key, err := g.authenticate(stream.Context())
+	if err != nil {
+		return err
 	}
 	s := &Session{NodeID: nodeID, NodeKey: key, Frames: make(chan *agentv1.NodeFrame, 256), stream: stream, end: make(chan error, 1)}
 	go func() {
