@@ -1,24 +1,28 @@
 // Package identity is the node's identity on disk (ARCHITECTURE.md, "Join"):
-// node.key (PKCS#8 PEM, 0600), node.crt (the PEM chain, leaf first) and
-// join-response.json (the signed JoinResponse, re-verified at every start)
-// in a data dir of mode 0700, and the trust it carries: command roots and
-// the initial trust bundle.
+// node.key (a PKCS#8 PEM key, or a reference to a key in the TPM; 0600),
+// node.crt (the PEM chain, leaf first) and join-response.json (the latest
+// signed JoinResponse, re-verified at every start) in a data dir of mode
+// 0700, the trust it carries (command roots and the initial trust bundle),
+// and its renewal (renewal.go).
 package identity
 
 import (
-	"crypto/ecdsa"
-	"crypto/x509"
+	"crypto"
 	"encoding/base64"
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"time"
 
 	"bcd/internal/config"
 	"bcd/internal/pki"
 	"bcd/internal/proto/agentv1"
+	"bcd/internal/tpm"
 )
 
 // The files of an identity, in the data dir.
@@ -39,16 +43,57 @@ var ErrJoinSigningKey = errors.New("join-signing-key-unknown")
 type Identity struct {
 	// NodeID is the certificate's CN.
 	NodeID string
-	// Key is the node key.
-	Key *ecdsa.PrivateKey
-	// Chain is the certificate chain (DER, leaf first).
-	Chain [][]byte
-	// Response is the verified JoinResponse.
+	// Key signs with the current node key (in software or in the TPM); it
+	// follows renewals.
+	Key crypto.Signer
+	// Response is the verified JoinResponse read at load.
 	Response *agentv1.JoinResponse
 	// Roots are the command roots (none without signed intent).
 	Roots []*pki.PublicKey
 	// TrustBundle is the trust bundle the JoinResponse carried (nil without).
 	TrustBundle *agentv1.TrustBundle
+
+	dataDir string
+	// tpm holds a TPM identity's keys (nil for a software key).
+	tpm *tpm.TPM
+
+	mu     sync.RWMutex
+	stored *storedKey
+	signer crypto.Signer
+	chain  [][]byte
+}
+
+// Options say how to open an identity.
+type Options struct {
+	// TPM opens the TPM, called only when node.key refers to a TPM key.
+	TPM func() (*tpm.TPM, error)
+}
+
+// Chain is the current certificate chain (DER, leaf first).
+func (id *Identity) Chain() [][]byte {
+	id.mu.RLock()
+	defer id.mu.RUnlock()
+	return id.chain
+}
+
+// InTPM reports whether the node key lives in the TPM.
+func (id *Identity) InTPM() bool { return id.tpm != nil }
+
+// currentKey is Identity.Key: it signs with whatever key is current.
+type currentKey struct{ id *Identity }
+
+func (k currentKey) current() crypto.Signer {
+	k.id.mu.RLock()
+	defer k.id.mu.RUnlock()
+	return k.id.signer
+}
+
+// Public implements crypto.Signer.
+func (k currentKey) Public() crypto.PublicKey { return k.current().Public() }
+
+// Sign implements crypto.Signer.
+func (k currentKey) Sign(rand io.Reader, digest []byte, opts crypto.SignerOpts) ([]byte, error) {
+	return k.current().Sign(rand, digest, opts)
 }
 
 // JoinSigningKey returns the configured join-signing key, checked against
@@ -110,31 +155,57 @@ func Trust(r *agentv1.JoinResponse) ([]*pki.PublicKey, *agentv1.TrustBundle, err
 	return roots, bundle, nil
 }
 
-// Save writes an identity into dataDir (created 0700): the key, the chain
-// and the signed response, each written atomically.
-func Save(dataDir string, key *ecdsa.PrivateKey, chain [][]byte, response *pki.Envelope) error {
+// CheckChain checks that a JoinResponse's chain is the leaf and the node
+// CA, that the leaf is for the CSR's key (csrPin), was issued by that CA
+// for client use, is valid at now and names the response's node id.
+func CheckChain(r *agentv1.JoinResponse, csrPin string, now time.Time) error {
+	chain := r.GetCertificateChain()
+	if len(chain) < 2 {
+		return fmt.Errorf("the chain has %d certificate(s), expected the leaf and the node CA", len(chain))
+	}
+	info, err := pki.VerifyIssued(chain[0], chain[1], pki.VerifyOptions{Usage: pki.UsageClient, At: now})
+	if err != nil {
+		return err
+	}
+	if info.Pin != csrPin {
+		return errors.New("the certificate is not for the CSR's key")
+	}
+	if info.CommonName != r.GetNodeId() {
+		return fmt.Errorf("the certificate names %q, the response %q", info.CommonName, r.GetNodeId())
+	}
+	return nil
+}
+
+// Save writes an identity into dataDir (created 0700): node.key (the
+// software key, or the record of a *tpm.NodeKey certified by the AK at
+// tpm.AKHandle), the chain and the signed response, each written
+// atomically.
+func Save(dataDir string, key crypto.Signer, chain [][]byte, response *pki.Envelope) error {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return err
 	}
 	if err := os.Chmod(dataDir, 0o700); err != nil {
 		return err
 	}
-	der, err := x509.MarshalPKCS8PrivateKey(key)
+	keyFile, err := encodeKey(key, tpm.AKHandle)
 	if err != nil {
 		return err
 	}
-	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
-	if err := config.WriteFileAtomic(filepath.Join(dataDir, KeyFile), keyPEM, 0o600); err != nil {
+	if err := config.WriteFileAtomic(filepath.Join(dataDir, KeyFile), keyFile, 0o600); err != nil {
 		return err
 	}
+	if err := config.WriteFileAtomic(filepath.Join(dataDir, CertFile), encodeChain(chain), 0o644); err != nil {
+		return err
+	}
+	return config.WriteFileAtomic(filepath.Join(dataDir, ResponseFile), append(response.JSON(), '\n'), 0o644)
+}
+
+func encodeChain(chain [][]byte) []byte {
 	var certs []byte
 	for _, c := range chain {
 		certs = append(certs, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c})...)
 	}
-	if err := config.WriteFileAtomic(filepath.Join(dataDir, CertFile), certs, 0o644); err != nil {
-		return err
-	}
-	return config.WriteFileAtomic(filepath.Join(dataDir, ResponseFile), append(response.JSON(), '\n'), 0o644)
+	return certs
 }
 
 // Exists reports whether dataDir holds an identity.
@@ -147,29 +218,81 @@ func Exists(dataDir string) bool {
 	return true
 }
 
-// Load reads the identity in dataDir and re-verifies its JoinResponse
-// against joinSigning and the node key's pin.
+// Load reads a software identity in dataDir (see Open).
 func Load(dataDir string, joinSigning *pki.PublicKey) (*Identity, error) {
+	return Open(dataDir, joinSigning, Options{})
+}
+
+// Open reads the identity in dataDir, first finishing or undoing an
+// interrupted renewal, and re-verifies its JoinResponse against
+// joinSigning and the node key's pin. A TPM node key is opened through
+// opts.TPM and checked to be the key node.key records.
+func Open(dataDir string, joinSigning *pki.PublicKey, opts Options) (*Identity, error) {
+	if err := recoverRenewal(dataDir); err != nil {
+		return nil, err
+	}
 	if !Exists(dataDir) {
 		return nil, ErrNotJoined
 	}
-	keyPEM, err := os.ReadFile(filepath.Join(dataDir, KeyFile))
+	keyFile, err := os.ReadFile(filepath.Join(dataDir, KeyFile))
 	if err != nil {
 		return nil, err
 	}
-	block, _ := pem.Decode(keyPEM)
-	if block == nil || block.Type != "PRIVATE KEY" {
-		return nil, fmt.Errorf("%s: not a PKCS#8 PEM key", KeyFile)
-	}
-	parsed, err := x509.ParsePKCS8PrivateKey(block.Bytes)
+	stored, err := parseKey(keyFile)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", KeyFile, err)
 	}
-	key, ok := parsed.(*ecdsa.PrivateKey)
-	if !ok {
-		return nil, fmt.Errorf("%s: not an ECDSA key", KeyFile)
+	pin, err := stored.pin()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", KeyFile, err)
 	}
-	certPEM, err := os.ReadFile(filepath.Join(dataDir, CertFile))
+	chain, err := readChain(filepath.Join(dataDir, CertFile))
+	if err != nil {
+		return nil, err
+	}
+	envJSON, err := os.ReadFile(filepath.Join(dataDir, ResponseFile))
+	if err != nil {
+		return nil, err
+	}
+	env, err := pki.ParseEnvelopeJSON([]byte(strings.TrimSpace(string(envJSON))))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", ResponseFile, err)
+	}
+	response, err := pki.VerifyJoinResponse(env, joinSigning, pin)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", ResponseFile, err)
+	}
+	roots, bundle, err := Trust(response)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", ResponseFile, err)
+	}
+	leaf, err := pki.DescribeCertificate(chain[0])
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", CertFile, err)
+	}
+	if leaf.Pin != pin {
+		return nil, fmt.Errorf("%s: the certificate is not for %s", CertFile, KeyFile)
+	}
+	id := &Identity{NodeID: response.GetNodeId(), Response: response, Roots: roots, TrustBundle: bundle,
+		dataDir: dataDir, stored: stored, chain: chain}
+	if stored.software == nil {
+		if opts.TPM == nil {
+			return nil, fmt.Errorf("%s: %w", KeyFile, ErrNoTPM)
+		}
+		if id.tpm, err = opts.TPM(); err != nil {
+			return nil, fmt.Errorf("%s: opening the TPM: %w", KeyFile, err)
+		}
+	}
+	if id.signer, err = stored.signer(id.tpm); err != nil {
+		return nil, fmt.Errorf("%s: %w", KeyFile, err)
+	}
+	id.Key = currentKey{id}
+	return id, nil
+}
+
+// readChain reads a PEM chain, leaf first.
+func readChain(path string) ([][]byte, error) {
+	certPEM, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
@@ -185,34 +308,7 @@ func Load(dataDir string, joinSigning *pki.PublicKey) (*Identity, error) {
 		}
 	}
 	if len(chain) == 0 {
-		return nil, fmt.Errorf("%s: no certificate", CertFile)
+		return nil, fmt.Errorf("%s: no certificate", filepath.Base(path))
 	}
-	envJSON, err := os.ReadFile(filepath.Join(dataDir, ResponseFile))
-	if err != nil {
-		return nil, err
-	}
-	env, err := pki.ParseEnvelopeJSON([]byte(strings.TrimSpace(string(envJSON))))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", ResponseFile, err)
-	}
-	pub, err := pki.NewPublicKey(&key.PublicKey)
-	if err != nil {
-		return nil, err
-	}
-	response, err := pki.VerifyJoinResponse(env, joinSigning, pub.Pin())
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", ResponseFile, err)
-	}
-	roots, bundle, err := Trust(response)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", ResponseFile, err)
-	}
-	leaf, err := pki.DescribeCertificate(chain[0])
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", CertFile, err)
-	}
-	if leaf.Pin != pub.Pin() {
-		return nil, fmt.Errorf("%s: the certificate is not for %s", CertFile, KeyFile)
-	}
-	return &Identity{NodeID: response.GetNodeId(), Key: key, Chain: chain, Response: response, Roots: roots, TrustBundle: bundle}, nil
+	return chain, nil
 }

@@ -61,7 +61,10 @@ func ClientTLS(pin, serverName string, certificate func() (*tls.Certificate, err
 	return cfg
 }
 
-// Certificate is the identity as a TLS client certificate.
+// Certificate is the identity as a TLS client certificate: the current
+// chain and key, so a handshake after a renewal presents the new ones.
 func (id *Identity) Certificate() *tls.Certificate {
-	return &tls.Certificate{Certificate: id.Chain, PrivateKey: id.Key}
+	id.mu.RLock()
+	defer id.mu.RUnlock()
+	return &tls.Certificate{Certificate: id.chain, PrivateKey: id.signer}
 }

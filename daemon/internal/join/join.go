@@ -1,13 +1,16 @@
-// Package join is `bcd join` (ARCHITECTURE.md, "Join"): optionally the
-// well-known document (--server), then a fresh P-256 node key and its CSR,
-// the token sealed to the pinned join-encryption key and bound to the CSR,
-// one Join call over pinned TLS, the signed JoinResponse verified against
-// the pinned join-signing key and the CSR pin, and the identity written.
+// Package join is `bcd join` (ARCHITECTURE.md, "Join" and "TPM join"):
+// optionally the well-known document (--server), then either a fresh P-256
+// node key and its CSR with the token sealed to the pinned join-encryption
+// key and bound to the CSR, in one Join call, or the two TPM rounds
+// (tpm.go); over pinned TLS; the signed JoinResponse verified against the
+// pinned join-signing key and the CSR pin, and the identity written.
 // The token is a secret: it is never logged, printed or put in an error.
 package join
 
 import (
+	"cmp"
 	"context"
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -28,6 +31,7 @@ import (
 	"bcd/internal/machine"
 	"bcd/internal/pki"
 	"bcd/internal/proto/agentv1"
+	"bcd/internal/tpm"
 	jose "github.com/go-jose/go-jose/v4"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -50,6 +54,16 @@ var (
 	ErrResponse = errors.New("join response refused")
 	// ErrWellKnown means the well-known document could not be used.
 	ErrWellKnown = errors.New("well-known document")
+	// ErrAttestor means an attestor bcd does not know was asked for.
+	ErrAttestor = errors.New("unknown attestor (token or tpm)")
+)
+
+// The attestors of Options.Attestor.
+const (
+	// AttestorToken joins with a join token (the default).
+	AttestorToken = "token"
+	// AttestorTPM joins in two rounds with the TPM, without a token.
+	AttestorTPM = "tpm"
 )
 
 // WellKnownPath is where a control plane publishes its document.
@@ -83,6 +97,14 @@ type Options struct {
 	Log *slog.Logger
 	// HTTP fetches the document (default http.DefaultClient with a timeout).
 	HTTP *http.Client
+	// Attestor is AttestorToken ("" too) or AttestorTPM.
+	Attestor string
+	// TPM opens the TPM of a TPM join (the caller closes it).
+	TPM func() (*tpm.TPM, error)
+	// TPMOtherCSRKey signs round 2's CSR with a software key instead of the
+	// certified TPM node key, so that the attestor refuses it
+	// (node-key-not-csr). A fakehw knob (BCD_FAKEHW_TPM_CSR_KEY=other).
+	TPMOtherCSRKey bool
 }
 
 // Result is what a join produced.
@@ -134,14 +156,18 @@ func Join(ctx context.Context, opts Options) (*Result, error) {
 			return nil, err
 		}
 	}
-	if strings.TrimSpace(opts.Token) == "" {
-		return nil, ErrNoToken
+	tpmJoin := false
+	switch opts.Attestor {
+	case "", AttestorToken:
+		if strings.TrimSpace(opts.Token) == "" {
+			return nil, ErrNoToken
+		}
+	case AttestorTPM:
+		tpmJoin = true
+	default:
+		return nil, fmt.Errorf("%w: %q", ErrAttestor, opts.Attestor)
 	}
 	c, err := config.Load(opts.ConfigPath)
-	if err != nil {
-		return nil, err
-	}
-	encryption, err := readJWK(c.JWKPath(), c.JoinEncryptionPin)
 	if err != nil {
 		return nil, err
 	}
@@ -149,50 +175,32 @@ func Join(ctx context.Context, opts Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
-	csrDER, err := pki.CreateCSR(rand.Reader, key, "bcd")
-	if err != nil {
-		return nil, err
-	}
-	csr, err := pki.ParseCSR(csrDER)
-	if err != nil {
-		return nil, err
-	}
-	sealed, err := pki.SealJoinToken(encryption, strings.TrimSpace(opts.Token), csr.Pin, time.Now().Unix())
-	if err != nil {
-		return nil, fmt.Errorf("sealing the token: %w", err)
-	}
-	request := &agentv1.JoinRequest{
-		Method: &agentv1.JoinRequest_Token{Token: &agentv1.TokenJoin{SealedToken: sealed, CsrDer: csrDER}},
-		Claims: claims(opts),
-	}
-	log.Info("join.request", "gateway", c.GatewayURL, "csr_pin", csr.Pin)
-
 	conn, err := identity.Dial(c, identity.DialOptions{AllowH2C: opts.AllowH2C})
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Close()
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	reply, err := agentv1.NewJoinClient(conn).Join(cctx, request)
-	if err != nil {
-		return nil, refusal(err)
+	client := agentv1.NewJoinClient(conn)
+	var key crypto.Signer
+	var csrPin string
+	var envMsg *agentv1.Envelope
+	if tpmJoin {
+		key, csrPin, envMsg, err = joinTPM(ctx, client, c, opts, log)
+	} else {
+		key, csrPin, envMsg, err = joinToken(ctx, client, c, opts, log)
 	}
-	envMsg := reply.GetResponse()
+	if err != nil {
+		return nil, err
+	}
 	if envMsg == nil {
-		return nil, fmt.Errorf("%w: the reply carries no JoinResponse (a TPM challenge?)", ErrResponse)
+		return nil, fmt.Errorf("%w: the reply carries no JoinResponse", ErrResponse)
 	}
 	env := pki.EnvelopeFromProto(envMsg)
-	response, err := pki.VerifyJoinResponse(env, signing, csr.Pin)
+	response, err := pki.VerifyJoinResponse(env, signing, csrPin)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrResponse, err)
 	}
-	if err := checkChain(response, csr.Pin); err != nil {
+	if err := identity.CheckChain(response, csrPin, time.Now()); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrResponse, err)
 	}
 	if _, _, err := identity.Trust(response); err != nil {
@@ -205,8 +213,56 @@ func Join(ctx context.Context, opts Options) (*Result, error) {
 		return nil, fmt.Errorf("writing node_id into %s: %w", c.Path, err)
 	}
 	log.Info("join.joined", "node_id", response.GetNodeId(), "trust_domain", response.GetTrustDomain(),
-		"command_roots", len(response.GetTrust().GetCommandRoots()))
+		"command_roots", len(response.GetTrust().GetCommandRoots()), "attestor", cmp.Or(opts.Attestor, AttestorToken))
 	return &Result{NodeID: response.GetNodeId(), DataDir: c.DataDir}, nil
+}
+
+// joinToken is the token join's one round: a fresh software key, its CSR,
+// the sealed token bound to it.
+func joinToken(ctx context.Context, client agentv1.JoinClient, c *config.Config, opts Options, log *slog.Logger) (crypto.Signer, string, *agentv1.Envelope, error) {
+	encryption, err := readJWK(c.JWKPath(), c.JoinEncryptionPin)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	csrDER, err := pki.CreateCSR(rand.Reader, key, "bcd")
+	if err != nil {
+		return nil, "", nil, err
+	}
+	csr, err := pki.ParseCSR(csrDER)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	sealed, err := pki.SealJoinToken(encryption, strings.TrimSpace(opts.Token), csr.Pin, time.Now().Unix())
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("sealing the token: %w", err)
+	}
+	log.Info("join.request", "gateway", c.GatewayURL, "csr_pin", csr.Pin)
+	reply, err := call(ctx, client, &agentv1.JoinRequest{
+		Method: &agentv1.JoinRequest_Token{Token: &agentv1.TokenJoin{SealedToken: sealed, CsrDer: csrDER}},
+		Claims: claims(opts),
+	})
+	if err != nil {
+		return nil, "", nil, err
+	}
+	if reply.GetResponse() == nil {
+		return nil, "", nil, fmt.Errorf("%w: the reply carries no JoinResponse (a TPM challenge?)", ErrResponse)
+	}
+	return key, csr.Pin, reply.GetResponse(), nil
+}
+
+// call makes one Join call, its refusal turned into a one-line reason.
+func call(ctx context.Context, client agentv1.JoinClient, req *agentv1.JoinRequest) (*agentv1.JoinReply, error) {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	reply, err := client.Join(cctx, req)
+	if err != nil {
+		return nil, refusal(err)
+	}
+	return reply, nil
 }
 
 // refusal turns a gRPC error into a one-line reason: the status message is
@@ -221,26 +277,6 @@ func refusal(err error) error {
 		return fmt.Errorf("%w: %s", ErrUnreachable, msg)
 	}
 	return fmt.Errorf("%w: %s", ErrRefused, msg)
-}
-
-// checkChain checks that the chain's leaf is for the CSR's key and was
-// issued by the chain's CA for the node id.
-func checkChain(r *agentv1.JoinResponse, csrPin string) error {
-	chain := r.GetCertificateChain()
-	if len(chain) < 2 {
-		return fmt.Errorf("the chain has %d certificate(s), expected the leaf and the node CA", len(chain))
-	}
-	info, err := pki.VerifyIssued(chain[0], chain[1], pki.VerifyOptions{Usage: pki.UsageClient, At: time.Now()})
-	if err != nil {
-		return err
-	}
-	if info.Pin != csrPin {
-		return errors.New("the certificate is not for the CSR's key")
-	}
-	if info.CommonName != r.GetNodeId() {
-		return fmt.Errorf("the certificate names %q, the response %q", info.CommonName, r.GetNodeId())
-	}
-	return nil
 }
 
 func claims(opts Options) *agentv1.NodeClaims {
