@@ -25,9 +25,11 @@ import (
 	"bcd/internal/intent"
 	"bcd/internal/journal"
 	"bcd/internal/machine"
+	"bcd/internal/pki"
 	"bcd/internal/proto/agentv1"
 	"bcd/internal/session"
 	"bcd/internal/status"
+	"bcd/internal/tpm"
 	selfupdate "bcd/internal/update"
 )
 
@@ -68,6 +70,12 @@ type Options struct {
 	Exec func(path string) error
 	// NeverConnect makes every dial fail (the never-connecting fakehw build).
 	NeverConnect bool
+	// TPM opens the TPM when node.key refers to a key in it (the caller
+	// closes it after Run).
+	TPM func() (*tpm.TPM, error)
+	// RenewAfter renews each certificate this long after taking it into
+	// use instead of at 2/3 of its validity (BCD_RENEW_AFTER; 0: the latter).
+	RenewAfter time.Duration
 }
 
 // ErrNeverConnects is every dial's error in the never-connecting build.
@@ -78,6 +86,7 @@ type Agent struct {
 	opts       Options
 	log        *slog.Logger
 	id         *identity.Identity
+	signing    *pki.PublicKey
 	journal    *journal.Journal
 	trust      *intent.Trust
 	dispatcher *dispatch.Dispatcher
@@ -103,7 +112,7 @@ func New(opts Options) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	id, err := identity.Load(c.DataDir, signing)
+	id, err := identity.Open(c.DataDir, signing, identity.Options{TPM: opts.TPM})
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +123,7 @@ func New(opts Options) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{opts: opts, log: log, id: id, journal: j, reboot: make(chan string, 1), exec: make(chan string, 1)}
+	a := &Agent{opts: opts, log: log, id: id, signing: signing, journal: j, reboot: make(chan string, 1), exec: make(chan string, 1)}
 	if _, err := j.Sweep(); err != nil {
 		log.Warn("journal.sweep_failed", "err", err)
 	}
@@ -211,6 +220,8 @@ func (a *Agent) Run(ctx context.Context) (int, error) {
 		"version", a.opts.Version, "gateway", a.opts.Config.GatewayURL, "command_roots", len(a.trust.Roots()))
 	done := make(chan error, 1)
 	go func() { done <- a.session.Run(ctx) }()
+	stopRenewal := a.startRenewal(ctx, cancel)
+	defer stopRenewal()
 	var code int
 	var err error
 	select {
@@ -222,6 +233,7 @@ func (a *Agent) Run(ctx context.Context) (int, error) {
 	case path := <-a.exec:
 		cancel()
 		<-done
+		stopRenewal()
 		a.dispatcher.Stop()
 		a.Close()
 		return a.execute(path)
