@@ -1,17 +1,21 @@
 //go:build fakehw
 
-// The fakehw build: fake hardware under data_dir/fakehw-root and its knobs
-// (BCD_FAKEHW_SEED, BCD_FAKEHW_VARIANT, BCD_RENEW_AFTER,
-// BCD_FAKEHW_BACKOFF_CAP). A build without fakehw has none of them.
+// The fakehw build: fake hardware under data_dir/fakehw-root, a swtpm as
+// its TPM (data_dir/fakehw-tpm), and its knobs (BCD_FAKEHW_SEED,
+// BCD_FAKEHW_VARIANT, BCD_RENEW_AFTER, BCD_FAKEHW_BACKOFF_CAP,
+// BCD_FAKEHW_TPM_STATE, BCD_FAKEHW_TPM_CSR_KEY). A build without fakehw has
+// none of them.
 
 package main
 
 import (
 	"log/slog"
+	"path/filepath"
 	"time"
 
 	"bcd/internal/fakehw"
 	"bcd/internal/machine"
+	"bcd/internal/tpm"
 )
 
 // fakehwBuild says this build runs on fake hardware.
@@ -37,6 +41,21 @@ func newMachine(dataDir string, getenv func(string) string, seed string) (machin
 type knobs struct {
 	renewAfter time.Duration
 	backoffCap time.Duration
+	// tpmOtherCSRKey (BCD_FAKEHW_TPM_CSR_KEY=other) signs the TPM join's
+	// CSR with a software key, for the node-key-not-csr refusal.
+	tpmOtherCSRKey bool
+}
+
+// openTPM starts the fakehw TPM: swtpm on data_dir/fakehw-tpm, whose state
+// is copied from BCD_FAKEHW_TPM_STATE (a tpm2-00.permall) on first use.
+func openTPM(dataDir string, getenv func(string) string, log *slog.Logger) (*tpm.TPM, func() error, error) {
+	state := getenv(fakehw.TPMStateEnv)
+	t, closeTPM, err := fakehw.OpenTPM(dataDir, state)
+	if err != nil {
+		return nil, nil, err
+	}
+	log.Info("fakehw.tpm", "state_dir", filepath.Join(dataDir, fakehw.TPMDirName), "knob_state", state)
+	return t, closeTPM, nil
 }
 
 // readKnobs reads and logs the knobs.
@@ -55,8 +74,13 @@ func readKnobs(getenv func(string) string, log *slog.Logger) knobs {
 		*dst = d
 		log.Info("fakehw.knob", "knob", name, "value", d.String())
 	}
-	if k.renewAfter > 0 {
-		log.Info("renew.after", "after", k.renewAfter.String(), "note", "renewal comes in a later issue")
+	switch v := getenv("BCD_FAKEHW_TPM_CSR_KEY"); v {
+	case "", "tpm":
+	case "other":
+		k.tpmOtherCSRKey = true
+		log.Info("fakehw.knob", "knob", "BCD_FAKEHW_TPM_CSR_KEY", "value", v)
+	default:
+		log.Warn("fakehw.knob_ignored", "knob", "BCD_FAKEHW_TPM_CSR_KEY", "reason", "neither tpm nor other")
 	}
 	return k
 }

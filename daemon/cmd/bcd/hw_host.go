@@ -19,8 +19,9 @@ func newMachine(string, func(string) string, string) (machine.Machine, error) {
 }
 
 type knobs struct {
-	renewAfter time.Duration
-	backoffCap time.Duration
+	renewAfter     time.Duration
+	backoffCap     time.Duration
+	tpmOtherCSRKey bool
 }
 
 func readKnobs(func(string) string, *slog.Logger) knobs { return knobs{} }

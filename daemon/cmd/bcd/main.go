@@ -15,6 +15,8 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"bcd/internal/atexit"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -45,9 +47,17 @@ type env struct {
 }
 
 func main() {
+	// A panic here still stops what must stop orderly (the fakehw swtpm).
+	defer func() {
+		if r := recover(); r != nil {
+			atexit.Run()
+			panic(r)
+		}
+	}()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(os.Args[1:], env{ctx: ctx, stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv})
 	stop()
+	atexit.Run()
 	os.Exit(code)
 }
 

@@ -39,7 +39,10 @@ func runNode(args []string, e env) int {
 		return fail(e, "node", err)
 	}
 	k := readKnobs(e.getenv, log)
-	a, err := agent.New(agent.Options{Config: c, Machine: m, Version: version, AllowH2C: fakehwBuild, BackoffCap: k.backoffCap, Log: log})
+	device := newTPMDevice(c.DataDir, e.getenv, log)
+	defer device.Close()
+	a, err := agent.New(agent.Options{Config: c, Machine: m, Version: version, AllowH2C: fakehwBuild, BackoffCap: k.backoffCap, Log: log,
+		TPM: device.Open, RenewAfter: k.renewAfter})
 	if err != nil {
 		return fail(e, "node", err)
 	}

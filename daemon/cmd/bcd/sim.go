@@ -105,7 +105,7 @@ func runSim(args []string, e env) int {
 			return fail(e, "sim", err)
 		}
 		a, err := agent.New(agent.Options{Config: c, Machine: m, Version: version, AllowH2C: true, BackoffCap: k.backoffCap,
-			Log: log.With("sim", i)})
+			RenewAfter: k.renewAfter, Log: log.With("sim", i)})
 		if err != nil {
 			return fail(e, "sim", fmt.Errorf("agent %d: %w", i, err))
 		}
