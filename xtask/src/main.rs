@@ -57,6 +57,14 @@ enum Bench {
         #[arg(long, default_value_t = 5)]
         runs: usize,
     },
+    /// Median time from `bcd node` start to adopted by the dev stack (N runs).
+    Adoption {
+        /// Number of runs.
+        #[arg(long, default_value_t = 10)]
+        runs: usize,
+    },
+    /// Wall time of the whole bcd-e2e suite with binaries built, and of each scenario.
+    E2e,
     /// Wall time of the TPM fixture regeneration (into a scratch directory) and of its check (medians of N runs).
     Tpm {
         /// Number of runs of each.
@@ -77,6 +85,8 @@ fn main() -> Result<()> {
         Command::Ci => ci(&sh),
         Command::DaemonTpmFixture { check } => daemon_tpm_fixture(&sh, check),
         Command::Bench { what: Bench::FixturesCheck { runs } } => bench_fixtures_check(&sh, runs),
+        Command::Bench { what: Bench::Adoption { runs } } => bench_adoption(&sh, runs),
+        Command::Bench { what: Bench::E2e } => bench_e2e(&sh),
         Command::Bench { what: Bench::Tpm { runs } } => bench_tpm(&sh, runs),
     }
 }
@@ -237,5 +247,36 @@ fn bench_fixtures_check(sh: &Shell, runs: usize) -> Result<()> {
     }
     times.sort();
     println!("daemon-fixtures --check: median {:.3?} over {runs} runs (target ≤ 5 s)", times[times.len() / 2]);
+    Ok(())
+}
+
+fn bench_adoption(sh: &Shell, runs: usize) -> Result<()> {
+    let cargo = cargo();
+    let runs = runs.to_string();
+    let _env = sh.push_env("BCD_BENCH_RUNS", &runs);
+    cmd!(sh, "{cargo} test --quiet -p daemon-harness --features bcd-e2e --test e2e -- --ignored --exact bench::bench_time_from_node_start_to_adopted --nocapture")
+        .run()?;
+    Ok(())
+}
+
+fn bench_e2e(sh: &Shell) -> Result<()> {
+    let cargo = cargo();
+    // Build first, so the figure is the suite's own time with binaries built.
+    cmd!(sh, "{cargo} test --quiet -p daemon-harness --features bcd-e2e --test e2e --no-run").run()?;
+    let started = Instant::now();
+    let out = cmd!(sh, "{cargo} test --quiet -p daemon-harness --features bcd-e2e --test e2e -- --nocapture")
+        .ignore_status()
+        .output()?;
+    let took = started.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let mut scenarios: Vec<&str> = stderr.lines().filter(|l| l.starts_with("scenario ")).collect();
+    scenarios.sort();
+    for line in &scenarios {
+        println!("{line}");
+    }
+    if !out.status.success() {
+        bail!("the e2e suite failed:\n{}{}", String::from_utf8_lossy(&out.stdout), stderr);
+    }
+    println!("bcd-e2e suite: {} scenarios in {took:.2?} wall time (target ≤ 60 s)", scenarios.len());
     Ok(())
 }

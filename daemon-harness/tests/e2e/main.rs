@@ -4,6 +4,7 @@
 //! `BCD_E2E_LOG=1` streams every daemon's log.
 
 mod adoption;
+mod bench;
 mod common;
 mod faults;
 mod join;
