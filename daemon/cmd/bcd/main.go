@@ -31,6 +31,7 @@ Commands:
   node       run the node: the session with the gateway, commands, desired state
   status     print the running node's status (--json)
   sim        run N simulated node agents in one process (fakehw builds)
+  helper     the root helper of an unprivileged bcd; its install script
   version    print the version
   help       print this message, or a command's (bcd help COMMAND)
 
@@ -58,6 +59,7 @@ func main() {
 	code := run(os.Args[1:], env{ctx: ctx, stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv})
 	stop()
 	atexit.Run()
+	code = execIfRequested(code, os.Stderr)
 	os.Exit(code)
 }
 
@@ -75,6 +77,7 @@ func init() {
 		"node":   {nodeUsage, runNode},
 		"status": {statusUsage, runStatus},
 		"sim":    {simUsage, runSim},
+		"helper": {helperUsage, runHelper},
 	}
 }
 

@@ -39,10 +39,14 @@ func runNode(args []string, e env) int {
 		return fail(e, "node", err)
 	}
 	k := readKnobs(e.getenv, log)
+	updater, err := newUpdater(c, e.getenv, log)
+	if err != nil {
+		return fail(e, "node", err)
+	}
 	device := newTPMDevice(c.DataDir, e.getenv, log)
 	defer device.Close()
-	a, err := agent.New(agent.Options{Config: c, Machine: m, Version: version, AllowH2C: fakehwBuild, BackoffCap: k.backoffCap, Log: log,
-		TPM: device.Open, RenewAfter: k.renewAfter})
+	a, err := agent.New(withUpdate(agent.Options{Config: c, Machine: m, Version: version, AllowH2C: fakehwBuild, BackoffCap: k.backoffCap, Log: log,
+		TPM: device.Open, RenewAfter: k.renewAfter}, updater, log))
 	if err != nil {
 		return fail(e, "node", err)
 	}

@@ -7,6 +7,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -106,10 +107,11 @@ func (a *Agent) execute(path string) (int, error) {
 	err := fmt.Errorf("no exec in this process")
 	if a.opts.Exec != nil {
 		if err = a.opts.Exec(path); err == nil {
-			return ExitOK, nil // only a test's Exec returns
+			return ExitOK, nil // bcd node execs last, in main; a test's Exec only records
+
 		}
 	}
-	if _, rerr := a.opts.Updater.Store.Rollback(); rerr != nil && selfupdate.CodeOf(rerr) != selfupdate.CodeNotPending {
+	if _, rerr := a.opts.Updater.Store.Rollback(); rerr != nil && !errors.Is(rerr, selfupdate.CodeNotPending) {
 		a.log.Error("update.rollback_failed", "err", rerr)
 	}
 	return ExitError, fmt.Errorf("exec %s: %w", path, err)

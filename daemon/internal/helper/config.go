@@ -1,0 +1,118 @@
+// helper.toml: the helper's own configuration, root's and apart from the
+// node's config.toml (which the bcd user writes): [helper] (the socket, the
+// node's user, the instance bridges, where host units, domains and state
+// go, the programs it runs, the command roots that sign host units) and
+// [update] (the release pins and the slots, see package update).
+
+package helper
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"bcd/internal/update"
+	"github.com/BurntSushi/toml"
+)
+
+// DefaultConfigPath is where `bcd helper` reads its configuration.
+const DefaultConfigPath = "/etc/bcd-helper/helper.toml"
+
+// ErrConfig marks a helper.toml that cannot be used.
+var ErrConfig = errors.New("invalid helper configuration")
+
+// Config is helper.toml.
+type Config struct {
+	Helper Settings       `toml:"helper"`
+	Update *update.Config `toml:"update"`
+
+	// Path is the file it was read from.
+	Path string `toml:"-"`
+}
+
+// Settings is the [helper] table.
+type Settings struct {
+	// Socket is the unix socket (default /run/bcd-helper/helper.sock).
+	Socket string `toml:"socket"`
+	// User is the node's user, the only one answered (default "bcd").
+	User string `toml:"user"`
+	// InstanceBridges are the bridges instance NICs may join.
+	InstanceBridges []string `toml:"instance_bridges"`
+	// UnitDir is where host units are written (default /etc/systemd/system).
+	UnitDir string `toml:"unit_dir"`
+	// StateDir holds the helper's records and domain XML (default /var/lib/bcd-helper).
+	StateDir string `toml:"state_dir"`
+	// CommandRootsDir holds the PEM public keys that sign host units
+	// (default /etc/bcd-helper/command-roots).
+	CommandRootsDir string `toml:"command_roots_dir"`
+	// Virsh, IP and Systemctl are the programs run (looked up on PATH;
+	// defaults virsh, ip, systemctl).
+	Virsh     string `toml:"virsh"`
+	IP        string `toml:"ip"`
+	Systemctl string `toml:"systemctl"`
+}
+
+// LoadConfig reads helper.toml and fills the defaults.
+func LoadConfig(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	c := &Config{}
+	md, err := toml.Decode(string(data), c)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrConfig, path, err)
+	}
+	if undecoded := md.Undecoded(); len(undecoded) > 0 {
+		return nil, fmt.Errorf("%w: %s: unknown key %q", ErrConfig, path, undecoded[0].String())
+	}
+	c.Path = path
+	c.defaults()
+	for _, b := range c.Helper.InstanceBridges {
+		if !validName(b, 15) {
+			return nil, fmt.Errorf("%w: %s: instance bridge %q is not an interface name", ErrConfig, path, b)
+		}
+	}
+	return c, nil
+}
+
+func (c *Config) defaults() {
+	h := &c.Helper
+	for _, d := range []struct {
+		v   *string
+		def string
+	}{
+		{&h.Socket, "/run/bcd-helper/helper.sock"}, {&h.User, "bcd"}, {&h.UnitDir, "/etc/systemd/system"},
+		{&h.StateDir, "/var/lib/bcd-helper"}, {&h.CommandRootsDir, "/etc/bcd-helper/command-roots"},
+		{&h.Virsh, "virsh"}, {&h.IP, "ip"}, {&h.Systemctl, "systemctl"},
+	} {
+		if *d.v == "" {
+			*d.v = d.def
+		}
+	}
+}
+
+// SlotsDir is [update] dir (CodeNotInstalled without one: the helper's
+// slots are never guessed from its own executable).
+func (c *Config) SlotsDir() (string, error) {
+	if c.Update == nil || c.Update.Dir == "" {
+		return "", fmt.Errorf("%w: %s has no [update] dir", update.CodeNotInstalled, c.Path)
+	}
+	return filepath.Clean(c.Update.Dir), nil
+}
+
+// validName says whether s is a plain name: letters, digits, '-', '_', '.',
+// not starting with '.' or '-', at most max bytes.
+func validName(s string, max int) bool {
+	if s == "" || len(s) > max || strings.HasPrefix(s, ".") || strings.HasPrefix(s, "-") {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return false
+		}
+	}
+	return true
+}

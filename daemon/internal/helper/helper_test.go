@@ -1,0 +1,487 @@
+// Tests of bcd helper in one process, unprivileged: the peer check, the
+// update operations through Client (every refusal of the helper e2e, and
+// the good path), host units (signed, unsigned, tampered, names,
+// generations), domains against a fake virsh, taps against a fake ip, and
+// the install script's syntax and content. The same operations run as
+// real root in roote2e (TestHelperAsRoot).
+
+package helper
+
+import (
+	"context"
+	"crypto"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"bcd/internal/pki"
+	"bcd/internal/proto/agentv1"
+	"bcd/internal/update"
+	"google.golang.org/protobuf/proto"
+)
+
+type logBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// release is testdata/release.
+type release struct {
+	keys     []*pki.PublicKey
+	signers  []crypto.Signer
+	manifest string
+	artifact []byte
+}
+
+func loadRelease(t *testing.T) *release {
+	t.Helper()
+	data, err := os.ReadFile("../../../testdata/release/release.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Keys     []struct{ SPKI, PrivatePkcs8 string }
+		Manifest string
+		Artifact []byte
+	}
+	if err := json.Unmarshal(data, &f); err != nil {
+		t.Fatal(err)
+	}
+	r := &release{manifest: f.Manifest, artifact: f.Artifact}
+	for _, k := range f.Keys {
+		der, _ := base64.StdEncoding.DecodeString(k.SPKI)
+		pub, err := pki.ParsePublicKey(der)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.keys = append(r.keys, pub)
+		der, _ = base64.StdEncoding.DecodeString(k.PrivatePkcs8)
+		key, err := x509.ParsePKCS8PrivateKey(der)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.signers = append(r.signers, key.(ed25519.PrivateKey))
+	}
+	return r
+}
+
+func (r *release) envelope(t *testing.T) *pki.Envelope {
+	env, err := pki.ParseEnvelopeJSON([]byte(r.manifest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env
+}
+
+// sign signs a manifest with both release keys.
+func (r *release) sign(t *testing.T, m pki.Manifest) *pki.Envelope {
+	payload, _ := json.Marshal(m)
+	env, err := pki.SignEnvelope(rand.Reader, pki.PayloadTypeRelease, payload, r.signers...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env
+}
+
+var commandRoot = pki.DeriveEd25519("helper-test", "command-root/0")
+
+// rig is a helper serving in a temporary directory.
+type rig struct {
+	dir, socket, slots, staged string
+	log                        *logBuffer
+	client                     *Client
+	rel                        *release
+	calls                      string // the fake programs' log
+	cancel                     context.CancelFunc
+	done                       chan error
+}
+
+func fakeProgram(t *testing.T, path, log, extra string) {
+	t.Helper()
+	script := "#!/bin/sh\necho \"$(basename \"$0\") $*\" >> " + log + "\n" + extra
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func newRig(t *testing.T, exes []string) *rig {
+	t.Helper()
+	dir := t.TempDir()
+	r := &rig{dir: dir, socket: filepath.Join(dir, "run", "helper.sock"), slots: filepath.Join(dir, "slots"),
+		staged: filepath.Join(dir, "node", "bcd.staged"), log: &logBuffer{}, rel: loadRelease(t), calls: filepath.Join(dir, "calls.log")}
+	installed := filepath.Join(dir, "installed")
+	if err := os.WriteFile(installed, []byte("installed bcd"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := update.Install(r.slots, installed); err != nil {
+		t.Fatal(err)
+	}
+	roots := filepath.Join(dir, "roots")
+	os.MkdirAll(roots, 0o755)
+	pub, _ := pki.PublicKeyOf(commandRoot)
+	os.WriteFile(filepath.Join(roots, "root.pem"), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub.SPKI()}), 0o644)
+	fakeProgram(t, filepath.Join(dir, "virsh"), r.calls, "")
+	fakeProgram(t, filepath.Join(dir, "ip"), r.calls, `if [ "$1" = "-o" ]; then
+  echo "1: lo: <LOOPBACK> mtu 65536"
+  echo "7: `+TapName("vm1", 0)+`: <BROADCAST> mtu 1500 master bcbr0"
+  echo "8: `+TapName("vm1", 1)+`@if3: <BROADCAST> mtu 1500"
+fi
+if [ "$1 $2" = "link delete" ]; then exit 1; fi
+`)
+	up := &update.Config{Threshold: 2, MinSequence: 5, Dir: r.slots, Staged: r.staged}
+	for _, k := range r.rel.keys {
+		up.ReleaseKeys = append(up.ReleaseKeys, base64.StdEncoding.EncodeToString(k.SPKI()))
+		up.ReleaseKeyPins = append(up.ReleaseKeyPins, k.Pin())
+	}
+	toml := "[helper]\nsocket = \"" + r.socket + "\"\ninstance_bridges = [\"bcbr0\"]\nunit_dir = \"" + filepath.Join(dir, "units") +
+		"\"\nstate_dir = \"" + filepath.Join(dir, "state") + "\"\ncommand_roots_dir = \"" + roots + "\"\nvirsh = \"" + filepath.Join(dir, "virsh") +
+		"\"\nip = \"" + filepath.Join(dir, "ip") + "\"\n\n" + up.String()
+	path := filepath.Join(dir, "helper.toml")
+	if err := os.WriteFile(path, []byte(toml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid, gid := uint32(os.Getuid()), uint32(os.Getgid())
+	if exes == nil {
+		exe, _ := os.Executable()
+		exes = []string{exe}
+	}
+	s, err := NewServer(cfg, slog.New(slog.NewTextHandler(r.log, nil)), Options{UID: &uid, GID: &gid, Exes: exes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := s.Listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel, r.done = cancel, make(chan error, 1)
+	go func() { r.done <- s.Serve(ctx, lis) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-r.done; err != nil {
+			t.Error(err)
+		}
+	})
+	r.client = &Client{Socket: r.socket}
+	return r
+}
+
+func (r *rig) stage(t *testing.T, data []byte) {
+	t.Helper()
+	os.MkdirAll(filepath.Dir(r.staged), 0o700)
+	os.Remove(r.staged)
+	if err := os.WriteFile(r.staged, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (r *rig) current(t *testing.T) string {
+	t.Helper()
+	c, err := r.client.Current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func wantRefused(t *testing.T, err error, code string) {
+	t.Helper()
+	var ref *Refusal
+	if !errors.As(err, &ref) {
+		t.Fatalf("error %v, want a refusal %s", err, code)
+	}
+	if ref.Code != code || !strings.HasPrefix(ref.Message, code+": ") {
+		t.Fatalf("refusal %q (code %q), want %s", ref.Message, ref.Code, code)
+	}
+}
+
+func TestTheHelperAnswersOnlyAnInstalledSlot(t *testing.T) {
+	r := newRig(t, []string{"/usr/local/lib/bcd/bcd-a"})
+	err := Call(context.Background(), r.socket, OpPing, nil, nil)
+	wantRefused(t, err, string(CodePeer))
+	if !strings.Contains(r.log.String(), "helper.refused") {
+		t.Fatalf("log %s", r.log)
+	}
+	fi, err := os.Stat(r.socket)
+	if err != nil || fi.Mode().Perm() != 0o660 {
+		t.Fatalf("socket %v %v", fi.Mode(), err)
+	}
+}
+
+func TestUnknownOperationsAreRefused(t *testing.T) {
+	r := newRig(t, nil)
+	wantRefused(t, Call(context.Background(), r.socket, "rm -rf", nil, nil), string(CodeOp))
+	wantRefused(t, Call(context.Background(), r.socket, OpUpdateConfirm, nil, nil), string(CodeArgs))
+}
+
+func TestSelfUpdateUnderTheHelper(t *testing.T) {
+	r := newRig(t, nil)
+	good := r.rel.envelope(t)
+
+	// prepare refuses a tampered manifest, another digest and a missing artifact.
+	r.stage(t, r.rel.artifact)
+	tampered := r.rel.envelope(t)
+	tampered.Payload = []byte(strings.Replace(string(tampered.Payload), `"sequence":7`, `"sequence":9`, 1))
+	_, err := r.client.Prepare(tampered)
+	wantRefused(t, err, "dsse-bad-signature")
+	r.stage(t, []byte("bcd 0.9.0 other artifact!!\n"))
+	_, err = r.client.Prepare(good)
+	wantRefused(t, err, "release-digest")
+	r.stage(t, r.rel.artifact)
+	sum := sha256.Sum256(r.rel.artifact)
+	armOnly := r.rel.sign(t, pki.Manifest{Version: "0.9.0", Sequence: 7, Artifacts: []pki.Artifact{{OS: "linux", Arch: "riscv64",
+		SHA256: hex.EncodeToString(sum[:]), Size: uint64(len(r.rel.artifact)), URL: "http://127.0.0.1:1/x"}}})
+	_, err = r.client.Prepare(armOnly)
+	wantRefused(t, err, "release-missing-artifact")
+
+	// swap refuses nothing prepared, nothing staged, a symlink and other bytes, without moving current.
+	_, err = r.client.Swap(update.SwapRequest{CommandID: "c", Previous: "0.1.0"})
+	wantRefused(t, err, string(update.CodeNothingPrepared))
+	if _, err := r.client.Prepare(good); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(r.staged)
+	_, err = r.client.Swap(update.SwapRequest{CommandID: "c", Previous: "0.1.0"})
+	wantRefused(t, err, string(update.CodeNothingStaged))
+	os.Symlink(filepath.Join(r.slots, update.SlotA), r.staged)
+	_, err = r.client.Swap(update.SwapRequest{CommandID: "c", Previous: "0.1.0"})
+	wantRefused(t, err, string(update.CodeStagedSymlink))
+	r.stage(t, []byte("bcd 0.9.0 evil artifact!!!\n"))
+	_, err = r.client.Swap(update.SwapRequest{CommandID: "c", Previous: "0.1.0"})
+	wantRefused(t, err, string(update.CodeStagedBytes))
+	if c := r.current(t); c != update.SlotA {
+		t.Fatalf("a refused swap moved current to %s", c)
+	}
+
+	// A good swap: slot b, sequence 7 in upgrade.json.
+	r.stage(t, r.rel.artifact)
+	rec, err := r.client.Swap(update.SwapRequest{CommandID: "c", Previous: "0.1.0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Slot != update.SlotB || rec.Sequence != 7 || r.current(t) != update.SlotB {
+		t.Fatalf("swap %+v", rec)
+	}
+	st, err := r.client.State()
+	if err != nil || st.Pending == nil || st.Pending.Sequence != 7 || st.Entrypoint != filepath.Join(r.slots, "bcd") {
+		t.Fatalf("state %+v %v", st, err)
+	}
+	if !strings.Contains(r.log.String(), "update.swapped") {
+		t.Fatal("the swap is not in the helper's log")
+	}
+	// A second swap, and confirming another version, are refused.
+	_, err = r.client.Swap(update.SwapRequest{CommandID: "c2", Previous: "0.1.0"})
+	wantRefused(t, err, string(update.CodePending))
+	_, err = r.client.Confirm("0.9.1")
+	wantRefused(t, err, string(update.CodeVersion))
+	// rollback brings the installed binary back; settle records the failure.
+	if _, err := r.client.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if data, _ := os.ReadFile(filepath.Join(r.slots, "bcd")); string(data) != "installed bcd" {
+		t.Fatalf("the entrypoint runs %q", data)
+	}
+	if _, err := r.client.Settle("0.9.0"); err != nil {
+		t.Fatal(err)
+	}
+	r.stage(t, r.rel.artifact)
+	_, err = r.client.Prepare(good)
+	wantRefused(t, err, string(update.CodeReleaseFailed))
+	if !errors.Is(err, update.CodeReleaseFailed) {
+		t.Fatal("a refusal does not match its update.Code")
+	}
+}
+
+// spec signs a NodeSpec with the host units.
+func spec(t *testing.T, generation uint64, key ed25519.PrivateKey, units ...*agentv1.HostUnit) json.RawMessage {
+	payload, _ := proto.Marshal(&agentv1.NodeSpec{NodeId: "node_1", Generation: generation, Host: &agentv1.HostSection{Units: units}})
+	env := &pki.Envelope{PayloadType: pki.PayloadTypeNodeSpec, Payload: payload, Signatures: []pki.Signature{}}
+	if key != nil {
+		var err error
+		if env, err = pki.SignEnvelope(rand.Reader, pki.PayloadTypeNodeSpec, payload, key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return env.JSON()
+}
+
+func TestHostUnits(t *testing.T) {
+	r := newRig(t, nil)
+	hp := &agentv1.HostUnit{Name: "bcd-hugepages.service", Content: []byte("[Service]\nExecStart=/bin/true\n")}
+	km := &agentv1.HostUnit{Name: "bcd-modules.service", Content: []byte("[Service]\nExecStart=/sbin/modprobe tun\n")}
+	apply := func(raw json.RawMessage) (*HostResult, error) {
+		res := &HostResult{}
+		err := Call(context.Background(), r.socket, OpHostApply, map[string]json.RawMessage{"spec": raw}, res)
+		return res, err
+	}
+	units := filepath.Join(r.dir, "units")
+	_, err := apply(spec(t, 2, nil, hp))
+	wantRefused(t, err, "dsse-unsigned")
+	tampered := spec(t, 2, commandRoot, hp)
+	env, _ := pki.ParseEnvelopeJSON(tampered)
+	env.Payload = append(env.Payload, 0x08, 0x01)
+	_, err = apply(env.JSON())
+	wantRefused(t, err, "dsse-bad-signature")
+	other := pki.DeriveEd25519("helper-test", "someone-else")
+	_, err = apply(spec(t, 2, other, hp))
+	wantRefused(t, err, "dsse-unknown-key")
+	_, err = apply(spec(t, 2, commandRoot, &agentv1.HostUnit{Name: "../../etc/passwd", Content: []byte("x")}))
+	wantRefused(t, err, string(CodeUnitName))
+	if entries, _ := os.ReadDir(units); len(entries) != 0 {
+		t.Fatalf("a refused spec wrote %v", entries)
+	}
+	res, err := apply(spec(t, 2, commandRoot, hp, km))
+	if err != nil || len(res.Written) != 2 || res.Reloaded {
+		t.Fatalf("apply %+v %v", res, err)
+	}
+	if data, _ := os.ReadFile(filepath.Join(units, hp.Name)); string(data) != string(hp.Content) {
+		t.Fatalf("unit %q", data)
+	}
+	res, err = apply(spec(t, 3, commandRoot, hp))
+	if err != nil || len(res.Removed) != 1 || res.Removed[0] != km.Name {
+		t.Fatalf("apply %+v %v", res, err)
+	}
+	if _, err := os.Stat(filepath.Join(units, km.Name)); !os.IsNotExist(err) {
+		t.Fatal("a unit gone from the spec remains")
+	}
+	_, err = apply(spec(t, 1, commandRoot, km))
+	wantRefused(t, err, string(CodeGeneration))
+}
+
+func (r *rig) callLog(t *testing.T) string {
+	data, _ := os.ReadFile(r.calls)
+	return string(data)
+}
+
+func TestDomainsThroughVirsh(t *testing.T) {
+	r := newRig(t, nil)
+	vm := DomainArgs{ID: "vm1", VCPUs: 2, MemoryBytes: 1 << 30, NICs: []NIC{{Bridge: "bcbr0", MAC: "52:54:00:12:34:56"}}}
+	err := Call(context.Background(), r.socket, OpDomainDefine, DomainArgs{ID: "vm1", VCPUs: 2, MemoryBytes: 1 << 30, NICs: []NIC{{Bridge: "br-mgmt"}}}, nil)
+	wantRefused(t, err, string(CodeBridge))
+	if !strings.Contains(err.Error(), `domain: bridge "br-mgmt" is not an instance network`) {
+		t.Fatalf("error %v", err)
+	}
+	if r.callLog(t) != "" {
+		t.Fatal("virsh ran for a refused domain")
+	}
+	wantRefused(t, Call(context.Background(), r.socket, OpDomainDefine, DomainArgs{ID: "../x", VCPUs: 1, MemoryBytes: 1 << 30}, nil), string(CodeArgs))
+	for _, op := range []string{OpDomainDefine, OpDomainStart, OpDomainDestroy, OpDomainUndefine} {
+		if err := Call(context.Background(), r.socket, op, vm, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	xmlPath := filepath.Join(r.dir, "state", "domains", "bcd-vm1.xml")
+	want := "virsh define " + xmlPath + "\nvirsh start bcd-vm1\nvirsh destroy bcd-vm1\nvirsh undefine bcd-vm1\n"
+	if got := r.callLog(t); got != want {
+		t.Fatalf("virsh calls:\n%s\nwant:\n%s", got, want)
+	}
+	xml, _ := domainXML(&vm)
+	for _, s := range []string{`<name>bcd-vm1</name>`, `<source bridge="bcbr0"></source>`, `<mac address="52:54:00:12:34:56"></mac>`, `<vcpu>2</vcpu>`} {
+		if !strings.Contains(string(xml), s) {
+			t.Fatalf("domain XML lacks %s:\n%s", s, xml)
+		}
+	}
+}
+
+func TestTapsThroughIP(t *testing.T) {
+	r := newRig(t, nil)
+	err := Call(context.Background(), r.socket, OpChTaps, DomainArgs{ID: "vm1", NICs: []NIC{{Bridge: "bcbr0"}, {Bridge: "br-mgmt"}}}, nil)
+	wantRefused(t, err, string(CodeBridge))
+	if !strings.Contains(err.Error(), `ch.taps: "br-mgmt" is not an instance bridge of this host ([helper] instance_bridges)`) {
+		t.Fatalf("error %v", err)
+	}
+	if r.callLog(t) != "" {
+		t.Fatal("ip ran for refused taps")
+	}
+	res := &TapsResult{}
+	if err := Call(context.Background(), r.socket, OpChTaps, DomainArgs{ID: "vm1", NICs: []NIC{{Bridge: "bcbr0"}}}, res); err != nil {
+		t.Fatal(err)
+	}
+	tap := TapName("vm1", 0)
+	if len(res.Taps) != 1 || res.Taps[0] != tap || len(tap) > 15 {
+		t.Fatalf("taps %v", res.Taps)
+	}
+	uid := os.Getuid()
+	for _, want := range []string{
+		"ip tuntap add dev " + tap + " mode tap user " + strconv.Itoa(uid) + " group " + strconv.Itoa(os.Getgid()),
+		"ip link set dev " + tap + " master bcbr0", "ip link set dev " + tap + " up"} {
+		if !strings.Contains(r.callLog(t), want+"\n") {
+			t.Fatalf("ip calls lack %q:\n%s", want, r.callLog(t))
+		}
+	}
+	os.Remove(r.calls)
+	// The fake ip refuses "link delete": the deletion fails with its words.
+	err = Call(context.Background(), r.socket, OpChTapsDelete, DomainArgs{ID: "vm1"}, nil)
+	wantRefused(t, err, string(CodeCommand))
+	if !strings.Contains(r.callLog(t), "ip link delete "+tap+"\n") {
+		t.Fatalf("ip calls:\n%s", r.callLog(t))
+	}
+}
+
+func TestTheInstallScript(t *testing.T) {
+	rel := loadRelease(t)
+	root, _ := pki.PublicKeyOf(commandRoot)
+	script, err := RenderInstallScript(InstallOptions{Version: "0.1.0", Unprivileged: true, InstanceBridges: []string{"bcbr0"},
+		ReleaseKeys: rel.keys, Threshold: 2, MinSequence: 5, CommandRoots: []*pki.PublicKey{root}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("sh", "-n", "-c", script).CombinedOutput(); err != nil {
+		t.Fatalf("sh -n: %v %s", err, out)
+	}
+	for _, want := range []string{
+		"useradd --system --user-group", "install -o root -g root -m 0755 \"$BIN\" /usr/local/lib/bcd/bcd-a",
+		"ln -sfn bcd-a /usr/local/lib/bcd/bcd", "instance_bridges = [\"bcbr0\"]", "threshold = 2", "min_sequence = 5",
+		"helper_socket = \"/run/bcd-helper/helper.sock\"", "ExecStart=/usr/local/lib/bcd/bcd helper --config /etc/bcd-helper/helper.toml",
+		"User=bcd", "RestartPreventExitStatus=3", rel.keys[0].Pin(), rel.keys[1].Pin(), "BEGIN PUBLIC KEY",
+	} {
+		if !strings.Contains(script, want) {
+			t.Fatalf("the script lacks %q:\n%s", want, script)
+		}
+	}
+	unit := script[strings.Index(script, "cat > "+HelperUnitPath):]
+	argv, err := ExecStart(unit)
+	if err != nil || strings.Join(argv, " ") != "/usr/local/lib/bcd/bcd helper --config /etc/bcd-helper/helper.toml" {
+		t.Fatalf("ExecStart %v %v", argv, err)
+	}
+	if _, err := RenderInstallScript(InstallOptions{InstanceBridges: []string{"bcbr0"}}); err == nil {
+		t.Fatal("instance bridges without --unprivileged")
+	}
+	if _, err := RenderInstallScript(InstallOptions{Unprivileged: true, InstanceBridges: []string{"br0; rm -rf /"}}); err == nil {
+		t.Fatal("a bridge name that is not a name")
+	}
+	root2, err := RenderInstallScript(InstallOptions{Version: "0.1.0"})
+	if err != nil || strings.Contains(root2, "useradd") || !strings.Contains(root2, "User=root") {
+		t.Fatalf("the root install: %v\n%s", err, root2)
+	}
+}

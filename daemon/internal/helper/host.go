@@ -1,0 +1,178 @@
+// Host units: host.apply takes a NodeSpec envelope signed by a command root
+// of the helper's command_roots_dir (PEM public keys, root's and neither
+// group- nor world-writable), refuses an unsigned or tampered one (pki's
+// DSSE codes) and a generation below the last applied (host-generation),
+// writes the host section's units into unit_dir (names bcd-*.service and
+// kin only: host-unit-name), removes the units of the last apply that are
+// gone, and reloads systemd when it runs.
+
+package helper
+
+import (
+	"context"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+
+	"bcd/internal/config"
+	"bcd/internal/pki"
+	"bcd/internal/proto/agentv1"
+	"google.golang.org/protobuf/proto"
+)
+
+// Codes of host.apply.
+const (
+	// CodeUnitName: a unit name the helper does not write.
+	CodeUnitName Code = "host-unit-name"
+	// CodeGeneration: a spec older than the last applied.
+	CodeGeneration Code = "host-generation"
+	// CodeNoRoots: no command root is configured, so nothing is applied.
+	CodeNoRoots Code = "host-no-command-roots"
+)
+
+// unitName is what host units may be called.
+var unitName = regexp.MustCompile(`^bcd-[a-z0-9][a-z0-9-]*\.(service|mount|timer|slice|target|path|socket)$`)
+
+// hostState is <state_dir>/host-units.json.
+type hostState struct {
+	Generation uint64   `json:"generation"`
+	Units      []string `json:"units"`
+}
+
+// loadRoots reads the PEM public keys of dir (none when it is missing).
+func loadRoots(dir string) ([]*pki.PublicKey, error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var roots []*pki.PublicKey
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".pem") {
+			continue
+		}
+		path := filepath.Join(dir, e.Name())
+		fi, err := os.Lstat(path)
+		if err != nil {
+			return nil, err
+		}
+		if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o022 != 0 {
+			return nil, fmt.Errorf("%w: %s must be a regular file neither group- nor world-writable", ErrConfig, path)
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		block, _ := pem.Decode(data)
+		if block == nil || block.Type != "PUBLIC KEY" {
+			return nil, fmt.Errorf("%w: %s is not a PEM PUBLIC KEY", ErrConfig, path)
+		}
+		key, err := pki.ParsePublicKey(block.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: %w", ErrConfig, path, err)
+		}
+		roots = append(roots, key)
+	}
+	return roots, nil
+}
+
+// hostArgs carries the signed NodeSpec.
+type hostArgs struct {
+	Spec json.RawMessage `json:"spec"`
+}
+
+// HostResult is host.apply's result.
+type HostResult struct {
+	Generation uint64   `json:"generation"`
+	Written    []string `json:"written"`
+	Removed    []string `json:"removed"`
+	Reloaded   bool     `json:"reloaded"`
+}
+
+func (s *Server) hostApply(ctx context.Context, req Request) (any, error) {
+	var a hostArgs
+	if err := decode(req, &a); err != nil {
+		return nil, err
+	}
+	if len(s.roots) == 0 {
+		return nil, refuse(CodeNoRoots, "no command root in %s", s.cfg.Helper.CommandRootsDir)
+	}
+	env, err := pki.ParseEnvelopeJSON(a.Spec)
+	if err != nil {
+		return nil, err
+	}
+	payload, err := env.Verify(pki.PayloadTypeNodeSpec, s.roots, 1)
+	if err != nil {
+		return nil, err
+	}
+	spec := &agentv1.NodeSpec{}
+	if err := proto.Unmarshal(payload, spec); err != nil {
+		return nil, refuse(CodeArgs, "the spec does not decode: %v", err)
+	}
+	statePath := filepath.Join(s.cfg.Helper.StateDir, "host-units.json")
+	state := hostState{}
+	if data, err := os.ReadFile(statePath); err == nil {
+		if err := json.Unmarshal(data, &state); err != nil {
+			return nil, fmt.Errorf("%s: %w", statePath, err)
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	if spec.GetGeneration() < state.Generation {
+		return nil, refuse(CodeGeneration, "generation %d is below the applied %d", spec.GetGeneration(), state.Generation)
+	}
+	units := spec.GetHost().GetUnits()
+	names := make([]string, 0, len(units))
+	for _, u := range units {
+		if !unitName.MatchString(u.GetName()) {
+			return nil, refuse(CodeUnitName, "%q is not a host unit name (bcd-<name>.service, .mount, .timer, …)", u.GetName())
+		}
+		names = append(names, u.GetName())
+	}
+	res := &HostResult{Generation: spec.GetGeneration(), Written: []string{}, Removed: []string{}}
+	if err := os.MkdirAll(s.cfg.Helper.UnitDir, 0o755); err != nil {
+		return nil, err
+	}
+	for _, u := range units {
+		if err := config.WriteFileAtomic(filepath.Join(s.cfg.Helper.UnitDir, u.GetName()), u.GetContent(), 0o644); err != nil {
+			return nil, err
+		}
+		res.Written = append(res.Written, u.GetName())
+	}
+	for _, old := range state.Units {
+		if !slices.Contains(names, old) && unitName.MatchString(old) {
+			if err := os.Remove(filepath.Join(s.cfg.Helper.UnitDir, old)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return nil, err
+			}
+			res.Removed = append(res.Removed, old)
+		}
+	}
+	sort.Strings(names)
+	if err := os.MkdirAll(s.cfg.Helper.StateDir, 0o755); err != nil {
+		return nil, err
+	}
+	data, _ := json.Marshal(hostState{Generation: spec.GetGeneration(), Units: names})
+	if err := config.WriteFileAtomic(statePath, data, 0o644); err != nil {
+		return nil, err
+	}
+	// systemd runs when /run/systemd/system exists (sd_booted).
+	if _, err := os.Stat("/run/systemd/system"); err == nil {
+		if out, err := exec.CommandContext(ctx, s.cfg.Helper.Systemctl, "daemon-reload").CombinedOutput(); err != nil {
+			return nil, &Error{Code: CodeCommand, Detail: "systemctl daemon-reload: " + strings.TrimSpace(string(out)), Err: err}
+		}
+		res.Reloaded = true
+	}
+	s.log.Info("host.applied", "generation", res.Generation, "written", res.Written, "removed", res.Removed, "reloaded", res.Reloaded)
+	return res, nil
+}
