@@ -2,7 +2,7 @@
 //! stack under signed intent, pools, tokens and node handles, and the
 //! `must_*` / `await_*` actions the scenarios read as sentences.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -49,6 +49,13 @@ impl Env {
             return None;
         }
         let runner = runner::from_env().expect("BCD_E2E_RUNNER names a runner");
+        Some(Self::start_on(scenario, runner, adjust).await)
+    }
+
+    /// A dev stack for bcd under `runner` (whose prerequisites the caller
+    /// checked): the stack listens where the runner's bcd reaches it, and its
+    /// serving certificate names that address.
+    pub async fn start_on(scenario: &str, runner: Arc<dyn Runner>, adjust: impl FnOnce(&mut DevStackOptions)) -> Env {
         let bcd = bcd().expect("bcd builds");
         let mut options = DevStackOptions { signed_intent: true, heartbeat_interval_ms: 500, ..Default::default() };
         let host = runner.gateway_host();
@@ -59,7 +66,7 @@ impl Env {
         }
         adjust(&mut options);
         let stack = DevStack::start(options).await.expect("the dev stack starts");
-        Some(Env { stack, bcd, runner, started: Instant::now(), name: scenario.to_string() })
+        Env { stack, bcd, runner, started: Instant::now(), name: scenario.to_string() }
     }
 
     /// A pool with diag.nvml acceptance and an optional expected GPU count.
@@ -92,7 +99,8 @@ impl Env {
             ("BCD_FAKEHW_VARIANT".to_string(), variant.to_string()),
         ];
         let node = Node::new(name, &self.bcd, self.runner.clone(), env).expect("a node directory");
-        self.stack.write_bcd_config(node.dir(), &node.data_dir()).await.expect("config.toml is written");
+        let data_dir = self.runner.daemon_path(&node.data_dir()).expect("the data dir has a path where bcd runs");
+        self.stack.write_bcd_config(node.dir(), Path::new(&data_dir)).await.expect("config.toml is written");
         node
     }
 

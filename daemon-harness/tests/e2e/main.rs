@@ -9,3 +9,4 @@ mod common;
 mod faults;
 mod join;
 mod lifecycle;
+mod runners;
