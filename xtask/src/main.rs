@@ -11,6 +11,8 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use xshell::{Shell, cmd};
 
+mod helper_e2e;
+
 #[derive(Parser)]
 #[command(name = "cargo xtask", about = "The bcd interop workspace's commands", version)]
 struct Cli {
@@ -42,6 +44,8 @@ enum Command {
     Prereqs,
     /// Everything CI runs: prerequisites, formatting, lints, tests, fixture check.
     Ci,
+    /// `bcd helper` as real root in private mount and net namespaces (TestHelperAsRoot); prints its wall time.
+    HelperE2e,
     /// Print a benchmark figure.
     Bench {
         #[command(subcommand)]
@@ -83,6 +87,7 @@ fn main() -> Result<()> {
         Command::DaemonFixtures { check } => daemon_fixtures(&sh, check),
         Command::Prereqs => prereqs(&sh),
         Command::Ci => ci(&sh),
+        Command::HelperE2e => helper_e2e::run(&sh, &root, &target_dir()),
         Command::DaemonTpmFixture { check } => daemon_tpm_fixture(&sh, check),
         Command::Bench { what: Bench::FixturesCheck { runs } } => bench_fixtures_check(&sh, runs),
         Command::Bench { what: Bench::Adoption { runs } } => bench_adoption(&sh, runs),
@@ -225,6 +230,7 @@ fn ci(sh: &Shell) -> Result<()> {
     step("e2e: bcd against the dev stack (--features bcd-e2e)", || {
         Ok(cmd!(sh, "{cargo} test -p daemon-harness --features bcd-e2e --test e2e --quiet").run()?)
     })?;
+    step("helper-e2e: bcd helper as root in private namespaces", || helper_e2e::run(sh, &root(), &target_dir()))?;
     step("codegen --check", || codegen(sh, true))?;
     step("daemon-fixtures --check", || daemon_fixtures(sh, true))?;
     println!("\nci: all steps passed in {:.1?}", started.elapsed());
