@@ -10,3 +10,4 @@ mod faults;
 mod join;
 mod lifecycle;
 mod runners;
+mod tpm;
