@@ -231,6 +231,7 @@ fn ci(sh: &Shell) -> Result<()> {
         Ok(cmd!(sh, "{cargo} test -p daemon-harness --features bcd-e2e --test e2e --quiet").run()?)
     })?;
     step("helper-e2e: bcd helper as root in private namespaces", || helper_e2e::run(sh, &root(), &target_dir()))?;
+    step("no process left behind by the e2e scenarios", no_leftover_processes)?;
     step("codegen --check", || codegen(sh, true))?;
     step("daemon-fixtures --check", || daemon_fixtures(sh, true))?;
     println!("\nci: all steps passed in {:.1?}", started.elapsed());
@@ -284,5 +285,24 @@ fn bench_e2e(sh: &Shell) -> Result<()> {
         bail!("the e2e suite failed:\n{}{}", String::from_utf8_lossy(&out.stdout), stderr);
     }
     println!("bcd-e2e suite: {} scenarios in {took:.2?} wall time (target ≤ 60 s)", scenarios.len());
+    Ok(())
+}
+
+/// Fails if a process started by the e2e scenarios still runs: every node
+/// lives under a `bcd-e2e-*` directory, which appears in the command line of
+/// its bcd and of its swtpm.
+fn no_leftover_processes() -> Result<()> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Ok(()) };
+    let mut left = Vec::new();
+    for entry in entries.flatten() {
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if cmdline.contains("/bcd-e2e-") {
+            left.push(format!("pid {}: {}", entry.file_name().to_string_lossy(), cmdline.trim()));
+        }
+    }
+    if !left.is_empty() {
+        bail!("processes left behind:\n{}", left.join("\n"));
+    }
     Ok(())
 }
