@@ -23,17 +23,32 @@ pub struct BuildOptions {
     pub goos: Option<String>,
     /// `GOARCH`, when cross-building.
     pub goarch: Option<String>,
+    /// `-X main.neverConnect=true`: a fakehw bcd whose every dial fails, the
+    /// release a self-update scenario must see rolled back.
+    pub never_connect: bool,
 }
 
 impl BuildOptions {
     /// The fakehw build the scenarios run: tags `nonvml,fakehw`.
     pub fn fakehw() -> Self {
-        BuildOptions { tags: vec!["nonvml".into(), "fakehw".into()], version: None, goos: None, goarch: None }
+        BuildOptions {
+            tags: vec!["nonvml".into(), "fakehw".into()],
+            version: None,
+            goos: None,
+            goarch: None,
+            never_connect: false,
+        }
     }
 
     /// The same build, reporting another version.
     pub fn with_version(mut self, version: &str) -> Self {
         self.version = Some(version.to_string());
+        self
+    }
+
+    /// The same build, never connecting (only fakehw builds honour it).
+    pub fn never_connecting(mut self) -> Self {
+        self.never_connect = true;
         self
     }
 
@@ -117,8 +132,15 @@ pub fn build_bcd_using(go: &Path, options: &BuildOptions) -> Result<PathBuf> {
     if !options.tags.is_empty() {
         cmd.arg("-tags").arg(options.tags.join(","));
     }
+    let mut ldflags = Vec::new();
     if let Some(version) = &options.version {
-        cmd.arg("-ldflags").arg(format!("-X main.version={version}"));
+        ldflags.push(format!("-X main.version={version}"));
+    }
+    if options.never_connect {
+        ldflags.push("-X main.neverConnect=true".to_string());
+    }
+    if !ldflags.is_empty() {
+        cmd.arg("-ldflags").arg(ldflags.join(" "));
     }
     if let Some(goos) = &options.goos {
         cmd.env("GOOS", goos);
@@ -150,6 +172,11 @@ mod tests {
         std::fs::write(dir.path().join("a_test.go"), "package x // changed\n").unwrap();
         assert_eq!(base, source_hash(dir.path(), &BuildOptions::fakehw()).unwrap(), "tests do not change the binary");
         assert_ne!(base, source_hash(dir.path(), &BuildOptions::fakehw().with_version("0.9.0")).unwrap());
+        let never = BuildOptions::fakehw().with_version("0.9.1").never_connecting();
+        assert_ne!(
+            source_hash(dir.path(), &never).unwrap(),
+            source_hash(dir.path(), &BuildOptions::fakehw().with_version("0.9.1")).unwrap()
+        );
         std::fs::write(dir.path().join("a.go"), "package x // changed\n").unwrap();
         assert_ne!(base, source_hash(dir.path(), &BuildOptions::fakehw()).unwrap());
     }
