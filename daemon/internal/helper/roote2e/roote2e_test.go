@@ -1,6 +1,6 @@
 //go:build helpere2e
 
-// Package roote2e holds TestHelperAsRoot: bcd helper as real root, run by
+// TestHelperAsRoot: bcd helper as real root, run by
 // `cargo xtask helper-e2e` inside private mount and network namespaces
 // (scripts/helper-e2e-ns.sh: overlays of /etc, /usr/local and /var, a
 // fresh /run), which it checks before it changes anything. It runs the
