@@ -149,6 +149,20 @@ impl Node {
         Ok(Background { child, readers })
     }
 
+    /// Installs bcd behind an entrypoint it may replace (self-update):
+    /// `<dir>/bin/bcd-a` a copy of the binary, `<dir>/bin/bcd` a relative
+    /// symlink to it; later commands run the entrypoint. Returns the slot
+    /// directory.
+    pub fn install_entrypoint(&mut self) -> Result<PathBuf> {
+        let slots = self.root.join("bin");
+        std::fs::create_dir_all(&slots)?;
+        std::fs::copy(&self.bcd, slots.join("bcd-a")).context("copying bcd into slot a")?;
+        #[cfg(unix)]
+        std::os::unix::fs::symlink("bcd-a", slots.join("bcd")).context("linking the entrypoint")?;
+        self.bcd = slots.join("bcd");
+        Ok(slots)
+    }
+
     /// `bcd join --config …` with the token on standard input; fails unless it exits 0.
     pub async fn must_join(&self, token: &str) -> Result<Output> {
         let config = self.config();

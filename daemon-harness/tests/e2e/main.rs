@@ -11,3 +11,4 @@ mod join;
 mod lifecycle;
 mod runners;
 mod tpm;
+mod update;

@@ -1,0 +1,123 @@
+//! Self-update end to end (issue 6 item 1): a second fakehw build reporting
+//! 0.9.0 is published by the dev stack (artifact over HTTP, manifest signed by
+//! the release keys bcd pins in `[update]`); a `daemon.upgrade` rollout stages
+//! it in slot b behind the entrypoint and execs it, and its Welcome confirms
+//! it. Refusals (under threshold, lower sequence, another digest) fail the
+//! command with their code and swap nothing; a build that never connects is
+//! rolled back to slot a.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use daemon_harness::build::{BuildOptions, build_bcd};
+use daemon_harness::node::Node;
+use devstack::{CommandStatus, ManifestOptions};
+
+use crate::common::{DEADLINE, Env};
+
+/// The version every scenario node starts from (the default fakehw build).
+const BASE_VERSION: &str = "0.1.0-dev";
+
+fn current_slot(slots: &Path) -> String {
+    std::fs::read_link(slots.join("bcd")).unwrap().to_string_lossy().into_owned()
+}
+
+/// An adopted node running from slot a, with `[update]` pinning the stack's release keys.
+async fn upgradable_node(env: &Env, name: &str, confirm_timeout: Option<&str>) -> (Node, String, std::path::PathBuf) {
+    let pool = env.must_create_pool("any", None).await;
+    let mut node = env.must_make_node(name, "cpu").await;
+    let slots = node.install_entrypoint().unwrap();
+    let data_dir = env.runner.daemon_path(&node.data_dir()).unwrap();
+    env.stack.write_bcd_config_with(node.dir(), Path::new(&data_dir), Some(&env.stack.release_keys())).await.unwrap();
+    if let Some(timeout) = confirm_timeout {
+        node.set_env("BCD_UPDATE_CONFIRM_TIMEOUT", timeout);
+    }
+    let id = env.must_join_and_adopt(&mut node, &pool).await;
+    let session = env.stack.await_session(&id, 1, DEADLINE).await.unwrap();
+    assert_eq!(session.daemon_version, BASE_VERSION);
+    (node, id, slots)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn daemon_upgrade_swaps_to_slot_b_and_is_confirmed_by_its_welcome() {
+    let Some(env) = Env::start("daemon_upgrade_swaps_to_slot_b_and_is_confirmed_by_its_welcome").await else { return };
+    let next = build_bcd(&BuildOptions::fakehw().with_version("0.9.0")).unwrap();
+    let (mut node, id, slots) = upgradable_node(&env, "upgraded", None).await;
+    env.stack.publish_release("0.9.0", 7, &[("linux", "amd64", &std::fs::read(&next).unwrap())]).await.unwrap();
+
+    let enqueued = Instant::now();
+    let cmd = env.stack.rollout_upgrade(&id, "0.9.0").await.unwrap();
+    let confirmed = env.stack.await_daemon_version(&id, "0.9.0", DEADLINE).await.unwrap();
+    eprintln!("daemon.upgrade enqueued to confirmed in {:.2?}", enqueued.elapsed());
+    assert_eq!(confirmed.daemon_version, "0.9.0");
+    let outcome = env.stack.await_command(&cmd, DEADLINE).await.unwrap();
+    assert_eq!(outcome.state, CommandStatus::Succeeded, "{outcome:?}");
+    let output = outcome.output_json().unwrap();
+    assert_eq!(
+        (output["version"].as_str(), output["previous"].as_str()),
+        (Some("0.9.0"), Some(BASE_VERSION)),
+        "{output}"
+    );
+    assert_eq!(current_slot(&slots), "bcd-b", "current is bcd-b");
+    assert!(!slots.join("upgrade.json").exists(), "upgrade.json is gone");
+    let status = node.await_status(DEADLINE, "0.9.0 connected", |s| s["daemonVersion"] == "0.9.0").await.unwrap();
+    assert_eq!(status["session"]["state"], "connected");
+    node.stop().await;
+    env.report();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn daemon_upgrade_refuses_bad_manifests_and_swaps_nothing() {
+    let Some(env) = Env::start("daemon_upgrade_refuses_bad_manifests_and_swaps_nothing").await else { return };
+    let next = build_bcd(&BuildOptions::fakehw().with_version("0.9.0")).unwrap();
+    let (mut node, id, slots) = upgradable_node(&env, "refuser", None).await;
+    env.stack.publish_release("0.9.0", 7, &[("linux", "amd64", &std::fs::read(&next).unwrap())]).await.unwrap();
+    let min_sequence = env.stack.release_keys().min_sequence;
+
+    let cases = [
+        ("release-threshold", ManifestOptions { signers: Some(1), ..Default::default() }),
+        ("release-sequence", ManifestOptions { sequence: Some(min_sequence.saturating_sub(1)), ..Default::default() }),
+        ("release-digest", ManifestOptions { wrong_digest: true, ..Default::default() }),
+    ];
+    for (code, options) in cases {
+        let cmd = env.stack.rollout_upgrade_with(&id, "0.9.0", &options).await.unwrap();
+        let outcome = env.stack.await_command(&cmd, DEADLINE).await.unwrap();
+        assert_eq!(outcome.state, CommandStatus::Failed, "{code}: {outcome:?}");
+        assert!(outcome.reason.starts_with(code), "{code}: {outcome:?}");
+        assert_eq!(current_slot(&slots), "bcd-a", "{code}: nothing swapped");
+    }
+    let session = env.stack.node_sessions(&id).await.unwrap().into_iter().last().unwrap();
+    assert_eq!(session.daemon_version, BASE_VERSION);
+    node.stop().await;
+    env.report();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_build_that_never_connects_is_rolled_back_to_slot_a() {
+    let Some(env) = Env::start("a_build_that_never_connects_is_rolled_back_to_slot_a").await else { return };
+    let broken = build_bcd(&BuildOptions::fakehw().with_version("0.9.1").never_connecting()).unwrap();
+    let (mut node, id, slots) = upgradable_node(&env, "rolled-back", Some("1s")).await;
+    env.stack.publish_release("0.9.1", 8, &[("linux", "amd64", &std::fs::read(&broken).unwrap())]).await.unwrap();
+
+    let started = Instant::now();
+    let cmd = env.stack.rollout_upgrade(&id, "0.9.1").await.unwrap();
+    let outcome = env.stack.await_command(&cmd, DEADLINE).await.unwrap();
+    assert_eq!(outcome.state, CommandStatus::Failed, "{outcome:?}");
+    assert!(outcome.reason.starts_with("rollback:"), "{outcome:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "rolled back within a bounded time: {:.2?}",
+        started.elapsed()
+    );
+    assert_eq!(current_slot(&slots), "bcd-a", "back on slot a");
+    let status =
+        node.await_status(DEADLINE, "connected again", |s| s["session"]["state"] == "connected").await.unwrap();
+    assert_eq!(status["daemonVersion"], BASE_VERSION);
+    // Preparing the failed release again is refused.
+    let again = env.stack.rollout_upgrade(&id, "0.9.1").await.unwrap();
+    let refused = env.stack.await_command(&again, DEADLINE).await.unwrap();
+    assert_eq!(refused.state, CommandStatus::Failed, "{refused:?}");
+    assert_eq!(current_slot(&slots), "bcd-a");
+    node.stop().await;
+    env.report();
+}
