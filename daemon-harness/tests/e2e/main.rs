@@ -7,6 +7,7 @@ mod adoption;
 mod bench;
 mod common;
 mod faults;
+mod intent;
 mod join;
 mod lifecycle;
 mod runners;
