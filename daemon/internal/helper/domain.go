@@ -83,7 +83,7 @@ func (s *Server) checkInstance(a *DomainArgs, define bool) error {
 func run(ctx context.Context, program string, args ...string) (string, error) {
 	out, err := exec.CommandContext(ctx, program, args...).CombinedOutput()
 	if err != nil {
-		return "", &Error{Code: CodeCommand, Detail: fmt.Sprintf("%s %s: %s", program, strings.Join(args, " "), strings.TrimSpace(string(out))), Err: err}
+		return "", &Error{Code: CodeCommand, Reason: fmt.Sprintf("%s %s: %s", program, strings.Join(args, " "), strings.TrimSpace(string(out))), Err: err}
 	}
 	return string(out), nil
 }

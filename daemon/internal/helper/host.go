@@ -169,7 +169,7 @@ func (s *Server) hostApply(ctx context.Context, req Request) (any, error) {
 	// systemd runs when /run/systemd/system exists (sd_booted).
 	if _, err := os.Stat("/run/systemd/system"); err == nil {
 		if out, err := exec.CommandContext(ctx, s.cfg.Helper.Systemctl, "daemon-reload").CombinedOutput(); err != nil {
-			return nil, &Error{Code: CodeCommand, Detail: "systemctl daemon-reload: " + strings.TrimSpace(string(out)), Err: err}
+			return nil, &Error{Code: CodeCommand, Reason: "systemctl daemon-reload: " + strings.TrimSpace(string(out)), Err: err}
 		}
 		res.Reloaded = true
 	}

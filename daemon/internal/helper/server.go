@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"bcd/internal/pki"
+	"bcd/internal/refusal"
 	"bcd/internal/update"
 )
 
@@ -38,55 +39,26 @@ const (
 	CodeCommand Code = "helper-command"
 )
 
-// Code is a stable refusal code of the helper.
-type Code string
+// Code is a stable refusal code of the helper (the shared refusal.Code).
+type Code = refusal.Code
 
-// Error makes a Code a sentinel.
-func (c Code) Error() string { return string(c) }
-
-// Error is a refusal of the helper.
-type Error struct {
-	Code   Code
-	Detail string
-	Err    error
-}
-
-func (e *Error) Error() string {
-	msg := string(e.Code) + ": " + e.Detail
-	if e.Err != nil {
-		msg += ": " + e.Err.Error()
-	}
-	return msg
-}
-
-// Unwrap returns the cause.
-func (e *Error) Unwrap() error { return e.Err }
-
-// Is matches the Code.
-func (e *Error) Is(target error) bool {
-	c, ok := target.(Code)
-	return ok && c == e.Code
-}
+// Error is a refusal of the helper (the shared refusal.Error).
+type Error = refusal.Error
 
 func refuse(code Code, format string, args ...any) *Error {
-	return &Error{Code: code, Detail: fmt.Sprintf(format, args...)}
+	return refusal.New(code, format, args...)
 }
 
-// codeOf is the stable code of any refusal the helper answers.
+// codeOf is the stable code of any refusal the helper answers: the first
+// refusal in err's chain (the helper's own, update's or pki's), a bare code,
+// or helper-failed.
 func codeOf(err error) string {
-	var he *Error
-	if errors.As(err, &he) {
-		return string(he.Code)
-	}
-	if c := update.CodeOf(err); c != "" {
+	if c := refusal.CodeOf(err); c != "" {
 		return string(c)
 	}
-	if c := pki.CodeOf(err); c != "" {
+	var c Code
+	if errors.As(err, &c) {
 		return string(c)
-	}
-	var uc update.Code
-	if errors.As(err, &uc) {
-		return string(uc)
 	}
 	return "helper-failed"
 }

@@ -3,19 +3,13 @@
 
 package pki
 
-import (
-	"errors"
-	"fmt"
-)
+import "bcd/internal/refusal"
 
 // Code is the stable code of a refusal, identical to the Rust side's
 // (pki::Error::code). A Code is also a sentinel error:
 // errors.Is(err, pki.CodeJWEDecrypt) reports whether err, or anything it
 // wraps, is a refusal with that code.
-type Code string
-
-// Error returns the code itself.
-func (c Code) Error() string { return string(c) }
+type Code = refusal.Code
 
 // The codes, in the order of pki::Error::CODES. Add a code on both sides at once.
 const (
@@ -128,54 +122,18 @@ var Codes = []Code{
 	CodeReleaseDigest,
 	CodeReleaseSize}
 
-// Error is a refusal: its Code is the contract, Reason and Err are for
-// humans. Neither ever holds secret material (tokens, plaintexts, keys).
-type Error struct {
-	// Code is the stable, shared code.
-	Code Code
-	// Reason says what was wrong, in a few words.
-	Reason string
-	// Err is the underlying cause, if any.
-	Err error
-}
+// Error is a refusal of this package (the shared refusal.Error).
+type Error = refusal.Error
 
-// Error returns the code, the reason and the cause.
-func (e *Error) Error() string {
-	msg := string(e.Code)
-	if e.Reason != "" {
-		msg += ": " + e.Reason
-	}
-	if e.Err != nil {
-		msg += ": " + e.Err.Error()
-	}
-	return msg
-}
-
-// Unwrap returns the underlying cause.
-func (e *Error) Unwrap() error { return e.Err }
-
-// Is reports whether target is this error's Code.
-func (e *Error) Is(target error) bool {
-	c, ok := target.(Code)
-	return ok && c == e.Code
-}
-
-// CodeOf returns the code of the first *Error in err's chain, or "" when err
-// is not a refusal of this package.
-func CodeOf(err error) Code {
-	var e *Error
-	if errors.As(err, &e) {
-		return e.Code
-	}
-	return ""
-}
+// CodeOf returns the code of the first refusal in err's chain, or "".
+func CodeOf(err error) Code { return refusal.CodeOf(err) }
 
 // refuse builds an *Error with a formatted reason.
 func refuse(code Code, format string, args ...any) *Error {
-	return &Error{Code: code, Reason: fmt.Sprintf(format, args...)}
+	return refusal.New(code, format, args...)
 }
 
 // refuseWith builds an *Error that wraps a cause.
 func refuseWith(code Code, cause error, reason string) *Error {
-	return &Error{Code: code, Reason: reason, Err: cause}
+	return refusal.Wrap(code, cause, reason)
 }

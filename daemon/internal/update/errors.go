@@ -7,15 +7,13 @@
 package update
 
 import (
-	"errors"
 	"fmt"
+
+	"bcd/internal/refusal"
 )
 
 // Code is a stable refusal code.
-type Code string
-
-// Error makes a Code usable as a sentinel with errors.Is.
-func (c Code) Error() string { return string(c) }
+type Code = refusal.Code
 
 // The codes of self-update, besides pki's release codes.
 const (
@@ -56,50 +54,16 @@ const (
 	CodeRollback Code = "rollback"
 )
 
-// Error is a refusal: Code is the contract, Detail is for humans (never a secret).
-type Error struct {
-	// Code is the stable code.
-	Code Code
-	// Detail says what was wrong.
-	Detail string
-	// Err is the cause, if any.
-	Err error
-}
+// Error is a refusal of this package (the shared refusal.Error).
+type Error = refusal.Error
 
-// Error returns "code: detail[: cause]".
-func (e *Error) Error() string {
-	msg := string(e.Code)
-	if e.Detail != "" {
-		msg += ": " + e.Detail
-	}
-	if e.Err != nil {
-		msg += ": " + e.Err.Error()
-	}
-	return msg
-}
-
-// Unwrap returns the cause.
-func (e *Error) Unwrap() error { return e.Err }
-
-// Is matches the Code.
-func (e *Error) Is(target error) bool {
-	c, ok := target.(Code)
-	return ok && c == e.Code
-}
-
-// CodeOf returns the code of the first *Error in err's chain ("" for none).
-func CodeOf(err error) Code {
-	var e *Error
-	if errors.As(err, &e) {
-		return e.Code
-	}
-	return ""
-}
+// CodeOf returns the code of the first refusal in err's chain, or "".
+func CodeOf(err error) Code { return refusal.CodeOf(err) }
 
 func refuse(code Code, format string, args ...any) *Error {
-	return &Error{Code: code, Detail: fmt.Sprintf(format, args...)}
+	return refusal.New(code, format, args...)
 }
 
 func refuseWith(code Code, cause error, format string, args ...any) *Error {
-	return &Error{Code: code, Detail: fmt.Sprintf(format, args...), Err: cause}
+	return refusal.Wrap(code, cause, fmt.Sprintf(format, args...))
 }

@@ -3,17 +3,11 @@
 
 package attestor
 
-import (
-	"errors"
-	"fmt"
-)
+import "bcd/internal/refusal"
 
 // Code is the stable code of a refusal (pki::Error::code). A Code is also a
 // sentinel: errors.Is(err, CodeQuoteNonce) matches a refusal with that code.
-type Code string
-
-// Error returns the code itself.
-func (c Code) Error() string { return string(c) }
+type Code = refusal.Code
 
 // The TPM codes, in the order of pki::Error::CODES (from tpm-malformed on).
 const (
@@ -61,50 +55,16 @@ var Codes = []Code{
 	CodeNodeKeyNotCSR,
 }
 
-// Error is a refusal: Code is the contract, Reason and Err are for humans.
-type Error struct {
-	// Code is the stable, shared code.
-	Code Code
-	// Reason says what was wrong.
-	Reason string
-	// Err is the underlying cause, if any.
-	Err error
-}
+// Error is a refusal of this package (the shared refusal.Error).
+type Error = refusal.Error
 
-// Error returns the code, the reason and the cause.
-func (e *Error) Error() string {
-	msg := string(e.Code)
-	if e.Reason != "" {
-		msg += ": " + e.Reason
-	}
-	if e.Err != nil {
-		msg += ": " + e.Err.Error()
-	}
-	return msg
-}
-
-// Unwrap returns the underlying cause.
-func (e *Error) Unwrap() error { return e.Err }
-
-// Is reports whether target is this error's Code.
-func (e *Error) Is(target error) bool {
-	c, ok := target.(Code)
-	return ok && c == e.Code
-}
-
-// CodeOf returns the code of the first *Error in err's chain, or "".
-func CodeOf(err error) Code {
-	var e *Error
-	if errors.As(err, &e) {
-		return e.Code
-	}
-	return ""
-}
+// CodeOf returns the code of the first refusal in err's chain, or "".
+func CodeOf(err error) Code { return refusal.CodeOf(err) }
 
 func refuse(code Code, format string, args ...any) *Error {
-	return &Error{Code: code, Reason: fmt.Sprintf(format, args...)}
+	return refusal.New(code, format, args...)
 }
 
 func refuseWith(code Code, cause error, reason string) *Error {
-	return &Error{Code: code, Reason: reason, Err: cause}
+	return refusal.Wrap(code, cause, reason)
 }
