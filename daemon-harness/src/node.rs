@@ -98,8 +98,9 @@ impl Node {
         self.runner.command(&self.bcd, &args, &self.env)
     }
 
-    /// Runs `bcd args…` to completion, with `stdin` piped in, and logs its output.
-    pub async fn run(&self, args: &[&str], stdin: Option<&str>, timeout: Duration) -> Result<Output> {
+    /// Starts `bcd args…` with its output piped and `stdin` written to it
+    /// (then closed).
+    async fn start_child(&self, args: &[&str], stdin: Option<&str>) -> Result<tokio::process::Child> {
         let mut cmd = self.command(args);
         cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
             .stdout(Stdio::piped())
@@ -109,8 +110,18 @@ impl Node {
         if let Some(input) = stdin {
             let mut pipe = child.stdin.take().expect("piped stdin");
             pipe.write_all(input.as_bytes()).await?;
-            drop(pipe);
         }
+        Ok(child)
+    }
+
+    /// The log label of `bcd args…`.
+    fn label(args: &[&str]) -> String {
+        format!("bcd {}", args.first().copied().unwrap_or(""))
+    }
+
+    /// Runs `bcd args…` to completion, with `stdin` piped in, and logs its output.
+    pub async fn run(&self, args: &[&str], stdin: Option<&str>, timeout: Duration) -> Result<Output> {
+        let child = self.start_child(args, stdin).await?;
         let out = tokio::time::timeout(timeout, child.wait_with_output())
             .await
             .with_context(|| format!("bcd {} did not finish within {timeout:?}", args.join(" ")))??;
@@ -119,7 +130,7 @@ impl Node {
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         };
-        let label = format!("bcd {}", args.first().copied().unwrap_or(""));
+        let label = Self::label(args);
         for line in output.stdout.lines().chain(output.stderr.lines()) {
             self.logs.push(&label, line);
         }
@@ -131,17 +142,8 @@ impl Node {
     /// piped in and its output captured live; for long-running commands such
     /// as `bcd sim`.
     pub async fn spawn(&self, args: &[&str], stdin: Option<&str>) -> Result<Background> {
-        let mut cmd = self.command(args);
-        cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let mut child = cmd.spawn().with_context(|| format!("starting bcd {}", args.join(" ")))?;
-        if let Some(input) = stdin {
-            let mut pipe = child.stdin.take().expect("piped stdin");
-            pipe.write_all(input.as_bytes()).await?;
-        }
-        let label = format!("bcd {}", args.first().copied().unwrap_or(""));
+        let mut child = self.start_child(args, stdin).await?;
+        let label = Self::label(args);
         let readers = vec![
             self.logs.follow(&label, child.stdout.take().expect("piped stdout")),
             self.logs.follow(&label, child.stderr.take().expect("piped stderr")),
