@@ -6,41 +6,22 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"bcd/internal/proto/agentv1"
 	"bcd/internal/testgw"
+	"bcd/internal/testlog"
 )
 
 const cliToken = "bc_jt_cli_test_secret_7"
 
-// lockedBuffer is an output sink safe for concurrent writers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func cliEnv(ctx context.Context, stdin string, out, errOut *lockedBuffer) env {
+func cliEnv(ctx context.Context, stdin string, out, errOut *testlog.Buffer) env {
 	return env{ctx: ctx, stdin: strings.NewReader(stdin), stdout: out, stderr: errOut,
 		getenv: func(k string) string {
 			if k == "BCD_FAKEHW_VARIANT" {
@@ -55,7 +36,7 @@ func TestJoinNodeAndStatus(t *testing.T) {
 	g.AddToken(cliToken)
 	dir := t.TempDir()
 	path := g.WriteConfig(t, dir)
-	var out, errOut lockedBuffer
+	var out, errOut testlog.Buffer
 	ctx := context.Background()
 	if code := run([]string{"join", "--config", path}, cliEnv(ctx, cliToken+"\n", &out, &errOut)); code != 0 {
 		t.Fatalf("join: exit %d: %s", code, errOut.String())
@@ -84,7 +65,7 @@ func TestJoinNodeAndStatus(t *testing.T) {
 			break
 		}
 	}
-	var statusOut, statusErr lockedBuffer
+	var statusOut, statusErr testlog.Buffer
 	if code := run([]string{"status", "--json", "--config", path}, cliEnv(ctx, "", &statusOut, &statusErr)); code != 0 {
 		t.Fatalf("status: exit %d: %s", code, statusErr.String())
 	}
@@ -120,7 +101,7 @@ func TestJoinWithATokenFileRemovesIt(t *testing.T) {
 	path := g.WriteConfig(t, dir)
 	tokenFile := filepath.Join(dir, "token")
 	writeFile(t, tokenFile, cliToken)
-	var out, errOut lockedBuffer
+	var out, errOut testlog.Buffer
 	if code := run([]string{"join", "--config", path, "--token-file", tokenFile}, cliEnv(context.Background(), "", &out, &errOut)); code != 0 {
 		t.Fatalf("join: exit %d: %s", code, errOut.String())
 	}
@@ -133,7 +114,7 @@ func TestARefusedJoinSaysWhyInOneLine(t *testing.T) {
 	g := testgw.Start(t, testgw.Options{})
 	dir := t.TempDir()
 	path := g.WriteConfig(t, dir)
-	var out, errOut lockedBuffer
+	var out, errOut testlog.Buffer
 	code := run([]string{"join", "--config", path}, cliEnv(context.Background(), cliToken, &out, &errOut))
 	if code != 1 || !strings.Contains(errOut.String(), "token-unknown: ") || strings.Contains(errOut.String(), cliToken) {
 		t.Fatalf("exit %d, stderr %q", code, errOut.String())

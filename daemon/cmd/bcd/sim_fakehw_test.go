@@ -14,6 +14,7 @@ import (
 
 	"bcd/internal/proto/agentv1"
 	"bcd/internal/testgw"
+	"bcd/internal/testlog"
 )
 
 func TestSimJoinsDistinctNodesWithOneToken(t *testing.T) {
@@ -21,7 +22,7 @@ func TestSimJoinsDistinctNodesWithOneToken(t *testing.T) {
 	g.AddToken(cliToken)
 	dir := t.TempDir()
 	path := g.WriteConfig(t, dir)
-	var out, errOut lockedBuffer
+	var out, errOut testlog.Buffer
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	go func() {

@@ -24,6 +24,7 @@ import (
 	"bcd/internal/pki"
 	"bcd/internal/proto/agentv1"
 	"bcd/internal/testgw"
+	"bcd/internal/testlog"
 	"bcd/internal/tpm"
 	"bcd/internal/tpm/attestor"
 	"bcd/internal/tpm/tpmtest"
@@ -31,7 +32,7 @@ import (
 )
 
 // tpmEnv is cliEnv with the fakehw TPM's knobs.
-func tpmEnv(t *testing.T, ctx context.Context, out, errOut *lockedBuffer, knobs map[string]string) env {
+func tpmEnv(t *testing.T, ctx context.Context, out, errOut *testlog.Buffer, knobs map[string]string) env {
 	e := cliEnv(ctx, "", out, errOut)
 	e.getenv = func(k string) string {
 		if v, ok := knobs[k]; ok {
@@ -76,7 +77,7 @@ func TestATPMNodeJoinsRunsAndRenews(t *testing.T) {
 	g, path := tpmGateway(t, nil)
 	dataDir := filepath.Join(filepath.Dir(path), "data")
 	knobs := map[string]string{"BCD_RENEW_AFTER": "300ms"}
-	var out, errOut lockedBuffer
+	var out, errOut testlog.Buffer
 	ctx := context.Background()
 	if code := run([]string{"join", "--attestor", "tpm", "--config", path}, tpmEnv(t, ctx, &out, &errOut, knobs)); code != 0 {
 		t.Fatalf("join: exit %d: %s", code, errOut.String())
@@ -92,7 +93,7 @@ func TestATPMNodeJoinsRunsAndRenews(t *testing.T) {
 	if handle != "0x81000002" {
 		t.Fatalf("node.key names handle %s", handle)
 	}
-	var again lockedBuffer
+	var again testlog.Buffer
 	if code := run([]string{"join", "--attestor", "tpm", "--config", path}, tpmEnv(t, ctx, &again, &errOut, knobs)); code != 0 || !strings.Contains(again.String(), "already joined as node_1") {
 		t.Fatalf("second join: exit %d, %q", code, again.String())
 	}
@@ -169,7 +170,7 @@ func TestTPMJoinRefusalsSayWhyInOneLine(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, path := tpmGateway(t, tc.roots)
-			var out, errOut lockedBuffer
+			var out, errOut testlog.Buffer
 			code := run([]string{"join", "--attestor", "tpm", "--config", path}, tpmEnv(t, context.Background(), &out, &errOut, tc.knobs))
 			lines := strings.Split(strings.TrimSpace(errOut.String()), "\n")
 			if code != 1 || !strings.HasPrefix(lines[len(lines)-1], "bcd join: join refused: "+tc.code+": ") {
@@ -182,7 +183,7 @@ func TestTPMJoinRefusalsSayWhyInOneLine(t *testing.T) {
 
 func TestATPMJoinWithoutTheStateKnobSaysWhichKnob(t *testing.T) {
 	_, path := tpmGateway(t, nil)
-	var out, errOut lockedBuffer
+	var out, errOut testlog.Buffer
 	code := run([]string{"join", "--attestor", "tpm", "--config", path}, tpmEnv(t, context.Background(), &out, &errOut, map[string]string{fakehw.TPMStateEnv: ""}))
 	if code != 1 || !strings.Contains(errOut.String(), fakehw.TPMStateEnv) {
 		t.Fatalf("exit %d, stderr %s", code, errOut.String())

@@ -34,6 +34,7 @@ import (
 	"bcd/internal/pki"
 	"bcd/internal/proto/agentv1"
 	"bcd/internal/testgw"
+	"bcd/internal/testlog"
 	"bcd/internal/update"
 	"google.golang.org/protobuf/proto"
 )
@@ -78,7 +79,7 @@ func releaseSigners(t *testing.T) (string, []crypto.Signer) {
 	return c.String(), signers
 }
 
-func nextSession(t *testing.T, g *testgw.Gateway, logs *lockedBuffer) *testgw.Session {
+func nextSession(t *testing.T, g *testgw.Gateway, logs *testlog.Buffer) *testgw.Session {
 	t.Helper()
 	select {
 	case s := <-g.Sessions:
@@ -89,7 +90,7 @@ func nextSession(t *testing.T, g *testgw.Gateway, logs *lockedBuffer) *testgw.Se
 	return nil
 }
 
-func frame(t *testing.T, s *testgw.Session, logs *lockedBuffer, match func(*agentv1.NodeFrame) bool) *agentv1.NodeFrame {
+func frame(t *testing.T, s *testgw.Session, logs *testlog.Buffer, match func(*agentv1.NodeFrame) bool) *agentv1.NodeFrame {
 	t.Helper()
 	timeout := time.After(30 * time.Second)
 	for {
@@ -148,7 +149,7 @@ func TestSelfUpdateExecsTheNewBinaryAndRollsBackOneThatNeverConnects(t *testing.
 	g.AddToken(cliToken)
 	dir := t.TempDir()
 	path := g.WriteConfig(t, dir)
-	var out, errOut lockedBuffer
+	var out, errOut testlog.Buffer
 	if code := run([]string{"join", "--config", path}, cliEnv(context.Background(), cliToken+"\n", &out, &errOut)); code != 0 {
 		t.Fatalf("join: %s", errOut.String())
 	}
@@ -165,7 +166,7 @@ func TestSelfUpdateExecsTheNewBinaryAndRollsBackOneThatNeverConnects(t *testing.
 	}
 	entrypoint := filepath.Join(slots, update.Entrypoint)
 
-	logs := &lockedBuffer{}
+	logs := &testlog.Buffer{}
 	node := exec.Command(entrypoint, "node", "--config", path)
 	node.Env = append(os.Environ(), "BCD_UPDATE_CONFIRM_TIMEOUT=1s", "BCD_FAKEHW_BACKOFF_CAP=100ms")
 	node.Stdout, node.Stderr = logs, logs

@@ -7,7 +7,6 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"crypto/ed25519"
 	"encoding/json"
@@ -15,7 +14,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,28 +23,11 @@ import (
 	"bcd/internal/pki"
 	"bcd/internal/proto/agentv1"
 	"bcd/internal/testgw"
+	"bcd/internal/testlog"
 	"google.golang.org/protobuf/proto"
 )
 
 const token = "bc_jt_agent_test_secret_42"
-
-// syncBuffer is a log sink safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 type node struct {
 	cfg    *config.Config
@@ -55,7 +36,7 @@ type node struct {
 	cancel context.CancelFunc
 }
 
-func startNode(t *testing.T, g *testgw.Gateway, path string, logs *syncBuffer) *node {
+func startNode(t *testing.T, g *testgw.Gateway, path string, logs *testlog.Buffer) *node {
 	t.Helper()
 	c, err := config.Load(path)
 	if err != nil {
@@ -149,7 +130,7 @@ func TestANodeEndToEnd(t *testing.T) {
 	g.AddToken(token)
 	dir := t.TempDir()
 	path := g.WriteConfig(t, dir)
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	if _, err := join.Join(context.Background(), join.Options{ConfigPath: path, Token: token, Log: slog.New(slog.NewTextHandler(logs, nil))}); err != nil {
 		t.Fatal(err)
 	}

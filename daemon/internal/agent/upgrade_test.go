@@ -31,6 +31,7 @@ import (
 	"bcd/internal/pki"
 	"bcd/internal/proto/agentv1"
 	"bcd/internal/testgw"
+	"bcd/internal/testlog"
 	selfupdate "bcd/internal/update"
 )
 
@@ -72,14 +73,14 @@ type upgradeRig struct {
 	slots    *selfupdate.Slots
 	policy   pki.ReleasePolicy
 	params   []byte
-	logs     *syncBuffer
+	logs     *testlog.Buffer
 	execs    chan string
 	artifact []byte
 }
 
 func newUpgradeRig(t *testing.T) *upgradeRig {
 	t.Helper()
-	r := &upgradeRig{g: testgw.Start(t, testgw.Options{SignedIntent: true}), logs: &syncBuffer{}, execs: make(chan string, 1),
+	r := &upgradeRig{g: testgw.Start(t, testgw.Options{SignedIntent: true}), logs: &testlog.Buffer{}, execs: make(chan string, 1),
 		artifact: []byte("the bytes of bcd 0.9.0")}
 	r.g.AddToken(token)
 	dir := t.TempDir()

@@ -25,31 +25,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	"bcd/internal/pki"
 	"bcd/internal/proto/agentv1"
+	"bcd/internal/testlog"
 	"bcd/internal/update"
 	"google.golang.org/protobuf/proto"
 )
-
-type logBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // release is testdata/release.
 type release struct {
@@ -114,7 +97,7 @@ var commandRoot = pki.DeriveEd25519("helper-test", "command-root/0")
 // rig is a helper serving in a temporary directory.
 type rig struct {
 	dir, socket, slots, staged string
-	log                        *logBuffer
+	log                        *testlog.Buffer
 	client                     *Client
 	rel                        *release
 	calls                      string // the fake programs' log
@@ -134,7 +117,7 @@ func newRig(t *testing.T, exes []string) *rig {
 	t.Helper()
 	dir := t.TempDir()
 	r := &rig{dir: dir, socket: filepath.Join(dir, "run", "helper.sock"), slots: filepath.Join(dir, "slots"),
-		staged: filepath.Join(dir, "node", "bcd.staged"), log: &logBuffer{}, rel: loadRelease(t), calls: filepath.Join(dir, "calls.log")}
+		staged: filepath.Join(dir, "node", "bcd.staged"), log: &testlog.Buffer{}, rel: loadRelease(t), calls: filepath.Join(dir, "calls.log")}
 	installed := filepath.Join(dir, "installed")
 	if err := os.WriteFile(installed, []byte("installed bcd"), 0o755); err != nil {
 		t.Fatal(err)

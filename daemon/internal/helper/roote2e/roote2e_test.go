@@ -37,7 +37,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -45,6 +44,7 @@ import (
 	"bcd/internal/helper"
 	"bcd/internal/pki"
 	"bcd/internal/proto/agentv1"
+	"bcd/internal/testlog"
 	"bcd/internal/update"
 	"google.golang.org/protobuf/proto"
 )
@@ -110,24 +110,6 @@ func run(t *testing.T, name string, args ...string) string {
 		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
 	}
 	return string(out)
-}
-
-// syncBuffer collects the helper's log.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // node calls the helper as the bcd user from a binary.
@@ -317,7 +299,7 @@ func TestHelperAsRoot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	h := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	h.Env = append(os.Environ(), "PATH="+fakebin+":"+os.Getenv("PATH"))
