@@ -13,8 +13,8 @@ use devstack::{
 };
 use pki::tpm::attest::{Attest, Attested, EcdsaSignature, PcrSelection};
 use pki::tpm::attestor::Signed;
-use pki::tpm::public::{Public, Scheme, SymDef};
-use pki::tpm::{NodeKeyPolicy, alg, attr};
+use pki::tpm::public::Public;
+use pki::tpm::{NodeKeyPolicy, alg};
 use sha2::{Digest, Sha256};
 use tonic::{Code, Status};
 
@@ -62,26 +62,6 @@ struct SoftTpm {
     ak: p256::SecretKey,
 }
 
-fn ek_public(key: &p256::PublicKey) -> Public {
-    let mut p = Public::ecc_p256(key, 0, SymDef::AES_128_CFB, Scheme::NULL);
-    p.attributes = attr::FIXED_TPM
-        | attr::FIXED_PARENT
-        | attr::SENSITIVE_DATA_ORIGIN
-        | attr::ADMIN_WITH_POLICY
-        | attr::RESTRICTED
-        | attr::DECRYPT;
-    p.auth_policy = vec![0x83; 32];
-    p
-}
-
-fn ak_public(key: &p256::PublicKey) -> Public {
-    Public::ecc_p256(key, Public::AK_ATTRIBUTES, SymDef::NULL, Scheme::ECDSA_SHA256)
-}
-
-fn node_public(key: &p256::PublicKey) -> Public {
-    Public::ecc_p256(key, Public::NODE_KEY_ATTRIBUTES, SymDef::NULL, Scheme::ECDSA_SHA256)
-}
-
 fn pcrs() -> Vec<Vec<u8>> {
     (0..8u8).map(|i| Sha256::digest([i]).to_vec()).collect()
 }
@@ -98,15 +78,15 @@ impl SoftTpm {
     }
 
     fn ek_public(&self) -> Vec<u8> {
-        ek_public(&self.ek.public_key()).to_bytes()
+        Public::ek_p256(&self.ek.public_key()).to_bytes()
     }
 
     fn ak_public(&self) -> Vec<u8> {
-        ak_public(&self.ak.public_key()).to_bytes()
+        Public::ak_p256(&self.ak.public_key()).to_bytes()
     }
 
     fn ak_name(&self) -> Vec<u8> {
-        ak_public(&self.ak.public_key()).name().unwrap()
+        Public::ak_p256(&self.ak.public_key()).name().unwrap()
     }
 
     fn round1(&self) -> proto::TpmRound1 {
@@ -134,7 +114,7 @@ impl SoftTpm {
 
     /// TPM2_Certify of a node key by the AK over `nonce`.
     fn certify(&self, key: &p256::PublicKey, nonce: &[u8]) -> proto::TpmCertification {
-        let public = node_public(key).to_bytes();
+        let public = Public::node_key_p256(key).to_bytes();
         let name = pki::tpm::public::name_sha256(&public);
         let signed = self.sign(Attested::Certify { name, qualified_name: vec![] }, nonce);
         proto::TpmCertification { public, attest: signed.attest, signature: signed.signature }

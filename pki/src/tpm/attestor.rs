@@ -439,26 +439,6 @@ mod tests {
         root: Vec<u8>,
     }
 
-    fn ek_public(key: &p256::PublicKey) -> Public {
-        let mut p = Public::ecc_p256(key, 0, SymDef::AES_128_CFB, Scheme::NULL);
-        p.attributes = attr::FIXED_TPM
-            | attr::FIXED_PARENT
-            | attr::SENSITIVE_DATA_ORIGIN
-            | attr::ADMIN_WITH_POLICY
-            | attr::RESTRICTED
-            | attr::DECRYPT;
-        p.auth_policy = vec![0x83; 32];
-        p
-    }
-
-    fn ak_public(key: &p256::PublicKey) -> Public {
-        Public::ecc_p256(key, Public::AK_ATTRIBUTES, SymDef::NULL, Scheme::ECDSA_SHA256)
-    }
-
-    fn node_public(key: &p256::PublicKey) -> Public {
-        Public::ecc_p256(key, Public::NODE_KEY_ATTRIBUTES, SymDef::NULL, Scheme::ECDSA_SHA256)
-    }
-
     fn root(key: &p256::SecretKey) -> Vec<u8> {
         x509::ca_certificate(
             key,
@@ -501,9 +481,9 @@ mod tests {
 
         fn round1(&self) -> Round1 {
             Round1 {
-                ek_public: ek_public(&self.ek.public_key()).to_bytes(),
+                ek_public: Public::ek_p256(&self.ek.public_key()).to_bytes(),
                 ek_certificate: ek_cert(&self.root_key, &self.root, &self.ek.public_key()),
-                ak_public: ak_public(&self.ak.public_key()).to_bytes(),
+                ak_public: Public::ak_p256(&self.ak.public_key()).to_bytes(),
             }
         }
 
@@ -551,7 +531,7 @@ mod tests {
                 activated_secret: activate_credential(&self.ek, ak_name, &challenge.credential).unwrap(),
                 quote: self.quote(&challenge.nonce, vec![0xff, 0, 0]),
                 pcr_values: Self::pcrs(),
-                node_key: Some(self.certify(&challenge.nonce, &node_public(&self.node.public_key()))),
+                node_key: Some(self.certify(&challenge.nonce, &Public::node_key_p256(&self.node.public_key()))),
                 csr: x509::csr(&self.node, "bcd").unwrap(),
             }
         }
@@ -586,7 +566,7 @@ mod tests {
             let a = attestor.verify_answer(&pending, &answer).unwrap();
             assert!(a.csr_key_in_tpm);
             assert_eq!(a.certified_node_key, Some(tpm.node.public_key()));
-            assert_eq!(a.ak_name, ak_public(&tpm.ak.public_key()).name().unwrap());
+            assert_eq!(a.ak_name, Public::ak_p256(&tpm.ak.public_key()).name().unwrap());
             assert_eq!(a.ek_binding, <[u8; 32]>::from(Sha256::digest(tpm.round1().ek_public)));
             assert_eq!(NodeKeyPolicy::parse(policy.as_str()), Some(policy));
         }
@@ -610,7 +590,7 @@ mod tests {
             round1_code(&tpm, |r| r.ek_certificate = ek_cert(&tpm.root_key, &tpm.root, &other_ek)),
             "ek-mismatch"
         );
-        let mut sign_ek = ek_public(&ek);
+        let mut sign_ek = Public::ek_p256(&ek);
         sign_ek.attributes |= attr::SIGN;
         assert_eq!(round1_code(&tpm, |r| r.ek_public = sign_ek.to_bytes()), "ek-attributes");
         let ak = tpm.ak.public_key();
@@ -621,7 +601,7 @@ mod tests {
             (0, attr::DECRYPT),
             (attr::SENSITIVE_DATA_ORIGIN, 0),
         ] {
-            let mut p = ak_public(&ak);
+            let mut p = Public::ak_p256(&ak);
             p.attributes = (p.attributes & !bits_off) | bits_on;
             assert_eq!(
                 round1_code(&tpm, |r| r.ak_public = p.to_bytes()),
@@ -629,10 +609,10 @@ mod tests {
                 "{bits_off:#x}/{bits_on:#x}"
             );
         }
-        let mut sha1 = ak_public(&ak);
+        let mut sha1 = Public::ak_p256(&ak);
         sha1.name_alg = alg::SHA1;
         assert_eq!(round1_code(&tpm, |r| r.ak_public = sha1.to_bytes()), "ak-attributes");
-        let node_as_ak = node_public(&tpm.node.public_key());
+        let node_as_ak = Public::node_key_p256(&tpm.node.public_key());
         assert_eq!(round1_code(&tpm, |r| r.ak_public = node_as_ak.to_bytes()), "ak-attributes");
         let at = |now| {
             Attestor::new(vec![tpm.root.clone()], NodeKeyPolicy::Tpm).verify_round1(&tpm.round1(), now).unwrap_err()
@@ -665,16 +645,17 @@ mod tests {
         assert_eq!(answer_code(Tpm, |_, _, a| a.node_key.as_mut().unwrap().certify = a.quote.clone()), "tpm-malformed");
         assert_eq!(
             answer_code(Tpm, |t, _, a| {
-                a.node_key = Some(t.certify(&[2; 32], &node_public(&t.node.public_key())));
+                a.node_key = Some(t.certify(&[2; 32], &Public::node_key_p256(&t.node.public_key())));
             }),
             "certify-nonce"
         );
         assert_eq!(
-            answer_code(Tpm, |t, _, a| a.node_key.as_mut().unwrap().public = ak_public(&t.ak.public_key()).to_bytes()),
+            answer_code(Tpm, |t, _, a| a.node_key.as_mut().unwrap().public =
+                Public::ak_p256(&t.ak.public_key()).to_bytes()),
             "certify-name"
         );
         assert_eq!(
-            answer_code(Tpm, |t, p, a| a.node_key = Some(t.certify(&p.nonce, &ak_public(&t.node.public_key())))),
+            answer_code(Tpm, |t, p, a| a.node_key = Some(t.certify(&p.nonce, &Public::ak_p256(&t.node.public_key())))),
             "node-key-attributes"
         );
         for policy in [Tpm, Certified] {
@@ -712,13 +693,13 @@ mod tests {
     #[test]
     fn a_renewal_certification_is_checked_against_the_stored_ak() {
         let tpm = SoftTpm::new();
-        let ak = ak_public(&tpm.ak.public_key()).to_bytes();
-        let next = node_public(&keys::p256("t", "next").public_key());
+        let ak = Public::ak_p256(&tpm.ak.public_key()).to_bytes();
+        let next = Public::node_key_p256(&keys::p256("t", "next").public_key());
         let certified = tpm.certify(&[9; 32], &next);
         let key = verify_key_certification(&ak, &[9; 32], &certified).unwrap();
         assert_eq!(key, keys::p256("t", "next").public_key());
         assert_eq!(verify_key_certification(&ak, &[8; 32], &certified).unwrap_err().code(), "certify-nonce");
-        let other_ak = ak_public(&keys::p256("t", "other-ak").public_key()).to_bytes();
+        let other_ak = Public::ak_p256(&keys::p256("t", "other-ak").public_key()).to_bytes();
         assert_eq!(verify_key_certification(&other_ak, &[9; 32], &certified).unwrap_err().code(), "certify-signature");
         assert_eq!(verify_key_certification(b"junk", &[9; 32], &certified).unwrap_err().code(), "tpm-malformed");
     }

@@ -273,6 +273,31 @@ impl Public {
         }
     }
 
+    /// The public area of a TCG default ECC P-256 EK (restricted decryption,
+    /// AES-128-CFB, the admin policy) for `key`, as a software "TPM" in tests
+    /// reports it (the policy digest stands in: tests never satisfy it).
+    pub fn ek_p256(key: &p256::PublicKey) -> Self {
+        let mut p = Public::ecc_p256(key, 0, SymDef::AES_128_CFB, Scheme::NULL);
+        p.attributes = attr::FIXED_TPM
+            | attr::FIXED_PARENT
+            | attr::SENSITIVE_DATA_ORIGIN
+            | attr::ADMIN_WITH_POLICY
+            | attr::RESTRICTED
+            | attr::DECRYPT;
+        p.auth_policy = vec![0x83; 32];
+        p
+    }
+
+    /// The public area of an AK as bcd makes it, for `key`.
+    pub fn ak_p256(key: &p256::PublicKey) -> Self {
+        Public::ecc_p256(key, Public::AK_ATTRIBUTES, SymDef::NULL, Scheme::ECDSA_SHA256)
+    }
+
+    /// The public area of a TPM-resident node key as bcd makes it, for `key`.
+    pub fn node_key_p256(key: &p256::PublicKey) -> Self {
+        Public::ecc_p256(key, Public::NODE_KEY_ATTRIBUTES, SymDef::NULL, Scheme::ECDSA_SHA256)
+    }
+
     /// The attributes of a restricted ECDSA attestation key as bcd makes it.
     pub const AK_ATTRIBUTES: u32 = attr::FIXED_TPM
         | attr::FIXED_PARENT
