@@ -2,7 +2,6 @@
 //! namespace's loopback is its own, and nothing is left behind (after a
 //! drop, a panic, or a killed test process).
 
-use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::path::Path;
 use std::process::Command;
@@ -36,15 +35,7 @@ async fn traffic_reaches_the_gateway_through_the_veth_and_loopback_is_isolated()
 
     // A listener bound to the gateway address is reached from inside, and
     // the connection comes from the namespace side of the veth.
-    let listener = TcpListener::bind((gateway, 0)).unwrap();
-    let target = listener.local_addr().unwrap();
-    let server = std::thread::spawn(move || {
-        let (mut stream, peer) = listener.accept().unwrap();
-        let mut message = String::new();
-        stream.read_to_string(&mut message).unwrap();
-        stream.write_all(b"welcome").unwrap();
-        (peer, message)
-    });
+    let (target, server) = probe::serve_once(gateway);
     let rx_before = rx_packets(ns.host_interface());
     let result = probe::run(&runner, target, "hello-from-inside").await.unwrap();
     let (peer, message) = server.join().unwrap();

@@ -67,3 +67,19 @@ pub async fn run(runner: &dyn Runner, target: SocketAddr, message: &str) -> Resu
         }
     }
 }
+
+/// A one-connection server on `ip` (an ephemeral port): it reads the
+/// client's message, answers `welcome`, and hands back the peer address and
+/// the message. Returns the address to dial and the server's thread.
+pub fn serve_once(ip: std::net::IpAddr) -> (SocketAddr, std::thread::JoinHandle<(SocketAddr, String)>) {
+    let listener = std::net::TcpListener::bind((ip, 0)).expect("a listener on the gateway address");
+    let target = listener.local_addr().expect("a bound listener has an address");
+    let server = std::thread::spawn(move || {
+        let (mut stream, peer) = listener.accept().expect("the probe connects");
+        let mut message = String::new();
+        stream.read_to_string(&mut message).expect("the probe sends its message");
+        stream.write_all(b"welcome").expect("the answer is written");
+        (peer, message)
+    });
+    (target, server)
+}

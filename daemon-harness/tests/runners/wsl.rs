@@ -15,7 +15,7 @@ use {
     daemon_harness::netns::{link_exists, netns_exists},
     daemon_harness::prereq,
     daemon_harness::wsl_runner::{SHIM_NETNS_VAR, shim_path},
-    std::net::{IpAddr, SocketAddr, TcpListener},
+    std::net::{IpAddr, SocketAddr},
     std::process::Command,
 };
 
@@ -130,16 +130,7 @@ async fn the_wsl_runner_works_end_to_end_over_the_shim() {
     // The program runs inside the namespace: its connection to the gateway
     // comes from the namespace side of the veth.
     let gateway = runner.gateway();
-    let listener = TcpListener::bind((gateway, 0)).unwrap();
-    let target = listener.local_addr().unwrap();
-    let server = std::thread::spawn(move || {
-        use std::io::{Read, Write};
-        let (mut stream, peer) = listener.accept().unwrap();
-        let mut message = String::new();
-        stream.read_to_string(&mut message).unwrap();
-        stream.write_all(b"welcome").unwrap();
-        (peer, message)
-    });
+    let (target, server) = probe::serve_once(gateway);
     let result = probe::run(&runner, target, "hello-from-wsl").await.unwrap();
     let (peer, message) = server.join().unwrap();
     assert_eq!((peer.ip(), message.as_str()), (IpAddr::V4(ns.ns_addr()), "hello-from-wsl"));
