@@ -12,12 +12,7 @@ package main
 
 import (
 	"context"
-	"crypto"
-	"crypto/ed25519"
-	"crypto/rand"
 	"crypto/sha256"
-	"crypto/x509"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"net/http"
@@ -36,6 +31,7 @@ import (
 	"bcd/internal/testgw"
 	"bcd/internal/testlog"
 	"bcd/internal/update"
+	"bcd/internal/update/updatetest"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -49,34 +45,6 @@ func buildBcd(t *testing.T, dir, name, ldflags string) string {
 		t.Fatalf("go build %s: %v\n%s", name, err, b)
 	}
 	return out
-}
-
-// releaseSigners reads testdata/release's keys; it returns the [update]
-// table pinning them.
-func releaseSigners(t *testing.T) (string, []crypto.Signer) {
-	t.Helper()
-	data, err := os.ReadFile("../../../testdata/release/release.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var f struct {
-		Keys []struct{ SPKI, Pin, PrivatePkcs8 string }
-	}
-	if err := json.Unmarshal(data, &f); err != nil {
-		t.Fatal(err)
-	}
-	c := &update.Config{Threshold: 2, MinSequence: 5}
-	var signers []crypto.Signer
-	for _, k := range f.Keys {
-		c.ReleaseKeys, c.ReleaseKeyPins = append(c.ReleaseKeys, k.SPKI), append(c.ReleaseKeyPins, k.Pin)
-		der, _ := base64.StdEncoding.DecodeString(k.PrivatePkcs8)
-		key, err := x509.ParsePKCS8PrivateKey(der)
-		if err != nil {
-			t.Fatal(err)
-		}
-		signers = append(signers, key.(ed25519.PrivateKey))
-	}
-	return c.String(), signers
 }
 
 func nextSession(t *testing.T, g *testgw.Gateway, logs *testlog.Buffer) *testgw.Session {
@@ -153,7 +121,9 @@ func TestSelfUpdateExecsTheNewBinaryAndRollsBackOneThatNeverConnects(t *testing.
 	if code := run([]string{"join", "--config", path}, cliEnv(context.Background(), cliToken+"\n", &out, &errOut)); code != 0 {
 		t.Fatalf("join: %s", errOut.String())
 	}
-	table, signers := releaseSigners(t)
+	// The [update] table pinning testdata/release's two keys (threshold 2, lowest sequence 5).
+	rel := updatetest.Load(t)
+	table := (&update.Config{Threshold: 2, MinSequence: 5, ReleaseKeys: rel.SPKIs(), ReleaseKeyPins: rel.Pins()}).String()
 	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -189,12 +159,8 @@ func TestSelfUpdateExecsTheNewBinaryAndRollsBackOneThatNeverConnects(t *testing.
 		t.Helper()
 		data := artifacts["/releases/"+version+"/bcd-linux-amd64"]
 		sum := sha256.Sum256(data)
-		manifest, _ := json.Marshal(pki.Manifest{Version: version, Sequence: sequence, Artifacts: []pki.Artifact{{OS: "linux", Arch: "amd64",
+		env := rel.Sign(t, pki.Manifest{Version: version, Sequence: sequence, Artifacts: []pki.Artifact{{OS: "linux", Arch: "amd64",
 			SHA256: hex.EncodeToString(sum[:]), Size: uint64(len(data)), URL: srv.URL + "/releases/" + version + "/bcd-linux-amd64"}}})
-		env, err := pki.SignEnvelope(rand.Reader, pki.PayloadTypeRelease, manifest, signers...)
-		if err != nil {
-			t.Fatal(err)
-		}
 		params, _ := json.Marshal(map[string]json.RawMessage{"manifest": env.JSON()})
 		payload, _ := proto.Marshal(&agentv1.Command{Id: id, NodeId: "node_1", Kind: update.Kind, Params: params, RetrySafe: true,
 			NotAfterMs: time.Now().Add(time.Minute).UnixMilli()})

@@ -9,12 +9,7 @@ package agent
 
 import (
 	"context"
-	"crypto"
-	"crypto/ed25519"
-	"crypto/rand"
 	"crypto/sha256"
-	"crypto/x509"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"log/slog"
@@ -33,38 +28,8 @@ import (
 	"bcd/internal/testgw"
 	"bcd/internal/testlog"
 	selfupdate "bcd/internal/update"
+	"bcd/internal/update/updatetest"
 )
-
-// releaseKeys reads the two release keys of testdata/release.
-func releaseKeys(t *testing.T) (pki.ReleasePolicy, []crypto.Signer) {
-	t.Helper()
-	data, err := os.ReadFile("../../../testdata/release/release.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var f struct {
-		Keys []struct{ SPKI, PrivatePkcs8 string }
-	}
-	if err := json.Unmarshal(data, &f); err != nil {
-		t.Fatal(err)
-	}
-	c := &selfupdate.Config{Threshold: 2, MinSequence: 5}
-	var signers []crypto.Signer
-	for _, k := range f.Keys {
-		c.ReleaseKeys = append(c.ReleaseKeys, k.SPKI)
-		der, _ := base64.StdEncoding.DecodeString(k.PrivatePkcs8)
-		key, err := x509.ParsePKCS8PrivateKey(der)
-		if err != nil {
-			t.Fatal(err)
-		}
-		signers = append(signers, key.(ed25519.PrivateKey))
-	}
-	policy, err := c.Policy()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return policy, signers
-}
 
 // upgradeRig is a joined node with slots and a release server.
 type upgradeRig struct {
@@ -96,18 +61,19 @@ func newUpgradeRig(t *testing.T) *upgradeRig {
 	if err := selfupdate.Install(slotsDir, installedBin); err != nil {
 		t.Fatal(err)
 	}
-	var signers []crypto.Signer
-	r.policy, signers = releaseKeys(t)
+	// The two release keys of testdata/release, threshold 2, lowest sequence 5.
+	rel := updatetest.Load(t)
+	policy, err := (&selfupdate.Config{Threshold: 2, MinSequence: 5, ReleaseKeys: rel.SPKIs()}).Policy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.policy = policy
 	r.slots = &selfupdate.Slots{Dir: slotsDir, Staged: filepath.Join(dir, "staged"), StagedUID: uint32(os.Geteuid()), Policy: r.policy}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(r.artifact) }))
 	t.Cleanup(srv.Close)
 	sum := sha256.Sum256(r.artifact)
-	manifest, _ := json.Marshal(pki.Manifest{Version: "0.9.0", Sequence: 7, Artifacts: []pki.Artifact{{
+	env := rel.Sign(t, pki.Manifest{Version: "0.9.0", Sequence: 7, Artifacts: []pki.Artifact{{
 		OS: "linux", Arch: "amd64", SHA256: hex.EncodeToString(sum[:]), Size: uint64(len(r.artifact)), URL: srv.URL + "/releases/0.9.0/bcd-linux-amd64"}}})
-	env, err := pki.SignEnvelope(rand.Reader, pki.PayloadTypeRelease, manifest, signers...)
-	if err != nil {
-		t.Fatal(err)
-	}
 	r.params, _ = json.Marshal(map[string]json.RawMessage{"manifest": env.JSON()})
 	return r
 }

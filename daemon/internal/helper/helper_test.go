@@ -9,12 +9,9 @@ package helper
 
 import (
 	"context"
-	"crypto"
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/x509"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
@@ -31,66 +28,9 @@ import (
 	"bcd/internal/proto/agentv1"
 	"bcd/internal/testlog"
 	"bcd/internal/update"
+	"bcd/internal/update/updatetest"
 	"google.golang.org/protobuf/proto"
 )
-
-// release is testdata/release.
-type release struct {
-	keys     []*pki.PublicKey
-	signers  []crypto.Signer
-	manifest string
-	artifact []byte
-}
-
-func loadRelease(t *testing.T) *release {
-	t.Helper()
-	data, err := os.ReadFile("../../../testdata/release/release.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var f struct {
-		Keys     []struct{ SPKI, PrivatePkcs8 string }
-		Manifest string
-		Artifact []byte
-	}
-	if err := json.Unmarshal(data, &f); err != nil {
-		t.Fatal(err)
-	}
-	r := &release{manifest: f.Manifest, artifact: f.Artifact}
-	for _, k := range f.Keys {
-		der, _ := base64.StdEncoding.DecodeString(k.SPKI)
-		pub, err := pki.ParsePublicKey(der)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.keys = append(r.keys, pub)
-		der, _ = base64.StdEncoding.DecodeString(k.PrivatePkcs8)
-		key, err := x509.ParsePKCS8PrivateKey(der)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.signers = append(r.signers, key.(ed25519.PrivateKey))
-	}
-	return r
-}
-
-func (r *release) envelope(t *testing.T) *pki.Envelope {
-	env, err := pki.ParseEnvelopeJSON([]byte(r.manifest))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return env
-}
-
-// sign signs a manifest with both release keys.
-func (r *release) sign(t *testing.T, m pki.Manifest) *pki.Envelope {
-	payload, _ := json.Marshal(m)
-	env, err := pki.SignEnvelope(rand.Reader, pki.PayloadTypeRelease, payload, r.signers...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return env
-}
 
 var commandRoot = pki.DeriveEd25519("helper-test", "command-root/0")
 
@@ -99,7 +39,7 @@ type rig struct {
 	dir, socket, slots, staged string
 	log                        *testlog.Buffer
 	client                     *Client
-	rel                        *release
+	rel                        *updatetest.Release
 	calls                      string // the fake programs' log
 	cancel                     context.CancelFunc
 	done                       chan error
@@ -117,7 +57,7 @@ func newRig(t *testing.T, exes []string) *rig {
 	t.Helper()
 	dir := t.TempDir()
 	r := &rig{dir: dir, socket: filepath.Join(dir, "run", "helper.sock"), slots: filepath.Join(dir, "slots"),
-		staged: filepath.Join(dir, "node", "bcd.staged"), log: &testlog.Buffer{}, rel: loadRelease(t), calls: filepath.Join(dir, "calls.log")}
+		staged: filepath.Join(dir, "node", "bcd.staged"), log: &testlog.Buffer{}, rel: updatetest.Load(t), calls: filepath.Join(dir, "calls.log")}
 	installed := filepath.Join(dir, "installed")
 	if err := os.WriteFile(installed, []byte("installed bcd"), 0o755); err != nil {
 		t.Fatal(err)
@@ -137,11 +77,7 @@ func newRig(t *testing.T, exes []string) *rig {
 fi
 if [ "$1 $2" = "link delete" ]; then exit 1; fi
 `)
-	up := &update.Config{Threshold: 2, MinSequence: 5, Dir: r.slots, Staged: r.staged}
-	for _, k := range r.rel.keys {
-		up.ReleaseKeys = append(up.ReleaseKeys, base64.StdEncoding.EncodeToString(k.SPKI()))
-		up.ReleaseKeyPins = append(up.ReleaseKeyPins, k.Pin())
-	}
+	up := &update.Config{Threshold: 2, MinSequence: 5, Dir: r.slots, Staged: r.staged, ReleaseKeys: r.rel.SPKIs(), ReleaseKeyPins: r.rel.Pins()}
 	toml := "[helper]\nsocket = \"" + r.socket + "\"\ninstance_bridges = [\"bcbr0\"]\nunit_dir = \"" + filepath.Join(dir, "units") +
 		"\"\nstate_dir = \"" + filepath.Join(dir, "state") + "\"\ncommand_roots_dir = \"" + roots + "\"\nvirsh = \"" + filepath.Join(dir, "virsh") +
 		"\"\nip = \"" + filepath.Join(dir, "ip") + "\"\n\n" + up.String()
@@ -229,21 +165,21 @@ func TestUnknownOperationsAreRefused(t *testing.T) {
 
 func TestSelfUpdateUnderTheHelper(t *testing.T) {
 	r := newRig(t, nil)
-	good := r.rel.envelope(t)
+	good := r.rel.Envelope(t)
 
 	// prepare refuses a tampered manifest, another digest and a missing artifact.
-	r.stage(t, r.rel.artifact)
-	tampered := r.rel.envelope(t)
+	r.stage(t, r.rel.Artifact)
+	tampered := r.rel.Envelope(t)
 	tampered.Payload = []byte(strings.Replace(string(tampered.Payload), `"sequence":7`, `"sequence":9`, 1))
 	_, err := r.client.Prepare(tampered)
 	wantRefused(t, err, "dsse-bad-signature")
 	r.stage(t, []byte("bcd 0.9.0 other artifact!!\n"))
 	_, err = r.client.Prepare(good)
 	wantRefused(t, err, "release-digest")
-	r.stage(t, r.rel.artifact)
-	sum := sha256.Sum256(r.rel.artifact)
-	armOnly := r.rel.sign(t, pki.Manifest{Version: "0.9.0", Sequence: 7, Artifacts: []pki.Artifact{{OS: "linux", Arch: "riscv64",
-		SHA256: hex.EncodeToString(sum[:]), Size: uint64(len(r.rel.artifact)), URL: "http://127.0.0.1:1/x"}}})
+	r.stage(t, r.rel.Artifact)
+	sum := sha256.Sum256(r.rel.Artifact)
+	armOnly := r.rel.Sign(t, pki.Manifest{Version: "0.9.0", Sequence: 7, Artifacts: []pki.Artifact{{OS: "linux", Arch: "riscv64",
+		SHA256: hex.EncodeToString(sum[:]), Size: uint64(len(r.rel.Artifact)), URL: "http://127.0.0.1:1/x"}}})
 	_, err = r.client.Prepare(armOnly)
 	wantRefused(t, err, "release-missing-artifact")
 
@@ -267,7 +203,7 @@ func TestSelfUpdateUnderTheHelper(t *testing.T) {
 	}
 
 	// A good swap: slot b, sequence 7 in upgrade.json.
-	r.stage(t, r.rel.artifact)
+	r.stage(t, r.rel.Artifact)
 	rec, err := r.client.Swap(update.SwapRequest{CommandID: "c", Previous: "0.1.0"})
 	if err != nil {
 		t.Fatal(err)
@@ -297,7 +233,7 @@ func TestSelfUpdateUnderTheHelper(t *testing.T) {
 	if _, err := r.client.Settle("0.9.0"); err != nil {
 		t.Fatal(err)
 	}
-	r.stage(t, r.rel.artifact)
+	r.stage(t, r.rel.Artifact)
 	_, err = r.client.Prepare(good)
 	wantRefused(t, err, string(update.CodeReleaseFailed))
 	if !errors.Is(err, update.CodeReleaseFailed) {
@@ -432,10 +368,10 @@ func TestTapsThroughIP(t *testing.T) {
 }
 
 func TestTheInstallScript(t *testing.T) {
-	rel := loadRelease(t)
+	rel := updatetest.Load(t)
 	root, _ := pki.PublicKeyOf(commandRoot)
 	script, err := RenderInstallScript(InstallOptions{Version: "0.1.0", Unprivileged: true, InstanceBridges: []string{"bcbr0"},
-		ReleaseKeys: rel.keys, Threshold: 2, MinSequence: 5, CommandRoots: []*pki.PublicKey{root}})
+		ReleaseKeys: rel.PublicKeys(), Threshold: 2, MinSequence: 5, CommandRoots: []*pki.PublicKey{root}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -446,7 +382,7 @@ func TestTheInstallScript(t *testing.T) {
 		"useradd --system --user-group", "install -o root -g root -m 0755 \"$BIN\" /usr/local/lib/bcd/bcd-a",
 		"ln -sfn bcd-a /usr/local/lib/bcd/bcd", "instance_bridges = [\"bcbr0\"]", "threshold = 2", "min_sequence = 5",
 		"helper_socket = \"/run/bcd-helper/helper.sock\"", "ExecStart=/usr/local/lib/bcd/bcd helper --config /etc/bcd-helper/helper.toml",
-		"User=bcd", "RestartPreventExitStatus=3", rel.keys[0].Pin(), rel.keys[1].Pin(), "BEGIN PUBLIC KEY",
+		"User=bcd", "RestartPreventExitStatus=3", rel.Keys[0].Public.Pin(), rel.Keys[1].Public.Pin(), "BEGIN PUBLIC KEY",
 	} {
 		if !strings.Contains(script, want) {
 			t.Fatalf("the script lacks %q:\n%s", want, script)

@@ -74,7 +74,7 @@ func TestPrepareRefusals(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := installed(t, f)
-			in := f.input(t, c.name)
+			in := f.Case(t, c.name)
 			s.OS, s.Arch = in.OS, in.Arch
 			stage(t, s, in.Artifact)
 			_, err := s.Prepare(f.envelope(t, c.name))

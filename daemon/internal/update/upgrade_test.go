@@ -36,7 +36,7 @@ func params(t *testing.T, f *releaseFixture, version string, sequence uint64, ur
 	m := pki.Manifest{Version: version, Sequence: sequence, Artifacts: []pki.Artifact{{
 		OS: "linux", Arch: "amd64", SHA256: digest(artifact), Size: uint64(len(artifact)), URL: url + "/releases/0.9.0/bcd-linux-amd64",
 	}}}
-	env := f.sign(t, m, signers)
+	env := f.SignWith(t, m, signers)
 	data, err := json.Marshal(map[string]json.RawMessage{"manifest": env.JSON()})
 	if err != nil {
 		t.Fatal(err)

@@ -19,12 +19,8 @@ package roote2e
 import (
 	"bytes"
 	"context"
-	"crypto"
-	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/x509"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
@@ -46,6 +42,7 @@ import (
 	"bcd/internal/proto/agentv1"
 	"bcd/internal/testlog"
 	"bcd/internal/update"
+	"bcd/internal/update/updatetest"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -192,46 +189,6 @@ func current(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return target
-}
-
-// release is testdata/release/release.json.
-type release struct {
-	Keys []struct {
-		PrivatePkcs8 string `json:"privatePkcs8"`
-	} `json:"keys"`
-	Artifact []byte `json:"artifact"`
-	Manifest string `json:"manifest"`
-	Cases    []struct {
-		Name  string `json:"name"`
-		Input struct {
-			Envelope string `json:"envelope"`
-			Artifact []byte `json:"artifact"`
-		} `json:"input"`
-	} `json:"cases"`
-}
-
-func (r *release) envelope(t *testing.T, name string) (json.RawMessage, []byte) {
-	t.Helper()
-	for _, c := range r.Cases {
-		if c.Name == name {
-			return json.RawMessage(c.Input.Envelope), c.Input.Artifact
-		}
-	}
-	t.Fatalf("no case %s", name)
-	return nil, nil
-}
-
-func (r *release) signers(t *testing.T) []crypto.Signer {
-	var out []crypto.Signer
-	for _, k := range r.Keys {
-		der, _ := base64.StdEncoding.DecodeString(k.PrivatePkcs8)
-		key, err := x509.ParsePKCS8PrivateKey(der)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, key.(ed25519.PrivateKey))
-	}
-	return out
 }
 
 func TestHelperAsRoot(t *testing.T) {
@@ -422,14 +379,7 @@ func TestHelperAsRoot(t *testing.T) {
 
 	t.Run("self-update", func(t *testing.T) {
 		n := &node{t: t, uid: uid, gid: gid, bin: n.bin}
-		data, err := os.ReadFile(filepath.Join(testdata, "release", "release.json"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		rel := &release{}
-		if err := json.Unmarshal(data, rel); err != nil {
-			t.Fatal(err)
-		}
+		rel := updatetest.LoadFile(t, filepath.Join(testdata, "release", "release.json"))
 		staged := "/var/lib/bcd/update/bcd.staged"
 		stage := func(data []byte, uid uint32) {
 			t.Helper()
@@ -446,19 +396,15 @@ func TestHelperAsRoot(t *testing.T) {
 
 		// prepare refuses a tampered manifest, another digest and a missing artifact.
 		stage(rel.Artifact, uid)
-		tampered, _ := rel.envelope(t, "release/tampered-manifest")
+		tampered := json.RawMessage(rel.Case(t, "release/tampered-manifest").Envelope)
 		n.refused(helper.OpUpdatePrepare, map[string]json.RawMessage{"manifest": tampered}, "dsse-bad-signature")
-		_, other := rel.envelope(t, "release/another-digest")
+		other := rel.Case(t, "release/another-digest").Artifact
 		stage(other, uid)
 		n.refused(helper.OpUpdatePrepare, manifest, "release-digest")
 		stage(rel.Artifact, uid)
 		sum := sha256.Sum256(rel.Artifact)
-		payload, _ := json.Marshal(pki.Manifest{Version: "0.9.0", Sequence: 7, Artifacts: []pki.Artifact{{OS: "linux", Arch: "s390x",
+		noArtifact := rel.Sign(t, pki.Manifest{Version: "0.9.0", Sequence: 7, Artifacts: []pki.Artifact{{OS: "linux", Arch: "s390x",
 			SHA256: hex.EncodeToString(sum[:]), Size: uint64(len(rel.Artifact)), URL: "http://127.0.0.1:7080/releases/0.9.0/bcd-linux-s390x"}}})
-		noArtifact, err := pki.SignEnvelope(rand.Reader, pki.PayloadTypeRelease, payload, rel.signers(t)...)
-		if err != nil {
-			t.Fatal(err)
-		}
 		n.refused(helper.OpUpdatePrepare, map[string]json.RawMessage{"manifest": noArtifact.JSON()}, "release-missing-artifact")
 
 		// swap refuses nothing staged, a symlink, a root-owned file and other bytes, without moving current.
