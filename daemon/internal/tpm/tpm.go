@@ -206,53 +206,40 @@ func (t *TPM) persist(o object, h tpm2.TPMHandle) (object, error) {
 // AKTemplate is the AK: a restricted ECDSA-SHA256 P-256 signing key,
 // fixedTPM and fixedParent, with no dictionary-attack protection (it has
 // an empty auth value).
-var AKTemplate = tpm2.TPMTPublic{
-	Type:    tpm2.TPMAlgECC,
-	NameAlg: tpm2.TPMAlgSHA256,
-	ObjectAttributes: tpm2.TPMAObject{
-		FixedTPM:            true,
-		FixedParent:         true,
-		SensitiveDataOrigin: true,
-		UserWithAuth:        true,
-		NoDA:                true,
-		Restricted:          true,
-		SignEncrypt:         true,
-	},
-	Parameters: tpm2.NewTPMUPublicParms(tpm2.TPMAlgECC, &tpm2.TPMSECCParms{
-		Symmetric: tpm2.TPMTSymDefObject{Algorithm: tpm2.TPMAlgNull},
-		Scheme: tpm2.TPMTECCScheme{
-			Scheme:  tpm2.TPMAlgECDSA,
-			Details: tpm2.NewTPMUAsymScheme(tpm2.TPMAlgECDSA, &tpm2.TPMSSigSchemeECDSA{HashAlg: tpm2.TPMAlgSHA256}),
-		},
-		CurveID: tpm2.TPMECCNistP256,
-		KDF:     tpm2.TPMTKDFScheme{Scheme: tpm2.TPMAlgNull},
-	}),
-	Unique: tpm2.NewTPMUPublicID(tpm2.TPMAlgECC, &tpm2.TPMSECCPoint{}),
-}
+var AKTemplate = signingKeyTemplate(true)
 
-// NodeKeyTemplate is the node key: an unrestricted ECDSA-SHA256 P-256
-// signing key, fixedTPM and fixedParent (it never leaves this TPM).
-var NodeKeyTemplate = tpm2.TPMTPublic{
-	Type:    tpm2.TPMAlgECC,
-	NameAlg: tpm2.TPMAlgSHA256,
-	ObjectAttributes: tpm2.TPMAObject{
-		FixedTPM:            true,
-		FixedParent:         true,
-		SensitiveDataOrigin: true,
-		UserWithAuth:        true,
-		NoDA:                true,
-		SignEncrypt:         true,
-	},
-	Parameters: tpm2.NewTPMUPublicParms(tpm2.TPMAlgECC, &tpm2.TPMSECCParms{
-		Symmetric: tpm2.TPMTSymDefObject{Algorithm: tpm2.TPMAlgNull},
-		Scheme: tpm2.TPMTECCScheme{
-			Scheme:  tpm2.TPMAlgECDSA,
-			Details: tpm2.NewTPMUAsymScheme(tpm2.TPMAlgECDSA, &tpm2.TPMSSigSchemeECDSA{HashAlg: tpm2.TPMAlgSHA256}),
+// NodeKeyTemplate is the node key: the AK's template unrestricted, an
+// ECDSA-SHA256 P-256 signing key, fixedTPM and fixedParent (it never
+// leaves this TPM).
+var NodeKeyTemplate = signingKeyTemplate(false)
+
+// signingKeyTemplate is an ECDSA-SHA256 P-256 signing key, fixedTPM and
+// fixedParent, with an empty auth value and no dictionary-attack
+// protection; restricted for the AK, which signs only TPM-made structures.
+func signingKeyTemplate(restricted bool) tpm2.TPMTPublic {
+	return tpm2.TPMTPublic{
+		Type:    tpm2.TPMAlgECC,
+		NameAlg: tpm2.TPMAlgSHA256,
+		ObjectAttributes: tpm2.TPMAObject{
+			FixedTPM:            true,
+			FixedParent:         true,
+			SensitiveDataOrigin: true,
+			UserWithAuth:        true,
+			NoDA:                true,
+			Restricted:          restricted,
+			SignEncrypt:         true,
 		},
-		CurveID: tpm2.TPMECCNistP256,
-		KDF:     tpm2.TPMTKDFScheme{Scheme: tpm2.TPMAlgNull},
-	}),
-	Unique: tpm2.NewTPMUPublicID(tpm2.TPMAlgECC, &tpm2.TPMSECCPoint{}),
+		Parameters: tpm2.NewTPMUPublicParms(tpm2.TPMAlgECC, &tpm2.TPMSECCParms{
+			Symmetric: tpm2.TPMTSymDefObject{Algorithm: tpm2.TPMAlgNull},
+			Scheme: tpm2.TPMTECCScheme{
+				Scheme:  tpm2.TPMAlgECDSA,
+				Details: tpm2.NewTPMUAsymScheme(tpm2.TPMAlgECDSA, &tpm2.TPMSSigSchemeECDSA{HashAlg: tpm2.TPMAlgSHA256}),
+			},
+			CurveID: tpm2.TPMECCNistP256,
+			KDF:     tpm2.TPMTKDFScheme{Scheme: tpm2.TPMAlgNull},
+		}),
+		Unique: tpm2.NewTPMUPublicID(tpm2.TPMAlgECC, &tpm2.TPMSECCPoint{}),
+	}
 }
 
 // createUnder creates and loads a child of parent (authorized by auth()),
