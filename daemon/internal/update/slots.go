@@ -145,15 +145,20 @@ func (s *Slots) now() time.Time {
 	return time.Now()
 }
 
-func (s *Slots) log() *slog.Logger {
-	if s.Log != nil {
-		return s.Log
+func (s *Slots) log() *slog.Logger { return orDiscard(s.Log) }
+
+func (s *Slots) platform() (string, string) { return platform(s.OS, s.Arch) }
+
+// orDiscard is log, or a logger that discards where it is nil.
+func orDiscard(log *slog.Logger) *slog.Logger {
+	if log != nil {
+		return log
 	}
 	return slog.New(slog.DiscardHandler)
 }
 
-func (s *Slots) platform() (string, string) {
-	goos, arch := s.OS, s.Arch
+// platform is goos and arch, each defaulting to this build's.
+func platform(goos, arch string) (string, string) {
 	if goos == "" {
 		goos = runtime.GOOS
 	}

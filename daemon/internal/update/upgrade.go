@@ -21,7 +21,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"time"
 
@@ -76,23 +75,9 @@ type Outcome struct {
 	Record *Record
 }
 
-func (u *Updater) log() *slog.Logger {
-	if u.Log != nil {
-		return u.Log
-	}
-	return slog.New(slog.DiscardHandler)
-}
+func (u *Updater) log() *slog.Logger { return orDiscard(u.Log) }
 
-func (u *Updater) platform() (string, string) {
-	goos, arch := u.OS, u.Arch
-	if goos == "" {
-		goos = runtime.GOOS
-	}
-	if arch == "" {
-		arch = runtime.GOARCH
-	}
-	return goos, arch
-}
+func (u *Updater) platform() (string, string) { return platform(u.OS, u.Arch) }
 
 // ParseParams reads {"manifest": <DSSE JSON envelope>}.
 func ParseParams(params []byte) (*pki.Envelope, error) {
