@@ -19,20 +19,10 @@ import (
 	"time"
 
 	"bcd/internal/pki"
+	"bcd/internal/testrepo"
 	"bcd/internal/tpm/attestor"
 	"bcd/internal/tpm/swtpm"
 )
-
-const testdata = "../../../testdata/tpm/"
-
-func read(t *testing.T, name string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(testdata + name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
 
 type committed struct {
 	round1 struct {
@@ -56,7 +46,7 @@ func load(t *testing.T) *committed {
 	t.Helper()
 	var c committed
 	for name, v := range map[string]any{"round1.json": &c.round1, "challenge.json": &c.challenge, "answer.json": &c.answer} {
-		if err := json.Unmarshal(read(t, name), v); err != nil {
+		if err := json.Unmarshal(testrepo.Read(t, "tpm", name), v); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 	}
@@ -73,7 +63,7 @@ func open(t *testing.T) *TPM {
 		}
 		t.Skip("swtpm is not installed (cargo xtask prereqs)")
 	}
-	s, err := swtpm.StartOnCopy(testdata + "tpm2-00.permall")
+	s, err := swtpm.StartOnCopy(testrepo.Path(t, "tpm", "tpm2-00.permall"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +85,7 @@ func TestCommittedState(t *testing.T) {
 	c := load(t)
 	tp := open(t)
 	cert, err := tp.EKCertificate()
-	if err != nil || !bytes.Equal(cert, read(t, "ek-cert.der")) || !bytes.Equal(cert, c.round1.EKCertificate) {
+	if err != nil || !bytes.Equal(cert, testrepo.Read(t, "tpm", "ek-cert.der")) || !bytes.Equal(cert, c.round1.EKCertificate) {
 		t.Fatalf("the EK certificate in NV is not ek-cert.der (%v)", err)
 	}
 	ek, err := tp.EKPublic()
@@ -110,7 +100,7 @@ func TestCommittedState(t *testing.T) {
 	if err != nil || !bytes.Equal(key.PublicArea(), c.answer.NodeKey.Public) {
 		t.Fatalf("the node key is not answer.json's (%v)", err)
 	}
-	if err := attestor.VerifyEKCertificate(cert, [][]byte{read(t, "ek-root.der")}, attestor.AsOf); err != nil {
+	if err := attestor.VerifyEKCertificate(cert, [][]byte{testrepo.Read(t, "tpm", "ek-root.der")}, attestor.AsOf); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -151,7 +141,7 @@ func TestAnswerVerifiesUnderTheTPMPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &attestor.Attestor{Roots: [][]byte{read(t, "ek-root.der")}, NodeKey: attestor.PolicyTPM}
+	a := &attestor.Attestor{Roots: [][]byte{testrepo.Read(t, "tpm", "ek-root.der")}, NodeKey: attestor.PolicyTPM}
 	e, err := a.VerifyRound1(&attestor.Round1{
 		EKPublic: c.round1.EKPublic, EKCertificate: c.round1.EKCertificate, AKPublic: c.round1.AKPublic,
 	}, attestor.AsOf)
@@ -212,7 +202,7 @@ func TestBeginJoinMakesANewAK(t *testing.T) {
 	if bytes.Equal(r.AKPublic, c.round1.AKPublic) || !bytes.Equal(r.EKPublic, c.round1.EKPublic) {
 		t.Fatal("BeginJoin should keep the EK and replace the AK")
 	}
-	a := &attestor.Attestor{Roots: [][]byte{read(t, "ek-root.der")}, NodeKey: attestor.PolicyTPM}
+	a := &attestor.Attestor{Roots: [][]byte{testrepo.Read(t, "tpm", "ek-root.der")}, NodeKey: attestor.PolicyTPM}
 	if _, err := a.VerifyRound1(&attestor.Round1{EKPublic: r.EKPublic, EKCertificate: r.EKCertificate, AKPublic: r.AKPublic}, attestor.AsOf); err != nil {
 		t.Fatalf("a new round 1 is refused: %v", err)
 	}

@@ -11,18 +11,9 @@ import (
 	"regexp"
 	"testing"
 	"time"
+
+	"bcd/internal/testrepo"
 )
-
-const testdata = "../../../../testdata/tpm/"
-
-func read(t *testing.T, name string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(testdata + name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
 
 func TestCodesAreTheRustCodes(t *testing.T) {
 	src, err := os.ReadFile("../../../../pki/src/error.rs")
@@ -47,7 +38,7 @@ func TestCodesAreTheRustCodes(t *testing.T) {
 }
 
 func TestCases(t *testing.T) {
-	positive, negative, err := RunCases(read(t, "cases.json"))
+	positive, negative, err := RunCases(testrepo.Read(t, "tpm", "cases.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,14 +49,14 @@ func TestCases(t *testing.T) {
 }
 
 func TestEKCertificate(t *testing.T) {
-	cert, root := read(t, "ek-cert.der"), read(t, "ek-root.der")
+	cert, root := testrepo.Read(t, "tpm", "ek-cert.der"), testrepo.Read(t, "tpm", "ek-root.der")
 	if err := VerifyEKCertificate(cert, [][]byte{root}, AsOf); err != nil {
 		t.Fatalf("the committed EK certificate does not chain to the EK root: %v", err)
 	}
 	var doc struct {
 		Roots map[string][]byte `json:"roots"`
 	}
-	if err := json.Unmarshal(read(t, "cases.json"), &doc); err != nil {
+	if err := json.Unmarshal(testrepo.Read(t, "tpm", "cases.json"), &doc); err != nil {
 		t.Fatal(err)
 	}
 	for name, err := range map[string]error{
@@ -83,7 +74,7 @@ func TestEKCertificate(t *testing.T) {
 		EKPublic []byte `json:"ekPublic"`
 		AKPublic []byte `json:"akPublic"`
 	}
-	if err := json.Unmarshal(read(t, "round1.json"), &r1); err != nil {
+	if err := json.Unmarshal(testrepo.Read(t, "tpm", "round1.json"), &r1); err != nil {
 		t.Fatal(err)
 	}
 	e, err := (&Attestor{Roots: [][]byte{root}, NodeKey: PolicyTPM}).VerifyRound1(

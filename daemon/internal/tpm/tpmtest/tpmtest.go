@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"bcd/internal/testrepo"
 	"bcd/internal/tpm"
 	"bcd/internal/tpm/swtpm"
 )
@@ -30,38 +31,16 @@ func Require(t testing.TB) {
 	t.Skip("swtpm is not installed (cargo xtask prereqs)")
 }
 
-// Testdata is the repository's testdata/tpm directory, found from the
-// test's working directory upwards.
-func Testdata(t testing.TB) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		candidate := filepath.Join(dir, "testdata", "tpm")
-		if _, err := os.Stat(filepath.Join(candidate, "tpm2-00.permall")); err == nil {
-			return candidate
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no testdata/tpm/tpm2-00.permall above the test's directory")
-		}
-		dir = parent
-	}
-}
-
 // StatePath is the committed swtpm state.
-func StatePath(t testing.TB) string { return filepath.Join(Testdata(t), "tpm2-00.permall") }
+func StatePath(t testing.TB) string {
+	t.Helper()
+	return testrepo.Path(t, "tpm", "tpm2-00.permall")
+}
 
 // EKRoot is the test manufacturer root (DER).
 func EKRoot(t testing.TB) []byte {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(Testdata(t), "ek-root.der"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return testrepo.Read(t, "tpm", "ek-root.der")
 }
 
 // Open starts swtpm on a copy of the committed state and connects; the
