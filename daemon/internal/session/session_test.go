@@ -148,6 +148,31 @@ func welcome(server time.Time, interval uint32, acked uint64) *agentv1.GatewayFr
 		SessionEpoch: 3, ServerTimeMs: server.UnixMilli(), HeartbeatIntervalMs: interval, LaneCredits: 2, AckedSeq: acked}}}
 }
 
+// welcomed takes the next session, its Hello, and welcomes it now with
+// heartbeats every interval ms.
+func (r *rig) welcomed(t *testing.T, interval uint32) *testgw.Session {
+	t.Helper()
+	s := r.next(t)
+	recv(t, s)
+	s.Send(welcome(time.Now(), interval, 0))
+	return s
+}
+
+// wantRevoked waits for Run to end with ErrRevoked (and leaves its error
+// for the cleanup).
+func (r *rig) wantRevoked(t *testing.T) {
+	t.Helper()
+	select {
+	case err := <-r.done:
+		if !errors.Is(err, ErrRevoked) {
+			t.Fatalf("run: %v", err)
+		}
+		r.done <- err
+	case <-time.After(wait):
+		t.Fatal("the session kept running")
+	}
+}
+
 func ended(t *testing.T, s *testgw.Session) {
 	t.Helper()
 	deadline := time.After(wait)
@@ -290,9 +315,7 @@ func TestAWelcomeMoreThanFiveMinutesBeforeTheMarkIsRefused(t *testing.T) {
 
 func TestDrainRedialsAfterExactlyRetryAfter(t *testing.T) {
 	r := start(t, nil)
-	s := r.next(t)
-	recv(t, s)
-	s.Send(welcome(time.Now(), 1000, 0))
+	s := r.welcomed(t, 1000)
 	sent := time.Now()
 	s.Send(&agentv1.GatewayFrame{Frame: &agentv1.GatewayFrame_Drain{Drain: &agentv1.Drain{Reason: "restart", RetryAfterMs: 300}}})
 	ended(t, s)
@@ -305,19 +328,9 @@ func TestDrainRedialsAfterExactlyRetryAfter(t *testing.T) {
 
 func TestARevocationNoticeEndsTheSession(t *testing.T) {
 	r := start(t, nil)
-	s := r.next(t)
-	recv(t, s)
-	s.Send(welcome(time.Now(), 1000, 0))
+	s := r.welcomed(t, 1000)
 	s.Send(&agentv1.GatewayFrame{Frame: &agentv1.GatewayFrame_RevocationNotice{RevocationNotice: &agentv1.RevocationNotice{Reason: "stolen"}}})
-	select {
-	case err := <-r.done:
-		if !errors.Is(err, ErrRevoked) {
-			t.Fatalf("run: %v", err)
-		}
-		r.done <- err
-	case <-time.After(wait):
-		t.Fatal("the session kept running")
-	}
+	r.wantRevoked(t)
 	if r.session.Info().State != Revoked {
 		t.Fatalf("state %s", r.session.Info().State)
 	}
@@ -328,22 +341,12 @@ func TestARevokedCertificateEndsTheSession(t *testing.T) {
 	s := r.next(t)
 	r.gw.Revoke(s.NodeID)
 	s.End(status.Error(codes.Unavailable, "restart"))
-	select {
-	case err := <-r.done:
-		if !errors.Is(err, ErrRevoked) {
-			t.Fatalf("run: %v", err)
-		}
-		r.done <- err
-	case <-time.After(wait):
-		t.Fatal("the session kept running")
-	}
+	r.wantRevoked(t)
 }
 
 func TestSilenceForThreeIntervalsDropsTheStream(t *testing.T) {
 	r := start(t, nil)
-	s := r.next(t)
-	recv(t, s)
-	s.Send(welcome(time.Now(), 30, 0))
+	s := r.welcomed(t, 30)
 	ended(t, s) // no pings: the node gives up after 90 ms
 	s = r.next(t)
 	recv(t, s)
