@@ -100,10 +100,7 @@ func AnswerChallenge(t *TPM, ak, nodeKey tpm2.TPMHandle, ch *Challenge, commonNa
 	if err != nil {
 		return nil, nil, err
 	}
-	csr, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
-		Subject:            pkix.Name{CommonName: commonName},
-		SignatureAlgorithm: x509.ECDSAWithSHA256,
-	}, key)
+	csr, err := signCSR(key, commonName)
 	if err != nil {
 		return nil, nil, fmt.Errorf("signing the CSR with the node key: %w", err)
 	}
@@ -144,10 +141,7 @@ func Renew(t *TPM, ak, next tpm2.TPMHandle, commonName string) (*Renewal, *NodeK
 	if err != nil {
 		return nil, nil, err
 	}
-	csr, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
-		Subject:            pkix.Name{CommonName: commonName},
-		SignatureAlgorithm: x509.ECDSAWithSHA256,
-	}, key)
+	csr, err := signCSR(key, commonName)
 	if err != nil {
 		return nil, nil, fmt.Errorf("signing the CSR with the next node key: %w", err)
 	}
@@ -156,4 +150,13 @@ func Renew(t *TPM, ak, next tpm2.TPMHandle, commonName string) (*Renewal, *NodeK
 		return nil, nil, err
 	}
 	return &Renewal{CSR: csr, NodeKey: CertifiedKey{Public: key.PublicArea(), Certify: certify}}, key, nil
+}
+
+// signCSR is a PKCS#10 request with subject CN commonName, ECDSA-SHA256,
+// signed by key in the TPM.
+func signCSR(key *NodeKey, commonName string) ([]byte, error) {
+	return x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
+		Subject:            pkix.Name{CommonName: commonName},
+		SignatureAlgorithm: x509.ECDSAWithSHA256,
+	}, key)
 }
