@@ -410,37 +410,18 @@ func (s *Slots) copyStaged(prepared *Release, slot string) error {
 		return err
 	}
 	defer src.Close()
-	tmp, err := os.CreateTemp(s.Dir, "."+slot+".new-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(tmp, h), io.LimitReader(src, int64(prepared.Size)+1))
-	if err != nil {
-		tmp.Close()
-		return err
-	}
-	if got := hex.EncodeToString(h.Sum(nil)); uint64(n) != prepared.Size || got != prepared.SHA256 {
-		tmp.Close()
-		return refuse(CodeStagedBytes, "%s holds %d bytes with sha256 %s, the prepared release %s has %d bytes with sha256 %s",
-			s.Staged, n, got, prepared.Version, prepared.Size, prepared.SHA256)
-	}
-	if err := tmp.Chmod(0o755); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), s.path(slot)); err != nil {
-		return err
-	}
-	return config.SyncDir(s.Dir)
+	return config.WriteFileAtomicFrom(s.path(slot), 0o755, func(w io.Writer) error {
+		h := sha256.New()
+		n, err := io.Copy(io.MultiWriter(w, h), io.LimitReader(src, int64(prepared.Size)+1))
+		if err != nil {
+			return err
+		}
+		if got := hex.EncodeToString(h.Sum(nil)); uint64(n) != prepared.Size || got != prepared.SHA256 {
+			return refuse(CodeStagedBytes, "%s holds %d bytes with sha256 %s, the prepared release %s has %d bytes with sha256 %s",
+				s.Staged, n, got, prepared.Version, prepared.Size, prepared.SHA256)
+		}
+		return nil
+	})
 }
 
 // point moves the entrypoint to slot atomically (a new link renamed over it).
