@@ -38,6 +38,15 @@ type node struct {
 
 func startNode(t *testing.T, g *testgw.Gateway, path string, logs *testlog.Buffer) *node {
 	t.Helper()
+	n := runNode(t, path, Options{Version: "test", NoStatusSocket: true, Log: slog.New(slog.NewTextHandler(logs, nil))})
+	t.Cleanup(n.cancel)
+	return n
+}
+
+// runNode runs an agent of opts on the joined node of the config at path
+// (a fake HGX H100, serial 41); Run's exit code goes to done.
+func runNode(t *testing.T, path string, opts Options) *node {
+	t.Helper()
 	c, err := config.Load(path)
 	if err != nil {
 		t.Fatal(err)
@@ -46,7 +55,8 @@ func startNode(t *testing.T, g *testgw.Gateway, path string, logs *testlog.Buffe
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := New(Options{Config: c, Machine: m, Version: "test", NoStatusSocket: true, Log: slog.New(slog.NewTextHandler(logs, nil))})
+	opts.Config, opts.Machine = c, m
+	a, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +69,6 @@ func startNode(t *testing.T, g *testgw.Gateway, path string, logs *testlog.Buffe
 		}
 		n.done <- code
 	}()
-	t.Cleanup(cancel)
 	return n
 }
 

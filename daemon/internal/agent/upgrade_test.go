@@ -20,8 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"bcd/internal/config"
-	"bcd/internal/fakehw"
 	"bcd/internal/join"
 	"bcd/internal/pki"
 	"bcd/internal/proto/agentv1"
@@ -81,31 +79,11 @@ func newUpgradeRig(t *testing.T) *upgradeRig {
 // start runs an agent of version with the rig's slots.
 func (r *upgradeRig) start(t *testing.T, version string, confirmTimeout time.Duration, neverConnect bool) *node {
 	t.Helper()
-	c, err := config.Load(r.path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := fakehw.New(c.DataDir, "41", fakehw.VariantHGXH100)
-	if err != nil {
-		t.Fatal(err)
-	}
 	u := &selfupdate.Updater{Store: r.slots, Policy: r.policy, Staged: r.slots.Staged, Version: version, OS: "linux", Arch: "amd64", ConfirmTimeout: confirmTimeout}
-	a, err := New(Options{Config: c, Machine: m, Version: version, NoStatusSocket: true, Log: slog.New(slog.NewTextHandler(r.logs, nil)),
+	n := runNode(t, r.path, Options{Version: version, NoStatusSocket: true, Log: slog.New(slog.NewTextHandler(r.logs, nil)),
 		Updater: u, NeverConnect: neverConnect, BackoffCap: 50 * time.Millisecond,
 		Exec: func(path string) error { r.execs <- path; return nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	n := &node{cfg: c, agent: a, done: make(chan int, 1), cancel: cancel}
-	go func() {
-		code, err := a.Run(ctx)
-		if err != nil {
-			t.Error(err)
-		}
-		n.done <- code
-	}()
-	t.Cleanup(func() { cancel(); <-n.done })
+	t.Cleanup(func() { n.cancel(); <-n.done })
 	return n
 }
 
