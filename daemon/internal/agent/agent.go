@@ -239,6 +239,7 @@ func (a *Agent) Run(ctx context.Context) (int, error) {
 		return a.execute(path)
 	case id := <-a.reboot:
 		a.log.Info("node.rebooting", "command_id", id)
+		a.flushEvents(rebootFlushTimeout)
 		if rerr := a.opts.Machine.Reboot(); rerr != nil {
 			a.log.Error("node.reboot_failed", "err", rerr)
 		}
@@ -248,6 +249,23 @@ func (a *Agent) Run(ctx context.Context) (int, error) {
 	a.dispatcher.Stop()
 	a.log.Info("node.stopped", "node_id", a.id.NodeID, "exit", code)
 	return code, err
+}
+
+// rebootFlushTimeout bounds how long a reboot waits for the gateway to ack
+// the events journaled before it.
+const rebootFlushTimeout = 2 * time.Second
+
+// flushEvents waits, at most timeout and only while the session is
+// connected, until the gateway acked every event journaled so far (a
+// reboot's RUNNING among them), so the control plane hears of them before
+// the node goes away. Whatever is not acked by then stays in the journal and
+// is sent again from the next boot.
+func (a *Agent) flushEvents(timeout time.Duration) {
+	target := a.journal.LastSeq()
+	deadline := time.Now().Add(timeout)
+	for a.journal.LastAcked() < target && a.session.Info().State == session.Connected && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // Hello is the node's part of the Hello.
