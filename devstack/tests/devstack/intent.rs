@@ -111,25 +111,13 @@ async fn unsigned_and_outsider_commands_reach_the_node_and_its_refusal_is_record
         assert_eq!(refusal.code(), code);
         // What bcd answers: FAILED BAD_SIGNATURE with a node-signed result.
         let reason = format!("BAD_SIGNATURE: {code}");
-        let statement = proto::NodeStatement {
-            node_id: node.id.clone(),
-            boot_id: node.boot_id.clone(),
-            at_ms: node::devstack_now_ms(),
-            body: Some(proto::node_statement::Body::CommandResult(proto::CommandResult {
-                command_id: id.clone(),
-                kind: cmd.kind.clone(),
-                state: proto::CommandState::Failed as i32,
-                reason: reason.clone(),
-                output: Vec::new(),
-            })),
-        };
-        let result = pki::statement::sign(&node.key, &statement).to_proto();
+        let result = session.signed_result(&node.key, &cmd, proto::CommandState::Failed, &reason, "");
         let update = proto::node_frame::Frame::CommandUpdate(proto::CommandUpdate {
             command_id: id.clone(),
             state: proto::CommandState::Failed as i32,
             reason: reason.clone(),
             result: Some(result),
-            at_ms: statement.at_ms,
+            at_ms: node::devstack_now_ms(),
         });
         let seq = session.send_event(update).await;
         session.await_ack(seq).await;

@@ -65,16 +65,7 @@ impl TestNode {
         let Some(proto::join_reply::Reply::Response(env)) = reply.reply else { panic!("no response") };
         let env = pki::dsse::Envelope::from_proto(&env);
         let response = pki::join::verify_response(&env, &stack.join_signing_key(), &pin).expect("a valid response");
-        let cert = ClientCert { chain: response.certificate_chain.clone(), key: key.clone() };
-        Ok(TestNode {
-            id: response.node_id.clone(),
-            key,
-            response,
-            cert,
-            journal_id: format!("journal-{}", hex::encode(&pki::keys::random_p256().to_bytes()[..4])),
-            boot_id: "boot-1".into(),
-            seq: Arc::new(AtomicU64::new(0)),
-        })
+        Ok(TestNode::from_response(key, response))
     }
 
     /// A node that joined some other way (TPM): its key and verified response.
@@ -321,6 +312,7 @@ impl Session {
         key: &p256::SecretKey,
         cmd: &proto::Command,
         state: proto::CommandState,
+        reason: &str,
         output: &str,
     ) -> proto::Envelope {
         let statement = proto::NodeStatement {
@@ -331,7 +323,7 @@ impl Session {
                 command_id: cmd.id.clone(),
                 kind: cmd.kind.clone(),
                 state: state as i32,
-                reason: String::new(),
+                reason: reason.to_string(),
                 output: output.as_bytes().to_vec(),
             })),
         };
@@ -356,7 +348,7 @@ impl Session {
         self.send_event(Self::update(&cmd.id, Accepted, None)).await;
         self.send_event(Self::update(&cmd.id, Running, None)).await;
         let key = self.key.clone().expect("a node key");
-        let result = self.signed_result(&key, cmd, Succeeded, output);
+        let result = self.signed_result(&key, cmd, Succeeded, "", output);
         let seq = self.send_event(Self::update(&cmd.id, Succeeded, Some(result))).await;
         self.await_ack(seq).await;
         seq

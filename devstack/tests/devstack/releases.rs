@@ -148,19 +148,8 @@ async fn an_upgrade_carries_the_signed_manifest_and_the_new_version_is_confirmed
     let redelivered = session.expect_delivery().await;
     let cmd = proto::Command::decode(redelivered.command.unwrap().payload.as_slice()).unwrap();
     assert_eq!(cmd.id, id);
-    let statement = proto::NodeStatement {
-        node_id: node.id.clone(),
-        boot_id: node.boot_id.clone(),
-        at_ms: node::devstack_now_ms(),
-        body: Some(proto::node_statement::Body::CommandResult(proto::CommandResult {
-            command_id: id.clone(),
-            kind: cmd.kind.clone(),
-            state: proto::CommandState::Succeeded as i32,
-            reason: String::new(),
-            output: br#"{"version":"0.9.0","sequence":7,"previous":"0.0.0-test","slot":"bcd-b"}"#.to_vec(),
-        })),
-    };
-    let result = pki::statement::sign(&node.key, &statement).to_proto();
+    let output = r#"{"version":"0.9.0","sequence":7,"previous":"0.0.0-test","slot":"bcd-b"}"#;
+    let result = session.signed_result(&node.key, &cmd, proto::CommandState::Succeeded, "", output);
     let seq = session.send_event(node::Session::update(&id, proto::CommandState::Succeeded, Some(result))).await;
     session.await_ack(seq).await;
     let outcome = stack.await_command(&id, WAIT).await.unwrap();
@@ -171,25 +160,13 @@ async fn an_upgrade_carries_the_signed_manifest_and_the_new_version_is_confirmed
 
 /// Reports a command FAILED with a node-signed result.
 async fn fail(session: &mut node::Session, node: &TestNode, cmd: &proto::Command, reason: &str) {
-    let statement = proto::NodeStatement {
-        node_id: node.id.clone(),
-        boot_id: node.boot_id.clone(),
-        at_ms: node::devstack_now_ms(),
-        body: Some(proto::node_statement::Body::CommandResult(proto::CommandResult {
-            command_id: cmd.id.clone(),
-            kind: cmd.kind.clone(),
-            state: proto::CommandState::Failed as i32,
-            reason: reason.to_string(),
-            output: Vec::new(),
-        })),
-    };
-    let result = pki::statement::sign(&node.key, &statement).to_proto();
+    let result = session.signed_result(&node.key, cmd, proto::CommandState::Failed, reason, "");
     let update = proto::node_frame::Frame::CommandUpdate(proto::CommandUpdate {
         command_id: cmd.id.clone(),
         state: proto::CommandState::Failed as i32,
         reason: reason.to_string(),
         result: Some(result),
-        at_ms: statement.at_ms,
+        at_ms: node::devstack_now_ms(),
     });
     let seq = session.send_event(update).await;
     session.await_ack(seq).await;

@@ -69,7 +69,7 @@ async fn a_result_signed_by_another_key_is_refused() {
     let node = TestNode::join(&stack, &token).await.unwrap();
     let mut session = node.connect(&stack, 0).await.unwrap();
     let (cmd, _) = session.expect_command().await;
-    let forged = session.signed_result(&pki::keys::random_p256(), &cmd, CommandState::Succeeded, &diag_output(8));
+    let forged = session.signed_result(&pki::keys::random_p256(), &cmd, CommandState::Succeeded, "", &diag_output(8));
     let seq = session.send_event(Session::update(&cmd.id, CommandState::Succeeded, Some(forged))).await;
     session.await_ack(seq).await;
     let outcome = stack.await_command(&cmd.id, WAIT).await.unwrap();
