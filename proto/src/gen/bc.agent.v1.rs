@@ -636,6 +636,30 @@ pub struct StatusReport {
     pub volume_storage: ::core::option::Option<VolumeStorage>,
     #[prost(uint64, tag = "8")]
     pub applied_generation: u64,
+    /// one per NodeSpec section bcd reconciles
+    #[prost(message, repeated, tag = "9")]
+    pub sections: ::prost::alloc::vec::Vec<SectionStatus>,
+}
+/// How far bcd got with one section of the applied NodeSpec: each section's
+/// reconciler reports its own (trust, holds, host, instances, telemetry,
+/// daemon, access).
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct SectionStatus {
+    /// the NodeSpec field name: "trust", "holds", …
+    #[prost(string, tag = "1")]
+    pub section: ::prost::alloc::string::String,
+    #[prost(enumeration = "SectionState", tag = "2")]
+    pub state: i32,
+    /// a stable CamelCase reason: "Applied", "Retrying", "InstanceFailed", …
+    #[prost(string, tag = "3")]
+    pub reason: ::prost::alloc::string::String,
+    /// for people; never a secret
+    #[prost(string, tag = "4")]
+    pub message: ::prost::alloc::string::String,
+    /// the spec generation this status is for
+    #[prost(uint64, tag = "5")]
+    pub generation: u64,
 }
 /// One inventory section: its canonical bytes and their SHA-256 (hex).
 #[allow(clippy::all)]
@@ -935,6 +959,42 @@ impl CommandState {
             "EXPIRED" => Some(Self::Expired),
             "BUSY" => Some(Self::Busy),
             "UNSUPPORTED" => Some(Self::Unsupported),
+            _ => None,
+        }
+    }
+}
+#[allow(clippy::all)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
+#[repr(i32)]
+pub enum SectionState {
+    Unspecified = 0,
+    /// converged to the spec
+    Applied = 1,
+    /// not yet; bcd tries again on its next pass
+    Progressing = 2,
+    /// cannot converge as specified (reason, message)
+    Failed = 3,
+}
+impl SectionState {
+    /// String value of the enum field names used in the ProtoBuf definition.
+    ///
+    /// The values are not transformed in any way and thus are considered stable
+    /// (if the ProtoBuf definition does not change) and safe for programmatic use.
+    pub fn as_str_name(&self) -> &'static str {
+        match self {
+            Self::Unspecified => "SECTION_STATE_UNSPECIFIED",
+            Self::Applied => "SECTION_STATE_APPLIED",
+            Self::Progressing => "SECTION_STATE_PROGRESSING",
+            Self::Failed => "SECTION_STATE_FAILED",
+        }
+    }
+    /// Creates an enum from field names used in the ProtoBuf definition.
+    pub fn from_str_name(value: &str) -> ::core::option::Option<Self> {
+        match value {
+            "SECTION_STATE_UNSPECIFIED" => Some(Self::Unspecified),
+            "SECTION_STATE_APPLIED" => Some(Self::Applied),
+            "SECTION_STATE_PROGRESSING" => Some(Self::Progressing),
+            "SECTION_STATE_FAILED" => Some(Self::Failed),
             _ => None,
         }
     }

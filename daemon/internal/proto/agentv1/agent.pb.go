@@ -96,6 +96,58 @@ func (CommandState) EnumDescriptor() ([]byte, []int) {
 	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{0}
 }
 
+type SectionState int32
+
+const (
+	SectionState_SECTION_STATE_UNSPECIFIED SectionState = 0
+	SectionState_SECTION_STATE_APPLIED     SectionState = 1 // converged to the spec
+	SectionState_SECTION_STATE_PROGRESSING SectionState = 2 // not yet; bcd tries again on its next pass
+	SectionState_SECTION_STATE_FAILED      SectionState = 3 // cannot converge as specified (reason, message)
+)
+
+// Enum value maps for SectionState.
+var (
+	SectionState_name = map[int32]string{
+		0: "SECTION_STATE_UNSPECIFIED",
+		1: "SECTION_STATE_APPLIED",
+		2: "SECTION_STATE_PROGRESSING",
+		3: "SECTION_STATE_FAILED",
+	}
+	SectionState_value = map[string]int32{
+		"SECTION_STATE_UNSPECIFIED": 0,
+		"SECTION_STATE_APPLIED":     1,
+		"SECTION_STATE_PROGRESSING": 2,
+		"SECTION_STATE_FAILED":      3,
+	}
+)
+
+func (x SectionState) Enum() *SectionState {
+	p := new(SectionState)
+	*p = x
+	return p
+}
+
+func (x SectionState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SectionState) Descriptor() protoreflect.EnumDescriptor {
+	return file_bc_agent_v1_agent_proto_enumTypes[1].Descriptor()
+}
+
+func (SectionState) Type() protoreflect.EnumType {
+	return &file_bc_agent_v1_agent_proto_enumTypes[1]
+}
+
+func (x SectionState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SectionState.Descriptor instead.
+func (SectionState) EnumDescriptor() ([]byte, []int) {
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{1}
+}
+
 // A DSSE envelope. Signatures are over PAE(payload_type, payload).
 type Envelope struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -3400,6 +3452,7 @@ type StatusReport struct {
 	Pressure          *HostPressure          `protobuf:"bytes,6,opt,name=pressure,proto3" json:"pressure,omitempty"`
 	VolumeStorage     *VolumeStorage         `protobuf:"bytes,7,opt,name=volume_storage,json=volumeStorage,proto3" json:"volume_storage,omitempty"`
 	AppliedGeneration uint64                 `protobuf:"varint,8,opt,name=applied_generation,json=appliedGeneration,proto3" json:"applied_generation,omitempty"`
+	Sections          []*SectionStatus       `protobuf:"bytes,9,rep,name=sections,proto3" json:"sections,omitempty"` // one per NodeSpec section bcd reconciles
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
@@ -3490,6 +3543,92 @@ func (x *StatusReport) GetAppliedGeneration() uint64 {
 	return 0
 }
 
+func (x *StatusReport) GetSections() []*SectionStatus {
+	if x != nil {
+		return x.Sections
+	}
+	return nil
+}
+
+// How far bcd got with one section of the applied NodeSpec: each section's
+// reconciler reports its own (trust, holds, host, instances, telemetry,
+// daemon, access).
+type SectionStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Section       string                 `protobuf:"bytes,1,opt,name=section,proto3" json:"section,omitempty"` // the NodeSpec field name: "trust", "holds", …
+	State         SectionState           `protobuf:"varint,2,opt,name=state,proto3,enum=bc.agent.v1.SectionState" json:"state,omitempty"`
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`          // a stable CamelCase reason: "Applied", "Retrying", "InstanceFailed", …
+	Message       string                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`        // for people; never a secret
+	Generation    uint64                 `protobuf:"varint,5,opt,name=generation,proto3" json:"generation,omitempty"` // the spec generation this status is for
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SectionStatus) Reset() {
+	*x = SectionStatus{}
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SectionStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SectionStatus) ProtoMessage() {}
+
+func (x *SectionStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SectionStatus.ProtoReflect.Descriptor instead.
+func (*SectionStatus) Descriptor() ([]byte, []int) {
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *SectionStatus) GetSection() string {
+	if x != nil {
+		return x.Section
+	}
+	return ""
+}
+
+func (x *SectionStatus) GetState() SectionState {
+	if x != nil {
+		return x.State
+	}
+	return SectionState_SECTION_STATE_UNSPECIFIED
+}
+
+func (x *SectionStatus) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *SectionStatus) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *SectionStatus) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
 // One inventory section: its canonical bytes and their SHA-256 (hex).
 type InventorySection struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -3502,7 +3641,7 @@ type InventorySection struct {
 
 func (x *InventorySection) Reset() {
 	*x = InventorySection{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[45]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3514,7 +3653,7 @@ func (x *InventorySection) String() string {
 func (*InventorySection) ProtoMessage() {}
 
 func (x *InventorySection) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[45]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3527,7 +3666,7 @@ func (x *InventorySection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventorySection.ProtoReflect.Descriptor instead.
 func (*InventorySection) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{45}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *InventorySection) GetName() string {
@@ -3573,7 +3712,7 @@ type SystemInventory struct {
 
 func (x *SystemInventory) Reset() {
 	*x = SystemInventory{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[46]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3585,7 +3724,7 @@ func (x *SystemInventory) String() string {
 func (*SystemInventory) ProtoMessage() {}
 
 func (x *SystemInventory) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[46]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3598,7 +3737,7 @@ func (x *SystemInventory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SystemInventory.ProtoReflect.Descriptor instead.
 func (*SystemInventory) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{46}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *SystemInventory) GetHostname() string {
@@ -3690,7 +3829,7 @@ type GpuInventory struct {
 
 func (x *GpuInventory) Reset() {
 	*x = GpuInventory{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[47]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3702,7 +3841,7 @@ func (x *GpuInventory) String() string {
 func (*GpuInventory) ProtoMessage() {}
 
 func (x *GpuInventory) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[47]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3715,7 +3854,7 @@ func (x *GpuInventory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GpuInventory.ProtoReflect.Descriptor instead.
 func (*GpuInventory) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{47}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *GpuInventory) GetDriverVersion() string {
@@ -3761,7 +3900,7 @@ type Gpu struct {
 
 func (x *Gpu) Reset() {
 	*x = Gpu{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[48]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3773,7 +3912,7 @@ func (x *Gpu) String() string {
 func (*Gpu) ProtoMessage() {}
 
 func (x *Gpu) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[48]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3786,7 +3925,7 @@ func (x *Gpu) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Gpu.ProtoReflect.Descriptor instead.
 func (*Gpu) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{48}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *Gpu) GetIndex() uint32 {
@@ -3847,7 +3986,7 @@ type NetworkInventory struct {
 
 func (x *NetworkInventory) Reset() {
 	*x = NetworkInventory{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[49]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3859,7 +3998,7 @@ func (x *NetworkInventory) String() string {
 func (*NetworkInventory) ProtoMessage() {}
 
 func (x *NetworkInventory) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[49]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3872,7 +4011,7 @@ func (x *NetworkInventory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkInventory.ProtoReflect.Descriptor instead.
 func (*NetworkInventory) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{49}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *NetworkInventory) GetNics() []*Nic {
@@ -3894,7 +4033,7 @@ type Nic struct {
 
 func (x *Nic) Reset() {
 	*x = Nic{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[50]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3906,7 +4045,7 @@ func (x *Nic) String() string {
 func (*Nic) ProtoMessage() {}
 
 func (x *Nic) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[50]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3919,7 +4058,7 @@ func (x *Nic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Nic.ProtoReflect.Descriptor instead.
 func (*Nic) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{50}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *Nic) GetName() string {
@@ -3959,7 +4098,7 @@ type AllocationReleased struct {
 
 func (x *AllocationReleased) Reset() {
 	*x = AllocationReleased{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[51]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3971,7 +4110,7 @@ func (x *AllocationReleased) String() string {
 func (*AllocationReleased) ProtoMessage() {}
 
 func (x *AllocationReleased) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[51]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3984,7 +4123,7 @@ func (x *AllocationReleased) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocationReleased.ProtoReflect.Descriptor instead.
 func (*AllocationReleased) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{51}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *AllocationReleased) GetAllocationId() string {
@@ -4004,7 +4143,7 @@ type AllocationFailed struct {
 
 func (x *AllocationFailed) Reset() {
 	*x = AllocationFailed{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[52]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4016,7 +4155,7 @@ func (x *AllocationFailed) String() string {
 func (*AllocationFailed) ProtoMessage() {}
 
 func (x *AllocationFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[52]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4029,7 +4168,7 @@ func (x *AllocationFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocationFailed.ProtoReflect.Descriptor instead.
 func (*AllocationFailed) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{52}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *AllocationFailed) GetAllocationId() string {
@@ -4057,7 +4196,7 @@ type InstanceStatus struct {
 
 func (x *InstanceStatus) Reset() {
 	*x = InstanceStatus{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[53]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4069,7 +4208,7 @@ func (x *InstanceStatus) String() string {
 func (*InstanceStatus) ProtoMessage() {}
 
 func (x *InstanceStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[53]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4082,7 +4221,7 @@ func (x *InstanceStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceStatus.ProtoReflect.Descriptor instead.
 func (*InstanceStatus) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{53}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *InstanceStatus) GetId() string {
@@ -4116,7 +4255,7 @@ type HostPressure struct {
 
 func (x *HostPressure) Reset() {
 	*x = HostPressure{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[54]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4128,7 +4267,7 @@ func (x *HostPressure) String() string {
 func (*HostPressure) ProtoMessage() {}
 
 func (x *HostPressure) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[54]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4141,7 +4280,7 @@ func (x *HostPressure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostPressure.ProtoReflect.Descriptor instead.
 func (*HostPressure) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{54}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *HostPressure) GetMemoryPercent() uint32 {
@@ -4169,7 +4308,7 @@ type VolumeStorage struct {
 
 func (x *VolumeStorage) Reset() {
 	*x = VolumeStorage{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[55]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4181,7 +4320,7 @@ func (x *VolumeStorage) String() string {
 func (*VolumeStorage) ProtoMessage() {}
 
 func (x *VolumeStorage) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[55]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4194,7 +4333,7 @@ func (x *VolumeStorage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeStorage.ProtoReflect.Descriptor instead.
 func (*VolumeStorage) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{55}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *VolumeStorage) GetTotalBytes() uint64 {
@@ -4227,7 +4366,7 @@ type SpecRequest struct {
 
 func (x *SpecRequest) Reset() {
 	*x = SpecRequest{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[56]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4239,7 +4378,7 @@ func (x *SpecRequest) String() string {
 func (*SpecRequest) ProtoMessage() {}
 
 func (x *SpecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[56]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4252,7 +4391,7 @@ func (x *SpecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpecRequest.ProtoReflect.Descriptor instead.
 func (*SpecRequest) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{56}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *SpecRequest) GetMinGeneration() uint64 {
@@ -4273,7 +4412,7 @@ type WorkloadTokenRequest struct {
 
 func (x *WorkloadTokenRequest) Reset() {
 	*x = WorkloadTokenRequest{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[57]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4285,7 +4424,7 @@ func (x *WorkloadTokenRequest) String() string {
 func (*WorkloadTokenRequest) ProtoMessage() {}
 
 func (x *WorkloadTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[57]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4298,7 +4437,7 @@ func (x *WorkloadTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkloadTokenRequest.ProtoReflect.Descriptor instead.
 func (*WorkloadTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{57}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *WorkloadTokenRequest) GetRequestId() string {
@@ -4331,7 +4470,7 @@ type EventAck struct {
 
 func (x *EventAck) Reset() {
 	*x = EventAck{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[58]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4343,7 +4482,7 @@ func (x *EventAck) String() string {
 func (*EventAck) ProtoMessage() {}
 
 func (x *EventAck) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[58]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4356,7 +4495,7 @@ func (x *EventAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventAck.ProtoReflect.Descriptor instead.
 func (*EventAck) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{58}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *EventAck) GetUpToSeq() uint64 {
@@ -4375,7 +4514,7 @@ type DesiredState struct {
 
 func (x *DesiredState) Reset() {
 	*x = DesiredState{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[59]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4387,7 +4526,7 @@ func (x *DesiredState) String() string {
 func (*DesiredState) ProtoMessage() {}
 
 func (x *DesiredState) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[59]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4400,7 +4539,7 @@ func (x *DesiredState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DesiredState.ProtoReflect.Descriptor instead.
 func (*DesiredState) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{59}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *DesiredState) GetSpec() *Envelope {
@@ -4420,7 +4559,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[60]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4432,7 +4571,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[60]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4445,7 +4584,7 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{60}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *Drain) GetReason() string {
@@ -4471,7 +4610,7 @@ type RevocationNotice struct {
 
 func (x *RevocationNotice) Reset() {
 	*x = RevocationNotice{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[61]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4483,7 +4622,7 @@ func (x *RevocationNotice) String() string {
 func (*RevocationNotice) ProtoMessage() {}
 
 func (x *RevocationNotice) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[61]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4496,7 +4635,7 @@ func (x *RevocationNotice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevocationNotice.ProtoReflect.Descriptor instead.
 func (*RevocationNotice) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{61}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RevocationNotice) GetReason() string {
@@ -4515,7 +4654,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[62]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4527,7 +4666,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[62]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4540,7 +4679,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{62}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *Cancel) GetCommandId() string {
@@ -4561,7 +4700,7 @@ type SecretResponse struct {
 
 func (x *SecretResponse) Reset() {
 	*x = SecretResponse{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[63]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4573,7 +4712,7 @@ func (x *SecretResponse) String() string {
 func (*SecretResponse) ProtoMessage() {}
 
 func (x *SecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[63]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4586,7 +4725,7 @@ func (x *SecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretResponse.ProtoReflect.Descriptor instead.
 func (*SecretResponse) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{63}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *SecretResponse) GetRequestId() string {
@@ -4621,7 +4760,7 @@ type WorkloadTokenResponse struct {
 
 func (x *WorkloadTokenResponse) Reset() {
 	*x = WorkloadTokenResponse{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[64]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4633,7 +4772,7 @@ func (x *WorkloadTokenResponse) String() string {
 func (*WorkloadTokenResponse) ProtoMessage() {}
 
 func (x *WorkloadTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[64]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4646,7 +4785,7 @@ func (x *WorkloadTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkloadTokenResponse.ProtoReflect.Descriptor instead.
 func (*WorkloadTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{64}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *WorkloadTokenResponse) GetRequestId() string {
@@ -4680,7 +4819,7 @@ type OpenTunnel struct {
 
 func (x *OpenTunnel) Reset() {
 	*x = OpenTunnel{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[65]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4692,7 +4831,7 @@ func (x *OpenTunnel) String() string {
 func (*OpenTunnel) ProtoMessage() {}
 
 func (x *OpenTunnel) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[65]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4705,7 +4844,7 @@ func (x *OpenTunnel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenTunnel.ProtoReflect.Descriptor instead.
 func (*OpenTunnel) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{65}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *OpenTunnel) GetTunnelId() string {
@@ -4732,7 +4871,7 @@ type RenewRequest struct {
 
 func (x *RenewRequest) Reset() {
 	*x = RenewRequest{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[66]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4744,7 +4883,7 @@ func (x *RenewRequest) String() string {
 func (*RenewRequest) ProtoMessage() {}
 
 func (x *RenewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[66]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4757,7 +4896,7 @@ func (x *RenewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
 func (*RenewRequest) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{66}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *RenewRequest) GetCsrDer() []byte {
@@ -4783,7 +4922,7 @@ type RenewReply struct {
 
 func (x *RenewReply) Reset() {
 	*x = RenewReply{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[67]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4795,7 +4934,7 @@ func (x *RenewReply) String() string {
 func (*RenewReply) ProtoMessage() {}
 
 func (x *RenewReply) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[67]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4808,7 +4947,7 @@ func (x *RenewReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewReply.ProtoReflect.Descriptor instead.
 func (*RenewReply) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{67}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *RenewReply) GetResponse() *Envelope {
@@ -4835,7 +4974,7 @@ type TunnelFrame struct {
 
 func (x *TunnelFrame) Reset() {
 	*x = TunnelFrame{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[68]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4847,7 +4986,7 @@ func (x *TunnelFrame) String() string {
 func (*TunnelFrame) ProtoMessage() {}
 
 func (x *TunnelFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[68]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4860,7 +4999,7 @@ func (x *TunnelFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelFrame.ProtoReflect.Descriptor instead.
 func (*TunnelFrame) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{68}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *TunnelFrame) GetTunnelId() string {
@@ -4966,7 +5105,7 @@ type TerminalSize struct {
 
 func (x *TerminalSize) Reset() {
 	*x = TerminalSize{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[69]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4978,7 +5117,7 @@ func (x *TerminalSize) String() string {
 func (*TerminalSize) ProtoMessage() {}
 
 func (x *TerminalSize) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[69]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4991,7 +5130,7 @@ func (x *TerminalSize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminalSize.ProtoReflect.Descriptor instead.
 func (*TerminalSize) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{69}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *TerminalSize) GetRows() uint32 {
@@ -5270,7 +5409,7 @@ const file_bc_agent_v1_agent_proto_rawDesc = "" +
 	"\x05state\x18\x02 \x01(\x0e2\x19.bc.agent.v1.CommandStateR\x05state\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12-\n" +
 	"\x06result\x18\x04 \x01(\v2\x15.bc.agent.v1.EnvelopeR\x06result\x12\x13\n" +
-	"\x05at_ms\x18\x05 \x01(\x03R\x04atMs\"\xdc\x03\n" +
+	"\x05at_ms\x18\x05 \x01(\x03R\x04atMs\"\x94\x04\n" +
 	"\fStatusReport\x12;\n" +
 	"\tinventory\x18\x01 \x03(\v2\x1d.bc.agent.v1.InventorySectionR\tinventory\x127\n" +
 	"\vallocations\x18\x02 \x03(\v2\x15.bc.agent.v1.EnvelopeR\vallocations\x12;\n" +
@@ -5279,7 +5418,16 @@ const file_bc_agent_v1_agent_proto_rawDesc = "" +
 	"\tinstances\x18\x05 \x03(\v2\x1b.bc.agent.v1.InstanceStatusR\tinstances\x125\n" +
 	"\bpressure\x18\x06 \x01(\v2\x19.bc.agent.v1.HostPressureR\bpressure\x12A\n" +
 	"\x0evolume_storage\x18\a \x01(\v2\x1a.bc.agent.v1.VolumeStorageR\rvolumeStorage\x12-\n" +
-	"\x12applied_generation\x18\b \x01(\x04R\x11appliedGeneration\"X\n" +
+	"\x12applied_generation\x18\b \x01(\x04R\x11appliedGeneration\x126\n" +
+	"\bsections\x18\t \x03(\v2\x1a.bc.agent.v1.SectionStatusR\bsections\"\xac\x01\n" +
+	"\rSectionStatus\x12\x18\n" +
+	"\asection\x18\x01 \x01(\tR\asection\x12/\n" +
+	"\x05state\x18\x02 \x01(\x0e2\x19.bc.agent.v1.SectionStateR\x05state\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x05 \x01(\x04R\n" +
+	"generation\"X\n" +
 	"\x10InventorySection\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\acontent\x18\x02 \x01(\fR\acontent\x12\x16\n" +
@@ -5400,7 +5548,12 @@ const file_bc_agent_v1_agent_proto_rawDesc = "" +
 	"\x06FAILED\x10\x04\x12\v\n" +
 	"\aEXPIRED\x10\x05\x12\b\n" +
 	"\x04BUSY\x10\x06\x12\x0f\n" +
-	"\vUNSUPPORTED\x10\a2@\n" +
+	"\vUNSUPPORTED\x10\a*\x81\x01\n" +
+	"\fSectionState\x12\x1d\n" +
+	"\x19SECTION_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15SECTION_STATE_APPLIED\x10\x01\x12\x1d\n" +
+	"\x19SECTION_STATE_PROGRESSING\x10\x02\x12\x18\n" +
+	"\x14SECTION_STATE_FAILED\x10\x032@\n" +
 	"\x04Join\x128\n" +
 	"\x04Join\x12\x18.bc.agent.v1.JoinRequest\x1a\x16.bc.agent.v1.JoinReply2\xca\x01\n" +
 	"\aGateway\x12@\n" +
@@ -5420,166 +5573,170 @@ func file_bc_agent_v1_agent_proto_rawDescGZIP() []byte {
 	return file_bc_agent_v1_agent_proto_rawDescData
 }
 
-var file_bc_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_bc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
+var file_bc_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_bc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 71)
 var file_bc_agent_v1_agent_proto_goTypes = []any{
 	(CommandState)(0),             // 0: bc.agent.v1.CommandState
-	(*Envelope)(nil),              // 1: bc.agent.v1.Envelope
-	(*Signature)(nil),             // 2: bc.agent.v1.Signature
-	(*PublicKey)(nil),             // 3: bc.agent.v1.PublicKey
-	(*JoinRequest)(nil),           // 4: bc.agent.v1.JoinRequest
-	(*NodeClaims)(nil),            // 5: bc.agent.v1.NodeClaims
-	(*TokenJoin)(nil),             // 6: bc.agent.v1.TokenJoin
-	(*TpmRound1)(nil),             // 7: bc.agent.v1.TpmRound1
-	(*TpmChallenge)(nil),          // 8: bc.agent.v1.TpmChallenge
-	(*TpmRound2)(nil),             // 9: bc.agent.v1.TpmRound2
-	(*TpmQuote)(nil),              // 10: bc.agent.v1.TpmQuote
-	(*TpmCertification)(nil),      // 11: bc.agent.v1.TpmCertification
-	(*JoinReply)(nil),             // 12: bc.agent.v1.JoinReply
-	(*JoinResponse)(nil),          // 13: bc.agent.v1.JoinResponse
-	(*JoinTrust)(nil),             // 14: bc.agent.v1.JoinTrust
-	(*GatewayEndpoint)(nil),       // 15: bc.agent.v1.GatewayEndpoint
-	(*Command)(nil),               // 16: bc.agent.v1.Command
-	(*NodeSpec)(nil),              // 17: bc.agent.v1.NodeSpec
-	(*Hold)(nil),                  // 18: bc.agent.v1.Hold
-	(*HostSection)(nil),           // 19: bc.agent.v1.HostSection
-	(*HostUnit)(nil),              // 20: bc.agent.v1.HostUnit
-	(*InstanceSpec)(nil),          // 21: bc.agent.v1.InstanceSpec
-	(*TelemetrySection)(nil),      // 22: bc.agent.v1.TelemetrySection
-	(*Attribute)(nil),             // 23: bc.agent.v1.Attribute
-	(*DaemonSection)(nil),         // 24: bc.agent.v1.DaemonSection
-	(*AccessSection)(nil),         // 25: bc.agent.v1.AccessSection
-	(*TrustSection)(nil),          // 26: bc.agent.v1.TrustSection
-	(*TrustBundle)(nil),           // 27: bc.agent.v1.TrustBundle
-	(*Quorum)(nil),                // 28: bc.agent.v1.Quorum
-	(*QuorumTier)(nil),            // 29: bc.agent.v1.QuorumTier
-	(*BatchApproval)(nil),         // 30: bc.agent.v1.BatchApproval
-	(*NodeStatement)(nil),         // 31: bc.agent.v1.NodeStatement
-	(*CommandResult)(nil),         // 32: bc.agent.v1.CommandResult
-	(*AllocationBound)(nil),       // 33: bc.agent.v1.AllocationBound
-	(*SecretRequest)(nil),         // 34: bc.agent.v1.SecretRequest
-	(*NodeFrame)(nil),             // 35: bc.agent.v1.NodeFrame
-	(*GatewayFrame)(nil),          // 36: bc.agent.v1.GatewayFrame
-	(*Hello)(nil),                 // 37: bc.agent.v1.Hello
-	(*DriverManifest)(nil),        // 38: bc.agent.v1.DriverManifest
-	(*Welcome)(nil),               // 39: bc.agent.v1.Welcome
-	(*Heartbeat)(nil),             // 40: bc.agent.v1.Heartbeat
-	(*Ping)(nil),                  // 41: bc.agent.v1.Ping
-	(*Pong)(nil),                  // 42: bc.agent.v1.Pong
-	(*CommandDelivery)(nil),       // 43: bc.agent.v1.CommandDelivery
-	(*CommandUpdate)(nil),         // 44: bc.agent.v1.CommandUpdate
-	(*StatusReport)(nil),          // 45: bc.agent.v1.StatusReport
-	(*InventorySection)(nil),      // 46: bc.agent.v1.InventorySection
-	(*SystemInventory)(nil),       // 47: bc.agent.v1.SystemInventory
-	(*GpuInventory)(nil),          // 48: bc.agent.v1.GpuInventory
-	(*Gpu)(nil),                   // 49: bc.agent.v1.Gpu
-	(*NetworkInventory)(nil),      // 50: bc.agent.v1.NetworkInventory
-	(*Nic)(nil),                   // 51: bc.agent.v1.Nic
-	(*AllocationReleased)(nil),    // 52: bc.agent.v1.AllocationReleased
-	(*AllocationFailed)(nil),      // 53: bc.agent.v1.AllocationFailed
-	(*InstanceStatus)(nil),        // 54: bc.agent.v1.InstanceStatus
-	(*HostPressure)(nil),          // 55: bc.agent.v1.HostPressure
-	(*VolumeStorage)(nil),         // 56: bc.agent.v1.VolumeStorage
-	(*SpecRequest)(nil),           // 57: bc.agent.v1.SpecRequest
-	(*WorkloadTokenRequest)(nil),  // 58: bc.agent.v1.WorkloadTokenRequest
-	(*EventAck)(nil),              // 59: bc.agent.v1.EventAck
-	(*DesiredState)(nil),          // 60: bc.agent.v1.DesiredState
-	(*Drain)(nil),                 // 61: bc.agent.v1.Drain
-	(*RevocationNotice)(nil),      // 62: bc.agent.v1.RevocationNotice
-	(*Cancel)(nil),                // 63: bc.agent.v1.Cancel
-	(*SecretResponse)(nil),        // 64: bc.agent.v1.SecretResponse
-	(*WorkloadTokenResponse)(nil), // 65: bc.agent.v1.WorkloadTokenResponse
-	(*OpenTunnel)(nil),            // 66: bc.agent.v1.OpenTunnel
-	(*RenewRequest)(nil),          // 67: bc.agent.v1.RenewRequest
-	(*RenewReply)(nil),            // 68: bc.agent.v1.RenewReply
-	(*TunnelFrame)(nil),           // 69: bc.agent.v1.TunnelFrame
-	(*TerminalSize)(nil),          // 70: bc.agent.v1.TerminalSize
+	(SectionState)(0),             // 1: bc.agent.v1.SectionState
+	(*Envelope)(nil),              // 2: bc.agent.v1.Envelope
+	(*Signature)(nil),             // 3: bc.agent.v1.Signature
+	(*PublicKey)(nil),             // 4: bc.agent.v1.PublicKey
+	(*JoinRequest)(nil),           // 5: bc.agent.v1.JoinRequest
+	(*NodeClaims)(nil),            // 6: bc.agent.v1.NodeClaims
+	(*TokenJoin)(nil),             // 7: bc.agent.v1.TokenJoin
+	(*TpmRound1)(nil),             // 8: bc.agent.v1.TpmRound1
+	(*TpmChallenge)(nil),          // 9: bc.agent.v1.TpmChallenge
+	(*TpmRound2)(nil),             // 10: bc.agent.v1.TpmRound2
+	(*TpmQuote)(nil),              // 11: bc.agent.v1.TpmQuote
+	(*TpmCertification)(nil),      // 12: bc.agent.v1.TpmCertification
+	(*JoinReply)(nil),             // 13: bc.agent.v1.JoinReply
+	(*JoinResponse)(nil),          // 14: bc.agent.v1.JoinResponse
+	(*JoinTrust)(nil),             // 15: bc.agent.v1.JoinTrust
+	(*GatewayEndpoint)(nil),       // 16: bc.agent.v1.GatewayEndpoint
+	(*Command)(nil),               // 17: bc.agent.v1.Command
+	(*NodeSpec)(nil),              // 18: bc.agent.v1.NodeSpec
+	(*Hold)(nil),                  // 19: bc.agent.v1.Hold
+	(*HostSection)(nil),           // 20: bc.agent.v1.HostSection
+	(*HostUnit)(nil),              // 21: bc.agent.v1.HostUnit
+	(*InstanceSpec)(nil),          // 22: bc.agent.v1.InstanceSpec
+	(*TelemetrySection)(nil),      // 23: bc.agent.v1.TelemetrySection
+	(*Attribute)(nil),             // 24: bc.agent.v1.Attribute
+	(*DaemonSection)(nil),         // 25: bc.agent.v1.DaemonSection
+	(*AccessSection)(nil),         // 26: bc.agent.v1.AccessSection
+	(*TrustSection)(nil),          // 27: bc.agent.v1.TrustSection
+	(*TrustBundle)(nil),           // 28: bc.agent.v1.TrustBundle
+	(*Quorum)(nil),                // 29: bc.agent.v1.Quorum
+	(*QuorumTier)(nil),            // 30: bc.agent.v1.QuorumTier
+	(*BatchApproval)(nil),         // 31: bc.agent.v1.BatchApproval
+	(*NodeStatement)(nil),         // 32: bc.agent.v1.NodeStatement
+	(*CommandResult)(nil),         // 33: bc.agent.v1.CommandResult
+	(*AllocationBound)(nil),       // 34: bc.agent.v1.AllocationBound
+	(*SecretRequest)(nil),         // 35: bc.agent.v1.SecretRequest
+	(*NodeFrame)(nil),             // 36: bc.agent.v1.NodeFrame
+	(*GatewayFrame)(nil),          // 37: bc.agent.v1.GatewayFrame
+	(*Hello)(nil),                 // 38: bc.agent.v1.Hello
+	(*DriverManifest)(nil),        // 39: bc.agent.v1.DriverManifest
+	(*Welcome)(nil),               // 40: bc.agent.v1.Welcome
+	(*Heartbeat)(nil),             // 41: bc.agent.v1.Heartbeat
+	(*Ping)(nil),                  // 42: bc.agent.v1.Ping
+	(*Pong)(nil),                  // 43: bc.agent.v1.Pong
+	(*CommandDelivery)(nil),       // 44: bc.agent.v1.CommandDelivery
+	(*CommandUpdate)(nil),         // 45: bc.agent.v1.CommandUpdate
+	(*StatusReport)(nil),          // 46: bc.agent.v1.StatusReport
+	(*SectionStatus)(nil),         // 47: bc.agent.v1.SectionStatus
+	(*InventorySection)(nil),      // 48: bc.agent.v1.InventorySection
+	(*SystemInventory)(nil),       // 49: bc.agent.v1.SystemInventory
+	(*GpuInventory)(nil),          // 50: bc.agent.v1.GpuInventory
+	(*Gpu)(nil),                   // 51: bc.agent.v1.Gpu
+	(*NetworkInventory)(nil),      // 52: bc.agent.v1.NetworkInventory
+	(*Nic)(nil),                   // 53: bc.agent.v1.Nic
+	(*AllocationReleased)(nil),    // 54: bc.agent.v1.AllocationReleased
+	(*AllocationFailed)(nil),      // 55: bc.agent.v1.AllocationFailed
+	(*InstanceStatus)(nil),        // 56: bc.agent.v1.InstanceStatus
+	(*HostPressure)(nil),          // 57: bc.agent.v1.HostPressure
+	(*VolumeStorage)(nil),         // 58: bc.agent.v1.VolumeStorage
+	(*SpecRequest)(nil),           // 59: bc.agent.v1.SpecRequest
+	(*WorkloadTokenRequest)(nil),  // 60: bc.agent.v1.WorkloadTokenRequest
+	(*EventAck)(nil),              // 61: bc.agent.v1.EventAck
+	(*DesiredState)(nil),          // 62: bc.agent.v1.DesiredState
+	(*Drain)(nil),                 // 63: bc.agent.v1.Drain
+	(*RevocationNotice)(nil),      // 64: bc.agent.v1.RevocationNotice
+	(*Cancel)(nil),                // 65: bc.agent.v1.Cancel
+	(*SecretResponse)(nil),        // 66: bc.agent.v1.SecretResponse
+	(*WorkloadTokenResponse)(nil), // 67: bc.agent.v1.WorkloadTokenResponse
+	(*OpenTunnel)(nil),            // 68: bc.agent.v1.OpenTunnel
+	(*RenewRequest)(nil),          // 69: bc.agent.v1.RenewRequest
+	(*RenewReply)(nil),            // 70: bc.agent.v1.RenewReply
+	(*TunnelFrame)(nil),           // 71: bc.agent.v1.TunnelFrame
+	(*TerminalSize)(nil),          // 72: bc.agent.v1.TerminalSize
 }
 var file_bc_agent_v1_agent_proto_depIdxs = []int32{
-	2,  // 0: bc.agent.v1.Envelope.signatures:type_name -> bc.agent.v1.Signature
-	6,  // 1: bc.agent.v1.JoinRequest.token:type_name -> bc.agent.v1.TokenJoin
-	7,  // 2: bc.agent.v1.JoinRequest.tpm_round1:type_name -> bc.agent.v1.TpmRound1
-	9,  // 3: bc.agent.v1.JoinRequest.tpm_round2:type_name -> bc.agent.v1.TpmRound2
-	5,  // 4: bc.agent.v1.JoinRequest.claims:type_name -> bc.agent.v1.NodeClaims
-	10, // 5: bc.agent.v1.TpmRound2.quote:type_name -> bc.agent.v1.TpmQuote
-	11, // 6: bc.agent.v1.TpmRound2.node_key:type_name -> bc.agent.v1.TpmCertification
-	8,  // 7: bc.agent.v1.JoinReply.challenge:type_name -> bc.agent.v1.TpmChallenge
-	1,  // 8: bc.agent.v1.JoinReply.response:type_name -> bc.agent.v1.Envelope
-	14, // 9: bc.agent.v1.JoinResponse.trust:type_name -> bc.agent.v1.JoinTrust
-	15, // 10: bc.agent.v1.JoinResponse.gateway:type_name -> bc.agent.v1.GatewayEndpoint
-	3,  // 11: bc.agent.v1.JoinTrust.command_roots:type_name -> bc.agent.v1.PublicKey
-	1,  // 12: bc.agent.v1.JoinTrust.trust_bundle:type_name -> bc.agent.v1.Envelope
-	18, // 13: bc.agent.v1.NodeSpec.holds:type_name -> bc.agent.v1.Hold
-	19, // 14: bc.agent.v1.NodeSpec.host:type_name -> bc.agent.v1.HostSection
-	21, // 15: bc.agent.v1.NodeSpec.instances:type_name -> bc.agent.v1.InstanceSpec
-	22, // 16: bc.agent.v1.NodeSpec.telemetry:type_name -> bc.agent.v1.TelemetrySection
-	24, // 17: bc.agent.v1.NodeSpec.daemon:type_name -> bc.agent.v1.DaemonSection
-	25, // 18: bc.agent.v1.NodeSpec.access:type_name -> bc.agent.v1.AccessSection
-	26, // 19: bc.agent.v1.NodeSpec.trust:type_name -> bc.agent.v1.TrustSection
-	20, // 20: bc.agent.v1.HostSection.units:type_name -> bc.agent.v1.HostUnit
-	23, // 21: bc.agent.v1.TelemetrySection.resource_attributes:type_name -> bc.agent.v1.Attribute
-	1,  // 22: bc.agent.v1.TrustSection.trust_bundle:type_name -> bc.agent.v1.Envelope
-	3,  // 23: bc.agent.v1.TrustBundle.command_roots:type_name -> bc.agent.v1.PublicKey
-	28, // 24: bc.agent.v1.TrustBundle.quorum:type_name -> bc.agent.v1.Quorum
-	3,  // 25: bc.agent.v1.TrustBundle.tunnels_issuer:type_name -> bc.agent.v1.PublicKey
-	3,  // 26: bc.agent.v1.TrustBundle.workload_issuer:type_name -> bc.agent.v1.PublicKey
-	3,  // 27: bc.agent.v1.Quorum.approvers:type_name -> bc.agent.v1.PublicKey
-	29, // 28: bc.agent.v1.Quorum.tiers:type_name -> bc.agent.v1.QuorumTier
-	32, // 29: bc.agent.v1.NodeStatement.command_result:type_name -> bc.agent.v1.CommandResult
-	33, // 30: bc.agent.v1.NodeStatement.allocation_bound:type_name -> bc.agent.v1.AllocationBound
-	34, // 31: bc.agent.v1.NodeStatement.secret_request:type_name -> bc.agent.v1.SecretRequest
+	3,  // 0: bc.agent.v1.Envelope.signatures:type_name -> bc.agent.v1.Signature
+	7,  // 1: bc.agent.v1.JoinRequest.token:type_name -> bc.agent.v1.TokenJoin
+	8,  // 2: bc.agent.v1.JoinRequest.tpm_round1:type_name -> bc.agent.v1.TpmRound1
+	10, // 3: bc.agent.v1.JoinRequest.tpm_round2:type_name -> bc.agent.v1.TpmRound2
+	6,  // 4: bc.agent.v1.JoinRequest.claims:type_name -> bc.agent.v1.NodeClaims
+	11, // 5: bc.agent.v1.TpmRound2.quote:type_name -> bc.agent.v1.TpmQuote
+	12, // 6: bc.agent.v1.TpmRound2.node_key:type_name -> bc.agent.v1.TpmCertification
+	9,  // 7: bc.agent.v1.JoinReply.challenge:type_name -> bc.agent.v1.TpmChallenge
+	2,  // 8: bc.agent.v1.JoinReply.response:type_name -> bc.agent.v1.Envelope
+	15, // 9: bc.agent.v1.JoinResponse.trust:type_name -> bc.agent.v1.JoinTrust
+	16, // 10: bc.agent.v1.JoinResponse.gateway:type_name -> bc.agent.v1.GatewayEndpoint
+	4,  // 11: bc.agent.v1.JoinTrust.command_roots:type_name -> bc.agent.v1.PublicKey
+	2,  // 12: bc.agent.v1.JoinTrust.trust_bundle:type_name -> bc.agent.v1.Envelope
+	19, // 13: bc.agent.v1.NodeSpec.holds:type_name -> bc.agent.v1.Hold
+	20, // 14: bc.agent.v1.NodeSpec.host:type_name -> bc.agent.v1.HostSection
+	22, // 15: bc.agent.v1.NodeSpec.instances:type_name -> bc.agent.v1.InstanceSpec
+	23, // 16: bc.agent.v1.NodeSpec.telemetry:type_name -> bc.agent.v1.TelemetrySection
+	25, // 17: bc.agent.v1.NodeSpec.daemon:type_name -> bc.agent.v1.DaemonSection
+	26, // 18: bc.agent.v1.NodeSpec.access:type_name -> bc.agent.v1.AccessSection
+	27, // 19: bc.agent.v1.NodeSpec.trust:type_name -> bc.agent.v1.TrustSection
+	21, // 20: bc.agent.v1.HostSection.units:type_name -> bc.agent.v1.HostUnit
+	24, // 21: bc.agent.v1.TelemetrySection.resource_attributes:type_name -> bc.agent.v1.Attribute
+	2,  // 22: bc.agent.v1.TrustSection.trust_bundle:type_name -> bc.agent.v1.Envelope
+	4,  // 23: bc.agent.v1.TrustBundle.command_roots:type_name -> bc.agent.v1.PublicKey
+	29, // 24: bc.agent.v1.TrustBundle.quorum:type_name -> bc.agent.v1.Quorum
+	4,  // 25: bc.agent.v1.TrustBundle.tunnels_issuer:type_name -> bc.agent.v1.PublicKey
+	4,  // 26: bc.agent.v1.TrustBundle.workload_issuer:type_name -> bc.agent.v1.PublicKey
+	4,  // 27: bc.agent.v1.Quorum.approvers:type_name -> bc.agent.v1.PublicKey
+	30, // 28: bc.agent.v1.Quorum.tiers:type_name -> bc.agent.v1.QuorumTier
+	33, // 29: bc.agent.v1.NodeStatement.command_result:type_name -> bc.agent.v1.CommandResult
+	34, // 30: bc.agent.v1.NodeStatement.allocation_bound:type_name -> bc.agent.v1.AllocationBound
+	35, // 31: bc.agent.v1.NodeStatement.secret_request:type_name -> bc.agent.v1.SecretRequest
 	0,  // 32: bc.agent.v1.CommandResult.state:type_name -> bc.agent.v1.CommandState
-	37, // 33: bc.agent.v1.NodeFrame.hello:type_name -> bc.agent.v1.Hello
-	40, // 34: bc.agent.v1.NodeFrame.heartbeat:type_name -> bc.agent.v1.Heartbeat
-	44, // 35: bc.agent.v1.NodeFrame.command_update:type_name -> bc.agent.v1.CommandUpdate
-	45, // 36: bc.agent.v1.NodeFrame.status_report:type_name -> bc.agent.v1.StatusReport
-	57, // 37: bc.agent.v1.NodeFrame.spec_request:type_name -> bc.agent.v1.SpecRequest
-	1,  // 38: bc.agent.v1.NodeFrame.secret_request:type_name -> bc.agent.v1.Envelope
-	58, // 39: bc.agent.v1.NodeFrame.workload_token_request:type_name -> bc.agent.v1.WorkloadTokenRequest
-	59, // 40: bc.agent.v1.NodeFrame.event_ack:type_name -> bc.agent.v1.EventAck
-	42, // 41: bc.agent.v1.NodeFrame.pong:type_name -> bc.agent.v1.Pong
-	39, // 42: bc.agent.v1.GatewayFrame.welcome:type_name -> bc.agent.v1.Welcome
-	43, // 43: bc.agent.v1.GatewayFrame.command:type_name -> bc.agent.v1.CommandDelivery
-	60, // 44: bc.agent.v1.GatewayFrame.desired_state:type_name -> bc.agent.v1.DesiredState
-	41, // 45: bc.agent.v1.GatewayFrame.ping:type_name -> bc.agent.v1.Ping
-	61, // 46: bc.agent.v1.GatewayFrame.drain:type_name -> bc.agent.v1.Drain
-	62, // 47: bc.agent.v1.GatewayFrame.revocation_notice:type_name -> bc.agent.v1.RevocationNotice
-	63, // 48: bc.agent.v1.GatewayFrame.cancel:type_name -> bc.agent.v1.Cancel
-	64, // 49: bc.agent.v1.GatewayFrame.secret_response:type_name -> bc.agent.v1.SecretResponse
-	65, // 50: bc.agent.v1.GatewayFrame.workload_token_response:type_name -> bc.agent.v1.WorkloadTokenResponse
-	66, // 51: bc.agent.v1.GatewayFrame.open_tunnel:type_name -> bc.agent.v1.OpenTunnel
-	59, // 52: bc.agent.v1.GatewayFrame.event_ack:type_name -> bc.agent.v1.EventAck
-	38, // 53: bc.agent.v1.Hello.drivers:type_name -> bc.agent.v1.DriverManifest
-	1,  // 54: bc.agent.v1.CommandDelivery.command:type_name -> bc.agent.v1.Envelope
-	1,  // 55: bc.agent.v1.CommandDelivery.batch_approval:type_name -> bc.agent.v1.Envelope
+	38, // 33: bc.agent.v1.NodeFrame.hello:type_name -> bc.agent.v1.Hello
+	41, // 34: bc.agent.v1.NodeFrame.heartbeat:type_name -> bc.agent.v1.Heartbeat
+	45, // 35: bc.agent.v1.NodeFrame.command_update:type_name -> bc.agent.v1.CommandUpdate
+	46, // 36: bc.agent.v1.NodeFrame.status_report:type_name -> bc.agent.v1.StatusReport
+	59, // 37: bc.agent.v1.NodeFrame.spec_request:type_name -> bc.agent.v1.SpecRequest
+	2,  // 38: bc.agent.v1.NodeFrame.secret_request:type_name -> bc.agent.v1.Envelope
+	60, // 39: bc.agent.v1.NodeFrame.workload_token_request:type_name -> bc.agent.v1.WorkloadTokenRequest
+	61, // 40: bc.agent.v1.NodeFrame.event_ack:type_name -> bc.agent.v1.EventAck
+	43, // 41: bc.agent.v1.NodeFrame.pong:type_name -> bc.agent.v1.Pong
+	40, // 42: bc.agent.v1.GatewayFrame.welcome:type_name -> bc.agent.v1.Welcome
+	44, // 43: bc.agent.v1.GatewayFrame.command:type_name -> bc.agent.v1.CommandDelivery
+	62, // 44: bc.agent.v1.GatewayFrame.desired_state:type_name -> bc.agent.v1.DesiredState
+	42, // 45: bc.agent.v1.GatewayFrame.ping:type_name -> bc.agent.v1.Ping
+	63, // 46: bc.agent.v1.GatewayFrame.drain:type_name -> bc.agent.v1.Drain
+	64, // 47: bc.agent.v1.GatewayFrame.revocation_notice:type_name -> bc.agent.v1.RevocationNotice
+	65, // 48: bc.agent.v1.GatewayFrame.cancel:type_name -> bc.agent.v1.Cancel
+	66, // 49: bc.agent.v1.GatewayFrame.secret_response:type_name -> bc.agent.v1.SecretResponse
+	67, // 50: bc.agent.v1.GatewayFrame.workload_token_response:type_name -> bc.agent.v1.WorkloadTokenResponse
+	68, // 51: bc.agent.v1.GatewayFrame.open_tunnel:type_name -> bc.agent.v1.OpenTunnel
+	61, // 52: bc.agent.v1.GatewayFrame.event_ack:type_name -> bc.agent.v1.EventAck
+	39, // 53: bc.agent.v1.Hello.drivers:type_name -> bc.agent.v1.DriverManifest
+	2,  // 54: bc.agent.v1.CommandDelivery.command:type_name -> bc.agent.v1.Envelope
+	2,  // 55: bc.agent.v1.CommandDelivery.batch_approval:type_name -> bc.agent.v1.Envelope
 	0,  // 56: bc.agent.v1.CommandUpdate.state:type_name -> bc.agent.v1.CommandState
-	1,  // 57: bc.agent.v1.CommandUpdate.result:type_name -> bc.agent.v1.Envelope
-	46, // 58: bc.agent.v1.StatusReport.inventory:type_name -> bc.agent.v1.InventorySection
-	1,  // 59: bc.agent.v1.StatusReport.allocations:type_name -> bc.agent.v1.Envelope
-	52, // 60: bc.agent.v1.StatusReport.released:type_name -> bc.agent.v1.AllocationReleased
-	53, // 61: bc.agent.v1.StatusReport.failed:type_name -> bc.agent.v1.AllocationFailed
-	54, // 62: bc.agent.v1.StatusReport.instances:type_name -> bc.agent.v1.InstanceStatus
-	55, // 63: bc.agent.v1.StatusReport.pressure:type_name -> bc.agent.v1.HostPressure
-	56, // 64: bc.agent.v1.StatusReport.volume_storage:type_name -> bc.agent.v1.VolumeStorage
-	49, // 65: bc.agent.v1.GpuInventory.gpus:type_name -> bc.agent.v1.Gpu
-	51, // 66: bc.agent.v1.NetworkInventory.nics:type_name -> bc.agent.v1.Nic
-	1,  // 67: bc.agent.v1.DesiredState.spec:type_name -> bc.agent.v1.Envelope
-	11, // 68: bc.agent.v1.RenewRequest.node_key:type_name -> bc.agent.v1.TpmCertification
-	1,  // 69: bc.agent.v1.RenewReply.response:type_name -> bc.agent.v1.Envelope
-	70, // 70: bc.agent.v1.TunnelFrame.resize:type_name -> bc.agent.v1.TerminalSize
-	4,  // 71: bc.agent.v1.Join.Join:input_type -> bc.agent.v1.JoinRequest
-	35, // 72: bc.agent.v1.Gateway.Session:input_type -> bc.agent.v1.NodeFrame
-	67, // 73: bc.agent.v1.Gateway.Renew:input_type -> bc.agent.v1.RenewRequest
-	69, // 74: bc.agent.v1.Gateway.Tunnel:input_type -> bc.agent.v1.TunnelFrame
-	12, // 75: bc.agent.v1.Join.Join:output_type -> bc.agent.v1.JoinReply
-	36, // 76: bc.agent.v1.Gateway.Session:output_type -> bc.agent.v1.GatewayFrame
-	68, // 77: bc.agent.v1.Gateway.Renew:output_type -> bc.agent.v1.RenewReply
-	69, // 78: bc.agent.v1.Gateway.Tunnel:output_type -> bc.agent.v1.TunnelFrame
-	75, // [75:79] is the sub-list for method output_type
-	71, // [71:75] is the sub-list for method input_type
-	71, // [71:71] is the sub-list for extension type_name
-	71, // [71:71] is the sub-list for extension extendee
-	0,  // [0:71] is the sub-list for field type_name
+	2,  // 57: bc.agent.v1.CommandUpdate.result:type_name -> bc.agent.v1.Envelope
+	48, // 58: bc.agent.v1.StatusReport.inventory:type_name -> bc.agent.v1.InventorySection
+	2,  // 59: bc.agent.v1.StatusReport.allocations:type_name -> bc.agent.v1.Envelope
+	54, // 60: bc.agent.v1.StatusReport.released:type_name -> bc.agent.v1.AllocationReleased
+	55, // 61: bc.agent.v1.StatusReport.failed:type_name -> bc.agent.v1.AllocationFailed
+	56, // 62: bc.agent.v1.StatusReport.instances:type_name -> bc.agent.v1.InstanceStatus
+	57, // 63: bc.agent.v1.StatusReport.pressure:type_name -> bc.agent.v1.HostPressure
+	58, // 64: bc.agent.v1.StatusReport.volume_storage:type_name -> bc.agent.v1.VolumeStorage
+	47, // 65: bc.agent.v1.StatusReport.sections:type_name -> bc.agent.v1.SectionStatus
+	1,  // 66: bc.agent.v1.SectionStatus.state:type_name -> bc.agent.v1.SectionState
+	51, // 67: bc.agent.v1.GpuInventory.gpus:type_name -> bc.agent.v1.Gpu
+	53, // 68: bc.agent.v1.NetworkInventory.nics:type_name -> bc.agent.v1.Nic
+	2,  // 69: bc.agent.v1.DesiredState.spec:type_name -> bc.agent.v1.Envelope
+	12, // 70: bc.agent.v1.RenewRequest.node_key:type_name -> bc.agent.v1.TpmCertification
+	2,  // 71: bc.agent.v1.RenewReply.response:type_name -> bc.agent.v1.Envelope
+	72, // 72: bc.agent.v1.TunnelFrame.resize:type_name -> bc.agent.v1.TerminalSize
+	5,  // 73: bc.agent.v1.Join.Join:input_type -> bc.agent.v1.JoinRequest
+	36, // 74: bc.agent.v1.Gateway.Session:input_type -> bc.agent.v1.NodeFrame
+	69, // 75: bc.agent.v1.Gateway.Renew:input_type -> bc.agent.v1.RenewRequest
+	71, // 76: bc.agent.v1.Gateway.Tunnel:input_type -> bc.agent.v1.TunnelFrame
+	13, // 77: bc.agent.v1.Join.Join:output_type -> bc.agent.v1.JoinReply
+	37, // 78: bc.agent.v1.Gateway.Session:output_type -> bc.agent.v1.GatewayFrame
+	70, // 79: bc.agent.v1.Gateway.Renew:output_type -> bc.agent.v1.RenewReply
+	71, // 80: bc.agent.v1.Gateway.Tunnel:output_type -> bc.agent.v1.TunnelFrame
+	77, // [77:81] is the sub-list for method output_type
+	73, // [73:77] is the sub-list for method input_type
+	73, // [73:73] is the sub-list for extension type_name
+	73, // [73:73] is the sub-list for extension extendee
+	0,  // [0:73] is the sub-list for field type_name
 }
 
 func init() { file_bc_agent_v1_agent_proto_init() }
@@ -5625,7 +5782,7 @@ func file_bc_agent_v1_agent_proto_init() {
 		(*GatewayFrame_OpenTunnel)(nil),
 		(*GatewayFrame_EventAck)(nil),
 	}
-	file_bc_agent_v1_agent_proto_msgTypes[68].OneofWrappers = []any{
+	file_bc_agent_v1_agent_proto_msgTypes[69].OneofWrappers = []any{
 		(*TunnelFrame_Ticket)(nil),
 		(*TunnelFrame_Data)(nil),
 		(*TunnelFrame_Resize)(nil),
@@ -5637,8 +5794,8 @@ func file_bc_agent_v1_agent_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bc_agent_v1_agent_proto_rawDesc), len(file_bc_agent_v1_agent_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   70,
+			NumEnums:      2,
+			NumMessages:   71,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
