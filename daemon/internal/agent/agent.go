@@ -133,7 +133,7 @@ func New(opts Options) (*Agent, error) {
 		return nil, err
 	}
 	a.session = session.New(session.Config{
-		Dial:       a.dial,
+		Dial:       a.dialer(),
 		Gateway:    c.GatewayURL,
 		Journal:    j,
 		Handler:    a,
@@ -149,21 +149,18 @@ func New(opts Options) (*Agent, error) {
 		j.Close()
 		return nil, err
 	}
+	kinds, err := a.kinds()
+	if err != nil {
+		a.Close()
+		return nil, err
+	}
 	a.dispatcher = dispatch.New(dispatch.Config{
-		NodeID: id.NodeID, Key: id.Key, Journal: j, Machine: opts.Machine, Trust: a.trust,
-		Applied:      a.converger.AppliedGeneration,
-		ServerNow:    a.session.ServerNow,
-		Notify:       a.session.Notify,
-		SendControl:  a.session.SendControl,
-		StatusReport: a.statusReport,
-		Upgrade:      a.upgradeHook(),
-		Reboot: func(id string) {
-			select {
-			case a.reboot <- id:
-			default:
-			}
-		},
-		Log: log,
+		NodeID: id.NodeID, Key: id.Key, Journal: j, Machine: opts.Machine, Kinds: kinds, Trust: a.trust,
+		Applied:     a.converger.AppliedGeneration,
+		ServerNow:   a.session.ServerNow,
+		Notify:      a.session.Notify,
+		SendControl: a.session.SendControl,
+		Log:         log,
 	})
 	return a, nil
 }
@@ -174,20 +171,13 @@ func (a *Agent) NodeID() string { return a.id.NodeID }
 // Close releases the journal.
 func (a *Agent) Close() { a.closeOnce.Do(func() { a.journal.Close() }) }
 
-func (a *Agent) dial(ctx context.Context) (session.Stream, func(), error) {
+// dialer is the session's gRPC dialer, or one that always fails in the
+// never-connecting build.
+func (a *Agent) dialer() session.Dialer {
 	if a.opts.NeverConnect {
-		return nil, nil, ErrNeverConnects
+		return func(context.Context) (session.Stream, func(), error) { return nil, nil, ErrNeverConnects }
 	}
-	conn, err := identity.Dial(a.opts.Config, identity.DialOptions{Identity: a.id, AllowH2C: a.opts.AllowH2C})
-	if err != nil {
-		return nil, nil, err
-	}
-	stream, err := agentv1.NewGatewayClient(conn).Session(ctx)
-	if err != nil {
-		conn.Close()
-		return nil, nil, err
-	}
-	return stream, func() { conn.Close() }, nil
+	return session.GRPCDialer(a.opts.Config, a.id, session.DialOptions{AllowH2C: a.opts.AllowH2C})
 }
 
 // Run runs the agent until ctx ends, a self-terminating command ran, or the
