@@ -327,11 +327,18 @@ func (d *Dispatcher) decide(cmd *agentv1.Command, env *pki.Envelope, delivery *a
 			return
 		}
 	}
+	d.accept(cmd, kind, delivery, unbatched)
+}
+
+// accept journals an accepted command (before any side effect), with the
+// unbatched times to record (nil: none), and starts it.
+func (d *Dispatcher) accept(cmd *agentv1.Command, kind Kind, delivery *agentv1.CommandDelivery, unbatched []int64) {
+	id := cmd.GetId()
 	data, err := proto.Marshal(delivery)
 	if err != nil {
 		return
 	}
-	rec = &journal.CommandRecord{
+	rec := &journal.CommandRecord{
 		ID: id, Kind: cmd.GetKind(), State: journal.Accepted, RetrySafe: cmd.GetRetrySafe() && kind.RetrySafe,
 		SelfTerminating: kind.SelfTerminating, AcceptedAtMs: d.cfg.Now().UnixMilli(), Delivery: data,
 	}
