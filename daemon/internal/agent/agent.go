@@ -1,7 +1,9 @@
 // Package agent is one node agent (`bcd node`, and each agent of `bcd
 // sim`): it loads the identity (re-verifying the JoinResponse), opens the
-// journal, and wires the session to the dispatcher (commands, cancel), the
-// converger (desired state) and the status socket. It ends on its
+// journal, and wires the session (session.GRPCDialer) to the dispatcher
+// (commands, cancel; the kinds it runs are registered in kinds.go), the
+// converger (desired state, one reconciler per NodeSpec section) and the
+// status socket. It ends on its
 // context (exit 0), after a self-terminating command (exit 0: the
 // supervisor starts it again) or on revocation (exit 3). With an Updater
 // it runs daemon.upgrade, execs the new binary (Options.Exec), and at start
@@ -133,7 +135,7 @@ func New(opts Options) (*Agent, error) {
 		return nil, err
 	}
 	a.session = session.New(session.Config{
-		Dial:       a.dial,
+		Dial:       a.dialer(),
 		Gateway:    c.GatewayURL,
 		Journal:    j,
 		Handler:    a,
@@ -149,21 +151,18 @@ func New(opts Options) (*Agent, error) {
 		j.Close()
 		return nil, err
 	}
+	kinds, err := a.kinds()
+	if err != nil {
+		a.Close()
+		return nil, err
+	}
 	a.dispatcher = dispatch.New(dispatch.Config{
-		NodeID: id.NodeID, Key: id.Key, Journal: j, Machine: opts.Machine, Trust: a.trust,
-		Applied:      a.converger.AppliedGeneration,
-		ServerNow:    a.session.ServerNow,
-		Notify:       a.session.Notify,
-		SendControl:  a.session.SendControl,
-		StatusReport: a.statusReport,
-		Upgrade:      a.upgradeHook(),
-		Reboot: func(id string) {
-			select {
-			case a.reboot <- id:
-			default:
-			}
-		},
-		Log: log,
+		NodeID: id.NodeID, Key: id.Key, Journal: j, Machine: opts.Machine, Kinds: kinds, Trust: a.trust,
+		Applied:     a.converger.AppliedGeneration,
+		ServerNow:   a.session.ServerNow,
+		Notify:      a.session.Notify,
+		SendControl: a.session.SendControl,
+		Log:         log,
 	})
 	return a, nil
 }
@@ -171,23 +170,23 @@ func New(opts Options) (*Agent, error) {
 // NodeID is the agent's node id.
 func (a *Agent) NodeID() string { return a.id.NodeID }
 
-// Close releases the journal.
-func (a *Agent) Close() { a.closeOnce.Do(func() { a.journal.Close() }) }
+// Close stops the converger's re-passes and releases the journal.
+func (a *Agent) Close() {
+	a.closeOnce.Do(func() {
+		if a.converger != nil {
+			a.converger.Stop()
+		}
+		a.journal.Close()
+	})
+}
 
-func (a *Agent) dial(ctx context.Context) (session.Stream, func(), error) {
+// dialer is the session's gRPC dialer, or one that always fails in the
+// never-connecting build.
+func (a *Agent) dialer() session.Dialer {
 	if a.opts.NeverConnect {
-		return nil, nil, ErrNeverConnects
+		return func(context.Context) (session.Stream, func(), error) { return nil, nil, ErrNeverConnects }
 	}
-	conn, err := identity.Dial(a.opts.Config, identity.DialOptions{Identity: a.id, AllowH2C: a.opts.AllowH2C})
-	if err != nil {
-		return nil, nil, err
-	}
-	stream, err := agentv1.NewGatewayClient(conn).Session(ctx)
-	if err != nil {
-		conn.Close()
-		return nil, nil, err
-	}
-	return stream, func() { conn.Close() }, nil
+	return session.GRPCDialer(a.opts.Config, a.id, session.DialOptions{AllowH2C: a.opts.AllowH2C})
 }
 
 // Run runs the agent until ctx ends, a self-terminating command ran, or the
@@ -216,6 +215,7 @@ func (a *Agent) Run(ctx context.Context) (int, error) {
 	if err := a.resumeUpgrade(ctx); err != nil {
 		return ExitError, err
 	}
+	a.converger.Start()
 	a.log.Info("node.starting", "node_id", a.id.NodeID, "boot_id", a.opts.Machine.BootID(), "journal_id", a.journal.ID(),
 		"version", a.opts.Version, "gateway", a.opts.Config.GatewayURL, "command_roots", len(a.trust.Roots()))
 	done := make(chan error, 1)
@@ -290,7 +290,7 @@ func (a *Agent) Welcomed(w *agentv1.Welcome) {
 
 // statusReport appends a StatusReport event and returns its sections.
 func (a *Agent) statusReport() ([]*agentv1.InventorySection, error) {
-	report, err := a.converger.Report(nil, nil)
+	report, err := a.converger.Report()
 	if err != nil {
 		return nil, err
 	}

@@ -44,18 +44,22 @@ func startNode(t *testing.T, g *testgw.Gateway, path string, logs *testlog.Buffe
 }
 
 // runNode runs an agent of opts on the joined node of the config at path
-// (a fake HGX H100, serial 41); Run's exit code goes to done.
+// (a fake HGX H100, serial 41, unless opts has a machine); Run's exit code
+// goes to done.
 func runNode(t *testing.T, path string, opts Options) *node {
 	t.Helper()
 	c, err := config.Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := fakehw.New(c.DataDir, "41", fakehw.VariantHGXH100)
-	if err != nil {
-		t.Fatal(err)
+	if opts.Machine == nil {
+		m, err := fakehw.New(c.DataDir, "41", fakehw.VariantHGXH100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.Machine = m
 	}
-	opts.Config, opts.Machine = c, m
+	opts.Config = c
 	a, err := New(opts)
 	if err != nil {
 		t.Fatal(err)

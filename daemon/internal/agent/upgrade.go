@@ -1,4 +1,4 @@
-// Self-update in the agent: daemon.upgrade hands the new binary to Run,
+// Self-update in the agent: the daemon.upgrade kind hands the new binary to Run,
 // which closes everything and execs it; a starting agent reports a
 // rolled-back upgrade FAILED, or confirms its own upgrade on the first
 // Welcome and rolls it back when the Welcome does not come in time.
@@ -16,28 +16,25 @@ import (
 	selfupdate "bcd/internal/update"
 )
 
-// upgradeHook is the dispatcher's daemon.upgrade (nil without an Updater).
-func (a *Agent) upgradeHook() func(context.Context, string, []byte) ([]byte, bool, error) {
-	if a.opts.Updater == nil {
-		return nil
-	}
-	return a.upgrade
-}
-
-// upgrade runs daemon.upgrade; after a swap it hands the entrypoint to Run.
-func (a *Agent) upgrade(ctx context.Context, commandID string, params []byte) ([]byte, bool, error) {
-	out, err := a.opts.Updater.Upgrade(ctx, commandID, params)
-	if err != nil {
-		return nil, false, err
-	}
-	if out.Exec == "" {
-		return out.Output, false, nil
-	}
-	select {
-	case a.exec <- out.Exec:
-	default:
-	}
-	return nil, true, nil
+// upgradeKind is daemon.upgrade (registered only with an Updater): it runs
+// the Updater and, after a swap, hands the entrypoint to Run and leaves the
+// command running until the new binary's first Welcome (confirmUpgrade).
+func (a *Agent) upgradeKind() dispatch.Kind {
+	return dispatch.Kind{Name: selfupdate.Kind, RetrySafe: true, SelfTerminating: true,
+		Run: func(ctx context.Context, call dispatch.Call) ([]byte, error) {
+			out, err := a.opts.Updater.Upgrade(ctx, call.ID, call.Params)
+			if err != nil {
+				return nil, err
+			}
+			if out.Exec == "" {
+				return out.Output, nil
+			}
+			select {
+			case a.exec <- out.Exec:
+			default:
+			}
+			return nil, dispatch.ErrProcessEnding
+		}}
 }
 
 // resumeUpgrade reads upgrade.json before the session starts.
@@ -51,7 +48,7 @@ func (a *Agent) resumeUpgrade(ctx context.Context) error {
 	}
 	if r := res.Failed; r != nil {
 		a.log.Warn("update.failed", "command_id", r.CommandID, "version", r.Version, "reason", res.Reason)
-		return a.dispatcher.Settle(r.CommandID, dispatch.UpgradeKind, agentv1.CommandState_FAILED, res.Reason, nil)
+		return a.dispatcher.Settle(r.CommandID, selfupdate.Kind, agentv1.CommandState_FAILED, res.Reason, nil)
 	}
 	if res.Await == nil {
 		return nil
@@ -94,7 +91,7 @@ func (a *Agent) confirmUpgrade() {
 		return
 	}
 	r := a.watch.Record()
-	if err := a.dispatcher.Settle(r.CommandID, dispatch.UpgradeKind, agentv1.CommandState_SUCCEEDED, "", output); err != nil {
+	if err := a.dispatcher.Settle(r.CommandID, selfupdate.Kind, agentv1.CommandState_SUCCEEDED, "", output); err != nil {
 		a.log.Error("update.report_failed", "command_id", r.CommandID, "err", err)
 	}
 }

@@ -52,9 +52,16 @@ type rig struct {
 	trust   *intent.Trust
 	logs    *bytes.Buffer
 	applied []uint64
+	notify  chan struct{}
 }
 
 func newRig(t *testing.T, dir string, signed bool, policy string) *rig {
+	t.Helper()
+	return newRigWith(t, dir, signed, policy)
+}
+
+// newRigWith is newRig with more reconcilers.
+func newRigWith(t *testing.T, dir string, signed bool, policy string, extra ...Reconciler) *rig {
 	t.Helper()
 	j, err := journal.Open(filepath.Join(dir, "journal.db"), journal.Options{})
 	if err != nil {
@@ -73,12 +80,19 @@ func newRig(t *testing.T, dir string, signed bool, policy string) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &rig{j: j, m: m, trust: trust, logs: logs}
-	r.c, err = New(Config{NodeID: nodeID, Key: nodeKey, Journal: j, Machine: m, Trust: trust, Log: log,
+	r := &rig{j: j, m: m, trust: trust, logs: logs, notify: make(chan struct{}, 1)}
+	r.c, err = New(Config{NodeID: nodeID, Key: nodeKey, Journal: j, Machine: m, Trust: trust, Log: log, Reconcilers: extra,
+		Notify: func() {
+			select {
+			case r.notify <- struct{}{}:
+			default:
+			}
+		},
 		Applied: func(g uint64) { r.applied = append(r.applied, g) }})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(r.c.Stop) // before the journal closes
 	return r
 }
 

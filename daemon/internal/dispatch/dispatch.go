@@ -9,7 +9,8 @@
 // "BATCH_UNAPPROVED: …" or "UNBATCHED_LIMIT: …". An accepted command is
 // journaled before any side effect, running{boot_id} right before it runs,
 // and its terminal update (with a node-signed NodeStatement{command_result})
-// is journaled together with the done record.
+// is journaled together with the done record. What a kind does is its
+// Kind's, in the Registry (kind.go): this package names no kind.
 package dispatch
 
 import (
@@ -20,12 +21,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
 	"bcd/internal/journal"
-	"bcd/internal/machine"
 	"bcd/internal/pki"
 	"bcd/internal/proto/agentv1"
 	"google.golang.org/protobuf/proto"
@@ -40,13 +39,6 @@ const (
 	ReasonRebooted        = "rebooted"
 	ReasonCancelled       = "cancelled"
 )
-
-// UpgradeKind is self-update (ARCHITECTURE.md, "Self-update"): run by
-// Config.Upgrade, and refused UNSUPPORTED when there is none.
-const UpgradeKind = "daemon.upgrade"
-
-// SelfTerminating lists the kinds whose execution ends the process.
-var SelfTerminating = []string{"node.reboot", UpgradeKind}
 
 // unbatchedKey keeps the times of destructive commands run outside a batch.
 const unbatchedKey = "unbatched_ms"
@@ -66,6 +58,18 @@ type Trust interface {
 	Quorum() (*agentv1.Quorum, string)
 }
 
+// Machine is what the dispatcher needs of the machine (machine.Machine has
+// it): the boot id journaled with running, and fakehw's instrumentation.
+type Machine interface {
+	// BootID identifies the current boot.
+	BootID() string
+	// Executed records one real execution of a command (fakehw counts them).
+	Executed(commandID string) error
+	// Hold is how long a command with these params stays RUNNING before
+	// its work (fakehw's "hold_ms"; zero elsewhere).
+	Hold(params []byte) time.Duration
+}
+
 // Config wires a dispatcher.
 type Config struct {
 	// NodeID is this node.
@@ -74,8 +78,10 @@ type Config struct {
 	Key crypto.Signer
 	// Journal records commands and events.
 	Journal *journal.Journal
-	// Machine runs the kinds.
-	Machine machine.Machine
+	// Machine gives the boot id and the execution instrumentation.
+	Machine Machine
+	// Kinds are the kinds this node runs (nil: none).
+	Kinds *Registry
 	// Trust gives the roots and the quorum.
 	Trust Trust
 	// Applied is the applied spec generation.
@@ -86,18 +92,6 @@ type Config struct {
 	Notify func()
 	// SendControl sends a control frame (SpecRequest).
 	SendControl func(*agentv1.NodeFrame)
-	// StatusReport appends a StatusReport event and returns its sections
-	// (inventory.refresh).
-	StatusReport func() ([]*agentv1.InventorySection, error)
-	// Reboot is called once a self-terminating command is journaled
-	// running: it reboots the machine and ends the process.
-	Reboot func(commandID string)
-	// Upgrade runs a daemon.upgrade once it is journaled running: either
-	// it returns the command's output or refusal, or terminate is true and
-	// the process is about to execute the new binary (the command stays
-	// running until the new binary's Welcome, see Settle). Nil: bcd has no
-	// [update] and the kind is UNSUPPORTED.
-	Upgrade func(ctx context.Context, commandID string, params []byte) (output []byte, terminate bool, err error)
 	// Now is the local clock (tests).
 	Now func() time.Time
 	// Log receives dispatch.* lines.
@@ -299,8 +293,9 @@ func (d *Dispatcher) decide(cmd *agentv1.Command, env *pki.Envelope, delivery *a
 		d.refuse(cmd, agentv1.CommandState_UNSUPPORTED, fmt.Sprintf("%s: command for node %q", pki.CodeCommandWrongNode, cmd.GetNodeId()), true)
 		return
 	}
-	if !slices.Contains(d.cfg.Machine.Kinds(), cmd.GetKind()) && (cmd.GetKind() != UpgradeKind || d.cfg.Upgrade == nil) {
-		d.refuse(cmd, agentv1.CommandState_UNSUPPORTED, fmt.Sprintf("kind-unsupported: %q", cmd.GetKind()), true)
+	kind, known := d.cfg.Kinds.Lookup(cmd.GetKind())
+	if !known {
+		d.refuse(cmd, agentv1.CommandState_UNSUPPORTED, unsupported(cmd.GetKind()), true)
 		return
 	}
 	if applied := d.cfg.Applied(); cmd.GetMinGeneration() > applied {
@@ -332,13 +327,20 @@ func (d *Dispatcher) decide(cmd *agentv1.Command, env *pki.Envelope, delivery *a
 			return
 		}
 	}
+	d.accept(cmd, kind, delivery, unbatched)
+}
+
+// accept journals an accepted command (before any side effect), with the
+// unbatched times to record (nil: none), and starts it.
+func (d *Dispatcher) accept(cmd *agentv1.Command, kind Kind, delivery *agentv1.CommandDelivery, unbatched []int64) {
+	id := cmd.GetId()
 	data, err := proto.Marshal(delivery)
 	if err != nil {
 		return
 	}
-	rec = &journal.CommandRecord{
-		ID: id, Kind: cmd.GetKind(), State: journal.Accepted, RetrySafe: cmd.GetRetrySafe(),
-		SelfTerminating: slices.Contains(SelfTerminating, cmd.GetKind()), AcceptedAtMs: d.cfg.Now().UnixMilli(), Delivery: data,
+	rec := &journal.CommandRecord{
+		ID: id, Kind: cmd.GetKind(), State: journal.Accepted, RetrySafe: cmd.GetRetrySafe() && kind.RetrySafe,
+		SelfTerminating: kind.SelfTerminating, AcceptedAtMs: d.cfg.Now().UnixMilli(), Delivery: data,
 	}
 	accepted, err := d.update(id, cmd.GetKind(), agentv1.CommandState_ACCEPTED, "", nil)
 	if err != nil {
@@ -362,7 +364,7 @@ func (d *Dispatcher) decide(cmd *agentv1.Command, env *pki.Envelope, delivery *a
 		d.log.Error("dispatch.journal_failed", "command_id", id, "err", err)
 		return
 	}
-	d.log.Info("dispatch.accepted", "command_id", id, "kind", cmd.GetKind(), "retry_safe", cmd.GetRetrySafe())
+	d.log.Info("dispatch.accepted", "command_id", id, "kind", cmd.GetKind(), "retry_safe", rec.RetrySafe, "kind_destructive", kind.Destructive)
 	d.cfg.Notify()
 	d.start(rec, cmd)
 }
@@ -422,7 +424,7 @@ func (d *Dispatcher) duplicate(rec *journal.CommandRecord, cmd *agentv1.Command)
 		if err := d.finish(rec, agentv1.CommandState_SUCCEEDED, ReasonRebooted, nil, true); err != nil {
 			d.log.Error("dispatch.journal_failed", "command_id", rec.ID, "err", err)
 		}
-	case rec.RetrySafe:
+	case rec.RetrySafe && d.retrySafe(rec.Kind):
 		d.log.Info("dispatch.duplicate", "command_id", rec.ID, "answer", "re-execute after a crash")
 		d.start(rec, cmd)
 	default:
@@ -459,52 +461,24 @@ func (d *Dispatcher) start(rec *journal.CommandRecord, cmd *agentv1.Command) {
 
 // run executes one command: running{boot_id}, the work, the terminal update.
 func (d *Dispatcher) run(ctx context.Context, rec *journal.CommandRecord, cmd *agentv1.Command) {
-	running, err := d.update(rec.ID, rec.Kind, agentv1.CommandState_RUNNING, "", nil)
-	if err != nil {
+	kind, known := d.cfg.Kinds.Lookup(rec.Kind)
+	if !known { // accepted by a process that registered it, run by one that does not
+		if err := d.finish(rec, agentv1.CommandState_FAILED, unsupported(rec.Kind), nil, true); err != nil {
+			d.log.Error("dispatch.journal_failed", "command_id", rec.ID, "err", err)
+		}
 		return
 	}
-	rec.State, rec.BootID = journal.Running, d.cfg.Machine.BootID()
-	err = d.cfg.Journal.Update(func(tx *journal.Tx) error {
-		if err := tx.PutCommand(rec); err != nil {
-			return err
-		}
-		_, err := tx.Append(running)
-		return err
-	})
-	if err != nil {
-		d.log.Error("dispatch.journal_failed", "command_id", rec.ID, "err", err)
+	if !d.begin(ctx, rec, cmd) {
 		return
-	}
-	d.cfg.Notify()
-	if err := d.cfg.Machine.Executed(rec.ID); err != nil {
-		d.log.Error("dispatch.counter_failed", "command_id", rec.ID, "err", err)
-	}
-	d.log.Info("dispatch.running", "command_id", rec.ID, "kind", rec.Kind, "boot_id", rec.BootID)
-	if hold := d.cfg.Machine.Hold(cmd.GetParams()); hold > 0 {
-		timer := time.NewTimer(hold)
-		select {
-		case <-timer.C:
-		case <-ctx.Done():
-			timer.Stop()
-		}
 	}
 	var output []byte
-	switch {
-	case ctx.Err() != nil:
-	case rec.Kind == UpgradeKind && d.cfg.Upgrade != nil:
-		var terminate bool
-		if output, terminate, err = d.cfg.Upgrade(ctx, rec.ID, cmd.GetParams()); terminate {
+	var err error
+	if ctx.Err() == nil {
+		output, err = kind.Run(ctx, Call{ID: rec.ID, Params: cmd.GetParams()})
+		if errors.Is(err, ErrProcessEnding) && kind.SelfTerminating {
 			d.log.Info("dispatch.self_terminating", "command_id", rec.ID, "kind", rec.Kind)
 			return
 		}
-	case rec.SelfTerminating:
-		d.log.Info("dispatch.self_terminating", "command_id", rec.ID, "kind", rec.Kind)
-		if d.cfg.Reboot != nil {
-			d.cfg.Reboot(rec.ID)
-		}
-		return
-	default:
-		output, err = d.execute(ctx, rec.Kind)
 	}
 	switch cause := context.Cause(ctx); {
 	case errors.Is(cause, errShutdown):
@@ -524,38 +498,46 @@ func (d *Dispatcher) run(ctx context.Context, rec *journal.CommandRecord, cmd *a
 	d.log.Info("dispatch.done", "command_id", rec.ID, "kind", rec.Kind, "state", state.String(), "reason", reason)
 }
 
-// execute runs a kind and returns its output.
-func (d *Dispatcher) execute(ctx context.Context, kind string) ([]byte, error) {
-	switch kind {
-	case "diag.nvml":
-		diag, err := d.cfg.Machine.Diag(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return json.Marshal(diag)
-	case "inventory.refresh":
-		if d.cfg.StatusReport == nil {
-			return nil, errors.New("no status report")
-		}
-		sections, err := d.cfg.StatusReport()
-		if err != nil {
-			return nil, err
-		}
-		type hash struct {
-			Name   string `json:"name"`
-			SHA256 string `json:"sha256"`
-		}
-		out := struct {
-			Sections []hash `json:"sections"`
-		}{Sections: []hash{}}
-		for _, s := range sections {
-			out.Sections = append(out.Sections, hash{s.GetName(), s.GetSha256()})
-		}
-		return json.Marshal(out)
-	case "logs.collect":
-		return d.cfg.Machine.CollectLogs(ctx)
+// begin journals running{boot_id}, counts the execution and waits out
+// fakehw's hold; false means the journal failed and the command stays as
+// it was.
+func (d *Dispatcher) begin(ctx context.Context, rec *journal.CommandRecord, cmd *agentv1.Command) bool {
+	running, err := d.update(rec.ID, rec.Kind, agentv1.CommandState_RUNNING, "", nil)
+	if err != nil {
+		return false
 	}
-	return nil, fmt.Errorf("kind-unsupported: %q", kind)
+	rec.State, rec.BootID = journal.Running, d.cfg.Machine.BootID()
+	err = d.cfg.Journal.Update(func(tx *journal.Tx) error {
+		if err := tx.PutCommand(rec); err != nil {
+			return err
+		}
+		_, err := tx.Append(running)
+		return err
+	})
+	if err != nil {
+		d.log.Error("dispatch.journal_failed", "command_id", rec.ID, "err", err)
+		return false
+	}
+	d.cfg.Notify()
+	if err := d.cfg.Machine.Executed(rec.ID); err != nil {
+		d.log.Error("dispatch.counter_failed", "command_id", rec.ID, "err", err)
+	}
+	d.log.Info("dispatch.running", "command_id", rec.ID, "kind", rec.Kind, "boot_id", rec.BootID)
+	if hold := d.cfg.Machine.Hold(cmd.GetParams()); hold > 0 {
+		timer := time.NewTimer(hold)
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+		}
+	}
+	return true
+}
+
+// retrySafe says whether the registered kind may run again after a crash.
+func (d *Dispatcher) retrySafe(name string) bool {
+	k, ok := d.cfg.Kinds.Lookup(name)
+	return ok && k.RetrySafe
 }
 
 // Settle ends a journaled command that is not done with a node-signed

@@ -3,7 +3,7 @@
 // command, node-signed terminal results, duplicate delivery in its four
 // cases, cancel, lane credits and the destructive-command quorum.
 
-package dispatch
+package dispatch_test
 
 import (
 	"crypto"
@@ -15,8 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"bcd/internal/dispatch"
 	"bcd/internal/fakehw"
 	"bcd/internal/journal"
+	"bcd/internal/machine"
 	"bcd/internal/pki"
 	"bcd/internal/proto/agentv1"
 	"google.golang.org/protobuf/proto"
@@ -62,7 +64,8 @@ func (m *machineHook) Executed(id string) error {
 
 type rig struct {
 	t        *testing.T
-	d        *Dispatcher
+	d        *dispatch.Dispatcher
+	kinds    *dispatch.Registry
 	j        *journal.Journal
 	m        *machineHook
 	trust    *trust
@@ -98,18 +101,24 @@ func openRig(t *testing.T, dir string, signed bool) *rig {
 		r.trust.roots = []*pki.PublicKey{pub(rootKey)}
 		r.trust.quorum = &agentv1.Quorum{Approvers: []*agentv1.PublicKey{pub(approvers[0]).Proto(), pub(approvers[1]).Proto()}, Threshold: 2, UnbatchedPerHour: 1}
 	}
-	r.d = New(Config{
-		NodeID: nodeID, Key: nodeKey, Journal: j, Machine: r.m, Trust: r.trust,
+	r.kinds, err = dispatch.NewRegistry(fm.Kinds(machine.KindEnv{Reboot: func(id string) { r.rebooted <- id }})...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = r.kinds.Register(machine.InventoryRefreshKind(func() ([]*agentv1.InventorySection, error) {
+		inv, _ := fm.Inventory()
+		return inv.Sections()
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.d = dispatch.New(dispatch.Config{
+		NodeID: nodeID, Key: nodeKey, Journal: j, Machine: r.m, Kinds: r.kinds, Trust: r.trust,
 		Applied:     func() uint64 { r.mu.Lock(); defer r.mu.Unlock(); return r.applied },
 		ServerNow:   func() time.Time { return r.now },
 		Now:         func() time.Time { return r.now },
 		Notify:      func() { r.notify <- struct{}{} },
 		SendControl: func(f *agentv1.NodeFrame) { r.control <- f },
-		StatusReport: func() ([]*agentv1.InventorySection, error) {
-			inv, _ := fm.Inventory()
-			return inv.Sections()
-		},
-		Reboot: func(id string) { r.rebooted <- id },
 	})
 	r.d.SetCredits(4)
 	t.Cleanup(func() { r.d.Stop(); j.Close() })
@@ -295,7 +304,7 @@ func TestASelfTerminatingCommandAcrossARebootSucceedsRebooted(t *testing.T) {
 	r = r.restart(false)
 	r.deliver(c)
 	us := r.await("reboot", agentv1.CommandState_SUCCEEDED)
-	if last := us[len(us)-1]; last.GetReason() != ReasonRebooted {
+	if last := us[len(us)-1]; last.GetReason() != dispatch.ReasonRebooted {
 		t.Fatalf("reason %q", last.GetReason())
 	} else {
 		r.result(last)
@@ -359,7 +368,7 @@ func TestAnInterruptedCommandFailsWhenNotRetrySafe(t *testing.T) {
 	r = r.restart(false)
 	r.deliver(c)
 	us := r.await("c1", agentv1.CommandState_FAILED)
-	if last := us[len(us)-1]; last.GetReason() != ReasonInterrupted {
+	if last := us[len(us)-1]; last.GetReason() != dispatch.ReasonInterrupted {
 		t.Fatalf("reason %q", last.GetReason())
 	} else {
 		r.result(last)
@@ -475,7 +484,7 @@ func TestNoFreeLaneCreditIsBusy(t *testing.T) {
 		t.Fatal("a BUSY command was journaled")
 	}
 	r.d.Cancel("c1")
-	if us := r.await("c1", agentv1.CommandState_FAILED); us[len(us)-1].GetReason() != ReasonCancelled {
+	if us := r.await("c1", agentv1.CommandState_FAILED); us[len(us)-1].GetReason() != dispatch.ReasonCancelled {
 		t.Fatalf("cancel: %s", states(us))
 	}
 	r.d.Wait()
@@ -534,7 +543,7 @@ func TestACancelledCommandFails(t *testing.T) {
 	r.await("c1", agentv1.CommandState_RUNNING)
 	r.d.Cancel("c1")
 	us := r.await("c1", agentv1.CommandState_FAILED)
-	if last := us[len(us)-1]; last.GetReason() != ReasonCancelled {
+	if last := us[len(us)-1]; last.GetReason() != dispatch.ReasonCancelled {
 		t.Fatalf("reason %q", last.GetReason())
 	}
 }

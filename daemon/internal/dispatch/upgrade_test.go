@@ -1,18 +1,32 @@
-// Tests of daemon.upgrade in the dispatcher: unsupported without
-// Config.Upgrade, journaled running before the upgrade runs, left running
+// Tests of daemon.upgrade in the dispatcher: unsupported unless
+// registered, journaled running before the upgrade runs, left running
 // when the process is about to exec the new binary, settled later by the
 // new binary's Welcome (or after a rollback), and a refusal as FAILED.
 
-package dispatch
+package dispatch_test
 
 import (
 	"context"
 	"errors"
 	"testing"
 
+	"bcd/internal/dispatch"
 	"bcd/internal/journal"
 	"bcd/internal/proto/agentv1"
+	selfupdate "bcd/internal/update"
 )
+
+// UpgradeKind is the kind under test.
+const UpgradeKind = selfupdate.Kind
+
+// upgrade registers daemon.upgrade as the agent does (self-terminating,
+// retry-safe) with run as its work.
+func (r *rig) upgrade(run func(ctx context.Context, call dispatch.Call) ([]byte, error)) {
+	r.t.Helper()
+	if err := r.kinds.Register(dispatch.Kind{Name: UpgradeKind, RetrySafe: true, SelfTerminating: true, Run: run}); err != nil {
+		r.t.Fatal(err)
+	}
+}
 
 func TestDaemonUpgradeIsUnsupportedWithoutUpdate(t *testing.T) {
 	r := newRig(t, false)
@@ -26,14 +40,14 @@ func TestDaemonUpgradeIsUnsupportedWithoutUpdate(t *testing.T) {
 func TestDaemonUpgradeStaysRunningAcrossTheExecAndIsSettledLater(t *testing.T) {
 	r := newRig(t, false)
 	called := make(chan string, 1)
-	r.d.cfg.Upgrade = func(ctx context.Context, id string, params []byte) ([]byte, bool, error) {
-		rec, err := r.j.Command(id)
+	r.upgrade(func(ctx context.Context, call dispatch.Call) ([]byte, error) {
+		rec, err := r.j.Command(call.ID)
 		if err != nil || rec.State != journal.Running || rec.BootID != r.m.BootID() || !rec.SelfTerminating {
 			t.Errorf("the upgrade ran before running{boot_id} was journaled: %+v %v", rec, err)
 		}
-		called <- string(params)
-		return nil, true, nil
-	}
+		called <- string(call.Params)
+		return nil, dispatch.ErrProcessEnding
+	})
 	r.deliver(command("up-1", UpgradeKind, params(`{"manifest":{}}`), retrySafe()))
 	if got := <-called; got != `{"manifest":{}}` {
 		t.Fatalf("params %s", got)
@@ -65,9 +79,9 @@ func TestDaemonUpgradeStaysRunningAcrossTheExecAndIsSettledLater(t *testing.T) {
 
 func TestARefusedDaemonUpgradeFails(t *testing.T) {
 	r := newRig(t, false)
-	r.d.cfg.Upgrade = func(context.Context, string, []byte) ([]byte, bool, error) {
-		return nil, false, errors.New("release-threshold: release signed by 1 pinned key(s), 2 required")
-	}
+	r.upgrade(func(context.Context, dispatch.Call) ([]byte, error) {
+		return nil, errors.New("release-threshold: release signed by 1 pinned key(s), 2 required")
+	})
 	r.deliver(command("up-1", UpgradeKind, retrySafe()))
 	us := r.await("up-1", agentv1.CommandState_FAILED)
 	if res := r.result(us[len(us)-1]); res.GetReason() != "release-threshold: release signed by 1 pinned key(s), 2 required" {
@@ -77,9 +91,9 @@ func TestARefusedDaemonUpgradeFails(t *testing.T) {
 
 func TestTheRunningVersionSucceedsAtOnce(t *testing.T) {
 	r := newRig(t, false)
-	r.d.cfg.Upgrade = func(context.Context, string, []byte) ([]byte, bool, error) {
-		return []byte(`{"version":"0.1.0"}`), false, nil
-	}
+	r.upgrade(func(context.Context, dispatch.Call) ([]byte, error) {
+		return []byte(`{"version":"0.1.0"}`), nil
+	})
 	r.deliver(command("up-1", UpgradeKind, retrySafe()))
 	us := r.await("up-1", agentv1.CommandState_SUCCEEDED)
 	if res := r.result(us[len(us)-1]); string(res.GetOutput()) != `{"version":"0.1.0"}` {

@@ -1,7 +1,8 @@
 // The fake machine: a machine.Machine over a fake root (data_dir/fakehw-root)
 // holding the boot id (proc/sys/kernel/random/boot_id), /run, CDI specs
 // (etc/cdi) and one execution counter per command id
-// (var/lib/fakehw/executions/<command-id>), every write fsynced.
+// (var/lib/fakehw/executions/<command-id>), every write fsynced; and the
+// kinds it runs (the machine's own, and any a test adds).
 
 package fakehw
 
@@ -16,9 +17,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"bcd/internal/config"
+	"bcd/internal/dispatch"
 	"bcd/internal/machine"
 )
 
@@ -30,6 +33,9 @@ type Machine struct {
 	root, seed, variant string
 	inventory           *machine.Inventory
 	bootID              string
+
+	mu    sync.Mutex
+	extra []dispatch.Kind
 }
 
 var _ machine.Machine = (*Machine)(nil)
@@ -135,9 +141,20 @@ func (m *Machine) Reboot() error {
 // CDIDir is etc/cdi under the fake root.
 func (m *Machine) CDIDir() string { return filepath.Join(m.root, "etc", "cdi") }
 
-// Kinds lists the kinds a fakehw machine runs.
-func (m *Machine) Kinds() []string {
-	return []string{"diag.nvml", "inventory.refresh", "logs.collect", "node.reboot"}
+// Kinds are the kinds a fakehw machine runs itself: diag.nvml,
+// logs.collect, node.reboot, and those added with AddKinds.
+func (m *Machine) Kinds(env machine.KindEnv) []dispatch.Kind {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]dispatch.Kind{machine.DiagKind(m), machine.LogsKind(m), machine.RebootKind(env)}, m.extra...)
+}
+
+// AddKinds gives this machine more kinds (tests: a kind made up to prove
+// that a kind plugs in with one registration). Agents made afterwards run them.
+func (m *Machine) AddKinds(kinds ...dispatch.Kind) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.extra = append(m.extra, kinds...)
 }
 
 // ExecutionsPath is the counter file of a command id.

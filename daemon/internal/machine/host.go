@@ -13,6 +13,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"bcd/internal/dispatch"
 )
 
 // Host is the real machine bcd runs on.
@@ -61,8 +63,9 @@ func (h *Host) Reboot() error { return fmt.Errorf("node.reboot: %w", ErrUnsuppor
 // CDIDir is /etc/cdi.
 func (h *Host) CDIDir() string { return h.cdiDir }
 
-// Kinds lists what a host build runs.
-func (h *Host) Kinds() []string { return []string{"diag.nvml", "inventory.refresh", "logs.collect"} }
+// Kinds are what a host build runs itself: diag.nvml and logs.collect (no
+// node.reboot: this build does not reboot).
+func (h *Host) Kinds(KindEnv) []dispatch.Kind { return []dispatch.Kind{DiagKind(h), LogsKind(h)} }
 
 // Executed does nothing on a real host.
 func (h *Host) Executed(string) error { return nil }

@@ -1,7 +1,7 @@
 // Package machine is what bcd needs from the hardware it runs on: the boot
 // id, the inventory (and its canonical sections), a GPU diagnosis, logs, a
-// reboot, and where CDI specs go. The fakehw build plugs in internal/fakehw;
-// other builds use Host.
+// reboot, where CDI specs go, and the command kinds it runs (kinds.go).
+// The fakehw build plugs in internal/fakehw; other builds use Host.
 package machine
 
 import (
@@ -11,6 +11,7 @@ import (
 	"errors"
 	"time"
 
+	"bcd/internal/dispatch"
 	"bcd/internal/proto/agentv1"
 	"google.golang.org/protobuf/proto"
 )
@@ -43,8 +44,9 @@ type Machine interface {
 	Reboot() error
 	// CDIDir is where CDI specs are written.
 	CDIDir() string
-	// Kinds lists the command kinds this machine runs.
-	Kinds() []string
+	// Kinds are the command kinds this machine runs, for the dispatcher's
+	// registry (what it does not list is UNSUPPORTED).
+	Kinds(env KindEnv) []dispatch.Kind
 	// Executed records one real execution of a command (fakehw counts them).
 	Executed(commandID string) error
 	// Hold is how long a command with these params stays RUNNING before

@@ -1,13 +1,18 @@
 // Tests of inventory sections: deterministic bytes, lowercase hex SHA-256,
-// the section order, and no gpus section without GPUs.
+// the section order, and no gpus section without GPUs; and of the kinds a
+// machine contributes (no node.reboot on a host build).
 
 package machine
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
+	"strings"
 	"testing"
 
+	"bcd/internal/dispatch"
 	"bcd/internal/proto/agentv1"
 )
 
@@ -41,5 +46,23 @@ func TestTheHostDescribesItself(t *testing.T) {
 	}
 	if h.Hold([]byte(`{"hold_ms":5}`)) != 0 {
 		t.Fatal("a host build honours hold_ms")
+	}
+}
+
+func TestAHostBuildRunsNoReboot(t *testing.T) {
+	var names []string
+	for _, k := range NewHost().Kinds(KindEnv{}) {
+		names = append(names, k.Name)
+	}
+	if strings.Join(names, ",") != KindDiag+","+KindLogs {
+		t.Fatalf("host kinds %v", names)
+	}
+}
+
+func TestRebootAsksTheAgentAndEndsTheProcess(t *testing.T) {
+	asked := ""
+	k := RebootKind(KindEnv{Reboot: func(id string) { asked = id }})
+	if _, err := k.Run(context.Background(), dispatch.Call{ID: "cmd_1"}); !errors.Is(err, dispatch.ErrProcessEnding) || asked != "cmd_1" || !k.SelfTerminating {
+		t.Fatalf("reboot: %v, asked %q", err, asked)
 	}
 }

@@ -52,7 +52,8 @@ type Stream interface {
 	CloseSend() error
 }
 
-// Dialer opens a Session stream; close releases its connection.
+// Dialer opens a Session stream; close releases its connection. GRPCDialer
+// (grpc.go) is the gRPC one over the node's mTLS identity.
 type Dialer func(ctx context.Context) (stream Stream, close func(), err error)
 
 // Handler gives frames their meaning.

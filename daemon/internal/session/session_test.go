@@ -79,18 +79,7 @@ func start(t *testing.T, prepare func(*journal.Journal)) *rig {
 	}
 	h := &handler{nodeID: id.NodeID, frames: make(chan *agentv1.GatewayFrame, 16), welcomed: make(chan struct{}, 16)}
 	s := New(Config{
-		Dial: func(ctx context.Context) (Stream, func(), error) {
-			conn, err := identity.Dial(c, identity.DialOptions{Identity: id})
-			if err != nil {
-				return nil, nil, err
-			}
-			stream, err := agentv1.NewGatewayClient(conn).Session(ctx)
-			if err != nil {
-				conn.Close()
-				return nil, nil, err
-			}
-			return stream, func() { conn.Close() }, nil
-		},
+		Dial:    GRPCDialer(c, id, DialOptions{}),
 		Gateway: g.URL, Journal: j, Handler: h,
 		BackoffBase: time.Millisecond, BackoffCap: 5 * time.Millisecond,
 	})

@@ -1,0 +1,273 @@
+// The holds section (ARCHITECTURE.md, "Reservations (holds)"): a hold
+// becomes a CDI spec file per allocation (cdi.go) and a node-signed
+// NodeStatement{allocation_bound}, reported in every StatusReport; a hold
+// the spec no longer lists is released (file removed, AllocationReleased);
+// a hold that cannot be bound is reported AllocationFailed and the section
+// FAILED "HoldFailed". bcd never drops a hold on its own: the bound holds
+// are kept in the journal, and a CDI file that went missing is written
+// again at start.
+
+package converge
+
+import (
+	"context"
+	"crypto"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"bcd/internal/journal"
+	"bcd/internal/machine"
+	"bcd/internal/pki"
+	"bcd/internal/proto/agentv1"
+	"google.golang.org/protobuf/proto"
+)
+
+// allocationsKey keeps the bound allocations in the journal.
+const allocationsKey = "allocations"
+
+// Allocation is a bound hold.
+type Allocation struct {
+	// ID is the allocation id.
+	ID string `json:"id"`
+	// GPUs are the GPU indexes.
+	GPUs []uint32 `json:"gpus"`
+	// Binding is "" or "kubernetes".
+	Binding string `json:"binding,omitempty"`
+	// Generation is the spec generation that bound it.
+	Generation uint64 `json:"generation"`
+	// Statement is the node-signed AllocationBound (protobuf Envelope).
+	Statement []byte `json:"statement"`
+}
+
+// holdsReconciler binds and releases holds.
+type holdsReconciler struct {
+	nodeID  string
+	key     crypto.Signer
+	machine machine.Machine
+	now     func() time.Time
+	log     *slog.Logger
+
+	mu          sync.Mutex
+	allocations map[string]*Allocation
+}
+
+// newHolds loads the bound allocations and rewrites any CDI file that went
+// missing: a hold stays until the spec releases it.
+func newHolds(cfg Config, log *slog.Logger) (*holdsReconciler, error) {
+	h := &holdsReconciler{nodeID: cfg.NodeID, key: cfg.Key, machine: cfg.Machine, now: cfg.Now, log: log, allocations: map[string]*Allocation{}}
+	data := cfg.Journal.Get(allocationsKey)
+	if data == nil {
+		return h, nil
+	}
+	var list []*Allocation
+	if err := json.Unmarshal(data, &list); err != nil {
+		return nil, fmt.Errorf("the journal's allocations: %w", err)
+	}
+	for _, a := range list {
+		h.allocations[a.ID] = a
+		if _, err := os.Stat(cdiPath(h.machine.CDIDir(), a.ID)); err != nil {
+			if err := writeCDI(h.machine.CDIDir(), a); err != nil {
+				return nil, err
+			}
+			log.Warn("converge.cdi_restored", "allocation_id", a.ID)
+		}
+	}
+	return h, nil
+}
+
+// Section is "holds".
+func (h *holdsReconciler) Section() string { return SectionHolds }
+
+// Reconcile binds the spec's holds and releases the others.
+func (h *holdsReconciler) Reconcile(_ context.Context, in Input) (Result, error) {
+	released, failed, err := h.apply(in.Spec)
+	if err != nil {
+		return Result{}, err
+	}
+	h.mu.Lock()
+	bound := len(h.allocations)
+	list, err := json.Marshal(h.sorted())
+	h.mu.Unlock()
+	if err != nil {
+		return Result{}, err
+	}
+	res := applied(fmt.Sprintf("%d hold(s) bound", bound))
+	if len(failed) > 0 {
+		var why []string
+		for _, f := range failed {
+			why = append(why, f.GetAllocationId()+": "+f.GetReason())
+		}
+		res.State, res.Reason = agentv1.SectionState_SECTION_STATE_FAILED, ReasonHoldFailed
+		res.Message = fmt.Sprintf("%d hold(s) bound, %d not: %s", bound, len(failed), strings.Join(why, "; "))
+	}
+	res.Persist = func(tx *journal.Tx) error { return tx.Put(allocationsKey, list) }
+	if len(released) > 0 || len(failed) > 0 {
+		res.Report = func(r *agentv1.StatusReport) { r.Released, r.Failed = released, failed }
+	}
+	return res, nil
+}
+
+// Report adds the AllocationBound of every bound hold, by allocation id.
+func (h *holdsReconciler) Report(r *agentv1.StatusReport) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, a := range h.sorted() {
+		env := &agentv1.Envelope{}
+		if err := proto.Unmarshal(a.Statement, env); err != nil {
+			return fmt.Errorf("allocation %s: %w", a.ID, err)
+		}
+		r.Allocations = append(r.Allocations, env)
+	}
+	return nil
+}
+
+// list returns the bound allocations, by id.
+func (h *holdsReconciler) list() []*Allocation {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.sorted()
+}
+
+func (h *holdsReconciler) sorted() []*Allocation {
+	out := make([]*Allocation, 0, len(h.allocations))
+	for _, a := range h.allocations {
+		out = append(out, a)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// apply releases the holds the spec no longer lists (or lists otherwise)
+// and binds the new ones.
+func (h *holdsReconciler) apply(spec *agentv1.NodeSpec) ([]*agentv1.AllocationReleased, []*agentv1.AllocationFailed, error) {
+	inv, err := h.machine.Inventory()
+	if err != nil {
+		return nil, nil, err
+	}
+	gpus := 0
+	if inv.GPUs != nil {
+		gpus = len(inv.GPUs.GetGpus())
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	released, err := h.release(spec)
+	if err != nil {
+		return nil, nil, err
+	}
+	used := map[uint32]string{}
+	for _, a := range h.allocations {
+		for _, g := range a.GPUs {
+			used[g] = a.ID
+		}
+	}
+	var failed []*agentv1.AllocationFailed
+	for _, hold := range spec.GetHolds() {
+		id := hold.GetAllocationId()
+		if _, bound := h.allocations[id]; bound {
+			continue
+		}
+		if reason := check(hold, gpus, used); reason != "" {
+			failed = append(failed, &agentv1.AllocationFailed{AllocationId: id, Reason: reason})
+			h.log.Warn("converge.hold_failed", "allocation_id", id, "reason", reason)
+			continue
+		}
+		a, reason, err := h.bind(hold, spec.GetGeneration())
+		if err != nil {
+			return nil, nil, err
+		}
+		if reason != "" {
+			failed = append(failed, &agentv1.AllocationFailed{AllocationId: id, Reason: reason})
+			continue
+		}
+		for _, g := range a.GPUs {
+			used[g] = id
+		}
+	}
+	return released, failed, nil
+}
+
+// release removes the bound holds the spec does not list as they are; a
+// hold listed with other GPUs or another binding is bound again by apply.
+// The caller holds h.mu.
+func (h *holdsReconciler) release(spec *agentv1.NodeSpec) ([]*agentv1.AllocationReleased, error) {
+	wanted := map[string]*agentv1.Hold{}
+	for _, hold := range spec.GetHolds() {
+		wanted[hold.GetAllocationId()] = hold
+	}
+	var released []*agentv1.AllocationReleased
+	for id, a := range h.allocations {
+		hold, ok := wanted[id]
+		if ok && slices.Equal(hold.GetGpuIndexes(), a.GPUs) && hold.GetBinding() == a.Binding {
+			continue
+		}
+		if err := os.Remove(cdiPath(h.machine.CDIDir(), id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
+		delete(h.allocations, id)
+		if !ok {
+			released = append(released, &agentv1.AllocationReleased{AllocationId: id})
+			h.log.Info("converge.released", "allocation_id", id)
+		}
+	}
+	return released, nil
+}
+
+// bind writes a checked hold's CDI file and signs its AllocationBound; a
+// CDI file that cannot be written is a failure reason, a signature that
+// cannot be made an error. The caller holds h.mu.
+func (h *holdsReconciler) bind(hold *agentv1.Hold, generation uint64) (*Allocation, string, error) {
+	id := hold.GetAllocationId()
+	a := &Allocation{ID: id, GPUs: slices.Clone(hold.GetGpuIndexes()), Binding: hold.GetBinding(), Generation: generation}
+	if err := writeCDI(h.machine.CDIDir(), a); err != nil {
+		return nil, "cdi-write: " + err.Error(), nil
+	}
+	stmt := &agentv1.NodeStatement{
+		NodeId: h.nodeID, BootId: h.machine.BootID(), AtMs: h.now().UnixMilli(),
+		Body: &agentv1.NodeStatement_AllocationBound{AllocationBound: &agentv1.AllocationBound{
+			AllocationId: id, GpuIndexes: a.GPUs, CdiDevices: []string{CDIKind + "=" + id}, Generation: a.Generation}},
+	}
+	env, err := pki.SignStatement(rand.Reader, h.key, stmt)
+	if err != nil {
+		return nil, "", err
+	}
+	if a.Statement, err = proto.Marshal(env.Proto()); err != nil {
+		return nil, "", err
+	}
+	h.allocations[id] = a
+	h.log.Info("converge.bound", "allocation_id", id, "gpus", fmt.Sprint(a.GPUs), "generation", a.Generation)
+	return a, "", nil
+}
+
+// check returns why a hold cannot be bound, or "".
+func check(h *agentv1.Hold, gpus int, used map[uint32]string) string {
+	id := h.GetAllocationId()
+	if id == "" || strings.ContainsAny(id, `/\`) || id == "." || id == ".." {
+		return fmt.Sprintf("invalid-allocation-id: %q", id)
+	}
+	if len(h.GetGpuIndexes()) == 0 {
+		return "no-gpus: the hold names no GPU"
+	}
+	seen := map[uint32]bool{}
+	for _, g := range h.GetGpuIndexes() {
+		if int(g) >= gpus {
+			return fmt.Sprintf("gpu-unknown: GPU %d (this node has %d)", g, gpus)
+		}
+		if seen[g] {
+			return fmt.Sprintf("gpu-repeated: GPU %d", g)
+		}
+		seen[g] = true
+		if other, ok := used[g]; ok {
+			return fmt.Sprintf("gpu-held: GPU %d is held by %s", g, other)
+		}
+	}
+	return ""
+}
