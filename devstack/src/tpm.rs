@@ -16,13 +16,16 @@ use tonic::{Code, Status};
 use tracing::info;
 
 use crate::clock::now_ms;
+use crate::error::{Error, Result};
 use crate::join::internal;
 use crate::shared::Shared;
+use crate::stack::DevStack;
 use crate::status::{self, refuse};
 use crate::store::bindings::{self, TPM_EK};
 use crate::store::nodes::NewNode;
 use crate::store::rows::{JoinMethod, NodeBindingRow, NodeJoinRow, NodeKeyLevel};
 use crate::store::{certs, nodes, pools};
+use crate::view::StackView;
 use crate::{ids, issuance};
 
 /// The code of an EK that no allow-list entry resolves to a pool.
@@ -362,5 +365,45 @@ pub fn certified_key(k: &proto::TpmCertification) -> pki::tpm::attestor::Certifi
     pki::tpm::attestor::CertifiedKey {
         public: k.public.clone(),
         certify: pki::tpm::attestor::Signed { attest: k.attest.clone(), signature: k.signature.clone() },
+    }
+}
+
+impl StackView<'_> {
+    /// A node's hardware bindings (`tpm-ek`).
+    pub fn node_bindings(&self, node_id: &str) -> Vec<NodeBindingRow> {
+        self.read(|c| bindings::of_node(c, node_id))
+    }
+
+    /// The node bound to a TPM's EK (`SHA-256` of its `TPMT_PUBLIC`).
+    pub fn node_by_ek(&self, ek_sha256: &[u8; 32]) -> Option<NodeBindingRow> {
+        self.read(|c| bindings::get(c, TPM_EK, &hex::encode(ek_sha256)))
+    }
+
+    /// A node's joins, oldest first (method, what was proved about its key).
+    pub fn node_joins(&self, node_id: &str) -> Vec<NodeJoinRow> {
+        self.read(|c| bindings::joins(c, node_id))
+    }
+}
+
+impl DevStack {
+    /// Adds an entry to the TPM attestor's allow-list.
+    pub fn allow_tpm(&self, entry: TpmAllow) -> Result<()> {
+        self.shared().tpm.as_ref().ok_or(Error::NoTpmAttestor)?.allow(entry);
+        Ok(())
+    }
+
+    /// A node's hardware bindings (`tpm-ek`).
+    pub async fn node_bindings(&self, node_id: &str) -> Result<Vec<NodeBindingRow>> {
+        self.view(|v| v.node_bindings(node_id))
+    }
+
+    /// The node bound to a TPM's EK (`SHA-256` of its `TPMT_PUBLIC`).
+    pub async fn node_by_ek(&self, ek_sha256: &[u8; 32]) -> Result<Option<NodeBindingRow>> {
+        self.view(|v| v.node_by_ek(ek_sha256))
+    }
+
+    /// A node's joins, oldest first (method, what was proved about its key).
+    pub async fn node_joins(&self, node_id: &str) -> Result<Vec<NodeJoinRow>> {
+        self.view(|v| v.node_joins(node_id))
     }
 }
