@@ -1,8 +1,10 @@
 //! Adoption: a joined node's first session enqueues its pool's acceptance
 //! check (`diag.nvml`); its verified SUCCEEDED result with the pool's
 //! expected GPU count adopts the node with NodeSpec generation 1, anything
-//! else rejects it (`GpuCountMismatch`, `AcceptanceFailed`). Event-driven: the
-//! session task calls in when a session opens and when a command ends.
+//! else rejects it (`GpuCountMismatch`, `AcceptanceFailed`). Event-driven:
+//! the session calls in when a session opens, and the decision on a
+//! command's end is a CommandUpdate handler ([`AcceptanceCheck`]) that runs
+//! in the update's transaction.
 
 use serde_json::json;
 use tracing::{info, warn};
@@ -10,6 +12,7 @@ use tracing::{info, warn};
 use crate::clock::now_ms;
 use crate::commands::{self, CommandOptions};
 use crate::error::{Error, Result};
+use crate::gateway::handlers::{Effects, Event, EventHandler};
 use crate::shared::Shared;
 use crate::store::rows::{CommandRow, CommandStatus, NodeRow, NodeSpecRow, NodeState};
 use crate::store::{commands as command_rows, nodes, pools, specs};
@@ -20,7 +23,8 @@ pub const ACCEPTANCE_DIAG: &str = "diag.nvml";
 pub const ACCEPTANCE_NONE: &str = "none";
 
 /// Called once a node's session is welcomed. Returns a spec to send when the
-/// node was adopted right now (a pool without acceptance check).
+/// node was adopted right now (a pool without acceptance check, or a
+/// decision a stopped stack had not made yet).
 pub fn on_session_start(shared: &Shared, node: &NodeRow) -> Result<Option<NodeSpecRow>> {
     match node.state {
         NodeState::Joined => {
@@ -29,7 +33,9 @@ pub fn on_session_start(shared: &Shared, node: &NodeRow) -> Result<Option<NodeSp
                 .with(|c| pools::get(c, &node.pool_id))?
                 .ok_or_else(|| Error::UnknownPool { pool_id: node.pool_id.clone() })?;
             if pool.acceptance == ACCEPTANCE_NONE {
-                return adopt(shared, node);
+                let spec = shared.store.tx(|c| adopt(c, shared, node))?;
+                shared.bump();
+                return Ok(spec);
             }
             // The command and the move to `accepting` in one transaction:
             // of two first sessions racing here, only one enqueues.
@@ -51,35 +57,50 @@ pub fn on_session_start(shared: &Shared, node: &NodeRow) -> Result<Option<NodeSp
         // A stack that stopped between a result and its decision decides now.
         NodeState::Accepting => {
             let Some(id) = &node.acceptance_command_id else { return Ok(None) };
-            match shared.store.with(|c| command_rows::get(c, id))? {
-                Some(cmd) if cmd.state.is_terminal() => on_command_done(shared, node, &cmd),
+            let spec = shared.store.tx(|c| match command_rows::get(c, id)? {
+                Some(cmd) if cmd.state.is_terminal() => decide(c, shared, node, &cmd),
                 _ => Ok(None),
-            }
+            })?;
+            shared.bump();
+            Ok(spec)
         }
         NodeState::Adopted | NodeState::Rejected => Ok(None),
     }
 }
 
-/// Called when a command of `node` reached a terminal state. Returns the
-/// spec to send when the node was adopted.
-pub fn on_command_done(shared: &Shared, node: &NodeRow, cmd: &CommandRow) -> Result<Option<NodeSpecRow>> {
+/// The CommandUpdate handler that decides on a node once its acceptance
+/// command ended (after the commands handler stored the end).
+pub struct AcceptanceCheck;
+
+impl EventHandler<proto::CommandUpdate> for AcceptanceCheck {
+    fn record(&self, event: &Event<'_>, update: &proto::CommandUpdate) -> Result<Effects> {
+        let mut effects = Effects::default();
+        let node_id = event.node_id();
+        let cmd = command_rows::get(event.c, &update.command_id)?;
+        let Some(cmd) = cmd.filter(|c| c.node_id == node_id && c.state.is_terminal()) else { return Ok(effects) };
+        let Some(node) = nodes::get(event.c, node_id)? else { return Ok(effects) };
+        effects.specs.extend(decide(event.c, event.shared, &node, &cmd)?);
+        Ok(effects)
+    }
+}
+
+/// Decides on a node whose command `cmd` ended, inside a caller's
+/// transaction: nothing unless it is the node's acceptance check and the
+/// node still waits for it. Returns the spec to send when the node was
+/// adopted.
+fn decide(c: &rusqlite::Connection, shared: &Shared, node: &NodeRow, cmd: &CommandRow) -> Result<Option<NodeSpecRow>> {
     if node.state != NodeState::Accepting || node.acceptance_command_id.as_deref() != Some(cmd.id.as_str()) {
         return Ok(None);
     }
-    let pool = shared
-        .store
-        .with(|c| pools::get(c, &node.pool_id))?
-        .ok_or_else(|| Error::UnknownPool { pool_id: node.pool_id.clone() })?;
-    let verdict = judge(cmd, pool.expect_gpu_count);
-    match verdict {
+    let pool = pools::get(c, &node.pool_id)?.ok_or_else(|| Error::UnknownPool { pool_id: node.pool_id.clone() })?;
+    match judge(cmd, pool.expect_gpu_count) {
         Ok(gpus) => {
             info!(node_id = %node.id, gpus, "adoption: acceptance check passed");
-            adopt(shared, node)
+            adopt(c, shared, node)
         }
         Err(reason) => {
             warn!(node_id = %node.id, %reason, "adoption: node rejected");
-            shared.store.with(|c| nodes::reject(c, &node.id, &reason))?;
-            shared.bump();
+            nodes::reject(c, &node.id, &reason)?;
             Ok(None)
         }
     }
@@ -102,23 +123,16 @@ fn judge(cmd: &CommandRow, expected: Option<u32>) -> Result<u64, String> {
     }
 }
 
-/// Adopts a node with NodeSpec generation 1; `None` when another session
-/// of the node adopted it first.
-fn adopt(shared: &Shared, node: &NodeRow) -> Result<Option<NodeSpecRow>> {
+/// Adopts a node with NodeSpec generation 1 inside a caller's transaction;
+/// `None` when another session of the node adopted it first.
+fn adopt(c: &rusqlite::Connection, shared: &Shared, node: &NodeRow) -> Result<Option<NodeSpecRow>> {
     let now = now_ms();
     let spec = crate::spec::first(shared, &node.id, now);
-    let adopted = shared.store.tx(|c| {
-        if !nodes::adopt(c, &node.id, now)? {
-            return Ok(false);
-        }
-        specs::insert(c, &spec)?;
-        Ok(true)
-    })?;
-    if !adopted {
+    if !nodes::adopt(c, &node.id, now)? {
         return Ok(None);
     }
+    specs::insert(c, &spec)?;
     info!(node_id = %node.id, generation = 1, "adoption: node adopted");
-    shared.bump();
     Ok(Some(spec))
 }
 

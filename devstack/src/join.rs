@@ -22,7 +22,7 @@ use crate::issuance;
 use crate::shared::Shared;
 use crate::status::{self, code, refuse};
 use crate::store::nodes::NewNode;
-use crate::store::rows::{JoinMethod, NodeJoinRow, NodeKeyLevel};
+use crate::store::rows::{JoinMethod, JoinTokenRow, NodeCertRow, NodeJoinRow, NodeKeyLevel};
 use crate::store::{bindings, certs, nodes, pools, tokens};
 use crate::{ids, tls::PeerInfo};
 
@@ -73,39 +73,7 @@ impl JoinService {
         }
         let node_id = ids::node_id();
         let cert = issuance::issue(shared, &node_id, &csr, None, now).map_err(internal)?;
-        let created = shared
-            .store
-            .tx(|c| {
-                if !tokens::use_once(c, &token_row.id, now)? {
-                    return Ok(false);
-                }
-                nodes::insert(
-                    c,
-                    &NewNode {
-                        id: &node_id,
-                        pool_id: &token_row.pool_id,
-                        join_token_id: Some(&token_row.id),
-                        hostname: &claims.hostname,
-                        daemon_version: &claims.daemon_version,
-                        hardware_id: &claims.hardware_id,
-                        created_at_ms: now,
-                    },
-                )?;
-                certs::insert(c, &cert, now)?;
-                bindings::record_join(
-                    c,
-                    &NodeJoinRow {
-                        node_id: node_id.clone(),
-                        method: JoinMethod::Token,
-                        node_key: NodeKeyLevel::Any,
-                        policy: String::new(),
-                        serial: cert.serial.clone(),
-                        at_ms: now,
-                    },
-                )?;
-                Ok(true)
-            })
-            .map_err(internal)?;
+        let created = record_join(shared, &token_row, &node_id, &cert, claims, now).map_err(internal)?;
         if !created {
             return Err(refuse(
                 Code::PermissionDenied,
@@ -125,6 +93,49 @@ impl JoinService {
         shared.bump();
         Ok(proto::JoinReply { reply: Some(proto::join_reply::Reply::Response(envelope.to_proto())) })
     }
+}
+
+/// Creates the node of a token join, its certificate and join rows, in one
+/// transaction with the token's use; false (nothing written) when the token
+/// had no use left.
+fn record_join(
+    shared: &Shared,
+    token: &JoinTokenRow,
+    node_id: &str,
+    cert: &NodeCertRow,
+    claims: &proto::NodeClaims,
+    now: i64,
+) -> Result<bool, Error> {
+    shared.store.tx(|c| {
+        if !tokens::use_once(c, &token.id, now)? {
+            return Ok(false);
+        }
+        nodes::insert(
+            c,
+            &NewNode {
+                id: node_id,
+                pool_id: &token.pool_id,
+                join_token_id: Some(&token.id),
+                hostname: &claims.hostname,
+                daemon_version: &claims.daemon_version,
+                hardware_id: &claims.hardware_id,
+                created_at_ms: now,
+            },
+        )?;
+        certs::insert(c, cert, now)?;
+        bindings::record_join(
+            c,
+            &NodeJoinRow {
+                node_id: node_id.to_string(),
+                method: JoinMethod::Token,
+                node_key: NodeKeyLevel::Any,
+                policy: String::new(),
+                serial: cert.serial.clone(),
+                at_ms: now,
+            },
+        )?;
+        Ok(true)
+    })
 }
 
 fn no_attestor() -> Status {

@@ -17,11 +17,16 @@ mod gateway;
 mod http;
 mod hub;
 mod ids;
+mod inventory;
 mod issuance;
 mod join;
 mod keys;
+mod nodes;
+mod pools;
 mod releases;
 mod reservations;
+mod secrets;
+mod sections;
 mod shared;
 mod spec;
 mod stack;
@@ -29,16 +34,22 @@ pub mod status;
 mod store;
 mod tls;
 mod tpm;
+mod trust;
+mod view;
+mod workload;
 
-pub use commands::{Batch, BatchCommand, BatchSpec, CommandOptions, Signing};
+pub use commands::{Batch, BatchCommand, BatchSpec, CommandOptions, CommandOutcome, Signing};
 pub use config::BcdConfigPaths;
 pub use error::{Error, Result};
 pub use gateway::limit::MAX_MESSAGE_BYTES;
 pub use http::WELL_KNOWN_PATH;
+pub use nodes::JoinMark;
+pub use pools::{Acceptance, PoolSpec};
 pub use releases::{ManifestOptions, Release, ReleaseKeys, UPGRADE_KIND, UpdatePins};
 pub use reservations::{ALLOCATION_GENERATION, ALLOCATION_MISMATCH};
+pub use sections::{SectionState, SectionStatus};
 pub use spec::SpecUpdate;
-pub use stack::{Acceptance, CommandOutcome, DevStack, DevStackOptions, IntentPublicKeys, JoinMark, Pins, PoolSpec};
+pub use stack::{DevStack, DevStackOptions, Pins};
 pub use store::StoreLocation;
 pub use store::rows::{
     CommandRow, CommandStatus, CommandUpdateRow, InventoryRow, JoinMethod, JoinTokenRow, NodeBindingRow, NodeCertRow,
@@ -49,6 +60,8 @@ pub use tls::ALPN_H2;
 pub use tpm::{
     ChallengeSource, TPM_NOT_ALLOWED, TPM_SESSION_EXPIRED, TPM_SESSION_UNKNOWN, TpmAllow, TpmAttestorOptions,
 };
+pub use trust::IntentPublicKeys;
+pub use view::StackView;
 
 /// The name the gateway's serving certificate is checked for.
 pub const SERVER_NAME: &str = "gw.dev.local";

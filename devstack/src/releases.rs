@@ -4,14 +4,18 @@
 //! tests of bcd's refusals, and the `daemon.upgrade` command that rolls a
 //! release out to a node (ARCHITECTURE.md, "Self-update").
 
+use std::time::Duration;
+
 use sha2::{Digest, Sha256};
 
 use crate::clock::now_ms;
 use crate::commands::{self, CommandOptions};
 use crate::error::{Error, Result};
 use crate::shared::Shared;
+use crate::stack::DevStack;
 use crate::store::releases as release_rows;
-use crate::store::rows::{ReleaseArtifactRow, ReleaseRow};
+use crate::store::rows::{NodeSessionRow, ReleaseArtifactRow, ReleaseRow};
+use crate::view::StackView;
 
 /// The command kind that rolls a release out to a node.
 pub const UPGRADE_KIND: &str = "daemon.upgrade";
@@ -128,7 +132,7 @@ fn valid_platform(s: &str) -> bool {
 }
 
 /// The pins of the stack's release keys.
-pub fn pins(shared: &Shared) -> UpdatePins {
+fn pins(shared: &Shared) -> UpdatePins {
     UpdatePins {
         keys: shared.keys.release.iter().map(pki::Signer::public_key).collect(),
         threshold: shared.settings.release_threshold,
@@ -167,7 +171,7 @@ fn invalid(reason: String) -> Error {
 
 /// Publishes a release: stores its artifacts (`(os, arch, bytes)`) and its
 /// manifest signed by every release key.
-pub fn publish(shared: &Shared, version: &str, sequence: u64, artifacts: &[(&str, &str, &[u8])]) -> Result<Release> {
+fn publish(shared: &Shared, version: &str, sequence: u64, artifacts: &[(&str, &str, &[u8])]) -> Result<Release> {
     if !valid_version(version) {
         return Err(invalid(format!("version {version:?} is not letters, digits, '.', '_', '+', '-'")));
     }
@@ -224,7 +228,7 @@ pub fn publish(shared: &Shared, version: &str, sequence: u64, artifacts: &[(&str
 }
 
 /// A published release.
-pub fn get(shared: &Shared, version: &str) -> Result<Release> {
+fn get(shared: &Shared, version: &str) -> Result<Release> {
     let (row, artifacts) = shared.store.with(|c| {
         let row = release_rows::get(c, version)?.ok_or_else(|| Error::UnknownRelease { version: version.into() })?;
         Ok((row, release_rows::artifacts(c, version)?))
@@ -245,7 +249,7 @@ pub fn get(shared: &Shared, version: &str) -> Result<Release> {
 }
 
 /// A release's manifest signed as `options` say (the published one by default).
-pub fn manifest_with(shared: &Shared, version: &str, options: &ManifestOptions) -> Result<pki::dsse::Envelope> {
+fn manifest_with(shared: &Shared, version: &str, options: &ManifestOptions) -> Result<pki::dsse::Envelope> {
     let release = get(shared, version)?;
     if *options == ManifestOptions::default() {
         return Ok(release.envelope);
@@ -274,12 +278,90 @@ pub fn upgrade_params(envelope: &pki::dsse::Envelope) -> serde_json::Value {
 
 /// Enqueues a `daemon.upgrade` of a node to a published release; returns
 /// the command id.
-pub fn rollout(shared: &Shared, node_id: &str, version: &str, options: &ManifestOptions) -> Result<String> {
+fn rollout(shared: &Shared, node_id: &str, version: &str, options: &ManifestOptions) -> Result<String> {
     let envelope = manifest_with(shared, version, options)?;
     let opts = CommandOptions { retry_safe: true, ..CommandOptions::default() };
     let id = commands::enqueue(shared, node_id, UPGRADE_KIND, &upgrade_params(&envelope), &opts)?;
     tracing::info!(node_id, version, command_id = %id, defects = ?options, "upgrade rolled out");
     Ok(id)
+}
+
+impl StackView<'_> {
+    /// The artifacts of a published release (without their bytes).
+    pub fn release_artifacts(&self, version: &str) -> Vec<ReleaseArtifactRow> {
+        self.read(|c| release_rows::artifacts(c, version))
+    }
+}
+
+impl DevStack {
+    /// The release keys' pins, threshold and lowest sequence: what bcd's
+    /// `[update]` section pins.
+    pub fn release_keys(&self) -> UpdatePins {
+        pins(self.shared())
+    }
+
+    /// Publishes a release: its artifacts (`(os, arch, bytes)`) are served
+    /// at `GET /releases/<version>/bcd-<os>-<arch>` on the HTTP listener and
+    /// its manifest, signed by every release key, at
+    /// `GET /releases/<version>/manifest.dsse.json`.
+    pub async fn publish_release(
+        &self,
+        version: &str,
+        sequence: u64,
+        artifacts: &[(&str, &str, &[u8])],
+    ) -> Result<Release> {
+        publish(self.shared(), version, sequence, artifacts)
+    }
+
+    /// A published release.
+    pub async fn release_info(&self, version: &str) -> Result<Release> {
+        get(self.shared(), version)
+    }
+
+    /// The artifacts of a published release (without their bytes).
+    pub async fn release_artifacts(&self, version: &str) -> Result<Vec<ReleaseArtifactRow>> {
+        self.view(|v| v.release_artifacts(version))
+    }
+
+    /// A release's manifest signed as `options` say: fewer keys, another
+    /// sequence, a wrong digest (the published manifest by default).
+    pub async fn release_manifest(&self, version: &str, options: &ManifestOptions) -> Result<pki::dsse::Envelope> {
+        manifest_with(self.shared(), version, options)
+    }
+
+    /// Enqueues a `daemon.upgrade` of a node to a published release (params
+    /// `{"manifest": <the signed manifest, DSSE JSON>}`); returns the command id.
+    pub async fn rollout_upgrade(&self, node_id: &str, version: &str) -> Result<String> {
+        self.rollout_upgrade_with(node_id, version, &ManifestOptions::default()).await
+    }
+
+    /// Like [`DevStack::rollout_upgrade`] with a manifest signed as
+    /// `options` say (to test bcd's refusals).
+    pub async fn rollout_upgrade_with(
+        &self,
+        node_id: &str,
+        version: &str,
+        options: &ManifestOptions,
+    ) -> Result<String> {
+        rollout(self.shared(), node_id, version, options)
+    }
+
+    /// Waits until a node has a live session whose Hello reported
+    /// `version` (a self-update confirmed by its Welcome); returns its row.
+    pub async fn await_daemon_version(
+        &self,
+        node_id: &str,
+        version: &str,
+        timeout: Duration,
+    ) -> Result<NodeSessionRow> {
+        self.await_until(format!("node {node_id} to run {version}"), timeout, |v| {
+            if let Some(last) = v.node_sessions(node_id).last() {
+                v.note(format_args!("the last session's version {:?}", last.daemon_version));
+            }
+            v.live_session(node_id).filter(|s| s.daemon_version == version)
+        })
+        .await
+    }
 }
 
 #[cfg(test)]

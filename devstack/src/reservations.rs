@@ -9,17 +9,22 @@
 //! A NodeSpec's holds are always those of the node's `pending` and `active`
 //! reservations, rebuilt in the transaction that changes one.
 
+use std::time::Duration;
+
 use prost::Message as _;
 use rusqlite::Connection;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::clock::now_ms;
 use crate::error::{Error, Result};
+use crate::gateway::handlers::{Effects, Event, EventHandler};
 use crate::ids;
 use crate::shared::Shared;
+use crate::stack::DevStack;
 use crate::store::reservations as rows;
 use crate::store::rows::{NodeSpecRow, NodeState, ReservationRow, ReservationState};
 use crate::store::{inventory, nodes};
+use crate::view::StackView;
 
 /// The code of an AllocationBound whose indexes are not the held ones.
 pub const ALLOCATION_MISMATCH: &str = "allocation-mismatch";
@@ -59,7 +64,7 @@ fn gpu_indexes(c: &Connection, node_id: &str) -> Result<Vec<u32>> {
 
 /// Books `gpus` free GPUs of an adopted node (the lowest free indexes) in a
 /// new spec generation, sent to the node; returns the reservation id.
-pub fn reserve(shared: &Shared, node_id: &str, gpus: u32) -> Result<String> {
+fn reserve(shared: &Shared, node_id: &str, gpus: u32) -> Result<String> {
     if gpus == 0 {
         return Err(Error::InvalidReservation { node_id: node_id.into(), reason: "zero GPUs asked".into() });
     }
@@ -89,7 +94,7 @@ pub fn reserve(shared: &Shared, node_id: &str, gpus: u32) -> Result<String> {
 /// Withdraws a pending or active reservation's hold in a new spec
 /// generation; the reservation is `releasing` until the node reports
 /// AllocationReleased. Returns the generation.
-pub fn release(shared: &Shared, reservation_id: &str) -> Result<u64> {
+fn release(shared: &Shared, reservation_id: &str) -> Result<u64> {
     let spec = shared.store.tx(|c| {
         let r = rows::get(c, reservation_id)?
             .ok_or_else(|| Error::UnknownReservation { reservation_id: reservation_id.into() })?;
@@ -106,19 +111,19 @@ pub fn release(shared: &Shared, reservation_id: &str) -> Result<u64> {
 }
 
 /// An AllocationBound whose signature verified, or why it did not.
-pub struct Bound {
+struct Bound {
     /// The node's claim (decoded from the verified statement).
-    pub result: Result<proto::AllocationBound, String>,
+    result: Result<proto::AllocationBound, String>,
     /// The envelope as received (protobuf bytes).
-    pub envelope: Vec<u8>,
+    envelope: Vec<u8>,
     /// The allocation it names, read without verification (for the refusal).
-    pub claimed_id: Option<String>,
+    claimed_id: Option<String>,
 }
 
 impl Bound {
     /// Verifies one reported statement with `verify` (the session's key,
     /// then the node's other certified keys).
-    pub fn check(
+    fn check(
         env: &proto::Envelope,
         verify: impl Fn(&pki::dsse::Envelope) -> std::result::Result<proto::AllocationBound, pki::Error>,
     ) -> Bound {
@@ -132,25 +137,46 @@ impl Bound {
     }
 }
 
-/// What applying a status report's allocations asks of the session.
-#[derive(Default)]
-pub struct Applied {
-    /// Specs to send once committed (holds withdrawn after a failure).
-    pub specs: Vec<NodeSpecRow>,
+/// The report part that applies a StatusReport's allocation reports:
+/// AllocationBound statements (verified under the node's certified keys),
+/// releases and failures.
+pub struct Allocations;
+
+impl EventHandler<proto::StatusReport> for Allocations {
+    fn record(&self, event: &Event<'_>, report: &proto::StatusReport) -> Result<Effects> {
+        let bound: Vec<Bound> = report
+            .allocations
+            .iter()
+            .map(|env| Bound::check(env, |e| event.verify_statement(e, pki::statement::verify_allocation_bound)))
+            .collect();
+        let node_id = event.node_id();
+        let specs = apply_report(event.c, event.shared, node_id, &bound, &report.released, &report.failed)?;
+        if !(bound.is_empty() && report.released.is_empty() && report.failed.is_empty()) {
+            debug!(
+                node_id = %node_id,
+                allocations = bound.len(),
+                released = report.released.len(),
+                failed = report.failed.len(),
+                "reservation: allocation reports applied"
+            );
+        }
+        Ok(Effects { specs, ..Effects::default() })
+    }
 }
 
 /// Applies a status report's allocation reports inside the event's
-/// transaction.
-pub fn apply_report(
+/// transaction; returns the specs to send once committed (holds withdrawn
+/// after a failure).
+fn apply_report(
     c: &Connection,
     shared: &Shared,
     node_id: &str,
     bound: &[Bound],
     released: &[proto::AllocationReleased],
     failed: &[proto::AllocationFailed],
-) -> Result<Applied> {
+) -> Result<Vec<NodeSpecRow>> {
     let now = now_ms();
-    let mut applied = Applied::default();
+    let mut specs = Vec::new();
     let of_node =
         |id: &str| -> Result<Option<ReservationRow>> { Ok(rows::get(c, id)?.filter(|r| r.node_id == node_id)) };
     for b in bound {
@@ -204,8 +230,71 @@ pub fn apply_report(
         if matches!(before, ReservationState::Pending | ReservationState::Active) {
             let spec = respec(c, shared, node_id)?;
             rows::set_release_generation(c, &r.id, spec.generation)?;
-            applied.specs.push(spec);
+            specs.push(spec);
         }
     }
-    Ok(applied)
+    Ok(specs)
+}
+
+impl StackView<'_> {
+    /// A reservation.
+    pub fn reservation(&self, reservation_id: &str) -> Option<ReservationRow> {
+        self.read(|c| rows::get(c, reservation_id))
+    }
+
+    /// A node's reservations, oldest first.
+    pub fn reservations(&self, node_id: &str) -> Vec<ReservationRow> {
+        self.read(|c| rows::of_node(c, node_id))
+    }
+}
+
+impl DevStack {
+    /// Books `gpus` free GPUs of an adopted node (from its `gpus` inventory
+    /// section) as a hold in a new spec generation sent to the node; returns
+    /// the reservation id (also the hold's `allocation_id`). It turns
+    /// `active` on the node's signed AllocationBound.
+    pub async fn reserve(&self, node_id: &str, gpus: u32) -> Result<String> {
+        reserve(self.shared(), node_id, gpus)
+    }
+
+    /// Withdraws a pending or active reservation's hold in a new spec
+    /// generation (returned); it is `released` on the node's
+    /// AllocationReleased.
+    pub async fn release(&self, reservation_id: &str) -> Result<u64> {
+        release(self.shared(), reservation_id)
+    }
+
+    /// A reservation.
+    pub async fn reservation(&self, reservation_id: &str) -> Result<Option<ReservationRow>> {
+        self.view(|v| v.reservation(reservation_id))
+    }
+
+    /// A node's reservations, oldest first.
+    pub async fn reservations(&self, node_id: &str) -> Result<Vec<ReservationRow>> {
+        self.view(|v| v.reservations(node_id))
+    }
+
+    /// Waits until a reservation is in `state`; fails at once when it ended
+    /// in another state (`failed`, say, when `active` is awaited), or when
+    /// no reservation has this id.
+    pub async fn await_reservation(
+        &self,
+        reservation_id: &str,
+        state: ReservationState,
+        timeout: Duration,
+    ) -> Result<ReservationRow> {
+        let row = self
+            .await_until(format!("reservation {reservation_id} to be {state}"), timeout, |v| {
+                let Some(row) = v.reservation(reservation_id) else {
+                    return Some(Err(Error::UnknownReservation { reservation_id: reservation_id.to_string() }));
+                };
+                v.note(format_args!("state {}, last refusal {:?}", row.state, row.last_refusal));
+                (row.state == state || row.state.is_terminal()).then_some(Ok(row))
+            })
+            .await??;
+        if row.state != state {
+            return Err(Error::ReservationEnded { reservation_id: row.id, state: row.state, reason: row.reason });
+        }
+        Ok(row)
+    }
 }

@@ -1,16 +1,21 @@
 //! NodeSpecs: building a generation (signed by the command root under signed
-//! intent, else an unsigned envelope), publishing a new one to a node, and
-//! the DesiredState frame that carries it.
+//! intent, else an unsigned envelope), publishing a new one to a node, the
+//! DesiredState frame that carries it, and the answer to a node's
+//! SpecRequest.
 
 use prost::Message as _;
+use tracing::warn;
 
 use crate::clock::now_ms;
 use crate::commands::frame;
 use crate::error::{Error, Result};
+use crate::gateway::handlers::{Effects, RequestContext, RequestHandler};
 use crate::hub::Control;
 use crate::shared::Shared;
+use crate::stack::DevStack;
 use crate::store::rows::NodeSpecRow;
 use crate::store::{nodes, specs};
+use crate::view::StackView;
 
 /// What a new spec generation changes; unset sections keep their value from
 /// the previous generation.
@@ -87,7 +92,7 @@ pub fn push(shared: &Shared, spec: &NodeSpecRow) -> Result<()> {
 /// session. A trust bundle that the current approvers signed for a higher
 /// sequence also becomes the stack's current bundle (what later joins get);
 /// any other is sent as is (tests of bcd's `trust.ignored`).
-pub fn publish(shared: &Shared, node_id: &str, update: &SpecUpdate) -> Result<NodeSpecRow> {
+fn publish(shared: &Shared, node_id: &str, update: &SpecUpdate) -> Result<NodeSpecRow> {
     let rotation = match (&update.trust_bundle, &shared.keys.intent) {
         (Some(env), Some(intent)) => intent.check_rotation(env),
         _ => None,
@@ -125,4 +130,52 @@ pub fn desired_state_frame(spec: &NodeSpecRow) -> Result<proto::GatewayFrame> {
         reason: e.to_string(),
     })?;
     Ok(frame(proto::gateway_frame::Frame::DesiredState(proto::DesiredState { spec: Some(envelope) })))
+}
+
+/// The SpecRequest handler: the latest spec, even when the node asks for a
+/// generation above it.
+pub struct SpecRequests;
+
+impl RequestHandler<proto::SpecRequest> for SpecRequests {
+    fn answer(&self, request: &RequestContext<'_>, message: proto::SpecRequest) -> Result<Effects> {
+        let node_id = &request.node.node_id;
+        match request.shared.store.with(|c| specs::latest(c, node_id))? {
+            Some(spec) => {
+                if spec.generation < message.min_generation {
+                    warn!(
+                        node_id = %node_id,
+                        wanted = message.min_generation,
+                        latest = spec.generation,
+                        "session: spec request above the latest generation; sending the latest"
+                    );
+                }
+                Ok(Effects { specs: vec![spec], ..Effects::default() })
+            }
+            None => {
+                warn!(node_id = %node_id, "session: spec request from a node without a spec");
+                Ok(Effects::default())
+            }
+        }
+    }
+}
+
+impl StackView<'_> {
+    /// A node's specs, by generation.
+    pub fn node_specs(&self, node_id: &str) -> Vec<NodeSpecRow> {
+        self.read(|c| specs::of_node(c, node_id))
+    }
+}
+
+impl DevStack {
+    /// Publishes the next spec generation of a node (sections not in
+    /// `update` carry over) and sends it to its live session; returns the
+    /// generation.
+    pub async fn publish_spec(&self, node_id: &str, update: SpecUpdate) -> Result<u64> {
+        publish(self.shared(), node_id, &update).map(|row| row.generation)
+    }
+
+    /// A node's specs.
+    pub async fn node_specs(&self, node_id: &str) -> Result<Vec<NodeSpecRow>> {
+        self.view(|v| v.node_specs(node_id))
+    }
 }

@@ -16,13 +16,16 @@ use tonic::{Code, Status};
 use tracing::info;
 
 use crate::clock::now_ms;
+use crate::error::{Error, Result};
 use crate::join::internal;
 use crate::shared::Shared;
+use crate::stack::DevStack;
 use crate::status::{self, refuse};
 use crate::store::bindings::{self, TPM_EK};
 use crate::store::nodes::NewNode;
-use crate::store::rows::{JoinMethod, NodeBindingRow, NodeJoinRow, NodeKeyLevel};
+use crate::store::rows::{JoinMethod, NodeBindingRow, NodeCertRow, NodeJoinRow, NodeKeyLevel};
 use crate::store::{certs, nodes, pools};
+use crate::view::StackView;
 use crate::{ids, issuance};
 
 /// The code of an EK that no allow-list entry resolves to a pool.
@@ -266,61 +269,10 @@ impl TpmJoin {
         } else {
             NodeKeyLevel::Any
         };
-        let enrollment = &session.pending.enrollment;
         let ek_hex = hex::encode(attestation.ek_binding);
         let now = now_ms();
-        let (node_id, cert, rejoin) = shared
-            .store
-            .tx(|c| {
-                let bound = bindings::get(c, TPM_EK, &ek_hex)?;
-                let rejoin = bound.is_some();
-                let node_id = match &bound {
-                    Some(b) => b.node_id.clone(),
-                    None => {
-                        let node_id = ids::node_id();
-                        nodes::insert(
-                            c,
-                            &NewNode {
-                                id: &node_id,
-                                pool_id: &session.pool_id,
-                                join_token_id: None,
-                                hostname: &claims.hostname,
-                                daemon_version: &claims.daemon_version,
-                                hardware_id: &claims.hardware_id,
-                                created_at_ms: now,
-                            },
-                        )?;
-                        node_id
-                    }
-                };
-                let cert = issuance::issue(shared, &node_id, &attestation.csr, Some(&attestation.ak_name), now)?;
-                certs::insert(c, &cert, now)?;
-                bindings::upsert(
-                    c,
-                    &NodeBindingRow {
-                        node_id: node_id.clone(),
-                        kind: TPM_EK.into(),
-                        sha256: ek_hex.clone(),
-                        ak_public: enrollment.ak_public.to_bytes(),
-                        ak_name: attestation.ak_name.clone(),
-                        created_at_ms: bound.as_ref().map_or(now, |b| b.created_at_ms),
-                        updated_at_ms: now,
-                    },
-                )?;
-                bindings::record_join(
-                    c,
-                    &NodeJoinRow {
-                        node_id: node_id.clone(),
-                        method: JoinMethod::Tpm,
-                        node_key: level,
-                        policy: self.options.node_key.as_str().into(),
-                        serial: cert.serial.clone(),
-                        at_ms: now,
-                    },
-                )?;
-                Ok((node_id, cert, rejoin))
-            })
-            .map_err(internal)?;
+        let (node_id, cert, rejoin) =
+            self.record_join(shared, &session, &attestation, level, claims, now).map_err(internal)?;
         let pool_id = shared
             .store
             .with(|c| nodes::get(c, &node_id))
@@ -339,6 +291,72 @@ impl TpmJoin {
         );
         shared.bump();
         Ok(proto::JoinReply { reply: Some(proto::join_reply::Reply::Response(envelope.to_proto())) })
+    }
+
+    /// Records a verified round 2 in one transaction: the node bound to the
+    /// EK (created on a first join), its certificate naming the AK, the
+    /// binding with this join's AK, and the join. Returns the node id, the
+    /// certificate and whether it was a rejoin.
+    fn record_join(
+        &self,
+        shared: &Shared,
+        session: &Session,
+        attestation: &pki::tpm::Attestation,
+        level: NodeKeyLevel,
+        claims: &proto::NodeClaims,
+        now: i64,
+    ) -> Result<(String, NodeCertRow, bool)> {
+        let enrollment = &session.pending.enrollment;
+        let ek_hex = hex::encode(attestation.ek_binding);
+        shared.store.tx(|c| {
+            let bound = bindings::get(c, TPM_EK, &ek_hex)?;
+            let rejoin = bound.is_some();
+            let node_id = match &bound {
+                Some(b) => b.node_id.clone(),
+                None => {
+                    let node_id = ids::node_id();
+                    nodes::insert(
+                        c,
+                        &NewNode {
+                            id: &node_id,
+                            pool_id: &session.pool_id,
+                            join_token_id: None,
+                            hostname: &claims.hostname,
+                            daemon_version: &claims.daemon_version,
+                            hardware_id: &claims.hardware_id,
+                            created_at_ms: now,
+                        },
+                    )?;
+                    node_id
+                }
+            };
+            let cert = issuance::issue(shared, &node_id, &attestation.csr, Some(&attestation.ak_name), now)?;
+            certs::insert(c, &cert, now)?;
+            bindings::upsert(
+                c,
+                &NodeBindingRow {
+                    node_id: node_id.clone(),
+                    kind: TPM_EK.into(),
+                    sha256: ek_hex.clone(),
+                    ak_public: enrollment.ak_public.to_bytes(),
+                    ak_name: attestation.ak_name.clone(),
+                    created_at_ms: bound.as_ref().map_or(now, |b| b.created_at_ms),
+                    updated_at_ms: now,
+                },
+            )?;
+            bindings::record_join(
+                c,
+                &NodeJoinRow {
+                    node_id: node_id.clone(),
+                    method: JoinMethod::Tpm,
+                    node_key: level,
+                    policy: self.options.node_key.as_str().into(),
+                    serial: cert.serial.clone(),
+                    at_ms: now,
+                },
+            )?;
+            Ok((node_id, cert, rejoin))
+        })
     }
 }
 
@@ -362,5 +380,45 @@ pub fn certified_key(k: &proto::TpmCertification) -> pki::tpm::attestor::Certifi
     pki::tpm::attestor::CertifiedKey {
         public: k.public.clone(),
         certify: pki::tpm::attestor::Signed { attest: k.attest.clone(), signature: k.signature.clone() },
+    }
+}
+
+impl StackView<'_> {
+    /// A node's hardware bindings (`tpm-ek`).
+    pub fn node_bindings(&self, node_id: &str) -> Vec<NodeBindingRow> {
+        self.read(|c| bindings::of_node(c, node_id))
+    }
+
+    /// The node bound to a TPM's EK (`SHA-256` of its `TPMT_PUBLIC`).
+    pub fn node_by_ek(&self, ek_sha256: &[u8; 32]) -> Option<NodeBindingRow> {
+        self.read(|c| bindings::get(c, TPM_EK, &hex::encode(ek_sha256)))
+    }
+
+    /// A node's joins, oldest first (method, what was proved about its key).
+    pub fn node_joins(&self, node_id: &str) -> Vec<NodeJoinRow> {
+        self.read(|c| bindings::joins(c, node_id))
+    }
+}
+
+impl DevStack {
+    /// Adds an entry to the TPM attestor's allow-list.
+    pub fn allow_tpm(&self, entry: TpmAllow) -> Result<()> {
+        self.shared().tpm.as_ref().ok_or(Error::NoTpmAttestor)?.allow(entry);
+        Ok(())
+    }
+
+    /// A node's hardware bindings (`tpm-ek`).
+    pub async fn node_bindings(&self, node_id: &str) -> Result<Vec<NodeBindingRow>> {
+        self.view(|v| v.node_bindings(node_id))
+    }
+
+    /// The node bound to a TPM's EK (`SHA-256` of its `TPMT_PUBLIC`).
+    pub async fn node_by_ek(&self, ek_sha256: &[u8; 32]) -> Result<Option<NodeBindingRow>> {
+        self.view(|v| v.node_by_ek(ek_sha256))
+    }
+
+    /// A node's joins, oldest first (method, what was proved about its key).
+    pub async fn node_joins(&self, node_id: &str) -> Result<Vec<NodeJoinRow>> {
+        self.view(|v| v.node_joins(node_id))
     }
 }

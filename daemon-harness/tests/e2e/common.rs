@@ -161,15 +161,19 @@ pub fn execution_count(node: &Node, command_id: &str) -> u64 {
     }
 }
 
-/// Polls the stack until command `id` is in `state`, or fails at the deadline.
+/// Waits until command `id` is in `state`, or fails at the deadline (or at
+/// once when the stack has no such command).
 pub async fn await_command_state(stack: &DevStack, id: &str, state: devstack::CommandStatus) -> devstack::CommandRow {
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        let row = stack.command(id).await.unwrap().expect("the command exists");
-        if row.state == state {
-            return row;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "command {id} is {:?}, never {state:?}", row.state);
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let found = stack
+        .await_until(format!("command {id} to be {state}"), DEADLINE, |v| match v.command(id) {
+            Some(row) if row.state == state => Some(Some(row)),
+            Some(row) => {
+                v.note(format_args!("command {id} is {}", row.state));
+                None
+            }
+            None => Some(None),
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    found.expect("the command exists")
 }

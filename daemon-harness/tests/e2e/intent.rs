@@ -57,7 +57,18 @@ async fn destructive_commands_run_only_in_an_approved_batch_or_within_the_allowa
     env.report();
 }
 
-/// Waits until the node's log has a line containing `needle`.
+/// Publishes `update` to the node and waits until the stack saw the node
+/// apply it: bcd decides on a spec's trust bundle (and logs `trust.rotated`
+/// or `trust.ignored`) before it records the generation as applied.
+async fn must_publish_and_apply(env: &Env, id: &str, update: SpecUpdate) {
+    let generation = env.stack.publish_spec(id, update).await.unwrap();
+    env.stack.await_node(id, |n| n.applied_generation >= generation, DEADLINE).await.unwrap();
+}
+
+/// Waits until the node's captured log has a line containing `needle`.
+/// bcd wrote it before the stack saw the spec applied, so this waits only
+/// for the harness to read bcd's output pipe, which has no change
+/// notification to await: a short poll with a deadline.
 async fn await_log(node: &daemon_harness::node::Node, needle: &str) {
     let deadline = tokio::time::Instant::now() + DEADLINE;
     while !node.logs().contains(needle) {
@@ -75,12 +86,12 @@ async fn a_trust_rotation_is_taken_only_from_the_current_approvers() {
     let next = env.stack.next_trust_bundle().unwrap();
 
     let weak = env.stack.sign_trust_bundle(&next, 1).unwrap();
-    env.stack.publish_spec(&id, SpecUpdate { trust_bundle: Some(weak), ..Default::default() }).await.unwrap();
+    must_publish_and_apply(&env, &id, SpecUpdate { trust_bundle: Some(weak), ..Default::default() }).await;
     await_log(&node, "trust.ignored").await;
     assert!(!node.logs().contains("trust.rotated"), "a rotation signed by one approver is not taken");
 
     let strong = env.stack.sign_trust_bundle(&next, 2).unwrap();
-    env.stack.publish_spec(&id, SpecUpdate { trust_bundle: Some(strong), ..Default::default() }).await.unwrap();
+    must_publish_and_apply(&env, &id, SpecUpdate { trust_bundle: Some(strong), ..Default::default() }).await;
     await_log(&node, "trust.rotated").await;
     // Commands signed by the stack's root still run under the rotated bundle.
     let cmd = env.stack.enqueue_command(&id, "logs.collect", json!({}), CommandOptions::default()).await.unwrap();

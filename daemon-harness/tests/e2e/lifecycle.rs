@@ -4,7 +4,6 @@
 //! and an unsigned command refused BAD_SIGNATURE.
 
 use std::collections::BTreeSet;
-use std::time::Duration;
 
 use devstack::{CommandOptions, CommandStatus, ReservationState, Signing};
 use serde_json::json;
@@ -102,16 +101,21 @@ async fn bcd_sim_joins_five_distinct_nodes_with_one_token() {
     // bcd sim runs until stopped: watch the stack while it runs, then stop it.
     let mut sim =
         node.spawn(&["sim", "--config", &config, "--nodes", "5", "--seed", "100"], Some(&token)).await.unwrap();
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    let nodes = loop {
-        let nodes = env.stack.nodes_joined_since(mark).await.unwrap();
-        if nodes.len() == 5 {
-            break nodes;
-        }
-        assert!(sim.running(), "bcd sim ended early");
-        assert!(tokio::time::Instant::now() < deadline, "only {} node(s) joined", nodes.len());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    // Re-checked on every change of the stack; the sim's sessions closing
+    // is one, so a sim that ends early is seen.
+    let nodes = env
+        .stack
+        .await_until("five nodes to join", DEADLINE, |v| {
+            let nodes = v.nodes_joined_since(mark);
+            if nodes.len() == 5 {
+                return Some(Ok(nodes));
+            }
+            v.note(format_args!("only {} node(s) joined", nodes.len()));
+            (!sim.running()).then(|| Err(format!("bcd sim ended early; {} node(s) joined", nodes.len())))
+        })
+        .await
+        .unwrap()
+        .unwrap_or_else(|e| panic!("{e}"));
     for n in &nodes {
         env.stack.await_adopted(&n.id, DEADLINE).await.unwrap();
     }

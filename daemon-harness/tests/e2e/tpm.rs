@@ -5,8 +5,6 @@
 //! renews with the AK certifying the next key, and is refused with another
 //! EK root or a node key that is not the CSR's. No swtpm is left behind.
 
-use std::time::Duration;
-
 use daemon_harness::node::Node;
 use devstack::{JoinMethod, NodeKeyLevel, TpmAllow, TpmAttestorOptions};
 use pki::tpm::attestor::NodeKeyPolicy;
@@ -104,12 +102,11 @@ async fn tpm_join_binds_the_ek_rejoins_after_a_reinstall_and_renews_in_the_tpm()
     node.set_env("BCD_RENEW_AFTER", "2s");
     node.start().unwrap();
     env.stack.await_adopted(&id, DEADLINE).await.unwrap();
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    while env.stack.node_certs(&id).await.unwrap().len() < 3 {
-        assert!(tokio::time::Instant::now() < deadline, "no renewal");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let renewed = env.stack.node_certs(&id).await.unwrap();
+    let renewed = env
+        .stack
+        .await_until("a renewal (a third certificate)", DEADLINE, |v| Some(v.node_certs(&id)).filter(|c| c.len() >= 3))
+        .await
+        .expect("a renewal");
     let latest = pki::x509::describe_der(&renewed.last().unwrap().der).unwrap();
     assert!(latest.uris.iter().any(|u| u.starts_with("urn:bc:tpm-ak:")), "the renewed certificate still names the AK");
     let key_file = std::fs::read_to_string(node.data_dir().join("node.key")).unwrap();

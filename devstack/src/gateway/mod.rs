@@ -14,6 +14,7 @@ use crate::shared::Shared;
 use crate::status;
 
 pub mod auth;
+pub mod handlers;
 pub mod limit;
 pub mod renew;
 pub mod session;

@@ -1,9 +1,15 @@
 //! One node's Session stream (ARCHITECTURE.md, "Session"): Hello first,
-//! Welcome, events recorded idempotently and acknowledged, pings and
-//! liveness, command delivery (pending ones when woken, every open one after
-//! the Welcome, BUSY ones again after a short delay), command updates with
-//! verified node-signed results, status reports with verified inventory
-//! hashes, desired state, revocation and drain.
+//! Welcome, pings and liveness, command delivery (pending ones when woken,
+//! every open one after the Welcome, BUSY ones again after a short delay),
+//! desired state, revocation and drain.
+//!
+//! The session routes what the node sends to the features'
+//! handlers ([`super::handlers::HANDLERS`]): an event (StatusReport,
+//! CommandUpdate) is recorded once by node, journal and seq, its handlers
+//! run inside that transaction, then it is acknowledged; a request
+//! (SpecRequest, SecretRequest, WorkloadTokenRequest) goes to its one
+//! handler. The session then carries out what the handlers asked
+//! ([`Effects`]): specs and frames to send, commands to deliver again.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -11,26 +17,24 @@ use std::time::Duration;
 
 use proto::gateway_frame::Frame as Out;
 use proto::node_frame::Frame as In;
-use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
 use tonic::{Code, Status, Streaming};
 use tracing::{debug, info, warn};
 
 use super::auth::AuthedNode;
+use super::handlers::{Effects, Event, EventHandler, HANDLERS, RequestContext, RequestHandler};
 use super::limit;
 use crate::adoption;
 use crate::clock::now_ms;
 use crate::commands::{delivery_frame, frame};
 use crate::error::Result;
 use crate::hub::Control;
-use crate::reservations::{self, Bound};
 use crate::shared::Shared;
 use crate::status::{code, refuse};
-use crate::store::commands::Outcome;
 use crate::store::rows::{CommandRow, CommandStatus, NodeSessionRow, NodeSpecRow};
 use crate::store::sessions::NewSession;
-use crate::store::{certs, commands, events, inventory, nodes, sessions, specs};
+use crate::store::{commands, events, nodes, sessions, specs};
 
 /// The sending half of a session's response stream.
 pub type Outbound = mpsc::Sender<Result<proto::GatewayFrame, Status>>;
@@ -308,24 +312,23 @@ impl Session {
         }
     }
 
+    /// Routes a frame: control frames here, events and requests to the
+    /// features' handlers.
     async fn on_frame(&mut self, f: proto::NodeFrame) -> Result<(), End> {
         let seq = f.seq;
         let name = frame_name(&f);
         match f.frame {
             Some(In::Heartbeat(hb)) => self.applied_generation(hb.applied_generation),
             Some(In::Pong(_)) | Some(In::EventAck(_)) => Ok(()),
-            Some(In::CommandUpdate(update)) => self.on_command_update(seq, update).await,
-            Some(In::StatusReport(report)) => self.on_status_report(seq, report).await,
-            Some(In::SpecRequest(request)) => self.on_spec_request(request).await,
-            Some(In::SecretRequest(env)) => self.on_secret_request(env).await,
-            Some(In::WorkloadTokenRequest(request)) => {
-                let response = proto::WorkloadTokenResponse {
-                    request_id: request.request_id,
-                    token: String::new(),
-                    error: "workload-unsupported: this stack issues no workload tokens yet".into(),
-                };
-                self.send(frame(Out::WorkloadTokenResponse(response))).await
+            Some(In::CommandUpdate(update)) => {
+                self.on_event(seq, "command_update", HANDLERS.command_update, &update).await
             }
+            Some(In::StatusReport(report)) => {
+                self.on_event(seq, "status_report", HANDLERS.status_report, &report).await
+            }
+            Some(In::SpecRequest(request)) => self.on_request(HANDLERS.spec_request, request).await,
+            Some(In::SecretRequest(env)) => self.on_request(HANDLERS.secret_request, env).await,
+            Some(In::WorkloadTokenRequest(request)) => self.on_request(HANDLERS.workload_token_request, request).await,
             Some(In::Hello(_)) | None => {
                 warn!(node_id = %self.node.node_id, frame = name, "session: unexpected frame ignored");
                 Ok(())
@@ -346,251 +349,66 @@ impl Session {
         Ok(())
     }
 
-    /// Records an event once (by node, journal and seq) and acknowledges it.
-    /// Returns whether `apply` ran (false for a re-sent event).
-    async fn record_event<T>(
-        &self,
+    /// Records an event once (by node, journal and seq), running `handlers`
+    /// inside its transaction, acknowledges it, then carries out what the
+    /// handlers asked. A re-sent event is acknowledged without them.
+    async fn on_event<T>(
+        &mut self,
         seq: u64,
         kind: &str,
-        apply: impl FnOnce(&rusqlite::Connection) -> Result<T>,
-    ) -> Result<Option<T>, End> {
-        let (node_id, journal_id) = (&self.node.node_id, &self.row.journal_id);
-        let applied = self
-            .shared
+        handlers: &[&dyn EventHandler<T>],
+        message: &T,
+    ) -> Result<(), End> {
+        let (shared, node) = (&*self.shared, &self.node);
+        let (node_id, journal_id) = (&node.node_id, &self.row.journal_id);
+        let effects = shared
             .store
             .tx(|c| {
-                if seq > 0 && !events::record(c, node_id, journal_id, seq, kind, now_ms())? {
+                let now = now_ms();
+                if seq > 0 && !events::record(c, node_id, journal_id, seq, kind, now)? {
                     return Ok(None);
                 }
-                apply(c).map(Some)
+                let event = Event { c, shared, node, now_ms: now };
+                let mut effects = Effects::default();
+                for handler in handlers {
+                    effects.merge(handler.record(&event, message)?);
+                }
+                Ok(Some(effects))
             })
             .map_err(store_end)?;
-        if applied.is_none() {
+        if effects.is_none() {
             debug!(node_id = %node_id, seq, kind, "session: event already recorded");
         }
         if seq > 0 {
             self.send(frame(Out::EventAck(proto::EventAck { up_to_seq: seq }))).await?;
         }
-        Ok(applied)
-    }
-
-    async fn on_command_update(&mut self, seq: u64, update: proto::CommandUpdate) -> Result<(), End> {
-        let node_id = self.node.node_id.clone();
-        let id = update.command_id.clone();
-        let Some(reported) = proto::CommandState::try_from(update.state).ok().and_then(CommandStatus::from_proto)
-        else {
-            warn!(node_id = %node_id, command_id = %id, state = update.state, "session: command update without a state");
-            return self.record_event(seq, "command_update", |_| Ok(())).await.map(drop);
-        };
-        let row = self.shared.store.with(|c| commands::get(c, &id)).map_err(store_end)?;
-        let Some(row) = row.filter(|r| r.node_id == node_id) else {
-            warn!(node_id = %node_id, command_id = %id, "session: update for a command this node does not have");
-            return self.record_event(seq, "command_update", |_| Ok(())).await.map(drop);
-        };
-        let checked = self.check_result(&row, reported, &update);
-        let outcome = Outcome {
-            state: checked.state,
-            reason: &checked.reason,
-            result: checked.result.as_deref(),
-            output: checked.output.as_deref(),
-        };
-        let changed = self
-            .record_event(seq, "command_update", |c| {
-                commands::record_update(c, &id, reported, &update.reason, now_ms())?;
-                commands::set_state(c, &id, &outcome, now_ms())
-            })
-            .await?;
-        if changed != Some(true) {
-            return Ok(());
-        }
-        info!(
-            node_id = %node_id,
-            command_id = %id,
-            kind = %row.kind,
-            state = %checked.state,
-            reason = %checked.reason,
-            "session: command update"
-        );
-        if checked.state == CommandStatus::Busy {
-            self.busy.insert(id.clone(), Instant::now() + self.shared.settings.busy_retry);
-        } else {
-            self.busy.remove(&id);
-        }
+        let Some(effects) = effects else { return Ok(()) };
         self.shared.bump();
-        if checked.state.is_terminal() {
-            let shared = self.shared.clone();
-            let done =
-                shared.store.with(|c| Ok((nodes::get(c, &node_id)?, commands::get(c, &id)?))).map_err(store_end)?;
-            if let (Some(node), Some(cmd)) = done
-                && let Some(spec) = adoption::on_command_done(&shared, &node, &cmd).map_err(store_end)?
-            {
-                self.send_spec(&spec).await?;
-            }
+        self.carry_out(effects).await
+    }
+
+    /// Answers a request with its handler, then carries out what it asked.
+    async fn on_request<T>(&mut self, handler: &dyn RequestHandler<T>, message: T) -> Result<(), End> {
+        let request = RequestContext { shared: &self.shared, node: &self.node };
+        let effects = handler.answer(&request, message).map_err(store_end)?;
+        self.carry_out(effects).await
+    }
+
+    /// Sends the specs, then the frames, and schedules the redeliveries.
+    async fn carry_out(&mut self, effects: Effects) -> Result<(), End> {
+        for (id, again) in effects.redeliver {
+            match again {
+                Some(after) => self.busy.insert(id, Instant::now() + after),
+                None => self.busy.remove(&id),
+            };
+        }
+        for spec in &effects.specs {
+            self.send_spec(spec).await?;
+        }
+        for f in effects.frames {
+            self.send(f).await?;
         }
         Ok(())
-    }
-
-    /// The state to store for an update: a terminal update's node-signed
-    /// result must verify under one of the node's certified keys and agree
-    /// with the update, else the command is FAILED `result-unverified`.
-    fn check_result(&self, row: &CommandRow, reported: CommandStatus, update: &proto::CommandUpdate) -> Checked {
-        let plain = Checked { state: reported, reason: update.reason.clone(), result: None, output: None };
-        let refused = |detail: String| {
-            warn!(node_id = %self.node.node_id, command_id = %row.id, %detail, "session: command result refused");
-            Checked {
-                state: CommandStatus::Failed,
-                reason: format!("result-unverified: {detail}"),
-                result: None,
-                output: None,
-            }
-        };
-        let Some(env) = &update.result else {
-            if reported == CommandStatus::Succeeded {
-                return refused("SUCCEEDED without a node-signed result".into());
-            }
-            return plain;
-        };
-        let envelope = pki::dsse::Envelope::from_proto(env);
-        let result = match self.verify_result(&envelope) {
-            Ok(result) => result,
-            Err(e) => return refused(format!("{}: {e}", e.code())),
-        };
-        if result.command_id != row.id || CommandStatus::from_proto(result.state()) != Some(reported) {
-            return refused(format!(
-                "the signed result is for {} in state {:?}, the update for {} in state {reported}",
-                result.command_id,
-                result.state(),
-                row.id
-            ));
-        }
-        use prost::Message as _;
-        Checked {
-            state: reported,
-            reason: if result.reason.is_empty() { update.reason.clone() } else { result.reason },
-            result: Some(env.encode_to_vec()),
-            output: Some(result.output),
-        }
-    }
-
-    /// Verifies a node-signed result under the session's key, then under the
-    /// node's other certified keys (a result signed before a renewal).
-    fn verify_result(&self, env: &pki::dsse::Envelope) -> Result<proto::CommandResult, pki::Error> {
-        self.verify_statement(env, pki::statement::verify_command_result)
-    }
-
-    /// Runs `verify` under the session's key, then under the node's other
-    /// certified keys; the first success, or the session key's refusal.
-    fn verify_statement<T>(
-        &self,
-        env: &pki::dsse::Envelope,
-        verify: impl Fn(&pki::dsse::Envelope, &pki::PublicKey, &str) -> Result<T, pki::Error>,
-    ) -> Result<T, pki::Error> {
-        let node_id = &self.node.node_id;
-        let first = verify(env, &self.node.key, node_id);
-        if first.is_ok() {
-            return first;
-        }
-        let others = self.shared.store.with(|c| certs::of_node(c, node_id)).unwrap_or_default();
-        for cert in others {
-            let Ok(described) = pki::x509::describe_der(&cert.der) else { continue };
-            let Ok(key) = pki::PublicKey::from_spki_der(&described.spki_der) else { continue };
-            if key != self.node.key
-                && let Ok(value) = verify(env, &key, node_id)
-            {
-                return Ok(value);
-            }
-        }
-        first
-    }
-
-    async fn on_status_report(&mut self, seq: u64, report: proto::StatusReport) -> Result<(), End> {
-        let node_id = self.node.node_id.clone();
-        let mut good = Vec::new();
-        for section in &report.inventory {
-            let actual = hex::encode(Sha256::digest(&section.content));
-            if actual == section.sha256 {
-                good.push(section);
-            } else {
-                warn!(
-                    node_id = %node_id,
-                    section = %section.name,
-                    claimed = %section.sha256,
-                    actual = %actual,
-                    "session: inventory section refused: its sha256 does not match its content"
-                );
-            }
-        }
-        let bound: Vec<Bound> = report
-            .allocations
-            .iter()
-            .map(|env| Bound::check(env, |e| self.verify_statement(e, pki::statement::verify_allocation_bound)))
-            .collect();
-        let shared = self.shared.clone();
-        let applied = self
-            .record_event(seq, "status_report", |c| {
-                let now = now_ms();
-                for section in &good {
-                    inventory::upsert(c, &node_id, &section.name, &section.sha256, &section.content, now)?;
-                }
-                nodes::set_applied_generation(c, &node_id, report.applied_generation)?;
-                reservations::apply_report(c, &shared, &node_id, &bound, &report.released, &report.failed)
-            })
-            .await?;
-        if let Some(applied) = applied {
-            debug!(
-                node_id = %node_id,
-                sections = good.len(),
-                allocations = bound.len(),
-                released = report.released.len(),
-                failed = report.failed.len(),
-                generation = report.applied_generation,
-                "session: status report"
-            );
-            for spec in &applied.specs {
-                self.send_spec(spec).await?;
-            }
-            self.shared.bump();
-        }
-        Ok(())
-    }
-
-    async fn on_spec_request(&self, request: proto::SpecRequest) -> Result<(), End> {
-        let spec = self.shared.store.with(|c| specs::latest(c, &self.node.node_id)).map_err(store_end)?;
-        match spec {
-            Some(spec) => {
-                if spec.generation < request.min_generation {
-                    warn!(
-                        node_id = %self.node.node_id,
-                        wanted = request.min_generation,
-                        latest = spec.generation,
-                        "session: spec request above the latest generation; sending the latest"
-                    );
-                }
-                self.send_spec(&spec).await
-            }
-            None => {
-                warn!(node_id = %self.node.node_id, "session: spec request from a node without a spec");
-                Ok(())
-            }
-        }
-    }
-
-    async fn on_secret_request(&self, env: proto::Envelope) -> Result<(), End> {
-        let envelope = pki::dsse::Envelope::from_proto(&env);
-        match pki::statement::verify_secret_request(&envelope, &self.node.key, &self.node.node_id) {
-            Ok((request, _)) => {
-                let response = proto::SecretResponse {
-                    request_id: request.request_id,
-                    jwe: String::new(),
-                    error: "secret-unknown: this stack holds no secrets".into(),
-                };
-                self.send(frame(Out::SecretResponse(response))).await
-            }
-            Err(e) => {
-                warn!(node_id = %self.node.node_id, code = e.code(), "session: secret request refused");
-                Ok(())
-            }
-        }
     }
 
     /// Closes the session row, unregisters it and ends the stream as `end` says.
@@ -612,14 +430,6 @@ impl Session {
             let _ = self.out.send(Err(status)).await;
         }
     }
-}
-
-/// What to store for a command update.
-struct Checked {
-    state: CommandStatus,
-    reason: String,
-    result: Option<Vec<u8>>,
-    output: Option<Vec<u8>>,
 }
 
 fn store_end(e: crate::error::Error) -> End {

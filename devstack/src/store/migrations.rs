@@ -26,6 +26,7 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration { version: 3, name: "reservations", sql: V3 },
     Migration { version: 4, name: "node bindings and joins", sql: V4 },
     Migration { version: 5, name: "releases", sql: V5 },
+    Migration { version: 6, name: "node section status", sql: V6 },
 ];
 
 const V1: &str = r#"
@@ -226,6 +227,19 @@ CREATE TABLE release_artifacts (
 );
 "#;
 
+const V6: &str = r#"
+CREATE TABLE node_section_status (
+    node_id TEXT NOT NULL REFERENCES nodes(id),
+    section TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('unspecified', 'applied', 'progressing', 'failed')),
+    reason TEXT NOT NULL DEFAULT '',
+    message TEXT NOT NULL DEFAULT '',
+    generation INTEGER NOT NULL,
+    updated_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (node_id, section)
+);
+"#;
+
 /// Applies every migration not yet recorded; returns the numbers applied.
 pub fn migrate(conn: &mut Connection) -> Result<Vec<u32>> {
     conn.execute_batch(
@@ -281,6 +295,7 @@ mod tests {
             "node_certs",
             "node_events",
             "node_joins",
+            "node_section_status",
             "node_sessions",
             "nodes",
             "pools",

@@ -23,6 +23,7 @@ pub mod pools;
 pub mod releases;
 pub mod reservations;
 pub mod rows;
+pub mod sections;
 pub mod sessions;
 pub mod settings;
 pub mod specs;

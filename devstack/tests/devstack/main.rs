@@ -7,6 +7,7 @@ mod node;
 mod releases;
 mod reservations;
 mod restart;
+mod sections;
 mod serve;
 mod session;
 mod tls;
@@ -90,6 +91,8 @@ fn api_futures_are_send(stack: &DevStack) {
     send(stack.rollout_upgrade_with("node", "0.9.0", &devstack::ManifestOptions::default()));
     send(stack.await_daemon_version("node", "0.9.0", wait));
     send(stack.node_bindings("node"));
+    send(stack.section_status("node", "instances"));
+    send(stack.await_until("anything", wait, |v| v.section_status("node", "instances")));
     send(DevStack::start(DevStackOptions::memory()));
 }
 

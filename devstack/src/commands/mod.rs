@@ -1,8 +1,9 @@
 //! Commands: building the (signed or unsigned) envelope, enqueueing, batches
 //! of destructive commands with their approval, waking the node's session,
-//! and the frames that deliver them.
+//! the frames that deliver them, and the API's commands and outcomes. What
+//! a node reports back is [`updates`].
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use prost::Message as _;
 
@@ -11,8 +12,12 @@ use crate::error::{Error, Result};
 use crate::hub::Control;
 use crate::ids;
 use crate::shared::Shared;
-use crate::store::rows::{CommandRow, CommandStatus};
+use crate::stack::DevStack;
+use crate::store::rows::{CommandRow, CommandStatus, CommandUpdateRow};
 use crate::store::{commands, nodes};
+use crate::view::StackView;
+
+pub mod updates;
 
 /// How a command is to be run (DESIGN.md §3.6).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -75,6 +80,36 @@ pub struct Batch {
     pub id: String,
     /// The command ids, in the order given.
     pub command_ids: Vec<String>,
+}
+
+/// The end of a command.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommandOutcome {
+    /// The command.
+    pub id: String,
+    /// Its terminal state.
+    pub state: CommandStatus,
+    /// The node's reason (or `result-unverified: …` for a refused result).
+    pub reason: String,
+    /// The verified result's output (JSON), empty without one.
+    pub output: Vec<u8>,
+}
+
+impl CommandOutcome {
+    /// The outcome of a command that ended; `None` while it runs.
+    pub fn of(row: CommandRow) -> Option<Self> {
+        row.state.is_terminal().then(|| CommandOutcome {
+            id: row.id,
+            state: row.state,
+            reason: row.reason,
+            output: row.output.unwrap_or_default(),
+        })
+    }
+
+    /// The output parsed as JSON.
+    pub fn output_json(&self) -> Option<serde_json::Value> {
+        serde_json::from_slice(&self.output).ok()
+    }
 }
 
 /// A command and its envelope, signed by the command root under signed intent.
@@ -243,4 +278,68 @@ pub fn delivery_frame(row: &CommandRow) -> Result<proto::GatewayFrame> {
 /// A control frame (`seq` 0).
 pub fn frame(frame: proto::gateway_frame::Frame) -> proto::GatewayFrame {
     proto::GatewayFrame { seq: 0, frame: Some(frame) }
+}
+
+impl StackView<'_> {
+    /// A command.
+    pub fn command(&self, id: &str) -> Option<CommandRow> {
+        self.read(|c| commands::get(c, id))
+    }
+
+    /// A node's commands, in enqueue order.
+    pub fn commands(&self, node_id: &str) -> Vec<CommandRow> {
+        self.read(|c| commands::of_node(c, node_id))
+    }
+
+    /// The states a node reported for a command, oldest first.
+    pub fn command_updates(&self, id: &str) -> Vec<CommandUpdateRow> {
+        self.read(|c| commands::updates(c, id))
+    }
+}
+
+impl DevStack {
+    /// Enqueues a command for a node (signed under signed intent); returns its id.
+    pub async fn enqueue_command(
+        &self,
+        node_id: &str,
+        kind: &str,
+        params: serde_json::Value,
+        opts: CommandOptions,
+    ) -> Result<String> {
+        enqueue(self.shared(), node_id, kind, &params, &opts)
+    }
+
+    /// Enqueues a batch of destructive commands with a BatchApproval signed
+    /// by `spec.approvals` of the stack's approvers (signed intent only).
+    pub async fn enqueue_batch(&self, spec: BatchSpec) -> Result<Batch> {
+        enqueue_batch(self.shared(), &spec)
+    }
+
+    /// Waits until a command reaches a terminal state; fails at once for an
+    /// unknown command.
+    pub async fn await_command(&self, id: &str, timeout: Duration) -> Result<CommandOutcome> {
+        self.await_until(format!("command {id} to end"), timeout, |v| {
+            let Some(row) = v.command(id) else {
+                return Some(Err(Error::UnknownCommand { command_id: id.to_string() }));
+            };
+            v.note(format_args!("state {}", row.state));
+            CommandOutcome::of(row).map(Ok)
+        })
+        .await?
+    }
+
+    /// A command.
+    pub async fn command(&self, id: &str) -> Result<Option<CommandRow>> {
+        self.view(|v| v.command(id))
+    }
+
+    /// A node's commands.
+    pub async fn commands(&self, node_id: &str) -> Result<Vec<CommandRow>> {
+        self.view(|v| v.commands(node_id))
+    }
+
+    /// The states a node reported for a command.
+    pub async fn command_updates(&self, id: &str) -> Result<Vec<CommandUpdateRow>> {
+        self.view(|v| v.command_updates(id))
+    }
 }

@@ -1,0 +1,148 @@
+//! The seam between a Session and the features: what a handler sees of the
+//! event or request it handles, what it may ask of the session afterwards
+//! ([`Effects`]), and the one list that routes each kind of node frame to
+//! the features that handle it ([`HANDLERS`]).
+//!
+//! Events (`seq > 0`: StatusReport, CommandUpdate) are recorded once per
+//! node, journal and seq; their handlers run inside that event's
+//! transaction, in list order, and never for a re-sent event. Requests
+//! (SpecRequest, SecretRequest, WorkloadTokenRequest) are answered by one
+//! handler each, outside any transaction. A new feature adds a handler here
+//! instead of growing the session.
+
+use std::time::Duration;
+
+use rusqlite::Connection;
+
+use super::auth::AuthedNode;
+use crate::error::Result;
+use crate::shared::Shared;
+use crate::store::certs;
+use crate::store::rows::NodeSpecRow;
+
+/// An event being recorded: its transaction and the session's node.
+pub struct Event<'a> {
+    /// The event's transaction: every write commits with the event, or not
+    /// at all.
+    pub c: &'a Connection,
+    /// The stack (keys, settings). Its store is locked by this transaction:
+    /// read and write through `c` only.
+    pub shared: &'a Shared,
+    /// The session's node (its id and the key of its session certificate).
+    pub node: &'a AuthedNode,
+    /// When the stack recorded the event.
+    pub now_ms: i64,
+}
+
+impl Event<'_> {
+    /// The node's id.
+    pub fn node_id(&self) -> &str {
+        &self.node.node_id
+    }
+
+    /// Runs `verify` on a node-signed statement under the session's key,
+    /// then under the node's other certified keys (a statement signed before
+    /// a renewal); the first success, or the session key's refusal.
+    pub fn verify_statement<T>(
+        &self,
+        env: &pki::dsse::Envelope,
+        verify: impl Fn(&pki::dsse::Envelope, &pki::PublicKey, &str) -> Result<T, pki::Error>,
+    ) -> Result<T, pki::Error> {
+        let node_id = self.node_id();
+        let first = verify(env, &self.node.key, node_id);
+        if first.is_ok() {
+            return first;
+        }
+        let others = certs::of_node(self.c, node_id).unwrap_or_default();
+        for cert in others {
+            let Ok(described) = pki::x509::describe_der(&cert.der) else { continue };
+            let Ok(key) = pki::PublicKey::from_spki_der(&described.spki_der) else { continue };
+            if key != self.node.key
+                && let Ok(value) = verify(env, &key, node_id)
+            {
+                return Ok(value);
+            }
+        }
+        first
+    }
+}
+
+/// A request being answered: the stack and the session's node.
+pub struct RequestContext<'a> {
+    /// The stack.
+    pub shared: &'a Shared,
+    /// The session's node.
+    pub node: &'a AuthedNode,
+}
+
+/// What a handler asks of the session once its event committed (or its
+/// request was answered): specs and frames to send, in order, and commands
+/// to deliver again.
+#[derive(Debug, Default)]
+#[must_use]
+pub struct Effects {
+    /// Specs to send to the node as DesiredState (first).
+    pub specs: Vec<NodeSpecRow>,
+    /// Frames to send to the node (after the specs).
+    pub frames: Vec<proto::GatewayFrame>,
+    /// Commands to deliver again after a delay (`Some`, a BUSY), or no
+    /// longer (`None`).
+    pub redeliver: Vec<(String, Option<Duration>)>,
+}
+
+impl Effects {
+    /// Effects that send one frame.
+    pub fn frame(frame: proto::GatewayFrame) -> Self {
+        Effects { frames: vec![frame], ..Effects::default() }
+    }
+
+    /// Appends another handler's effects.
+    pub fn merge(&mut self, other: Effects) {
+        self.specs.extend(other.specs);
+        self.frames.extend(other.frames);
+        self.redeliver.extend(other.redeliver);
+    }
+}
+
+/// A feature's handler of one kind of event.
+pub trait EventHandler<T>: Sync {
+    /// Records what `message` says, inside the event's transaction. It runs
+    /// once per event (a re-sent event is acknowledged without it); an error
+    /// rolls the event back and ends the session.
+    fn record(&self, event: &Event<'_>, message: &T) -> Result<Effects>;
+}
+
+/// A feature's handler of one kind of request.
+pub trait RequestHandler<T>: Sync {
+    /// Answers `message` (nothing is recorded for it); an error ends the
+    /// session.
+    fn answer(&self, request: &RequestContext<'_>, message: T) -> Result<Effects>;
+}
+
+/// Which features handle which node frame.
+pub struct Handlers {
+    /// The parts of a StatusReport, each recorded by its feature, in order.
+    pub status_report: &'static [&'static dyn EventHandler<proto::StatusReport>],
+    /// What a CommandUpdate changes, in order.
+    pub command_update: &'static [&'static dyn EventHandler<proto::CommandUpdate>],
+    /// The answer to a SpecRequest.
+    pub spec_request: &'static dyn RequestHandler<proto::SpecRequest>,
+    /// The answer to a SecretRequest (a node-signed envelope).
+    pub secret_request: &'static dyn RequestHandler<proto::Envelope>,
+    /// The answer to a WorkloadTokenRequest.
+    pub workload_token_request: &'static dyn RequestHandler<proto::WorkloadTokenRequest>,
+}
+
+/// The one list of handlers: a feature registers its handler here.
+pub static HANDLERS: Handlers = Handlers {
+    status_report: &[
+        &crate::inventory::Inventory,
+        &crate::nodes::AppliedGeneration,
+        &crate::reservations::Allocations,
+        &crate::sections::Sections,
+    ],
+    command_update: &[&crate::commands::updates::CommandUpdates, &crate::adoption::AcceptanceCheck],
+    spec_request: &crate::spec::SpecRequests,
+    secret_request: &crate::secrets::SecretRequests,
+    workload_token_request: &crate::workload::WorkloadTokens,
+};

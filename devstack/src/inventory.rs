@@ -1,0 +1,56 @@
+//! A node's inventory (ARCHITECTURE.md, "Inventory"): the report part that
+//! stores each section whose SHA-256 matches its content (and refuses the
+//! others), and the reads of the stored sections.
+
+use sha2::{Digest, Sha256};
+use tracing::{debug, warn};
+
+use crate::error::Result;
+use crate::gateway::handlers::{Effects, Event, EventHandler};
+use crate::stack::DevStack;
+use crate::store::inventory;
+use crate::store::rows::InventoryRow;
+use crate::view::StackView;
+
+/// The report part that stores verified inventory sections.
+pub struct Inventory;
+
+impl EventHandler<proto::StatusReport> for Inventory {
+    fn record(&self, event: &Event<'_>, report: &proto::StatusReport) -> Result<Effects> {
+        let node_id = event.node_id();
+        let mut stored = 0;
+        for section in &report.inventory {
+            let actual = hex::encode(Sha256::digest(&section.content));
+            if actual != section.sha256 {
+                warn!(
+                    node_id = %node_id,
+                    section = %section.name,
+                    claimed = %section.sha256,
+                    actual = %actual,
+                    "session: inventory section refused: its sha256 does not match its content"
+                );
+                continue;
+            }
+            inventory::upsert(event.c, node_id, &section.name, &section.sha256, &section.content, event.now_ms)?;
+            stored += 1;
+        }
+        if !report.inventory.is_empty() {
+            debug!(node_id = %node_id, sections = stored, refused = report.inventory.len() - stored, "inventory stored");
+        }
+        Ok(Effects::default())
+    }
+}
+
+impl StackView<'_> {
+    /// A node's verified inventory sections, by name.
+    pub fn inventory(&self, node_id: &str) -> Vec<InventoryRow> {
+        self.read(|c| inventory::of_node(c, node_id))
+    }
+}
+
+impl DevStack {
+    /// A node's verified inventory sections.
+    pub async fn inventory(&self, node_id: &str) -> Result<Vec<InventoryRow>> {
+        self.view(|v| v.inventory(node_id))
+    }
+}

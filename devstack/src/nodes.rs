@@ -1,0 +1,197 @@
+//! Nodes and their sessions as the in-process API sees them: the node rows
+//! and their certificates, joins in order ([`JoinMark`]), waits on a node's
+//! state and on its live session, revocation and injected frames; and the
+//! applied generation a StatusReport carries (a report part).
+
+use std::time::Duration;
+
+use tracing::info;
+
+use crate::clock::now_ms;
+use crate::error::{Error, Result};
+use crate::gateway::handlers::{Effects, Event, EventHandler};
+use crate::hub::Control;
+use crate::stack::DevStack;
+use crate::store::rows::{NodeCertRow, NodeRow, NodeSessionRow, NodeState};
+use crate::store::{certs, nodes, sessions};
+use crate::view::StackView;
+
+/// A point in the order of joins: nodes that join later are "new".
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct JoinMark(i64);
+
+impl StackView<'_> {
+    /// A node.
+    pub fn node(&self, node_id: &str) -> Option<NodeRow> {
+        self.read(|c| nodes::get(c, node_id))
+    }
+
+    /// Every node, in join order.
+    pub fn nodes(&self) -> Vec<NodeRow> {
+        self.read(nodes::all)
+    }
+
+    /// A mark in the order of joins; nodes that join later are after it.
+    pub fn join_mark(&self) -> JoinMark {
+        JoinMark(self.read(nodes::last_seq))
+    }
+
+    /// The nodes that joined after `mark`, in join order.
+    pub fn nodes_joined_since(&self, mark: JoinMark) -> Vec<NodeRow> {
+        self.read(|c| nodes::after(c, mark.0))
+    }
+
+    /// A node's certificates.
+    pub fn node_certs(&self, node_id: &str) -> Vec<NodeCertRow> {
+        self.read(|c| certs::of_node(c, node_id))
+    }
+
+    /// A node's sessions, oldest first.
+    pub fn node_sessions(&self, node_id: &str) -> Vec<NodeSessionRow> {
+        self.read(|c| sessions::of_node(c, node_id))
+    }
+
+    /// The epoch of a node's live session, if it has one.
+    pub fn live_epoch(&self, node_id: &str) -> Option<u64> {
+        self.hub().live_epoch(node_id)
+    }
+
+    /// The row of a node's live session, if it has one.
+    pub fn live_session(&self, node_id: &str) -> Option<NodeSessionRow> {
+        let epoch = self.live_epoch(node_id)?;
+        self.node_sessions(node_id).into_iter().find(|s| s.epoch == epoch)
+    }
+}
+
+impl DevStack {
+    /// A node.
+    pub async fn node(&self, node_id: &str) -> Result<Option<NodeRow>> {
+        self.view(|v| v.node(node_id))
+    }
+
+    /// Every node, in join order.
+    pub async fn nodes(&self) -> Result<Vec<NodeRow>> {
+        self.view(|v| v.nodes())
+    }
+
+    /// A mark in the order of joins; nodes that join later are after it.
+    pub async fn join_mark(&self) -> Result<JoinMark> {
+        self.view(|v| v.join_mark())
+    }
+
+    /// The nodes that joined after `mark`.
+    pub async fn nodes_joined_since(&self, mark: JoinMark) -> Result<Vec<NodeRow>> {
+        self.view(|v| v.nodes_joined_since(mark))
+    }
+
+    /// A node's sessions.
+    pub async fn node_sessions(&self, node_id: &str) -> Result<Vec<NodeSessionRow>> {
+        self.view(|v| v.node_sessions(node_id))
+    }
+
+    /// A node's certificates.
+    pub async fn node_certs(&self, node_id: &str) -> Result<Vec<NodeCertRow>> {
+        self.view(|v| v.node_certs(node_id))
+    }
+
+    /// The epoch of a node's live session, if it has one.
+    pub fn live_epoch(&self, node_id: &str) -> Option<u64> {
+        self.shared().hub.live_epoch(node_id)
+    }
+
+    /// Waits until a node satisfies `predicate`; returns its row. Fails at
+    /// once for an unknown node.
+    pub async fn await_node(
+        &self,
+        node_id: &str,
+        predicate: impl Fn(&NodeRow) -> bool + Send,
+        timeout: Duration,
+    ) -> Result<NodeRow> {
+        self.await_until(format!("node {node_id}"), timeout, move |v| {
+            let Some(row) = v.node(node_id) else {
+                return Some(Err(Error::UnknownNode { node_id: node_id.to_string() }));
+            };
+            v.note(format_args!(
+                "state {}, applied generation {}, reason {:?}",
+                row.state, row.applied_generation, row.reason
+            ));
+            predicate(&row).then_some(Ok(row))
+        })
+        .await?
+    }
+
+    /// Waits until a node is in `state`.
+    pub async fn await_node_state(&self, node_id: &str, state: NodeState, timeout: Duration) -> Result<NodeRow> {
+        self.await_node(node_id, |n| n.state == state, timeout).await
+    }
+
+    /// Waits until a node is adopted and has applied generation ≥ 1 (the
+    /// contract's "adopted"); fails at once if it is rejected.
+    pub async fn await_adopted(&self, node_id: &str, timeout: Duration) -> Result<NodeRow> {
+        let row = self
+            .await_node(
+                node_id,
+                |n| n.state == NodeState::Rejected || (n.state == NodeState::Adopted && n.applied_generation >= 1),
+                timeout,
+            )
+            .await?;
+        if row.state == NodeState::Rejected {
+            return Err(Error::Rejected { node_id: row.id, reason: row.reason });
+        }
+        Ok(row)
+    }
+
+    /// Waits for the first node of `pool_id` that joined after `mark`.
+    pub async fn await_new_node(&self, pool_id: &str, mark: JoinMark, timeout: Duration) -> Result<NodeRow> {
+        self.await_until(format!("a node to join pool {pool_id}"), timeout, |v| {
+            v.nodes_joined_since(mark).into_iter().find(|n| n.pool_id == pool_id)
+        })
+        .await
+    }
+
+    /// Waits until a node has a live session of epoch ≥ `min_epoch`; returns
+    /// its row. Pass 0 for any session, or a previous epoch + 1 to wait for a
+    /// reconnection.
+    pub async fn await_session(&self, node_id: &str, min_epoch: u64, timeout: Duration) -> Result<NodeSessionRow> {
+        self.await_until(format!("a session of node {node_id} with epoch ≥ {min_epoch}"), timeout, |v| {
+            v.live_session(node_id).filter(|s| s.epoch >= min_epoch)
+        })
+        .await
+    }
+
+    /// Revokes every certificate of a node; a live session gets a
+    /// RevocationNotice and is closed, and new sessions are refused.
+    pub async fn revoke_node(&self, node_id: &str) -> Result<()> {
+        let shared = self.shared();
+        let n = shared.store.with(|c| {
+            if nodes::get(c, node_id)?.is_none() {
+                return Err(Error::UnknownNode { node_id: node_id.to_string() });
+            }
+            certs::revoke_all(c, node_id, now_ms())
+        })?;
+        info!(node_id, certificates = n, "node revoked");
+        shared.hub.send(node_id, Control::Revoke("the node's certificates were revoked".into()));
+        shared.bump();
+        Ok(())
+    }
+
+    /// Sends a frame as is into a node's live session (tests inject unsigned
+    /// commands this way).
+    pub async fn send_raw(&self, node_id: &str, frame: proto::GatewayFrame) -> Result<()> {
+        if self.shared().hub.send(node_id, Control::Raw(Box::new(frame))) {
+            Ok(())
+        } else {
+            Err(Error::NoSession { node_id: node_id.to_string() })
+        }
+    }
+}
+
+/// The report part that records the spec generation a node applied.
+pub struct AppliedGeneration;
+
+impl EventHandler<proto::StatusReport> for AppliedGeneration {
+    fn record(&self, event: &Event<'_>, report: &proto::StatusReport) -> Result<Effects> {
+        nodes::set_applied_generation(event.c, event.node_id(), report.applied_generation)?;
+        Ok(Effects::default())
+    }
+}

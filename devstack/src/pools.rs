@@ -1,0 +1,119 @@
+//! Pools and join tokens: creating a pool with its acceptance rule, minting
+//! a join token (only its SHA-256 is stored, and it is never logged), and
+//! reading both back.
+
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use tracing::info;
+
+use crate::adoption::{ACCEPTANCE_DIAG, ACCEPTANCE_NONE};
+use crate::clock::now_ms;
+use crate::error::{Error, Result};
+use crate::ids;
+use crate::stack::DevStack;
+use crate::store::rows::{JoinTokenRow, PoolRow};
+use crate::store::{pools, tokens};
+use crate::view::StackView;
+
+/// How a pool accepts its nodes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Acceptance {
+    /// Run `diag.nvml` and compare its GPU count with the expected one.
+    #[default]
+    DiagNvml,
+    /// Adopt on the first session.
+    None,
+}
+
+/// A pool to create.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PoolSpec {
+    /// A unique name.
+    pub name: String,
+    /// The GPU model nodes should have (recorded, not checked yet).
+    pub gpu_model: Option<String>,
+    /// The GPU count `diag.nvml` must report; `None` accepts any.
+    pub expect_gpu_count: Option<u32>,
+    /// The acceptance check.
+    pub acceptance: Acceptance,
+}
+
+impl StackView<'_> {
+    /// Every pool.
+    pub fn pools(&self) -> Vec<PoolRow> {
+        self.read(pools::all)
+    }
+
+    /// A pool by name.
+    pub fn pool_by_name(&self, name: &str) -> Option<PoolRow> {
+        self.read(|c| pools::by_name(c, name))
+    }
+
+    /// The join tokens of a pool (hashes and counters only).
+    pub fn join_tokens(&self, pool_id: &str) -> Vec<JoinTokenRow> {
+        self.read(|c| tokens::of_pool(c, pool_id))
+    }
+}
+
+impl DevStack {
+    /// Creates a pool; returns its id.
+    pub async fn create_pool(&self, spec: PoolSpec) -> Result<String> {
+        let row = PoolRow {
+            id: ids::pool_id(),
+            name: spec.name,
+            gpu_model: spec.gpu_model,
+            expect_gpu_count: spec.expect_gpu_count,
+            acceptance: match spec.acceptance {
+                Acceptance::DiagNvml => ACCEPTANCE_DIAG,
+                Acceptance::None => ACCEPTANCE_NONE,
+            }
+            .to_string(),
+            created_at_ms: now_ms(),
+        };
+        self.shared().store.with(|c| pools::insert(c, &row))?;
+        info!(pool_id = %row.id, name = %row.name, expect_gpu_count = ?row.expect_gpu_count, "pool created");
+        self.shared().bump();
+        Ok(row.id)
+    }
+
+    /// Every pool.
+    pub async fn pools(&self) -> Result<Vec<PoolRow>> {
+        self.view(|v| v.pools())
+    }
+
+    /// A pool by name.
+    pub async fn pool_by_name(&self, name: &str) -> Result<Option<PoolRow>> {
+        self.view(|v| v.pool_by_name(name))
+    }
+
+    /// Mints a join token for a pool; returns the secret token. Only its
+    /// SHA-256 is stored, and it is never logged.
+    pub async fn mint_join_token(&self, pool_id: &str, max_uses: u32, ttl: Duration) -> Result<String> {
+        let secret = ids::token_secret();
+        let now = now_ms();
+        let row = JoinTokenRow {
+            id: ids::token_id(),
+            token_sha256: hex::encode(Sha256::digest(secret.as_bytes())),
+            pool_id: pool_id.to_string(),
+            max_uses,
+            uses: 0,
+            expires_at_ms: now.saturating_add(ttl.as_millis().min(i64::MAX as u128) as i64),
+            created_at_ms: now,
+        };
+        self.shared().store.with(|c| {
+            if pools::get(c, pool_id)?.is_none() {
+                return Err(Error::UnknownPool { pool_id: pool_id.to_string() });
+            }
+            tokens::insert(c, &row)
+        })?;
+        info!(token_id = %row.id, pool_id, max_uses, expires_at_ms = row.expires_at_ms, "join token minted");
+        self.shared().bump();
+        Ok(secret)
+    }
+
+    /// The join tokens of a pool (hashes and counters only).
+    pub async fn join_tokens(&self, pool_id: &str) -> Result<Vec<JoinTokenRow>> {
+        self.view(|v| v.join_tokens(pool_id))
+    }
+}
