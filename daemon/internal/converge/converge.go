@@ -307,7 +307,7 @@ func (c *Converger) holds(spec *agentv1.NodeSpec) ([]*agentv1.AllocationReleased
 		}
 		a := &Allocation{ID: id, GPUs: slices.Clone(h.GetGpuIndexes()), Binding: h.GetBinding(), Generation: spec.GetGeneration()}
 		if err := c.writeCDI(a); err != nil {
-			failed = append(failed, &agentv1.AllocationFailed{AllocationId: id, Reason: "cdi-write: " + err.Error()})
+			failed = append(failed, &agentv1.AllocationFailed{AllocationId: id, Reason: ReasonCDIWrite + ": " + err.Error()})
 			continue
 		}
 		stmt := &agentv1.NodeStatement{
@@ -335,22 +335,22 @@ func (c *Converger) holds(spec *agentv1.NodeSpec) ([]*agentv1.AllocationReleased
 func check(h *agentv1.Hold, gpus int, used map[uint32]string) string {
 	id := h.GetAllocationId()
 	if id == "" || strings.ContainsAny(id, `/\`) || id == "." || id == ".." {
-		return fmt.Sprintf("invalid-allocation-id: %q", id)
+		return fmt.Sprintf("%s: %q", ReasonInvalidAllocationID, id)
 	}
 	if len(h.GetGpuIndexes()) == 0 {
-		return "no-gpus: the hold names no GPU"
+		return ReasonNoGPUs + ": the hold names no GPU"
 	}
 	seen := map[uint32]bool{}
 	for _, g := range h.GetGpuIndexes() {
 		if int(g) >= gpus {
-			return fmt.Sprintf("gpu-unknown: GPU %d (this node has %d)", g, gpus)
+			return fmt.Sprintf("%s: GPU %d (this node has %d)", ReasonGPUUnknown, g, gpus)
 		}
 		if seen[g] {
-			return fmt.Sprintf("gpu-repeated: GPU %d", g)
+			return fmt.Sprintf("%s: GPU %d", ReasonGPURepeated, g)
 		}
 		seen[g] = true
 		if other, ok := used[g]; ok {
-			return fmt.Sprintf("gpu-held: GPU %d is held by %s", g, other)
+			return fmt.Sprintf("%s: GPU %d is held by %s", ReasonGPUHeld, g, other)
 		}
 	}
 	return ""

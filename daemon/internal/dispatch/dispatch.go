@@ -31,15 +31,10 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// Reasons a command ends with, besides those of the kinds themselves.
-const (
-	ReasonBadSignature    = "BAD_SIGNATURE"
-	ReasonBatchUnapproved = "BATCH_UNAPPROVED"
-	ReasonUnbatchedLimit  = "UNBATCHED_LIMIT"
-	ReasonInterrupted     = "interrupted"
-	ReasonRebooted        = "rebooted"
-	ReasonCancelled       = "cancelled"
-)
+// ReasonRebooted is the reason a self-terminating command SUCCEEDED with
+// across its reboot. The refusal reasons (ReasonBadSignature, …) are
+// generated from proto/refusals.toml into refusals_gen.go.
+const ReasonRebooted = "rebooted"
 
 // UpgradeKind is self-update (ARCHITECTURE.md, "Self-update"): run by
 // Config.Upgrade, and refused UNSUPPORTED when there is none.
@@ -300,7 +295,7 @@ func (d *Dispatcher) decide(cmd *agentv1.Command, env *pki.Envelope, delivery *a
 		return
 	}
 	if !slices.Contains(d.cfg.Machine.Kinds(), cmd.GetKind()) && (cmd.GetKind() != UpgradeKind || d.cfg.Upgrade == nil) {
-		d.refuse(cmd, agentv1.CommandState_UNSUPPORTED, fmt.Sprintf("kind-unsupported: %q", cmd.GetKind()), true)
+		d.refuse(cmd, agentv1.CommandState_UNSUPPORTED, fmt.Sprintf("%s: %q", ReasonKindUnsupported, cmd.GetKind()), true)
 		return
 	}
 	if applied := d.cfg.Applied(); cmd.GetMinGeneration() > applied {
@@ -555,7 +550,7 @@ func (d *Dispatcher) execute(ctx context.Context, kind string) ([]byte, error) {
 	case "logs.collect":
 		return d.cfg.Machine.CollectLogs(ctx)
 	}
-	return nil, fmt.Errorf("kind-unsupported: %q", kind)
+	return nil, fmt.Errorf("%s: %q", ReasonKindUnsupported, kind)
 }
 
 // Settle ends a journaled command that is not done with a node-signed
