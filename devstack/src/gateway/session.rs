@@ -14,7 +14,7 @@ use proto::node_frame::Frame as In;
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
-use tonic::{Code, Status, Streaming};
+use tonic::{Status, Streaming};
 use tracing::{debug, info, warn};
 
 use super::auth::AuthedNode;
@@ -26,7 +26,7 @@ use crate::error::Result;
 use crate::hub::Control;
 use crate::reservations::{self, Bound};
 use crate::shared::Shared;
-use crate::status::{code, refuse};
+use crate::status::{Code, refuse};
 use crate::store::commands::Outcome;
 use crate::store::rows::{CommandRow, CommandStatus, NodeSessionRow, NodeSpecRow};
 use crate::store::sessions::NewSession;
@@ -59,11 +59,8 @@ pub async fn run(shared: Arc<Shared>, node: AuthedNode, mut inbound: Streaming<p
         }
     };
     if hello.node_id != node.node_id {
-        let status = refuse(
-            Code::PermissionDenied,
-            code::NODE_MISMATCH,
-            format!("Hello names {:?}, the certificate {}", hello.node_id, node.node_id),
-        );
+        let status =
+            refuse(Code::NodeMismatch, format!("Hello names {:?}, the certificate {}", hello.node_id, node.node_id));
         warn!(node_id = %node.node_id, message = status.message(), "session: refused");
         let _ = out.send(Err(status)).await;
         return;
@@ -81,7 +78,7 @@ pub async fn run(shared: Arc<Shared>, node: AuthedNode, mut inbound: Streaming<p
 
 /// Waits for the first frame, which must be a Hello.
 async fn first_frame(inbound: &mut Streaming<proto::NodeFrame>, wait: Duration) -> Result<proto::Hello, Status> {
-    let hello_expected = |detail: String| refuse(Code::InvalidArgument, code::HELLO_EXPECTED, detail);
+    let hello_expected = |detail: String| refuse(Code::HelloExpected, detail);
     match tokio::time::timeout(wait, inbound.message()).await {
         Err(_) => Err(hello_expected(format!("no frame within {} ms", wait.as_millis()))),
         Ok(Err(status)) if limit::is_too_large(&status) => Err(limit::too_large(status.message())),
@@ -213,10 +210,10 @@ impl Session {
                     let p = proto::Ping { nonce: crate::ids::nonce(), server_time_ms: now_ms() };
                     self.send(frame(Out::Ping(p))).await
                 }
-                _ = tokio::time::sleep_until(liveness) => Err(End::Refuse(Status::unavailable(format!(
-                    "liveness: nothing heard for {} ms",
-                    (self.interval * 3).as_millis()
-                )))),
+                _ = tokio::time::sleep_until(liveness) => Err(End::Refuse(refuse(
+                    Code::Liveness,
+                    format!("nothing heard for {} ms", (self.interval * 3).as_millis()),
+                ))),
                 _ = tokio::time::sleep_until(next_busy.unwrap_or(liveness)), if next_busy.is_some() => {
                     self.retry_busy().await
                 }
@@ -300,11 +297,7 @@ impl Session {
                 self.send(frame(Out::Drain(proto::Drain { reason, retry_after_ms }))).await?;
                 Err(End::Done("drained"))
             }
-            Control::Replaced => Err(End::Refuse(refuse(
-                Code::FailedPrecondition,
-                code::SESSION_REPLACED,
-                "a newer session of this node opened",
-            ))),
+            Control::Replaced => Err(End::Refuse(refuse(Code::SessionReplaced, "a newer session of this node opened"))),
         }
     }
 
@@ -322,7 +315,7 @@ impl Session {
                 let response = proto::WorkloadTokenResponse {
                     request_id: request.request_id,
                     token: String::new(),
-                    error: "workload-unsupported: this stack issues no workload tokens yet".into(),
+                    error: format!("{}: this stack issues no workload tokens yet", Code::WorkloadUnsupported),
                 };
                 self.send(frame(Out::WorkloadTokenResponse(response))).await
             }
@@ -439,7 +432,7 @@ impl Session {
             warn!(node_id = %self.node.node_id, command_id = %row.id, %detail, "session: command result refused");
             Checked {
                 state: CommandStatus::Failed,
-                reason: format!("result-unverified: {detail}"),
+                reason: format!("{}: {detail}", Code::ResultUnverified),
                 result: None,
                 output: None,
             }
@@ -582,7 +575,7 @@ impl Session {
                 let response = proto::SecretResponse {
                     request_id: request.request_id,
                     jwe: String::new(),
-                    error: "secret-unknown: this stack holds no secrets".into(),
+                    error: format!("{}: this stack holds no secrets", Code::SecretUnknown),
                 };
                 self.send(frame(Out::SecretResponse(response))).await
             }
