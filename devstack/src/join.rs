@@ -2,7 +2,8 @@
 //! TPM rounds), a node, its certificate and a signed JoinResponse out.
 //!
 //! A TPM join (two rounds) goes to the attestor ([`crate::tpm`]), or is
-//! refused `method-unsupported` when the stack has none. A token join checks,
+//! refused `method-unsupported` when the stack has none (a request naming no
+//! method is `method-missing`). A token join checks,
 //! in order: the CSR (`csr-malformed`,
 //! `csr-signature`), the sealed token (`jwe-*`, `token-payload`,
 //! `token-csr-mismatch`), the token by SHA-256 (`token-unknown`), its expiry
@@ -13,14 +14,14 @@
 use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
-use tonic::{Code, Request, Response, Status};
+use tonic::{Request, Response, Status};
 use tracing::{info, warn};
 
 use crate::clock::now_ms;
 use crate::error::Error;
 use crate::issuance;
 use crate::shared::Shared;
-use crate::status::{self, code, refuse};
+use crate::status::{self, Code, refuse};
 use crate::store::nodes::NewNode;
 use crate::store::rows::{JoinMethod, JoinTokenRow, NodeCertRow, NodeJoinRow, NodeKeyLevel};
 use crate::store::{bindings, certs, nodes, pools, tokens};
@@ -40,15 +41,14 @@ impl JoinService {
     fn join_token(&self, token: &proto::TokenJoin, claims: &proto::NodeClaims) -> Result<proto::JoinReply, Status> {
         let shared = &self.shared;
         let now = now_ms();
-        let csr = pki::x509::parse_csr(&token.csr_der).map_err(|e| status::from_pki(Code::InvalidArgument, &e))?;
+        let csr = pki::x509::parse_csr(&token.csr_der).map_err(|e| status::from_pki(&e))?;
         let payload = pki::join::open_token(&shared.keys.join_encryption, &token.sealed_token, &csr.pin).map_err(
             |e| match e {
-                pki::Error::TokenCsrMismatch { .. } => status::from_pki(Code::PermissionDenied, &e),
                 // The decoder's message may quote the sealed payload: keep it out.
-                pki::Error::TokenPayload { .. } => {
-                    refuse(Code::InvalidArgument, e.code(), "the sealed payload is not {token, csr, iat} JSON")
+                pki::Error::Join(pki::JoinError::TokenPayload { .. }) => {
+                    refuse(e.refusal(), "the sealed payload is not {token, csr, iat} JSON")
                 }
-                _ => status::from_pki(Code::InvalidArgument, &e),
+                _ => status::from_pki(&e),
             },
         )?;
         let sha = hex::encode(Sha256::digest(payload.token.as_bytes()));
@@ -56,18 +56,16 @@ impl JoinService {
             .store
             .with(|c| tokens::by_sha256(c, &sha))
             .map_err(internal)?
-            .ok_or_else(|| refuse(Code::PermissionDenied, code::TOKEN_UNKNOWN, "no such join token"))?;
+            .ok_or_else(|| refuse(Code::TokenUnknown, "no such join token"))?;
         if token_row.expires_at_ms <= now {
             return Err(refuse(
-                Code::PermissionDenied,
-                code::TOKEN_EXPIRED,
+                Code::TokenExpired,
                 format!("join token {} expired at {}", token_row.id, token_row.expires_at_ms),
             ));
         }
         if shared.store.with(|c| pools::get(c, &token_row.pool_id)).map_err(internal)?.is_none() {
             return Err(refuse(
-                Code::FailedPrecondition,
-                code::POOL_UNKNOWN,
+                Code::PoolUnknown,
                 format!("pool {} of join token {} does not exist", token_row.pool_id, token_row.id),
             ));
         }
@@ -76,8 +74,7 @@ impl JoinService {
         let created = record_join(shared, &token_row, &node_id, &cert, claims, now).map_err(internal)?;
         if !created {
             return Err(refuse(
-                Code::PermissionDenied,
-                code::TOKEN_EXHAUSTED,
+                Code::TokenExhausted,
                 format!("join token {} has no use left ({} allowed)", token_row.id, token_row.max_uses),
             ));
         }
@@ -139,14 +136,14 @@ fn record_join(
 }
 
 fn no_attestor() -> Status {
-    refuse(Code::Unimplemented, code::METHOD_UNSUPPORTED, "this stack has no TPM attestor configured")
+    refuse(Code::MethodUnsupported, "this stack has no TPM attestor configured")
 }
 
 /// An internal failure as a status (the detail is the stack's own error,
 /// which never holds a secret).
 pub fn internal(e: Error) -> Status {
     tracing::error!(error = %e, "internal error");
-    Status::internal(format!("internal: {e}"))
+    refuse(Code::Internal, e)
 }
 
 #[tonic::async_trait]
@@ -165,7 +162,7 @@ impl proto::join_server::Join for JoinService {
                 Some(tpm) => tpm.round2(&self.shared, r2, &claims),
                 None => Err(no_attestor()),
             },
-            None => Err(refuse(Code::InvalidArgument, code::METHOD_UNSUPPORTED, "the request names no join method")),
+            None => Err(refuse(Code::MethodMissing, "the request names no join method")),
         };
         match result {
             Ok(reply) => Ok(Response::new(reply)),

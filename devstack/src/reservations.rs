@@ -27,9 +27,9 @@ use crate::store::{inventory, nodes};
 use crate::view::StackView;
 
 /// The code of an AllocationBound whose indexes are not the held ones.
-pub const ALLOCATION_MISMATCH: &str = "allocation-mismatch";
+pub const ALLOCATION_MISMATCH: &str = proto::refusal::Code::AllocationMismatch.as_str();
 /// The code of an AllocationBound for a generation before the hold's.
-pub const ALLOCATION_GENERATION: &str = "allocation-generation";
+pub const ALLOCATION_GENERATION: &str = proto::refusal::Code::AllocationGeneration.as_str();
 
 /// The holds of a node's spec: its pending and active reservations.
 fn holds(c: &Connection, node_id: &str) -> Result<Vec<proto::Hold>> {

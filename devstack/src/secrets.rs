@@ -9,6 +9,7 @@ use tracing::warn;
 use crate::commands::frame;
 use crate::error::Result;
 use crate::gateway::handlers::{Effects, RequestContext, RequestHandler};
+use crate::status::Code;
 
 /// The SecretRequest handler.
 pub struct SecretRequests;
@@ -22,7 +23,7 @@ impl RequestHandler<proto::Envelope> for SecretRequests {
                 let response = proto::SecretResponse {
                     request_id: request.request_id,
                     jwe: String::new(),
-                    error: "secret-unknown: this stack holds no secrets".into(),
+                    error: format!("{}: this stack holds no secrets", Code::SecretUnknown),
                 };
                 Ok(Effects::frame(frame(Out::SecretResponse(response))))
             }

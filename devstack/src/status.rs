@@ -1,42 +1,21 @@
 //! Refusals on the wire: gRPC statuses whose message is `"<code>: <detail>"`
-//! (ARCHITECTURE.md, "Errors on the wire").
+//! (ARCHITECTURE.md, "Errors on the wire"). The codes and the one gRPC
+//! status each goes out with are `proto/refusals.toml`'s
+//! ([`proto::refusal::Code`]): no call site picks a status by hand.
 
-use tonic::{Code, Status};
+use tonic::Status;
 
-/// Codes the JoinService and the gateway add to those of `pki`.
-pub mod code {
-    /// The token is not one the stack minted.
-    pub const TOKEN_UNKNOWN: &str = "token-unknown";
-    /// The token has no use left.
-    pub const TOKEN_EXHAUSTED: &str = "token-exhausted";
-    /// The token expired.
-    pub const TOKEN_EXPIRED: &str = "token-expired";
-    /// The token's pool no longer exists.
-    pub const POOL_UNKNOWN: &str = "pool-unknown";
-    /// No client certificate, or one the stack never issued.
-    pub const CERT_UNKNOWN: &str = "cert-unknown";
-    /// The client certificate was revoked.
-    pub const CERT_REVOKED: &str = "cert-revoked";
-    /// The Hello names another node than the certificate.
-    pub const NODE_MISMATCH: &str = "node-mismatch";
-    /// A message above the decoding limit.
-    pub const FRAME_TOO_LARGE: &str = "frame-too-large";
-    /// The first frame of a session was not a Hello.
-    pub const HELLO_EXPECTED: &str = "hello-expected";
-    /// A join method this stack does not serve (TPM without an attestor).
-    pub const METHOD_UNSUPPORTED: &str = "method-unsupported";
-    /// A newer session of the same node took over.
-    pub const SESSION_REPLACED: &str = "session-replaced";
+pub use proto::refusal::Code;
+
+/// The refusal `"<code>: <detail>"`, with the code's gRPC status.
+pub fn refuse(code: Code, detail: impl std::fmt::Display) -> Status {
+    Status::new(code.grpc().into(), format!("{code}: {detail}"))
 }
 
-/// A status `"<code>: <detail>"` with the given gRPC code.
-pub fn refuse(grpc: Code, code: &str, detail: impl std::fmt::Display) -> Status {
-    Status::new(grpc, format!("{code}: {detail}"))
-}
-
-/// A `pki` refusal as a status: its stable code, then its message.
-pub fn from_pki(grpc: Code, e: &pki::Error) -> Status {
-    refuse(grpc, e.code(), e)
+/// A `pki` refusal as a status: its stable code (and that code's status),
+/// then its message.
+pub fn from_pki(e: &pki::Error) -> Status {
+    refuse(e.refusal(), e)
 }
 
 /// The stable code at the start of a status message (for logs and tests).
@@ -49,14 +28,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn refusals_carry_their_code_first() {
-        let s = refuse(Code::PermissionDenied, code::CERT_REVOKED, "node_1 revoked at 5");
+    fn refusals_carry_their_code_first_and_its_status() {
+        let s = refuse(Code::CertRevoked, "node_1 revoked at 5");
         assert_eq!(s.message(), "cert-revoked: node_1 revoked at 5");
-        assert_eq!(code_of(&s), "cert-revoked");
-        let p = from_pki(
-            Code::PermissionDenied,
-            &pki::Error::TokenCsrMismatch { bound: "a".into(), presented: "b".into() },
-        );
-        assert_eq!(code_of(&p), "token-csr-mismatch");
+        assert_eq!((s.code(), code_of(&s)), (tonic::Code::PermissionDenied, "cert-revoked"));
+        let p = from_pki(&pki::JoinError::TokenCsrMismatch { bound: "a".into(), presented: "b".into() }.into());
+        assert_eq!((p.code(), code_of(&p)), (tonic::Code::PermissionDenied, "token-csr-mismatch"));
+        let m = from_pki(&pki::TpmError::Malformed { what: "quote".into(), reason: "short".into() }.into());
+        assert_eq!((m.code(), code_of(&m)), (tonic::Code::InvalidArgument, "tpm-malformed"));
+        assert_eq!(refuse(Code::CertUnknown, "none").code(), tonic::Code::Unauthenticated);
+        assert_eq!(refuse(Code::MethodUnsupported, "no TPM").code(), tonic::Code::Unimplemented);
     }
 }

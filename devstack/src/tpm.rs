@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use pki::tpm::{Attestor, ChallengeRandomness, NodeKeyPolicy, Pending};
 use sha2::{Digest, Sha256};
-use tonic::{Code, Status};
+use tonic::Status;
 use tracing::info;
 
 use crate::clock::now_ms;
@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::join::internal;
 use crate::shared::Shared;
 use crate::stack::DevStack;
-use crate::status::{self, refuse};
+use crate::status::{self, Code, refuse};
 use crate::store::bindings::{self, TPM_EK};
 use crate::store::nodes::NewNode;
 use crate::store::rows::{JoinMethod, NodeBindingRow, NodeCertRow, NodeJoinRow, NodeKeyLevel};
@@ -29,11 +29,11 @@ use crate::view::StackView;
 use crate::{ids, issuance};
 
 /// The code of an EK that no allow-list entry resolves to a pool.
-pub const TPM_NOT_ALLOWED: &str = "tpm-not-allowed";
+pub const TPM_NOT_ALLOWED: &str = Code::TpmNotAllowed.as_str();
 /// The code of a round 2 whose session the stack does not know (or used).
-pub const TPM_SESSION_UNKNOWN: &str = "tpm-session-unknown";
+pub const TPM_SESSION_UNKNOWN: &str = Code::TpmSessionUnknown.as_str();
 /// The code of a round 2 after its session's deadline.
-pub const TPM_SESSION_EXPIRED: &str = "tpm-session-expired";
+pub const TPM_SESSION_EXPIRED: &str = Code::TpmSessionExpired.as_str();
 /// How many sessions may wait for their round 2 at once.
 const MAX_PENDING: usize = 1024;
 
@@ -126,15 +126,6 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The gRPC code of a `pki` refusal of a TPM round: malformed input is
-/// `InvalidArgument`, a refused attestation `PermissionDenied`.
-fn grpc_code(e: &pki::Error) -> Code {
-    match e.code() {
-        "tpm-malformed" | "csr-malformed" => Code::InvalidArgument,
-        _ => Code::PermissionDenied,
-    }
-}
-
 impl TpmJoin {
     /// The attestor of `options`.
     pub fn new(options: TpmAttestorOptions) -> Self {
@@ -165,7 +156,7 @@ impl TpmJoin {
             lock(&self.allow).iter().filter(|a| a.ek_sha256.is_none_or(|h| &h == ek_sha256)).cloned().collect();
         let hex = hex::encode(ek_sha256);
         if entries.is_empty() {
-            return Err(refuse(Code::PermissionDenied, TPM_NOT_ALLOWED, format!("EK sha256 {hex} is not allowed")));
+            return Err(refuse(Code::TpmNotAllowed, format!("EK sha256 {hex} is not allowed")));
         }
         for entry in &entries {
             let pool = shared
@@ -176,11 +167,7 @@ impl TpmJoin {
                 return Ok(pool.id);
             }
         }
-        Err(refuse(
-            Code::FailedPrecondition,
-            status::code::POOL_UNKNOWN,
-            format!("no pool {:?} for EK sha256 {hex}", entries[0].pool),
-        ))
+        Err(refuse(Code::PoolUnknown, format!("no pool {:?} for EK sha256 {hex}", entries[0].pool)))
     }
 
     /// Round 1: checks the EK, its certificate and the AK, resolves the
@@ -191,8 +178,7 @@ impl TpmJoin {
             ek_certificate: r.ek_certificate.clone(),
             ak_public: r.ak_public.clone(),
         };
-        let enrollment =
-            self.attestor.verify_round1(&round1, now_ms()).map_err(|e| status::from_pki(grpc_code(&e), &e))?;
+        let enrollment = self.attestor.verify_round1(&round1, now_ms()).map_err(|e| status::from_pki(&e))?;
         let ek = enrollment.ek_binding;
         let bound = shared.store.with(|c| bindings::get(c, TPM_EK, &hex::encode(ek))).map_err(internal)?;
         let pool_id = self.resolve(shared, &ek)?;
@@ -210,9 +196,7 @@ impl TpmJoin {
             let mut sessions = lock(&self.sessions);
             sessions.retain(|_, s| s.deadline > now);
             if sessions.len() >= MAX_PENDING {
-                return Err(Status::resource_exhausted(format!(
-                    "tpm-busy: {MAX_PENDING} TPM joins wait for their round 2"
-                )));
+                return Err(refuse(Code::TpmBusy, format!("{MAX_PENDING} TPM joins wait for their round 2")));
             }
             sessions.insert(
                 session_id.clone(),
@@ -245,13 +229,12 @@ impl TpmJoin {
         r: &proto::TpmRound2,
         claims: &proto::NodeClaims,
     ) -> Result<proto::JoinReply, Status> {
-        let session = lock(&self.sessions).remove(&r.session_id).ok_or_else(|| {
-            refuse(Code::FailedPrecondition, TPM_SESSION_UNKNOWN, format!("no TPM join session {:?}", r.session_id))
-        })?;
+        let session = lock(&self.sessions)
+            .remove(&r.session_id)
+            .ok_or_else(|| refuse(Code::TpmSessionUnknown, format!("no TPM join session {:?}", r.session_id)))?;
         if session.deadline <= Instant::now() {
             return Err(refuse(
-                Code::FailedPrecondition,
-                TPM_SESSION_EXPIRED,
+                Code::TpmSessionExpired,
                 format!(
                     "TPM join session {} passed its {} s deadline",
                     r.session_id,
@@ -260,8 +243,7 @@ impl TpmJoin {
             ));
         }
         let answer = answer(r)?;
-        let attestation =
-            self.attestor.verify_answer(&session.pending, &answer).map_err(|e| status::from_pki(grpc_code(&e), &e))?;
+        let attestation = self.attestor.verify_answer(&session.pending, &answer).map_err(|e| status::from_pki(&e))?;
         let level = if attestation.csr_key_in_tpm {
             NodeKeyLevel::Tpm
         } else if attestation.certified_node_key.is_some() {
@@ -363,8 +345,7 @@ impl TpmJoin {
 /// A round 2 as the attestor takes it.
 fn answer(r: &proto::TpmRound2) -> Result<pki::tpm::Answer, Status> {
     let quote = r.quote.as_ref().ok_or_else(|| {
-        let e = pki::Error::TpmMalformed { what: "round 2".into(), reason: "no quote".into() };
-        status::from_pki(Code::InvalidArgument, &e)
+        status::from_pki(&pki::TpmError::Malformed { what: "round 2".into(), reason: "no quote".into() }.into())
     })?;
     Ok(pki::tpm::Answer {
         activated_secret: r.activated_secret.clone(),

@@ -7,6 +7,7 @@ use proto::gateway_frame::Frame as Out;
 use crate::commands::frame;
 use crate::error::Result;
 use crate::gateway::handlers::{Effects, RequestContext, RequestHandler};
+use crate::status::Code;
 
 /// The WorkloadTokenRequest handler.
 pub struct WorkloadTokens;
@@ -16,7 +17,7 @@ impl RequestHandler<proto::WorkloadTokenRequest> for WorkloadTokens {
         let response = proto::WorkloadTokenResponse {
             request_id: message.request_id,
             token: String::new(),
-            error: "workload-unsupported: this stack issues no workload tokens yet".into(),
+            error: format!("{}: this stack issues no workload tokens yet", Code::WorkloadUnsupported),
         };
         Ok(Effects::frame(frame(Out::WorkloadTokenResponse(response))))
     }

@@ -10,6 +10,7 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::DsseError;
 use crate::{Error, PublicKey, Result, Signer, b64};
 
 /// `PAE = "DSSEv1" SP len(type) SP type SP len(body) SP body`.
@@ -84,7 +85,7 @@ impl Envelope {
 
     /// Parses the JSON form.
     pub fn from_json(text: &str) -> Result<Self> {
-        let malformed = |reason: String| Error::DsseMalformed { reason };
+        let malformed = |reason: String| Error::from(DsseError::Malformed { reason });
         let json: JsonEnvelope = crate::json_object(text.as_bytes()).map_err(malformed)?;
         let payload = b64::std_decode(&json.payload).ok_or_else(|| malformed("payload is not base64".into()))?;
         let signatures = json
@@ -132,13 +133,14 @@ impl Envelope {
     /// `dsse-threshold` (some, but too few).
     pub fn verify(&self, payload_type: &str, trusted: &[PublicKey], threshold: usize) -> Result<&[u8]> {
         if self.payload_type != payload_type {
-            return Err(Error::DssePayloadType {
+            return Err(DsseError::PayloadType {
                 expected: payload_type.to_string(),
                 found: self.payload_type.clone(),
-            });
+            }
+            .into());
         }
         if self.signatures.is_empty() {
-            return Err(Error::DsseUnsigned);
+            return Err(DsseError::Unsigned.into());
         }
         let message = pae(&self.payload_type, &self.payload);
         let pins: Vec<String> = trusted.iter().map(PublicKey::pin).collect();
@@ -148,21 +150,23 @@ impl Envelope {
                 continue;
             };
             if !trusted[i].verify(&message, &sig.sig) {
-                return Err(Error::DsseBadSignature { keyid: sig.keyid.clone() });
+                return Err(DsseError::BadSignature { keyid: sig.keyid.clone() }.into());
             }
             valid.insert(i);
         }
         match valid.len() {
             n if n >= threshold.max(1) => Ok(&self.payload),
-            0 => Err(Error::DsseUnknownKey { keyids: self.signatures.iter().map(|s| s.keyid.clone()).collect() }),
-            n => Err(Error::DsseThreshold { valid: n, threshold }),
+            0 => {
+                Err(DsseError::UnknownKey { keyids: self.signatures.iter().map(|s| s.keyid.clone()).collect() }.into())
+            }
+            n => Err(DsseError::Threshold { valid: n, threshold }.into()),
         }
     }
 }
 
 /// Decodes a protobuf payload, refusing bytes that do not decode.
 pub fn decode<M: prost::Message + Default>(payload: &[u8]) -> Result<M> {
-    M::decode(payload).map_err(|e| Error::PayloadMalformed { reason: e.to_string() })
+    M::decode(payload).map_err(|e| DsseError::PayloadMalformed { reason: e.to_string() }.into())
 }
 
 #[cfg(test)]

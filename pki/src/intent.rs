@@ -13,6 +13,7 @@ use prost::Message as _;
 use sha2::{Digest, Sha256};
 
 use crate::dsse::{self, Envelope};
+use crate::error::{DsseError, IntentError};
 use crate::{Error, PublicKey, Result, Signer};
 
 /// How bcd treats unsigned NodeSpecs (`signedSpecs`).
@@ -35,10 +36,10 @@ pub fn verify_command(env: &Envelope, roots: &[PublicKey], node_id: &str, now_ms
     let payload = env.verify(proto::payload_type::COMMAND, roots, 1)?;
     let command: proto::Command = dsse::decode(payload)?;
     if command.node_id != node_id {
-        return Err(Error::CommandWrongNode { expected: node_id.to_string(), found: command.node_id });
+        return Err(IntentError::CommandWrongNode { expected: node_id.to_string(), found: command.node_id }.into());
     }
     if command.not_after_ms != 0 && now_ms > command.not_after_ms {
-        return Err(Error::CommandExpired { not_after_ms: command.not_after_ms, now_ms });
+        return Err(IntentError::CommandExpired { not_after_ms: command.not_after_ms, now_ms }.into());
     }
     Ok(command)
 }
@@ -65,21 +66,22 @@ pub fn verify_spec(
 ) -> Result<proto::NodeSpec> {
     let spec: proto::NodeSpec = if env.signatures.is_empty() && policy == SignedSpecs::Access {
         if env.payload_type != proto::payload_type::NODE_SPEC {
-            return Err(Error::DssePayloadType {
+            return Err(DsseError::PayloadType {
                 expected: proto::payload_type::NODE_SPEC.to_string(),
                 found: env.payload_type.clone(),
-            });
+            }
+            .into());
         }
         let spec: proto::NodeSpec = dsse::decode(&env.payload)?;
         if spec.access.as_ref() != applied_access {
-            return Err(Error::SpecUnsignedAccess);
+            return Err(IntentError::SpecUnsignedAccess.into());
         }
         spec
     } else {
         dsse::decode(env.verify(proto::payload_type::NODE_SPEC, roots, 1)?)?
     };
     if spec.node_id != node_id {
-        return Err(Error::SpecWrongNode { expected: node_id.to_string(), found: spec.node_id });
+        return Err(IntentError::SpecWrongNode { expected: node_id.to_string(), found: spec.node_id }.into());
     }
     Ok(spec)
 }
@@ -98,7 +100,7 @@ pub fn approver_keys(quorum: Option<&proto::Quorum>) -> Result<Vec<PublicKey>> {
 pub fn check_quorum(bundle: &proto::TrustBundle) -> Result<()> {
     let (threshold, approvers) = bundle.quorum.as_ref().map(|q| (q.threshold, q.approvers.len())).unwrap_or((0, 0));
     if threshold == 0 || threshold as usize > approvers {
-        return Err(Error::TrustInvalid { threshold, approvers });
+        return Err(IntentError::TrustInvalid { threshold, approvers }.into());
     }
     Ok(())
 }
@@ -112,16 +114,20 @@ pub fn accept_trust_bundle(current: &proto::TrustBundle, env: &Envelope) -> Resu
     let approvers = approver_keys(current.quorum.as_ref())?;
     let threshold = current.quorum.as_ref().map(|q| q.threshold as usize).unwrap_or(0).max(1);
     let payload = env.verify(proto::payload_type::TRUST_BUNDLE, &approvers, threshold).map_err(|e| match e {
-        Error::DsseUnsigned | Error::DsseUnknownKey { .. } => Error::TrustQuorum { valid: 0, threshold },
-        Error::DsseThreshold { valid, threshold } => Error::TrustQuorum { valid, threshold },
+        Error::Dsse(DsseError::Unsigned | DsseError::UnknownKey { .. }) => {
+            IntentError::TrustQuorum { valid: 0, threshold }.into()
+        }
+        Error::Dsse(DsseError::Threshold { valid, threshold }) => IntentError::TrustQuorum { valid, threshold }.into(),
         other => other,
     })?;
     let next: proto::TrustBundle = dsse::decode(payload)?;
     if next.trust_domain != current.trust_domain {
-        return Err(Error::TrustDomain { expected: current.trust_domain.clone(), found: next.trust_domain });
+        return Err(
+            IntentError::TrustDomain { expected: current.trust_domain.clone(), found: next.trust_domain }.into()
+        );
     }
     if next.sequence < current.sequence || (next.sequence == current.sequence && next != *current) {
-        return Err(Error::TrustRollback { current: current.sequence, found: next.sequence });
+        return Err(IntentError::TrustRollback { current: current.sequence, found: next.sequence }.into());
     }
     check_quorum(&next)?;
     Ok(next)
@@ -162,22 +168,27 @@ pub fn verify_batch_approval(
     let size = dsse::decode::<proto::BatchApproval>(&approval.payload).map(|a| a.command_digests.len()).unwrap_or(1);
     let threshold = batch_threshold(quorum, size);
     let payload = approval.verify(proto::payload_type::BATCH_APPROVAL, &approvers, threshold).map_err(|e| match e {
-        Error::DsseUnsigned | Error::DsseUnknownKey { .. } => Error::BatchUnapproved { valid: 0, threshold },
-        Error::DsseThreshold { valid, threshold } => Error::BatchUnapproved { valid, threshold },
+        Error::Dsse(DsseError::Unsigned | DsseError::UnknownKey { .. }) => {
+            IntentError::BatchUnapproved { valid: 0, threshold }.into()
+        }
+        Error::Dsse(DsseError::Threshold { valid, threshold }) => {
+            IntentError::BatchUnapproved { valid, threshold }.into()
+        }
         other => other,
     })?;
     let batch: proto::BatchApproval = dsse::decode(payload)?;
     if batch.batch_id != command.batch || batch.trust_domain != trust_domain {
-        return Err(Error::BatchMismatch {
+        return Err(IntentError::BatchMismatch {
             expected: format!("{}@{}", command.batch, trust_domain),
             found: format!("{}@{}", batch.batch_id, batch.trust_domain),
-        });
+        }
+        .into());
     }
     if !batch.command_digests.contains(&command_digest(command_env)) {
-        return Err(Error::BatchCommandMissing { command_id: command.id.clone() });
+        return Err(IntentError::BatchCommandMissing { command_id: command.id.clone() }.into());
     }
     if batch.not_after_ms != 0 && now_ms > batch.not_after_ms {
-        return Err(Error::BatchExpired { not_after_ms: batch.not_after_ms, now_ms });
+        return Err(IntentError::BatchExpired { not_after_ms: batch.not_after_ms, now_ms }.into());
     }
     Ok(batch)
 }

@@ -9,7 +9,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::dsse::{self, Envelope};
-use crate::{Error, PublicKey, Result, Signer, jwe};
+use crate::error::JoinError;
+use crate::{PublicKey, Result, Signer, jwe};
 
 /// The payload of a sealed join token.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -38,9 +39,10 @@ pub fn seal_token(
 /// Opens a sealed join token presented with the CSR whose pin is `csr_pin`.
 pub fn open_token(join_encryption: &p256::SecretKey, sealed: &str, csr_pin: &str) -> Result<SealedTokenPayload> {
     let plain = jwe::open(join_encryption, &join_encryption.keyid(), sealed)?;
-    let payload: SealedTokenPayload = crate::json_object(&plain).map_err(|reason| Error::TokenPayload { reason })?;
+    let payload: SealedTokenPayload =
+        crate::json_object(&plain).map_err(|reason| JoinError::TokenPayload { reason })?;
     if payload.csr != csr_pin {
-        return Err(Error::TokenCsrMismatch { bound: payload.csr, presented: csr_pin.to_string() });
+        return Err(JoinError::TokenCsrMismatch { bound: payload.csr, presented: csr_pin.to_string() }.into());
     }
     Ok(payload)
 }
@@ -56,7 +58,7 @@ pub fn verify_response(env: &Envelope, join_signing: &PublicKey, csr_pin: &str) 
     let payload = env.verify(proto::payload_type::JOIN_RESPONSE, std::slice::from_ref(join_signing), 1)?;
     let response: proto::JoinResponse = dsse::decode(payload)?;
     if response.csr_pin != csr_pin {
-        return Err(Error::JoinResponseCsr { expected: csr_pin.to_string(), found: response.csr_pin });
+        return Err(JoinError::ResponseCsr { expected: csr_pin.to_string(), found: response.csr_pin }.into());
     }
     Ok(response)
 }

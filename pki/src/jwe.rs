@@ -16,6 +16,7 @@ use aes_gcm::{Aes256Gcm, Nonce};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
+use crate::error::JweError;
 use crate::{Error, Result, b64, keys, pin};
 
 /// The key-management algorithm of the profile.
@@ -111,7 +112,7 @@ struct Epk {
 
 /// Opens a compact JWE sealed to `recipient`, whose pin is `kid`.
 pub fn open(recipient: &p256::SecretKey, kid: &str, compact: &str) -> Result<Vec<u8>> {
-    let malformed = |reason: &str| Error::JweMalformed { reason: reason.to_string() };
+    let malformed = |reason: &str| Error::from(JweError::Malformed { reason: reason.to_string() });
     let parts: Vec<&str> = compact.split('.').collect();
     if parts.len() != 5 {
         return Err(malformed("not five parts"));
@@ -122,7 +123,7 @@ pub fn open(recipient: &p256::SecretKey, kid: &str, compact: &str) -> Result<Vec
         .collect::<Result<_>>()?;
     let header: Header = crate::json_object(&raw[0]).map_err(|_| malformed("the header is not a JSON object"))?;
 
-    let bad_header = |reason: &str| Error::JweHeader { reason: reason.to_string() };
+    let bad_header = |reason: &str| Error::from(JweError::Header { reason: reason.to_string() });
     if header.alg.as_deref() != Some(ALG) {
         return Err(bad_header("alg"));
     }
@@ -141,7 +142,7 @@ pub fn open(recipient: &p256::SecretKey, kid: &str, compact: &str) -> Result<Vec
     }
     let found = header.kid.unwrap_or_default();
     if found != kid {
-        return Err(Error::JweKid { expected: kid.to_string(), found });
+        return Err(JweError::Kid { expected: kid.to_string(), found }.into());
     }
     let epk = parse_epk(header.epk)?;
 
@@ -151,7 +152,7 @@ pub fn open(recipient: &p256::SecretKey, kid: &str, compact: &str) -> Result<Vec
     }
     let kek = kek(recipient, &epk);
     let mut cek = [0u8; 32];
-    aes_kw::KwAes256::new(&kek.into()).unwrap_key(wrapped, &mut cek).map_err(|_| Error::JweDecrypt)?;
+    aes_kw::KwAes256::new(&kek.into()).unwrap_key(wrapped, &mut cek).map_err(|_| JweError::Decrypt)?;
     let mut sealed = ciphertext.clone();
     sealed.extend_from_slice(tag);
     Aes256Gcm::new(&cek.into())
@@ -159,11 +160,11 @@ pub fn open(recipient: &p256::SecretKey, kid: &str, compact: &str) -> Result<Vec
             &Nonce::try_from(iv.as_slice()).expect("the IV length was checked"),
             Payload { msg: &sealed, aad: parts[0].as_bytes() },
         )
-        .map_err(|_| Error::JweDecrypt)
+        .map_err(|_| JweError::Decrypt.into())
 }
 
 fn parse_epk(epk: Option<Epk>) -> Result<p256::PublicKey> {
-    let bad = |reason: &str| Error::JweEpk { reason: reason.to_string() };
+    let bad = |reason: &str| Error::from(JweError::Epk { reason: reason.to_string() });
     let epk = epk.ok_or_else(|| bad("missing"))?;
     if epk.kty.as_deref() != Some("EC") || epk.crv.as_deref() != Some("P-256") {
         return Err(bad("not an EC P-256 key"));

@@ -10,6 +10,7 @@
 use p256::ecdsa::signature::{Signer as _, Verifier as _};
 use serde::{Deserialize, Serialize};
 
+use crate::error::JwsError;
 use crate::{Error, Result, Signer as _, b64};
 
 /// The operation an exec ticket grants.
@@ -76,7 +77,7 @@ struct Header {
 
 /// Verifies a compact JWS against trusted issuer keys and decodes its claims.
 fn verify<C: for<'de> Deserialize<'de>>(token: &str, trusted: &[p256::PublicKey]) -> Result<C> {
-    let malformed = |reason: &str| Error::JwsMalformed { reason: reason.to_string() };
+    let malformed = |reason: &str| Error::from(JwsError::Malformed { reason: reason.to_string() });
     let parts: Vec<&str> = token.split('.').collect();
     if parts.len() != 3 {
         return Err(malformed("not three parts"));
@@ -88,28 +89,28 @@ fn verify<C: for<'de> Deserialize<'de>>(token: &str, trusted: &[p256::PublicKey]
     let header: Header = crate::json_object(&raw[0]).map_err(|_| malformed("the header is not a JSON object"))?;
     let alg = header.alg.unwrap_or_default();
     if alg != "ES256" {
-        return Err(Error::JwsAlg { found: alg });
+        return Err(JwsError::Alg { found: alg }.into());
     }
     let kid = header.kid.unwrap_or_default();
     let key = trusted
         .iter()
         .find(|k| crate::PublicKey::P256(**k).pin() == kid)
-        .ok_or_else(|| Error::JwsUnknownKid { kid: kid.clone() })?;
-    let sig = p256::ecdsa::Signature::from_slice(&raw[2]).map_err(|_| Error::JwsBadSignature { kid: kid.clone() })?;
+        .ok_or_else(|| JwsError::UnknownKid { kid: kid.clone() })?;
+    let sig = p256::ecdsa::Signature::from_slice(&raw[2]).map_err(|_| JwsError::BadSignature { kid: kid.clone() })?;
     let input = &token[..parts[0].len() + 1 + parts[1].len()];
     p256::ecdsa::VerifyingKey::from(key)
         .verify(input.as_bytes(), &sig)
-        .map_err(|_| Error::JwsBadSignature { kid: kid.clone() })?;
-    crate::json_object(&raw[1]).map_err(|reason| Error::TokenClaims { reason })
+        .map_err(|_| JwsError::BadSignature { kid: kid.clone() })?;
+    crate::json_object(&raw[1]).map_err(|reason| JwsError::Claims { reason }.into())
 }
 
 fn check_times(iat: i64, exp: i64, now_ms: i64) -> Result<()> {
     let now = now_ms.div_euclid(1000);
     if exp <= now {
-        return Err(Error::TokenExpired { exp, now });
+        return Err(JwsError::Expired { exp, now }.into());
     }
     if iat > now + MAX_SKEW_S {
-        return Err(Error::TokenNotYetValid { iat, now });
+        return Err(JwsError::NotYetValid { iat, now }.into());
     }
     Ok(())
 }
@@ -124,15 +125,15 @@ pub fn verify_exec_ticket(
 ) -> Result<ExecTicket> {
     let claims: ExecTicket = verify(token, trusted)?;
     if claims.iss != issuer {
-        return Err(Error::TokenIssuer { expected: issuer.to_string(), found: claims.iss });
+        return Err(JwsError::Issuer { expected: issuer.to_string(), found: claims.iss }.into());
     }
     let aud = ticket_audience(node_id);
     if claims.aud != aud {
-        return Err(Error::TokenAudience { expected: aud, found: claims.aud });
+        return Err(JwsError::Audience { expected: aud, found: claims.aud }.into());
     }
     check_times(claims.iat, claims.exp, now_ms)?;
     if claims.op != OP_CONSOLE {
-        return Err(Error::TicketOp { found: claims.op });
+        return Err(JwsError::TicketOp { found: claims.op }.into());
     }
     Ok(claims)
 }
@@ -147,14 +148,14 @@ pub fn verify_workload_token(
 ) -> Result<WorkloadToken> {
     let claims: WorkloadToken = verify(token, trusted)?;
     if claims.iss != issuer {
-        return Err(Error::TokenIssuer { expected: issuer.to_string(), found: claims.iss });
+        return Err(JwsError::Issuer { expected: issuer.to_string(), found: claims.iss }.into());
     }
     if claims.aud != audience {
-        return Err(Error::TokenAudience { expected: audience.to_string(), found: claims.aud });
+        return Err(JwsError::Audience { expected: audience.to_string(), found: claims.aud }.into());
     }
     check_times(claims.iat, claims.exp, now_ms)?;
     if !claims.sub.starts_with("instance:") {
-        return Err(Error::TokenClaims { reason: format!("sub {:?} does not name an instance", claims.sub) });
+        return Err(JwsError::Claims { reason: format!("sub {:?} does not name an instance", claims.sub) }.into());
     }
     Ok(claims)
 }

@@ -10,7 +10,8 @@ use p256::ecdsa::signature::Verifier as _;
 use sha2::Sha256;
 use spki::{DecodePublicKey, EncodePublicKey};
 
-use crate::{Error, Result, pin};
+use crate::error::KeyError;
+use crate::{Result, pin};
 
 /// The HKDF salt of every fixture key.
 pub const SALT: &[u8] = b"bc-fixtures/v1";
@@ -58,7 +59,7 @@ impl PublicKey {
         }
         p256::PublicKey::from_public_key_der(der)
             .map(PublicKey::P256)
-            .map_err(|e| Error::BadPublicKey { reason: e.to_string() })
+            .map_err(|e| KeyError::BadPublicKey { reason: e.to_string() }.into())
     }
 
     /// The SubjectPublicKeyInfo DER.
@@ -84,7 +85,7 @@ impl PublicKey {
     pub fn from_proto(msg: &proto::PublicKey) -> Result<Self> {
         let key = Self::from_spki_der(&msg.spki_der)?;
         if key.pin() != msg.keyid {
-            return Err(Error::BadPublicKey { reason: format!("keyid {} is not the key's pin", msg.keyid) });
+            return Err(KeyError::BadPublicKey { reason: format!("keyid {} is not the key's pin", msg.keyid) }.into());
         }
         Ok(key)
     }

@@ -27,7 +27,10 @@ pub mod statement;
 pub mod tpm;
 pub mod x509;
 
-pub use error::Error;
+pub use error::{
+    DsseError, Error, IntentError, JoinError, JweError, JwsError, KeyError, ReleaseError, StatementError, TpmError,
+    X509Error,
+};
 pub use keys::{PublicKey, Signer};
 
 /// A result whose error is a [`pki::Error`](Error).

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::dsse::Envelope;
+use crate::error::{DsseError, ReleaseError};
 use crate::{Error, PublicKey, Result, Signer};
 
 /// A release manifest, members in their serialized order.
@@ -63,13 +64,15 @@ pub fn sign(keys: &[&dyn Signer], manifest: &Manifest) -> Envelope {
 pub fn verify_manifest(env: &Envelope, policy: &Policy) -> Result<Manifest> {
     let threshold = policy.threshold.max(1);
     let payload = env.verify(proto::payload_type::RELEASE, &policy.keys, threshold).map_err(|e| match e {
-        Error::DsseUnsigned | Error::DsseUnknownKey { .. } => Error::ReleaseThreshold { valid: 0, threshold },
-        Error::DsseThreshold { valid, threshold } => Error::ReleaseThreshold { valid, threshold },
+        Error::Dsse(DsseError::Unsigned | DsseError::UnknownKey { .. }) => {
+            ReleaseError::Threshold { valid: 0, threshold }.into()
+        }
+        Error::Dsse(DsseError::Threshold { valid, threshold }) => ReleaseError::Threshold { valid, threshold }.into(),
         other => other,
     })?;
-    let manifest: Manifest = crate::json_object(payload).map_err(|reason| Error::ReleaseMalformed { reason })?;
+    let manifest: Manifest = crate::json_object(payload).map_err(|reason| ReleaseError::Malformed { reason })?;
     if manifest.sequence < policy.min_sequence {
-        return Err(Error::ReleaseSequence { sequence: manifest.sequence, min_sequence: policy.min_sequence });
+        return Err(ReleaseError::Sequence { sequence: manifest.sequence, min_sequence: policy.min_sequence }.into());
     }
     Ok(manifest)
 }
@@ -80,17 +83,17 @@ pub fn artifact<'a>(manifest: &'a Manifest, os: &str, arch: &str) -> Result<&'a 
         .artifacts
         .iter()
         .find(|a| a.os == os && a.arch == arch)
-        .ok_or_else(|| Error::ReleaseMissingArtifact { os: os.to_string(), arch: arch.to_string() })
+        .ok_or_else(|| ReleaseError::MissingArtifact { os: os.to_string(), arch: arch.to_string() }.into())
 }
 
 /// Checks downloaded bytes against their artifact entry.
 pub fn check_artifact(artifact: &Artifact, bytes: &[u8]) -> Result<()> {
     if bytes.len() as u64 != artifact.size {
-        return Err(Error::ReleaseSize { expected: artifact.size, found: bytes.len() as u64 });
+        return Err(ReleaseError::Size { expected: artifact.size, found: bytes.len() as u64 }.into());
     }
     let found = hex::encode(Sha256::digest(bytes));
     if found != artifact.sha256.to_ascii_lowercase() {
-        return Err(Error::ReleaseDigest { expected: artifact.sha256.clone(), found });
+        return Err(ReleaseError::Digest { expected: artifact.sha256.clone(), found }.into());
     }
     Ok(())
 }

@@ -6,6 +6,7 @@
 use prost::Message as _;
 
 use crate::dsse::{self, Envelope};
+use crate::error::{KeyError, StatementError};
 use crate::{Error, PublicKey, Result, Signer, jwe};
 
 /// Signs a statement with a node key.
@@ -18,7 +19,7 @@ pub fn verify(env: &Envelope, node_key: &PublicKey, node_id: &str) -> Result<pro
     let payload = env.verify(proto::payload_type::NODE_STATEMENT, std::slice::from_ref(node_key), 1)?;
     let statement: proto::NodeStatement = dsse::decode(payload)?;
     if statement.node_id != node_id {
-        return Err(Error::StatementWrongNode { expected: node_id.to_string(), found: statement.node_id });
+        return Err(StatementError::WrongNode { expected: node_id.to_string(), found: statement.node_id }.into());
     }
     Ok(statement)
 }
@@ -35,7 +36,7 @@ pub fn body_name(statement: &proto::NodeStatement) -> &'static str {
 }
 
 fn wrong_kind(expected: &str, statement: &proto::NodeStatement) -> Error {
-    Error::StatementKind { expected: expected.to_string(), found: body_name(statement).to_string() }
+    StatementError::Kind { expected: expected.to_string(), found: body_name(statement).to_string() }.into()
 }
 
 /// Verifies a node-signed command result.
@@ -70,7 +71,7 @@ pub fn verify_secret_request(
     let ephemeral = match PublicKey::from_spki_der(&request.ephemeral_spki_der)? {
         PublicKey::P256(k) => k,
         PublicKey::Ed25519(_) => {
-            return Err(Error::BadPublicKey { reason: "the ephemeral key is not P-256".into() });
+            return Err(KeyError::BadPublicKey { reason: "the ephemeral key is not P-256".into() }.into());
         }
     };
     Ok((request, ephemeral))

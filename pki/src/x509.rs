@@ -21,6 +21,7 @@ use x509_cert::ext::pkix::SubjectAltName;
 use x509_cert::ext::pkix::name::GeneralName;
 use x509_cert::request::CertReq;
 
+use crate::error::X509Error;
 use crate::{Error, Result, pin};
 
 /// The OID of ecdsa-with-SHA256.
@@ -93,11 +94,11 @@ fn key_id(spki_der: &[u8]) -> Vec<u8> {
 
 fn datetime(ms: i64) -> Result<time::OffsetDateTime> {
     time::OffsetDateTime::from_unix_timestamp(ms.div_euclid(1000))
-        .map_err(|e| Error::CertBuild { reason: e.to_string() })
+        .map_err(|e| X509Error::CertBuild { reason: e.to_string() }.into())
 }
 
 fn build_err(e: rcgen::Error) -> Error {
-    Error::CertBuild { reason: e.to_string() }
+    X509Error::CertBuild { reason: e.to_string() }.into()
 }
 
 fn p256_spki(key: &p256::PublicKey) -> Vec<u8> {
@@ -236,7 +237,7 @@ fn oid_der(oid: &str) -> Vec<u8> {
 fn utf8_der(s: &str) -> Result<Vec<u8>> {
     der::asn1::Utf8StringRef::new(s)
         .and_then(|u| u.to_der())
-        .map_err(|e| Error::CertBuild { reason: format!("UTF8String: {e}") })
+        .map_err(|e| X509Error::CertBuild { reason: format!("UTF8String: {e}") }.into())
 }
 
 /// The SAN of an EK certificate: one directoryName with the TPM's
@@ -336,7 +337,7 @@ fn issue_leaf(
 /// rebuilt from the certificate (same attributes, same order, same string
 /// type, hence the same bytes), its key identifier and its key usages.
 fn issuer(ca_der: &[u8], ca_key: &p256::SecretKey) -> Result<Issuer<'static, Rfc6979Key>> {
-    let ca = Certificate::from_der(ca_der).map_err(|e| Error::CertMalformed { reason: format!("CA: {e}") })?;
+    let ca = Certificate::from_der(ca_der).map_err(|e| X509Error::CertMalformed { reason: format!("CA: {e}") })?;
     let mut params = CertificateParams::default();
     params.distinguished_name = DistinguishedName::new();
     for rdn in ca.tbs_certificate().subject().iter_rdn() {
@@ -345,7 +346,9 @@ fn issuer(ca_der: &[u8], ca_key: &p256::SecretKey) -> Result<Issuer<'static, Rfc
                 const_oid::db::rfc4519::CN => DnType::CommonName,
                 const_oid::db::rfc4519::O => DnType::OrganizationName,
                 other => {
-                    return Err(Error::CertBuild { reason: format!("unsupported CA name attribute {other}") });
+                    return Err(
+                        X509Error::CertBuild { reason: format!("unsupported CA name attribute {other}") }.into()
+                    );
                 }
             };
             params.distinguished_name.push(kind, attribute_string(atv)?);
@@ -361,7 +364,7 @@ fn attribute_string(atv: &x509_cert::attr::AttributeTypeAndValue) -> Result<Stri
         .decode_as::<der::asn1::Utf8StringRef<'_>>()
         .map(|s| s.to_string())
         .or_else(|_| atv.value.decode_as::<der::asn1::PrintableStringRef<'_>>().map(|s| s.to_string()))
-        .map_err(|e| Error::CertMalformed { reason: format!("name attribute: {e}") })
+        .map_err(|e| X509Error::CertMalformed { reason: format!("name attribute: {e}") }.into())
 }
 
 /// A PKCS#10 CSR for `key` with subject CN `common_name` and no extensions,
@@ -387,7 +390,7 @@ pub struct Csr {
 
 /// Parses a CSR and verifies its self-signature (ECDSA P-256 / SHA-256 only).
 pub fn parse_csr(der: &[u8]) -> Result<Csr> {
-    let malformed = |reason: String| Error::CsrMalformed { reason };
+    let malformed = |reason: String| Error::from(X509Error::CsrMalformed { reason });
     let req = CertReq::from_der(der).map_err(|e| malformed(e.to_string()))?;
     if req.algorithm.oid != ECDSA_WITH_SHA256 {
         return Err(malformed(format!("signature algorithm {}", req.algorithm.oid)));
@@ -395,8 +398,8 @@ pub fn parse_csr(der: &[u8]) -> Result<Csr> {
     let spki_der = req.info.public_key.to_der().map_err(|e| malformed(e.to_string()))?;
     let public_key = p256::PublicKey::from_public_key_der(&spki_der).map_err(|e| malformed(format!("key: {e}")))?;
     let tbs = req.info.to_der().map_err(|e| malformed(e.to_string()))?;
-    let sig = p256::ecdsa::Signature::from_der(req.signature.raw_bytes()).map_err(|_| Error::CsrSignature)?;
-    p256::ecdsa::VerifyingKey::from(&public_key).verify(&tbs, &sig).map_err(|_| Error::CsrSignature)?;
+    let sig = p256::ecdsa::Signature::from_der(req.signature.raw_bytes()).map_err(|_| X509Error::CsrSignature)?;
+    p256::ecdsa::VerifyingKey::from(&public_key).verify(&tbs, &sig).map_err(|_| X509Error::CsrSignature)?;
     Ok(Csr { public_key, pin: pin::pin(&spki_der), spki_der })
 }
 
@@ -428,31 +431,38 @@ pub struct Verified {
 /// Checks that `leaf_der` was issued by the CA `ca_der` (signature, issuer
 /// name) and is valid at `now_ms`, and returns what it says.
 pub fn verify_issued(leaf_der: &[u8], ca_der: &[u8], now_ms: i64) -> Result<Verified> {
-    let malformed = |reason: String| Error::CertMalformed { reason };
+    let malformed = |reason: String| Error::from(X509Error::CertMalformed { reason });
     let leaf = Certificate::from_der(leaf_der).map_err(|e| malformed(e.to_string()))?;
     let ca = Certificate::from_der(ca_der).map_err(|e| malformed(format!("CA: {e}")))?;
     if leaf.tbs_certificate().issuer() != ca.tbs_certificate().subject() {
-        return Err(Error::CertChain { reason: "issuer name differs from the CA's subject".into() });
+        return Err(X509Error::CertChain { reason: "issuer name differs from the CA's subject".into() }.into());
     }
     if leaf.signature_algorithm().oid != ECDSA_WITH_SHA256 {
-        return Err(Error::CertChain { reason: format!("signature algorithm {}", leaf.signature_algorithm().oid) });
+        return Err(
+            X509Error::CertChain { reason: format!("signature algorithm {}", leaf.signature_algorithm().oid) }.into()
+        );
     }
     let ca_spki = ca.tbs_certificate().subject_public_key_info().to_der().map_err(|e| malformed(e.to_string()))?;
     let ca_key = p256::PublicKey::from_public_key_der(&ca_spki).map_err(|e| malformed(format!("CA key: {e}")))?;
     let tbs = leaf.tbs_certificate().to_der().map_err(|e| malformed(e.to_string()))?;
     let sig = p256::ecdsa::Signature::from_der(leaf.signature().raw_bytes())
-        .map_err(|_| Error::CertChain { reason: "signature is not DER ECDSA".into() })?;
+        .map_err(|_| X509Error::CertChain { reason: "signature is not DER ECDSA".into() })?;
     p256::ecdsa::VerifyingKey::from(&ca_key)
         .verify(&tbs, &sig)
-        .map_err(|_| Error::CertChain { reason: "signature does not verify under the CA key".into() })?;
+        .map_err(|_| X509Error::CertChain { reason: "signature does not verify under the CA key".into() })?;
     let issuer = describe(&ca)?;
     if !issuer.is_ca {
-        return Err(Error::CertChain { reason: "the issuer is not a CA".into() });
+        return Err(X509Error::CertChain { reason: "the issuer is not a CA".into() }.into());
     }
     let verified = describe(&leaf)?;
     for v in [verified.validity, issuer.validity] {
         if now_ms < v.not_before_ms || now_ms > v.not_after_ms {
-            return Err(Error::CertValidity { now_ms, not_before_ms: v.not_before_ms, not_after_ms: v.not_after_ms });
+            return Err(X509Error::CertValidity {
+                now_ms,
+                not_before_ms: v.not_before_ms,
+                not_after_ms: v.not_after_ms,
+            }
+            .into());
         }
     }
     Ok(verified)
@@ -485,19 +495,19 @@ pub fn verify_for(leaf_der: &[u8], ca_der: &[u8], usage: Usage<'_>, now_ms: i64)
         }
     };
     if !fits {
-        return Err(Error::CertChain { reason: format!("not a certificate for {usage:?}") });
+        return Err(X509Error::CertChain { reason: format!("not a certificate for {usage:?}") }.into());
     }
     Ok(v)
 }
 
 /// What a certificate says, without verifying anything.
 pub fn describe_der(der: &[u8]) -> Result<Verified> {
-    let cert = Certificate::from_der(der).map_err(|e| Error::CertMalformed { reason: e.to_string() })?;
+    let cert = Certificate::from_der(der).map_err(|e| X509Error::CertMalformed { reason: e.to_string() })?;
     describe(&cert)
 }
 
 fn describe(cert: &Certificate) -> Result<Verified> {
-    let malformed = |reason: String| Error::CertMalformed { reason };
+    let malformed = |reason: String| Error::from(X509Error::CertMalformed { reason });
     let tbs = cert.tbs_certificate();
     let mut common_name = String::new();
     for rdn in tbs.subject().iter_rdn() {

@@ -4,6 +4,8 @@
 //! `cargo xtask codegen` and committed; `cargo xtask codegen --check` (and the
 //! `proto-codegen` crate's test) fails when it drifts from the `.proto` file.
 //! The tonic services are behind the `grpc` feature (on by default).
+//! [`refusal`] holds the refusal codes of `proto/refusals.toml`, generated
+//! the same way.
 
 /// Messages and services of package `bc.agent.v1`.
 pub mod agent {
@@ -12,6 +14,8 @@ pub mod agent {
 }
 
 pub use agent::*;
+
+pub mod refusal;
 
 /// DSSE payload types of the signed objects (DESIGN.md §3.4).
 pub mod payload_type {

@@ -228,7 +228,7 @@ func (h *holdsReconciler) bind(hold *agentv1.Hold, generation uint64) (*Allocati
 	id := hold.GetAllocationId()
 	a := &Allocation{ID: id, GPUs: slices.Clone(hold.GetGpuIndexes()), Binding: hold.GetBinding(), Generation: generation}
 	if err := writeCDI(h.machine.CDIDir(), a); err != nil {
-		return nil, "cdi-write: " + err.Error(), nil
+		return nil, ReasonCDIWrite + ": " + err.Error(), nil
 	}
 	stmt := &agentv1.NodeStatement{
 		NodeId: h.nodeID, BootId: h.machine.BootID(), AtMs: h.now().UnixMilli(),
@@ -251,22 +251,22 @@ func (h *holdsReconciler) bind(hold *agentv1.Hold, generation uint64) (*Allocati
 func check(h *agentv1.Hold, gpus int, used map[uint32]string) string {
 	id := h.GetAllocationId()
 	if id == "" || strings.ContainsAny(id, `/\`) || id == "." || id == ".." {
-		return fmt.Sprintf("invalid-allocation-id: %q", id)
+		return fmt.Sprintf("%s: %q", ReasonInvalidAllocationID, id)
 	}
 	if len(h.GetGpuIndexes()) == 0 {
-		return "no-gpus: the hold names no GPU"
+		return ReasonNoGPUs + ": the hold names no GPU"
 	}
 	seen := map[uint32]bool{}
 	for _, g := range h.GetGpuIndexes() {
 		if int(g) >= gpus {
-			return fmt.Sprintf("gpu-unknown: GPU %d (this node has %d)", g, gpus)
+			return fmt.Sprintf("%s: GPU %d (this node has %d)", ReasonGPUUnknown, g, gpus)
 		}
 		if seen[g] {
-			return fmt.Sprintf("gpu-repeated: GPU %d", g)
+			return fmt.Sprintf("%s: GPU %d", ReasonGPURepeated, g)
 		}
 		seen[g] = true
 		if other, ok := used[g]; ok {
-			return fmt.Sprintf("gpu-held: GPU %d is held by %s", g, other)
+			return fmt.Sprintf("%s: GPU %d is held by %s", ReasonGPUHeld, g, other)
 		}
 	}
 	return ""

@@ -30,15 +30,10 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// Reasons a command ends with, besides those of the kinds themselves.
-const (
-	ReasonBadSignature    = "BAD_SIGNATURE"
-	ReasonBatchUnapproved = "BATCH_UNAPPROVED"
-	ReasonUnbatchedLimit  = "UNBATCHED_LIMIT"
-	ReasonInterrupted     = "interrupted"
-	ReasonRebooted        = "rebooted"
-	ReasonCancelled       = "cancelled"
-)
+// ReasonRebooted is the reason a self-terminating command SUCCEEDED with
+// across its reboot. The refusal reasons (ReasonBadSignature, …) are
+// generated from proto/refusals.toml into refusals_gen.go.
+const ReasonRebooted = "rebooted"
 
 // unbatchedKey keeps the times of destructive commands run outside a batch.
 const unbatchedKey = "unbatched_ms"

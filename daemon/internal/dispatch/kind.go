@@ -14,9 +14,6 @@ import (
 	"sync"
 )
 
-// CodeKindUnsupported is the reason code of a kind this node does not run.
-const CodeKindUnsupported = "kind-unsupported"
-
 // ErrProcessEnding is what a self-terminating kind's Run returns once it
 // has arranged for the process to end (a reboot, the exec of a new
 // binary): the command stays running in the journal and is settled after
@@ -126,4 +123,4 @@ func (r *Registry) Names() []string {
 }
 
 // unsupported is the refusal reason of a kind that is not registered.
-func unsupported(kind string) string { return fmt.Sprintf("%s: %q", CodeKindUnsupported, kind) }
+func unsupported(kind string) string { return fmt.Sprintf("%s: %q", ReasonKindUnsupported, kind) }

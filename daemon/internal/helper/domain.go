@@ -24,12 +24,6 @@ import (
 	"bcd/internal/config"
 )
 
-// Codes of the instance operations.
-const (
-	// CodeBridge: a NIC on a bridge that is not an instance bridge.
-	CodeBridge Code = "instance-bridge"
-)
-
 // instanceID is what an instance id may look like.
 var instanceID = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
 

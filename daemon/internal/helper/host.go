@@ -29,16 +29,6 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// Codes of host.apply.
-const (
-	// CodeUnitName: a unit name the helper does not write.
-	CodeUnitName Code = "host-unit-name"
-	// CodeGeneration: a spec older than the last applied.
-	CodeGeneration Code = "host-generation"
-	// CodeNoRoots: no command root is configured, so nothing is applied.
-	CodeNoRoots Code = "host-no-command-roots"
-)
-
 // unitName is what host units may be called.
 var unitName = regexp.MustCompile(`^bcd-[a-z0-9][a-z0-9-]*\.(service|mount|timer|slice|target|path|socket)$`)
 

@@ -27,18 +27,6 @@ import (
 	"bcd/internal/update"
 )
 
-// Codes of the helper's own refusals.
-const (
-	// CodePeer: the caller is not the node's user running an installed slot.
-	CodePeer Code = "helper-peer"
-	// CodeOp: an unknown operation.
-	CodeOp Code = "helper-op"
-	// CodeArgs: arguments that do not decode or are not allowed.
-	CodeArgs Code = "helper-args"
-	// CodeCommand: a program the helper ran failed.
-	CodeCommand Code = "helper-command"
-)
-
 // Code is a stable refusal code of the helper (the shared refusal.Code).
 type Code = refusal.Code
 

@@ -20,6 +20,7 @@ import (
 
 	"bcd/internal/journal"
 	"bcd/internal/proto/agentv1"
+	"bcd/internal/refusal"
 	"google.golang.org/grpc/status"
 )
 
@@ -269,7 +270,7 @@ func (s *Session) backoff(attempt int) time.Duration {
 // isRevocation reports whether err is the gateway refusing a revoked certificate.
 func isRevocation(err error) bool {
 	st, ok := status.FromError(err)
-	return ok && strings.HasPrefix(st.Message(), "cert-revoked")
+	return ok && strings.HasPrefix(st.Message(), string(refusal.CodeCertRevoked))
 }
 
 // connect runs one connection; welcomed says whether a Welcome was accepted.

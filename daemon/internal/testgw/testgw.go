@@ -3,7 +3,13 @@
 // seeded internal/pki keys (a serving CA and its leaf for localhost,
 // 127.0.0.1 and gw.dev.local, a node CA issuing node certificates from
 // CSRs), a JoinService that opens sealed tokens and signs JoinResponses,
-// and Session streams handed to the test to script frame by frame.
+// and Session streams handed to the test to script frame by frame (after
+// the gateway checked their first frame is the caller's Hello).
+//
+// Every refusal is a code of proto/refusals.toml with the table's gRPC
+// status (refusal.Status), the same answer the dev stack gives for the same
+// request: the conformance check (internal/conformance, and
+// interop/tests/conformance.rs against devstack) holds both to it.
 // Only tests import it.
 package testgw
 
@@ -34,13 +40,21 @@ import (
 	"bcd/internal/config"
 	"bcd/internal/pki"
 	"bcd/internal/proto/agentv1"
+	"bcd/internal/refusal"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
+
+// MaxMessageBytes is the largest message the gateway takes, as the dev
+// stack's decoding cap (devstack::MAX_MESSAGE_BYTES): a larger one is
+// refused frame-too-large.
+const MaxMessageBytes = 1 << 20
+
+// maxDecodeBytes lets grpc-go decode messages above MaxMessageBytes, so that
+// the gateway, not grpc-go, refuses them with the contract's code.
+const maxDecodeBytes = 64 << 20
 
 // Seed is the seed of the test keys.
 const Seed = "bcd-testgw"
@@ -163,7 +177,7 @@ type Gateway struct {
 	opts     Options
 
 	mu      sync.Mutex
-	tokens  map[string]int
+	tokens  map[string]*token
 	revoked map[string]bool
 	nodes   int
 	joins   int
@@ -190,13 +204,14 @@ func Start(t testing.TB, opts Options) *Gateway {
 	if opts.TokenUses == 0 {
 		opts.TokenUses = 1
 	}
-	g := &Gateway{Keys: keys, Sessions: make(chan *Session, 16), opts: opts, tokens: map[string]int{}, revoked: map[string]bool{}}
+	g := &Gateway{Keys: keys, Sessions: make(chan *Session, 16), opts: opts, tokens: map[string]*token{}, revoked: map[string]bool{}}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	g.URL = "https://" + lis.Addr().String()
-	g.server = grpc.NewServer(grpc.Creds(credentials.NewTLS(g.TLSConfig())))
+	g.server = grpc.NewServer(grpc.Creds(credentials.NewTLS(g.TLSConfig())),
+		grpc.MaxRecvMsgSize(maxDecodeBytes), grpc.UnaryInterceptor(limitUnary))
 	agentv1.RegisterJoinServer(g.server, g)
 	agentv1.RegisterGatewayServer(g.server, g)
 	go func() { _ = g.server.Serve(lis) }()
@@ -222,11 +237,21 @@ func (g *Gateway) TLSConfig() *tls.Config {
 	}
 }
 
-// AddToken makes token valid for Options.TokenUses joins.
-func (g *Gateway) AddToken(token string) {
+// token is a join token's state: uses left and an optional expiry.
+type token struct {
+	uses    int
+	expires time.Time
+}
+
+// AddToken makes tok valid for Options.TokenUses joins.
+func (g *Gateway) AddToken(tok string) { g.AddTokenUntil(tok, g.opts.TokenUses, time.Time{}) }
+
+// AddTokenUntil makes tok valid for uses joins until expires (zero: no
+// expiry); from then on it is refused token-expired.
+func (g *Gateway) AddTokenUntil(tok string, uses int, expires time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.tokens[token] = g.opts.TokenUses
+	g.tokens[tok] = &token{uses: uses, expires: expires}
 }
 
 // Revoke refuses the node's sessions from now on (cert-revoked).
@@ -280,11 +305,17 @@ func (g *Gateway) WriteConfig(t testing.TB, dir string) string {
 	return path
 }
 
-func refuse(code codes.Code, stable, format string, args ...any) error {
-	return status.Error(code, stable+": "+fmt.Sprintf(format, args...))
+// limitUnary refuses a unary request above MaxMessageBytes (frame-too-large).
+func limitUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if m, ok := req.(proto.Message); ok && proto.Size(m) > MaxMessageBytes {
+		return nil, refusal.Status(refusal.CodeFrameTooLarge, "a message above %d bytes: %d bytes", MaxMessageBytes, proto.Size(m))
+	}
+	return handler(ctx, req)
 }
 
-// Join is the JoinService: a sealed token bound to the CSR, limited uses.
+// Join is the JoinService: a sealed token bound to the CSR, then the token
+// (token-unknown), its expiry (token-expired) and its uses (token-exhausted),
+// in the dev stack's order.
 func (g *Gateway) Join(ctx context.Context, req *agentv1.JoinRequest) (*agentv1.JoinReply, error) {
 	g.mu.Lock()
 	g.joins++
@@ -297,29 +328,34 @@ func (g *Gateway) Join(ctx context.Context, req *agentv1.JoinRequest) (*agentv1.
 	}
 	tj := req.GetToken()
 	if tj == nil {
-		return nil, refuse(codes.InvalidArgument, "join-method", "no join method")
+		return nil, refusal.Status(refusal.CodeMethodMissing, "the request names no join method")
 	}
 	csr, err := pki.ParseCSR(tj.GetCsrDer())
 	if err != nil {
-		return nil, refuse(codes.InvalidArgument, string(pki.CodeOf(err)), "%v", err)
+		return nil, refusal.StatusOf(err)
 	}
 	payload, err := pki.OpenJoinToken(g.Keys.JoinEncryption, tj.GetSealedToken(), csr.Pin)
 	if err != nil {
-		return nil, refuse(codes.PermissionDenied, string(pki.CodeOf(err)), "the sealed token was refused")
+		// The reason may quote the sealed payload: only the code goes out.
+		return nil, refusal.Status(pki.CodeOf(err), "the sealed token was refused")
 	}
 	g.mu.Lock()
-	uses, ok := g.tokens[payload.Token]
-	if ok && uses > 0 {
-		g.tokens[payload.Token] = uses - 1
+	tok, ok := g.tokens[payload.Token]
+	expired := ok && !tok.expires.IsZero() && !time.Now().Before(tok.expires)
+	used := ok && !expired && tok.uses > 0
+	if used {
+		tok.uses--
 		g.nodes++
 	}
 	n := g.nodes
 	g.mu.Unlock()
-	if !ok {
-		return nil, refuse(codes.PermissionDenied, "token-unknown", "no such token")
-	}
-	if uses == 0 {
-		return nil, refuse(codes.PermissionDenied, "token-exhausted", "the token has no uses left")
+	switch {
+	case !ok:
+		return nil, refusal.Status(refusal.CodeTokenUnknown, "no such join token")
+	case expired:
+		return nil, refusal.Status(pki.CodeTokenExpired, "the join token expired at %d", tok.expires.UnixMilli())
+	case !used:
+		return nil, refusal.Status(refusal.CodeTokenExhausted, "the join token has no use left")
 	}
 	env, err := g.respond(fmt.Sprintf("node_%d", n), csr, nil)
 	if err != nil {
@@ -336,7 +372,7 @@ func (g *Gateway) respond(nodeID string, csr *pki.CSR, akName []byte) (*agentv1.
 	g.mu.Unlock()
 	leaf, err := g.issue(nodeID, csr.PublicKey, akName)
 	if err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
+		return nil, refusal.Status(refusal.CodeInternal, "%v", err)
 	}
 	response := &agentv1.JoinResponse{
 		NodeId:           nodeID,
@@ -356,7 +392,7 @@ func (g *Gateway) respond(nodeID string, csr *pki.CSR, akName []byte) (*agentv1.
 	}
 	env, err := pki.SignEnvelope(nil, pki.PayloadTypeJoinResponse, payloadBytes, signer)
 	if err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
+		return nil, refusal.Status(refusal.CodeInternal, "%v", err)
 	}
 	return env.Proto(), nil
 }
@@ -446,11 +482,11 @@ func (s *Session) End(err error) { s.once.Do(func() { s.end <- err }) }
 func (g *Gateway) authenticate(ctx context.Context) (string, *pki.PublicKey, error) {
 	p, ok := peer.FromContext(ctx)
 	if !ok {
-		return "", nil, refuse(codes.Unauthenticated, "cert-unknown", "no peer")
+		return "", nil, refusal.Status(refusal.CodeCertUnknown, "no peer")
 	}
 	info, ok := p.AuthInfo.(credentials.TLSInfo)
 	if !ok || len(info.State.PeerCertificates) == 0 {
-		return "", nil, refuse(codes.Unauthenticated, "cert-unknown", "no client certificate")
+		return "", nil, refusal.Status(refusal.CodeCertUnknown, "no client certificate")
 	}
 	leaf := info.State.PeerCertificates[0]
 	nodeID := leaf.Subject.CommonName
@@ -458,16 +494,20 @@ func (g *Gateway) authenticate(ctx context.Context) (string, *pki.PublicKey, err
 	revoked := g.revoked[nodeID]
 	g.mu.Unlock()
 	if revoked {
-		return "", nil, refuse(codes.PermissionDenied, "cert-revoked", "node %s was revoked", nodeID)
+		return "", nil, refusal.Status(refusal.CodeCertRevoked, "node %s was revoked", nodeID)
 	}
 	key, err := pki.NewPublicKey(leaf.PublicKey)
 	if err != nil {
-		return "", nil, refuse(codes.Unauthenticated, "cert-unknown", "%v", err)
+		return "", nil, refusal.Status(refusal.CodeCertUnknown, "its key: %v", err)
 	}
 	return nodeID, key, nil
 }
 
 // Session authenticates the client certificate and hands the stream over.
+// The first frame must be a Hello naming the certificate's node
+// (hello-expected, node-mismatch), and no frame may be above
+// MaxMessageBytes (frame-too-large): either refusal ends the stream, also
+// before the test took the session.
 func (g *Gateway) Session(stream agentv1.Gateway_SessionServer) error {
 	nodeID, key, err := g.authenticate(stream.Context())
 	if err != nil {
@@ -476,9 +516,15 @@ func (g *Gateway) Session(stream agentv1.Gateway_SessionServer) error {
 	s := &Session{NodeID: nodeID, NodeKey: key, Frames: make(chan *agentv1.NodeFrame, 256), stream: stream, end: make(chan error, 1)}
 	go func() {
 		defer close(s.Frames)
-		for {
-			f, err := stream.Recv()
+		for first := true; ; first = false {
+			f, err := recvFrame(stream)
+			if err == nil && first {
+				err = checkHello(f, nodeID)
+			}
 			if err != nil {
+				if errors.Is(err, io.EOF) && first {
+					err = refusal.Status(refusal.CodeHelloExpected, "the stream ended before a Hello")
+				}
 				if errors.Is(err, io.EOF) {
 					s.End(nil)
 				} else {
@@ -491,6 +537,8 @@ func (g *Gateway) Session(stream agentv1.Gateway_SessionServer) error {
 	}()
 	select {
 	case g.Sessions <- s:
+	case err := <-s.end:
+		return err
 	case <-stream.Context().Done():
 		return stream.Context().Err()
 	}
@@ -500,4 +548,36 @@ func (g *Gateway) Session(stream agentv1.Gateway_SessionServer) error {
 	case <-stream.Context().Done():
 		return stream.Context().Err()
 	}
+}
+
+// checkHello refuses a first frame that is not the certificate's node's Hello.
+func checkHello(f *agentv1.NodeFrame, nodeID string) error {
+	switch {
+	case f.GetHello() == nil:
+		return refusal.Status(refusal.CodeHelloExpected, "the first frame is not a Hello")
+	case f.GetHello().GetNodeId() != nodeID:
+		return refusal.Status(refusal.CodeNodeMismatch, "Hello names %q, the certificate %s", f.GetHello().GetNodeId(), nodeID)
+	}
+	return nil
+}
+
+// recvFrame receives one frame, refusing one above MaxMessageBytes.
+func recvFrame(stream agentv1.Gateway_SessionServer) (*agentv1.NodeFrame, error) {
+	f, err := stream.Recv()
+	if err != nil {
+		return nil, err
+	}
+	if size := proto.Size(f); size > MaxMessageBytes {
+		return nil, refusal.Status(refusal.CodeFrameTooLarge, "a message above %d bytes: %d bytes", MaxMessageBytes, size)
+	}
+	return f, nil
+}
+
+// Tunnel authenticates the caller and refuses: the test gateway relays no
+// tunnels (tunnel-unsupported), as the dev stack.
+func (g *Gateway) Tunnel(stream agentv1.Gateway_TunnelServer) error {
+	if _, _, err := g.authenticate(stream.Context()); err != nil {
+		return err
+	}
+	return refusal.Status(refusal.CodeTunnelUnsupported, "this gateway has no tunnel relay")
 }

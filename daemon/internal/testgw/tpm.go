@@ -20,10 +20,9 @@ import (
 
 	"bcd/internal/pki"
 	"bcd/internal/proto/agentv1"
+	"bcd/internal/refusal"
 	"bcd/internal/tpm/attestor"
 	"github.com/google/go-tpm/tpm2"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // TPMOptions make the JoinService a TPM attestor.
@@ -81,37 +80,24 @@ func (g *Gateway) Renewals() int {
 	return g.renewals
 }
 
-// refusePKI turns an attestor refusal into the contract's status: its
-// message starts with the code.
-func refusePKI(err error) error {
-	switch attestor.CodeOf(err) {
-	case "":
-		return status.Error(codes.Internal, err.Error())
-	case attestor.CodeTPMMalformed, attestor.CodeCSRMalformed:
-		return status.Error(codes.InvalidArgument, err.Error())
-	default:
-		return status.Error(codes.PermissionDenied, err.Error())
-	}
-}
-
 func (g *Gateway) tpmRound1(r *agentv1.TpmRound1) (*agentv1.JoinReply, error) {
 	opts := g.opts.TPM
 	if opts == nil {
-		return nil, refuse(codes.FailedPrecondition, "method-unsupported", "this JoinService has no TPM attestor")
+		return nil, noAttestor()
 	}
 	a := &attestor.Attestor{Roots: opts.Roots, NodeKey: cmpPolicy(opts.NodeKey)}
 	e, err := a.VerifyRound1(&attestor.Round1{EKPublic: r.GetEkPublic(), EKCertificate: r.GetEkCertificate(), AKPublic: r.GetAkPublic()}, time.Now())
 	if err != nil {
-		return nil, refusePKI(err)
+		return nil, refusal.StatusOf(err)
 	}
 	ek, err := tpm2.ImportEncapsulationKey(e.EK)
 	if err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
+		return nil, refusal.Status(refusal.CodeInternal, "%v", err)
 	}
 	secret, nonce, id := random(32), random(32), hex.EncodeToString(random(16))
 	blob, encrypted, err := tpm2.CreateCredential(rand.Reader, ek, e.AKName, secret)
 	if err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
+		return nil, refusal.Status(refusal.CodeInternal, "%v", err)
 	}
 	g.mu.Lock()
 	if g.tpm.sessions == nil {
@@ -124,13 +110,21 @@ func (g *Gateway) tpmRound1(r *agentv1.TpmRound1) (*agentv1.JoinReply, error) {
 	}}}, nil
 }
 
+// noAttestor refuses a TPM round of a gateway without Options.TPM.
+func noAttestor() error {
+	return refusal.Status(refusal.CodeMethodUnsupported, "this JoinService has no TPM attestor")
+}
+
 func (g *Gateway) tpmRound2(r *agentv1.TpmRound2) (*agentv1.JoinReply, error) {
+	if g.opts.TPM == nil {
+		return nil, noAttestor()
+	}
 	g.mu.Lock()
 	s, ok := g.tpm.sessions[r.GetSessionId()]
 	delete(g.tpm.sessions, r.GetSessionId())
 	g.mu.Unlock()
 	if !ok {
-		return nil, refuse(codes.FailedPrecondition, "tpm-session-unknown", "no TPM join session %q", r.GetSessionId())
+		return nil, refusal.Status(refusal.CodeTPMSessionUnknown, "no TPM join session %q", r.GetSessionId())
 	}
 	policy := cmpPolicy(g.opts.TPM.NodeKey)
 	a := &attestor.Attestor{Roots: g.opts.TPM.Roots, NodeKey: policy}
@@ -145,7 +139,7 @@ func (g *Gateway) tpmRound2(r *agentv1.TpmRound2) (*agentv1.JoinReply, error) {
 	}
 	att, err := a.VerifyAnswer(s.enrollment, s.secret, s.nonce, answer)
 	if err != nil {
-		return nil, refusePKI(err)
+		return nil, refusal.StatusOf(err)
 	}
 	level := attestor.PolicyAny
 	switch {
@@ -156,7 +150,7 @@ func (g *Gateway) tpmRound2(r *agentv1.TpmRound2) (*agentv1.JoinReply, error) {
 	}
 	csr, err := pki.ParseCSR(r.GetCsrDer())
 	if err != nil {
-		return nil, refuse(codes.InvalidArgument, string(pki.CodeOf(err)), "%v", err)
+		return nil, refusal.StatusOf(err)
 	}
 	ekHex := hex.EncodeToString(att.EKBinding[:])
 	g.mu.Lock()
@@ -188,7 +182,7 @@ func (g *Gateway) Renew(ctx context.Context, req *agentv1.RenewRequest) (*agentv
 	}
 	csr, err := pki.ParseCSR(req.GetCsrDer())
 	if err != nil {
-		return nil, refuse(codes.InvalidArgument, string(pki.CodeOf(err)), "%v", err)
+		return nil, refusal.StatusOf(err)
 	}
 	binding, bound := g.TPMBinding(nodeID)
 	var akName []byte
@@ -198,13 +192,13 @@ func (g *Gateway) Renew(ctx context.Context, req *agentv1.RenewRequest) (*agentv
 		case req.GetNodeKey() != nil:
 			nonce := sha256.Sum256(req.GetCsrDer())
 			if certified, err = attestor.VerifyKeyCertification(binding.AKPublic, nonce[:], certifiedKey(req.GetNodeKey())); err != nil {
-				return nil, refusePKI(err)
+				return nil, refusal.StatusOf(err)
 			}
 		case binding.NodeKey != attestor.PolicyAny:
-			return nil, refuse(codes.PermissionDenied, string(attestor.CodeNodeKeyUncertified), "the next key is not certified by the AK")
+			return nil, refusal.Status(attestor.CodeNodeKeyUncertified, "the next key is not certified by the AK")
 		}
 		if binding.NodeKey == attestor.PolicyTPM && (certified == nil || !certified.Equal(csr.PublicKey)) {
-			return nil, refuse(codes.PermissionDenied, string(attestor.CodeNodeKeyNotCSR), "the CSR's key is not the certified TPM key")
+			return nil, refusal.Status(attestor.CodeNodeKeyNotCSR, "the CSR's key is not the certified TPM key")
 		}
 		akName = binding.AKName
 	}

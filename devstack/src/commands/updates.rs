@@ -10,6 +10,7 @@ use tracing::{info, warn};
 
 use crate::error::Result;
 use crate::gateway::handlers::{Effects, Event, EventHandler};
+use crate::status::Code;
 use crate::store::commands::{self, Outcome};
 use crate::store::rows::{CommandRow, CommandStatus};
 
@@ -75,7 +76,7 @@ fn check_result(
         warn!(node_id = %event.node_id(), command_id = %row.id, %detail, "session: command result refused");
         Checked {
             state: CommandStatus::Failed,
-            reason: format!("result-unverified: {detail}"),
+            reason: format!("{}: {detail}", Code::ResultUnverified),
             result: None,
             output: None,
         }

@@ -9,12 +9,12 @@
 use std::net::SocketAddr;
 
 use pki::PublicKey;
-use tonic::{Code, Request, Status};
+use tonic::{Request, Status};
 
 use crate::clock::now_ms;
 use crate::join::internal;
 use crate::shared::Shared;
-use crate::status::{code, from_pki, refuse};
+use crate::status::{Code, from_pki, refuse};
 use crate::store::certs;
 use crate::tls::PeerInfo;
 
@@ -35,14 +35,13 @@ pub struct AuthedNode {
 pub fn authenticate<T>(shared: &Shared, request: &Request<T>) -> Result<AuthedNode, Status> {
     let info = request.extensions().get::<PeerInfo>();
     let peer = info.map(|i| i.remote_addr);
-    let chain = info
-        .and_then(|i| i.client_chain.clone())
-        .ok_or_else(|| refuse(Code::Unauthenticated, code::CERT_UNKNOWN, "no client certificate"))?;
-    let leaf = chain.first().ok_or_else(|| refuse(Code::Unauthenticated, code::CERT_UNKNOWN, "an empty chain"))?;
+    let chain =
+        info.and_then(|i| i.client_chain.clone()).ok_or_else(|| refuse(Code::CertUnknown, "no client certificate"))?;
+    let leaf = chain.first().ok_or_else(|| refuse(Code::CertUnknown, "an empty chain"))?;
     let now = now_ms();
     let verified = pki::x509::verify_issued(leaf, &shared.keys.node_ca_der, now).map_err(|e| match e {
-        pki::Error::CertValidity { .. } => from_pki(Code::PermissionDenied, &e),
-        _ => refuse(Code::Unauthenticated, code::CERT_UNKNOWN, format!("not issued by the node CA: {e}")),
+        pki::Error::X509(pki::X509Error::CertValidity { .. }) => from_pki(&e),
+        _ => refuse(Code::CertUnknown, format!("not issued by the node CA: {e}")),
     })?;
     let node_id = verified.common_name;
     let serial = hex::encode(&verified.serial);
@@ -51,23 +50,20 @@ pub fn authenticate<T>(shared: &Shared, request: &Request<T>) -> Result<AuthedNo
         .with(|c| certs::get(c, &node_id, &serial))
         .map_err(internal)?
         .filter(|row| row.der == *leaf)
-        .ok_or_else(|| {
-            refuse(Code::Unauthenticated, code::CERT_UNKNOWN, format!("no certificate {serial} of node {node_id}"))
-        })?;
+        .ok_or_else(|| refuse(Code::CertUnknown, format!("no certificate {serial} of node {node_id}")))?;
     if let Some(at) = row.revoked_at_ms {
-        return Err(refuse(
-            Code::PermissionDenied,
-            code::CERT_REVOKED,
-            format!("certificate {serial} of node {node_id} was revoked at {at}"),
-        ));
+        return Err(refuse(Code::CertRevoked, format!("certificate {serial} of node {node_id} was revoked at {at}")));
     }
-    let key = PublicKey::from_spki_der(&verified.spki_der).map_err(|e| from_pki(Code::Unauthenticated, &e))?;
+    let key =
+        PublicKey::from_spki_der(&verified.spki_der).map_err(|e| refuse(Code::CertUnknown, format!("its key: {e}")))?;
     Ok(AuthedNode { node_id, serial, key, peer })
 }
 
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
+
+    use tonic::Code;
 
     use super::*;
 

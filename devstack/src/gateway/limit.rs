@@ -20,8 +20,7 @@ pub fn is_too_large(status: &Status) -> bool {
 /// The contract's refusal of an oversized message.
 pub fn too_large(detail: &str) -> Status {
     crate::status::refuse(
-        Code::InvalidArgument,
-        crate::status::code::FRAME_TOO_LARGE,
+        crate::status::Code::FrameTooLarge,
         format!("a message above {MAX_MESSAGE_BYTES} bytes: {detail}"),
     )
 }

@@ -11,7 +11,7 @@ use tonic::{Request, Response, Status, Streaming};
 use tracing::warn;
 
 use crate::shared::Shared;
-use crate::status;
+use crate::status::{self, Code, refuse};
 
 pub mod auth;
 pub mod handlers;
@@ -54,7 +54,7 @@ impl proto::gateway_server::Gateway for GatewayService {
     ) -> Result<Response<Self::SessionStream>, Status> {
         let node = self.authenticate("Session", &request)?;
         if self.shared.is_draining() {
-            return Err(Status::unavailable("draining: the dev stack is shutting down"));
+            return Err(refuse(Code::Draining, "the dev stack is shutting down"));
         }
         let (tx, rx) = mpsc::channel(OUTBOUND_BUFFER);
         tokio::spawn(session::run(self.shared.clone(), node, request.into_inner(), tx));
@@ -83,6 +83,6 @@ impl proto::gateway_server::Gateway for GatewayService {
     ) -> Result<Response<Self::TunnelStream>, Status> {
         let node = self.authenticate("Tunnel", &request)?;
         warn!(node_id = %node.node_id, "gateway: tunnel refused: no tunnel relay in this stack yet");
-        Err(Status::unimplemented("tunnel-unsupported: this stack has no tunnel relay yet"))
+        Err(refuse(Code::TunnelUnsupported, "this stack has no tunnel relay yet"))
     }
 }

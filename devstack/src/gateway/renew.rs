@@ -10,7 +10,7 @@
 //! required (`node-key-uncertified`). The new certificate still names the AK.
 
 use sha2::{Digest, Sha256};
-use tonic::{Code, Status};
+use tonic::Status;
 use tracing::{info, warn};
 
 use super::auth::AuthedNode;
@@ -18,7 +18,7 @@ use crate::clock::now_ms;
 use crate::issuance;
 use crate::join::internal;
 use crate::shared::Shared;
-use crate::status::{self, code, refuse};
+use crate::status::{self, Code, refuse};
 use crate::store::rows::NodeKeyLevel;
 use crate::store::{bindings, certs, nodes};
 
@@ -27,14 +27,9 @@ pub fn renewal_nonce(csr_der: &[u8]) -> [u8; 32] {
     Sha256::digest(csr_der).into()
 }
 
-fn refused(e: &pki::Error) -> Status {
-    let grpc = if e.code() == "tpm-malformed" { Code::InvalidArgument } else { Code::PermissionDenied };
-    status::from_pki(grpc, e)
-}
-
 /// Renews the certificate of `node`.
 pub fn renew(shared: &Shared, node: &AuthedNode, req: &proto::RenewRequest) -> Result<proto::RenewReply, Status> {
-    let csr = pki::x509::parse_csr(&req.csr_der).map_err(|e| status::from_pki(Code::InvalidArgument, &e))?;
+    let csr = pki::x509::parse_csr(&req.csr_der).map_err(|e| status::from_pki(&e))?;
     let now = now_ms();
     let (row, binding, level) = shared
         .store
@@ -46,8 +41,7 @@ pub fn renew(shared: &Shared, node: &AuthedNode, req: &proto::RenewRequest) -> R
             ))
         })
         .map_err(internal)?;
-    let row =
-        row.ok_or_else(|| refuse(Code::Unauthenticated, code::CERT_UNKNOWN, format!("no node {}", node.node_id)))?;
+    let row = row.ok_or_else(|| refuse(Code::CertUnknown, format!("no node {}", node.node_id)))?;
     let ak_name = match &binding {
         None => {
             if req.node_key.is_some() {
@@ -64,13 +58,15 @@ pub fn renew(shared: &Shared, node: &AuthedNode, req: &proto::RenewRequest) -> R
                         &renewal_nonce(&req.csr_der),
                         &crate::tpm::certified_key(k),
                     )
-                    .map_err(|e| refused(&e))?,
+                    .map_err(|e| status::from_pki(&e))?,
                 ),
-                None if level != NodeKeyLevel::Any => return Err(refused(&pki::Error::NodeKeyUncertified)),
+                None if level != NodeKeyLevel::Any => {
+                    return Err(status::from_pki(&pki::TpmError::NodeKeyUncertified.into()));
+                }
                 None => None,
             };
             if level == NodeKeyLevel::Tpm && certified.as_ref() != Some(&csr.public_key) {
-                return Err(refused(&pki::Error::NodeKeyNotCsr));
+                return Err(status::from_pki(&pki::TpmError::NodeKeyNotCsr.into()));
             }
             Some(b.ak_name.clone())
         }

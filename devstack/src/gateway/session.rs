@@ -19,7 +19,7 @@ use proto::gateway_frame::Frame as Out;
 use proto::node_frame::Frame as In;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
-use tonic::{Code, Status, Streaming};
+use tonic::{Status, Streaming};
 use tracing::{debug, info, warn};
 
 use super::auth::AuthedNode;
@@ -31,7 +31,7 @@ use crate::commands::{delivery_frame, frame};
 use crate::error::Result;
 use crate::hub::Control;
 use crate::shared::Shared;
-use crate::status::{code, refuse};
+use crate::status::{Code, refuse};
 use crate::store::rows::{CommandRow, CommandStatus, NodeSessionRow, NodeSpecRow};
 use crate::store::sessions::NewSession;
 use crate::store::{commands, events, nodes, sessions, specs};
@@ -63,11 +63,8 @@ pub async fn run(shared: Arc<Shared>, node: AuthedNode, mut inbound: Streaming<p
         }
     };
     if hello.node_id != node.node_id {
-        let status = refuse(
-            Code::PermissionDenied,
-            code::NODE_MISMATCH,
-            format!("Hello names {:?}, the certificate {}", hello.node_id, node.node_id),
-        );
+        let status =
+            refuse(Code::NodeMismatch, format!("Hello names {:?}, the certificate {}", hello.node_id, node.node_id));
         warn!(node_id = %node.node_id, message = status.message(), "session: refused");
         let _ = out.send(Err(status)).await;
         return;
@@ -85,7 +82,7 @@ pub async fn run(shared: Arc<Shared>, node: AuthedNode, mut inbound: Streaming<p
 
 /// Waits for the first frame, which must be a Hello.
 async fn first_frame(inbound: &mut Streaming<proto::NodeFrame>, wait: Duration) -> Result<proto::Hello, Status> {
-    let hello_expected = |detail: String| refuse(Code::InvalidArgument, code::HELLO_EXPECTED, detail);
+    let hello_expected = |detail: String| refuse(Code::HelloExpected, detail);
     match tokio::time::timeout(wait, inbound.message()).await {
         Err(_) => Err(hello_expected(format!("no frame within {} ms", wait.as_millis()))),
         Ok(Err(status)) if limit::is_too_large(&status) => Err(limit::too_large(status.message())),
@@ -217,10 +214,10 @@ impl Session {
                     let p = proto::Ping { nonce: crate::ids::nonce(), server_time_ms: now_ms() };
                     self.send(frame(Out::Ping(p))).await
                 }
-                _ = tokio::time::sleep_until(liveness) => Err(End::Refuse(Status::unavailable(format!(
-                    "liveness: nothing heard for {} ms",
-                    (self.interval * 3).as_millis()
-                )))),
+                _ = tokio::time::sleep_until(liveness) => Err(End::Refuse(refuse(
+                    Code::Liveness,
+                    format!("nothing heard for {} ms", (self.interval * 3).as_millis()),
+                ))),
                 _ = tokio::time::sleep_until(next_busy.unwrap_or(liveness)), if next_busy.is_some() => {
                     self.retry_busy().await
                 }
@@ -304,11 +301,7 @@ impl Session {
                 self.send(frame(Out::Drain(proto::Drain { reason, retry_after_ms }))).await?;
                 Err(End::Done("drained"))
             }
-            Control::Replaced => Err(End::Refuse(refuse(
-                Code::FailedPrecondition,
-                code::SESSION_REPLACED,
-                "a newer session of this node opened",
-            ))),
+            Control::Replaced => Err(End::Refuse(refuse(Code::SessionReplaced, "a newer session of this node opened"))),
         }
     }
 

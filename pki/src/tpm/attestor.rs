@@ -42,6 +42,7 @@ use super::attest::{Attest, Attested, ClockInfo, verify_ecdsa_sha256};
 use super::credential::{Credential, make_credential};
 use super::public::{Key, Public, Scheme, SymDef};
 use super::{ECC_NIST_P256, QUOTED_PCRS, alg, attr};
+use crate::error::TpmError;
 use crate::{Error, Result, keys, x509};
 
 /// The `nodeKey` policy of a TPM attestor.
@@ -250,15 +251,15 @@ impl Attestor {
                 Err(e) => last = e.to_string(),
             }
         }
-        let ek_certificate = verified.ok_or(Error::EkCertificateChain { reason: last })?;
+        let ek_certificate = verified.ok_or(TpmError::EkCertificateChain { reason: last })?;
 
         let certified = p256::PublicKey::from_public_key_der(&ek_certificate.spki_der).ok();
         let ek_key = match (certified, ek_public.p256()) {
             (Some(c), Some(k)) if c == k => k,
-            _ => return Err(Error::EkMismatch),
+            _ => return Err(TpmError::EkMismatch.into()),
         };
 
-        let ek_err = |reason: String| Error::EkAttributes { reason };
+        let ek_err = |reason: String| Error::from(TpmError::EkAttributes { reason });
         if ek_public.name_alg != alg::SHA256 {
             return Err(ek_err(format!("name algorithm {:#06x}", ek_public.name_alg)));
         }
@@ -274,7 +275,7 @@ impl Attestor {
             _ => return Err(ek_err("the EK's symmetric algorithm is not AES-128-CFB".into())),
         }
 
-        let ak_err = |reason: String| Error::AkAttributes { reason };
+        let ak_err = |reason: String| Error::from(TpmError::AkAttributes { reason });
         let ak_key = match &ak_public.key {
             Key::Ecc { curve: ECC_NIST_P256, .. } => {
                 ak_public.p256().ok_or_else(|| ak_err("the AK's point is not on P-256".into()))?
@@ -317,46 +318,48 @@ impl Attestor {
     pub fn verify_answer(&self, pending: &Pending, answer: &Answer) -> Result<Attestation> {
         let e = &pending.enrollment;
         if !bool::from(answer.activated_secret.as_slice().ct_eq(pending.secret.as_slice())) {
-            return Err(Error::Credential);
+            return Err(TpmError::Credential.into());
         }
 
         if !verify_ecdsa_sha256(&e.ak_key, &answer.quote.attest, &answer.quote.signature) {
-            return Err(Error::QuoteSignature);
+            return Err(TpmError::QuoteSignature.into());
         }
         let quote = Attest::parse(&answer.quote.attest, "quote")?;
         let Attested::Quote { selection, pcr_digest } = &quote.attested else {
-            return Err(Error::TpmMalformed { what: "quote".into(), reason: "a certification, not a quote".into() });
+            return Err(
+                TpmError::Malformed { what: "quote".into(), reason: "a certification, not a quote".into() }.into()
+            );
         };
         if !quote.is_generated() {
-            return Err(Error::TpmMalformed { what: "quote".into(), reason: "not TPM-generated".into() });
+            return Err(TpmError::Malformed { what: "quote".into(), reason: "not TPM-generated".into() }.into());
         }
         if quote.extra_data != pending.nonce {
-            return Err(Error::QuoteNonce);
+            return Err(TpmError::QuoteNonce.into());
         }
         let wanted: Vec<u32> = QUOTED_PCRS.collect();
         let banks: Vec<_> = selection.iter().filter(|s| !s.indices().is_empty()).collect();
         if banks.len() != 1 || banks[0].hash != alg::SHA256 || banks[0].indices() != wanted {
             let found = selection.iter().map(|s| format!("{:#06x}:{:?}", s.hash, s.indices())).collect::<Vec<_>>();
-            return Err(Error::PcrSelection { found: found.join(" ") });
+            return Err(TpmError::PcrSelection { found: found.join(" ") }.into());
         }
         let mut pcr_values = Vec::new();
         for v in &answer.pcr_values {
-            pcr_values.push(<[u8; 32]>::try_from(v.as_slice()).map_err(|_| Error::PcrDigest)?);
+            pcr_values.push(<[u8; 32]>::try_from(v.as_slice()).map_err(|_| TpmError::PcrDigest)?);
         }
         if pcr_values.len() != wanted.len() || Sha256::digest(pcr_values.concat()).as_slice() != pcr_digest.as_slice() {
-            return Err(Error::PcrDigest);
+            return Err(TpmError::PcrDigest.into());
         }
 
         let csr = x509::parse_csr(&answer.csr)?;
 
         let certified_node_key = match &answer.node_key {
             Some(certified) => Some(verify_certification(&e.ak_key, &pending.nonce, certified)?),
-            None if self.node_key != NodeKeyPolicy::Any => return Err(Error::NodeKeyUncertified),
+            None if self.node_key != NodeKeyPolicy::Any => return Err(TpmError::NodeKeyUncertified.into()),
             None => None,
         };
         let csr_key_in_tpm = certified_node_key.as_ref() == Some(&csr.public_key);
         if self.node_key == NodeKeyPolicy::Tpm && !csr_key_in_tpm {
-            return Err(Error::NodeKeyNotCsr);
+            return Err(TpmError::NodeKeyNotCsr.into());
         }
 
         Ok(Attestation {
@@ -379,7 +382,7 @@ pub fn verify_key_certification(ak_public: &[u8], nonce: &[u8], certified: &Cert
     let ak = Public::parse(ak_public, "AK public")?;
     let ak_key = ak
         .p256()
-        .ok_or_else(|| Error::TpmMalformed { what: "AK public".into(), reason: "not an ECC P-256 key".into() })?;
+        .ok_or_else(|| TpmError::Malformed { what: "AK public".into(), reason: "not an ECC P-256 key".into() })?;
     verify_certification(&ak_key, nonce, certified)
 }
 
@@ -387,25 +390,26 @@ pub fn verify_key_certification(ak_public: &[u8], nonce: &[u8], certified: &Cert
 fn verify_certification(ak_key: &p256::PublicKey, nonce: &[u8], certified: &CertifiedKey) -> Result<p256::PublicKey> {
     let public = Public::parse(&certified.public, "node key public")?;
     if !verify_ecdsa_sha256(ak_key, &certified.certify.attest, &certified.certify.signature) {
-        return Err(Error::CertifySignature);
+        return Err(TpmError::CertifySignature.into());
     }
     let attest = Attest::parse(&certified.certify.attest, "certification")?;
     let Attested::Certify { name, .. } = &attest.attested else {
-        return Err(Error::TpmMalformed {
+        return Err(TpmError::Malformed {
             what: "certification".into(),
             reason: "a quote, not a certification".into(),
-        });
+        }
+        .into());
     };
     if !attest.is_generated() {
-        return Err(Error::TpmMalformed { what: "certification".into(), reason: "not TPM-generated".into() });
+        return Err(TpmError::Malformed { what: "certification".into(), reason: "not TPM-generated".into() }.into());
     }
     if attest.extra_data != nonce {
-        return Err(Error::CertifyNonce);
+        return Err(TpmError::CertifyNonce.into());
     }
     if public.name_alg != alg::SHA256 || super::public::name_sha256(&certified.public) != *name {
-        return Err(Error::CertifyName);
+        return Err(TpmError::CertifyName.into());
     }
-    let reason = |r: String| Error::NodeKeyAttributes { reason: r };
+    let reason = |r: String| Error::from(TpmError::NodeKeyAttributes { reason: r });
     let key = match &public.key {
         Key::Ecc { curve: ECC_NIST_P256, .. } => public.p256().ok_or_else(|| reason("point not on P-256".into()))?,
         _ => return Err(reason(format!("type {:#06x}, not ECC P-256", public.kind()))),

@@ -5,6 +5,7 @@
 //! short buffer and, through [`Reader::finish`], trailing bytes, both as
 //! `tpm-malformed`.
 
+use crate::error::TpmError;
 use crate::{Error, Result};
 
 /// A cursor over TPM-encoded bytes.
@@ -22,7 +23,7 @@ impl<'a> Reader<'a> {
 
     /// A `tpm-malformed` refusal naming the structure being read.
     pub fn malformed(&self, reason: impl Into<String>) -> Error {
-        Error::TpmMalformed { what: self.what.to_string(), reason: reason.into() }
+        TpmError::Malformed { what: self.what.to_string(), reason: reason.into() }.into()
     }
 
     /// The next `n` bytes.

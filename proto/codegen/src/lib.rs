@@ -1,10 +1,15 @@
-//! Generates the committed protocol code of both languages from `proto/*.proto`.
+//! Generates the committed protocol code of both languages from `proto/*.proto`
+//! and the refusal codes of `proto/refusals.toml`.
 //!
 //! Rust: prost messages and tonic services (`tonic-prost-build`, protoc from
 //! `protoc-bin-vendored`) into `proto/src/gen/`. Go: `protoc-gen-go` and
 //! `protoc-gen-go-grpc` at pinned versions (installed with `go install` into
-//! `target/tools/`) into `daemon/internal/proto/`. `check` generates into a
-//! temporary directory and lists every file that differs from the tree.
+//! `target/tools/`) into `daemon/internal/proto/`. The refusal codes
+//! ([`refusals`]): `proto/src/gen/refusals.rs`, the Go table and each owning Go
+//! package's `refusals_gen.go`. `check` generates into a temporary directory
+//! and lists every file that differs from the tree.
+
+pub mod refusals;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -32,7 +37,7 @@ pub fn workspace_root() -> PathBuf {
 
 /// Regenerates both languages' code in place.
 pub fn write(root: &Path) -> Result<Vec<PathBuf>> {
-    let staged = generate(root)?;
+    let (staged, files) = generate(root)?;
     let mut written = Vec::new();
     for out in [RUST_OUT, GO_OUT] {
         let dest = root.join(out);
@@ -51,13 +56,36 @@ pub fn write(root: &Path) -> Result<Vec<PathBuf>> {
             }
         }
     }
+    for rel in &files {
+        let bytes = fs::read(staged.path().join(rel))?;
+        if fs::read(root.join(rel)).ok().as_deref() != Some(bytes.as_slice()) {
+            fs::write(root.join(rel), bytes)?;
+            written.push(PathBuf::from(rel));
+        }
+    }
+    for rel in stale_constants(root, &files)? {
+        fs::remove_file(root.join(&rel))?;
+        written.push(rel);
+    }
     Ok(written)
+}
+
+/// Generated Go constants (`refusals_gen.go` under `daemon/`) that the list no
+/// longer produces: a domain moved to another package, or was removed.
+fn stale_constants(root: &Path, files: &[String]) -> Result<Vec<PathBuf>> {
+    let daemon = root.join("daemon");
+    Ok(list_files(&daemon)?
+        .into_iter()
+        .filter(|rel| rel.file_name().is_some_and(|n| n == refusals::GO_CONSTANTS))
+        .map(|rel| Path::new("daemon").join(rel))
+        .filter(|rel| !files.iter().any(|f| Path::new(f) == rel))
+        .collect())
 }
 
 /// Generates into a temporary directory and returns the files that differ
 /// from the tree (stale, missing or extra), relative to the root.
 pub fn check(root: &Path) -> Result<Vec<PathBuf>> {
-    let staged = generate(root)?;
+    let (staged, files) = generate(root)?;
     let mut stale = Vec::new();
     for out in [RUST_OUT, GO_OUT] {
         let have = list_files(&root.join(out))?;
@@ -70,10 +98,19 @@ pub fn check(root: &Path) -> Result<Vec<PathBuf>> {
             }
         }
     }
+    for rel in &files {
+        if fs::read(root.join(rel)).ok() != fs::read(staged.path().join(rel)).ok() {
+            stale.push(PathBuf::from(rel));
+        }
+    }
+    stale.extend(stale_constants(root, &files)?);
     Ok(stale)
 }
 
-fn generate(root: &Path) -> Result<tempfile::TempDir> {
+/// Generates everything into a temporary directory. Besides the two output
+/// directories (kept in sync whole), it returns the single files generated
+/// elsewhere (the Go refusal table and constants), relative to the root.
+fn generate(root: &Path) -> Result<(tempfile::TempDir, Vec<String>)> {
     let staged = tempfile::tempdir()?;
     let protoc = protoc_bin_vendored::protoc_bin_path().context("the vendored protoc")?;
     let include = root.join("proto");
@@ -118,7 +155,18 @@ fn generate(root: &Path) -> Result<tempfile::TempDir> {
             fs::write(&path, format!("{HEADER}{body}"))?;
         }
     }
-    Ok(staged)
+    // The refusal codes: the Rust file joins proto/src/gen, the Go files are
+    // single files in their packages.
+    let mut files = Vec::new();
+    for (rel, body) in refusals::render(root, HEADER)? {
+        let path = staged.path().join(&rel);
+        fs::create_dir_all(path.parent().expect("a file has a parent"))?;
+        fs::write(&path, body)?;
+        if !rel.starts_with(RUST_OUT) {
+            files.push(rel);
+        }
+    }
+    Ok((staged, files))
 }
 
 /// Installs the pinned Go plugins into `target/tools` (once; `go install` is a

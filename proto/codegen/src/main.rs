@@ -9,7 +9,7 @@ fn main() -> Result<()> {
         Some("--check") => true,
         Some("-h" | "--help") => {
             println!(
-                "usage: proto-codegen [--check]\n\nRegenerates proto/src/gen and daemon/internal/proto from proto/*.proto;\nwith --check, writes nothing and fails if a committed file is stale."
+                "usage: proto-codegen [--check]\n\nRegenerates proto/src/gen and daemon/internal/proto from proto/*.proto, and the\nrefusal codes of proto/refusals.toml (Rust and Go); with --check, writes nothing and fails if a committed file is stale."
             );
             return Ok(());
         }

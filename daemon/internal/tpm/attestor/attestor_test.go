@@ -6,36 +6,11 @@ package attestor
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
-	"os"
-	"regexp"
 	"testing"
 	"time"
 
 	"bcd/internal/testrepo"
 )
-
-func TestCodesAreTheRustCodes(t *testing.T) {
-	src, err := os.ReadFile("../../../../pki/src/error.rs")
-	if err != nil {
-		t.Skipf("the Rust source is not beside this module: %v", err)
-	}
-	list := regexp.MustCompile(`(?s)pub const CODES: &'static \[&'static str\] = &\[(.*?)\];`).FindSubmatch(src)
-	if list == nil {
-		t.Fatal("no CODES list in pki/src/error.rs")
-	}
-	var rust []Code
-	tpm := false
-	for _, m := range regexp.MustCompile(`"([a-z0-9-]+)"`).FindAllSubmatch(list[1], -1) {
-		tpm = tpm || string(m[1]) == string(CodeTPMMalformed)
-		if tpm {
-			rust = append(rust, Code(m[1]))
-		}
-	}
-	if len(rust) < len(Codes) || fmt.Sprint(rust[:len(Codes)]) != fmt.Sprint(Codes) {
-		t.Fatalf("the TPM codes of pki::Error::CODES and attestor.Codes differ\nRust %v\nGo   %v", rust, Codes)
-	}
-}
 
 func TestCases(t *testing.T) {
 	positive, negative, err := RunCases(testrepo.Read(t, "tpm", "cases.json"))
