@@ -12,6 +12,7 @@ use clap::{Parser, Subcommand};
 use xshell::{Shell, cmd};
 
 mod helper_e2e;
+mod tidy;
 
 #[derive(Parser)]
 #[command(name = "cargo xtask", about = "The bcd interop workspace's commands", version)]
