@@ -1,4 +1,4 @@
-//! The daemon harness (DESIGN.md §7): builds the fakehw bcd once per run
+//! The daemon harness (docs/harness.md): builds the fakehw bcd once per run
 //! ([`build`]), runs it through a [`runner`] (native, [`netns`] or
 //! [`wsl_runner`]) under a [`supervisor`] that restarts it as systemd would,
 //! and gives scenarios a [`node::Node`] handle whose output is captured

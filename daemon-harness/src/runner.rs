@@ -1,5 +1,5 @@
 //! Runners: how a bcd process is started. One trait, several places to run
-//! (DESIGN.md §7): `native` here, `netns` ([`crate::netns`]) and `wsl`
+//! (docs/harness.md, "Runners"): `native` here, `netns` ([`crate::netns`]) and `wsl`
 //! ([`crate::wsl_runner`]); `unshare` joins them.
 //!
 //! A scenario binds its listeners (the dev stack's external TLS listener) to

@@ -1,4 +1,4 @@
-//! A node's inventory (ARCHITECTURE.md, "Inventory"): the report part that
+//! A node's inventory (docs/protocol.md, "Inventory"): the report part that
 //! stores each section whose SHA-256 matches its content (and refuses the
 //! others), and the reads of the stored sections.
 

@@ -1,11 +1,11 @@
-//! The dev control plane (DESIGN.md §6): a JoinService (token and TPM
+//! The dev control plane (docs/devstack.md): a JoinService (token and TPM
 //! joins) and a gateway (tonic over our own rustls acceptor, mTLS), a SQLite
 //! store with migrations, adoption, GPU reservations, releases and
 //! self-update, the well-known document and release downloads, run
 //! in-process by tests ([`DevStack`]) or by the `devstack serve` binary.
 //!
-//! The protocol contract it implements is ARCHITECTURE.md, "The agent
-//! protocol in practice". Every cryptographic object comes from `pki`.
+//! The protocol contract it implements is docs/protocol.md, "The agent
+//! protocol". Every cryptographic object comes from `pki`.
 
 mod adoption;
 pub mod client;

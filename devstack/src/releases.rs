@@ -1,8 +1,8 @@
-//! Releases and self-update (DESIGN.md §3.7): the release keys, publishing a
+//! Releases and self-update (docs/formats.md, "Releases"): the release keys, publishing a
 //! release (artifacts stored and served over the plain HTTP listener, a
 //! manifest signed by the release keys), manifests with chosen defects for
 //! tests of bcd's refusals, and the `daemon.upgrade` command that rolls a
-//! release out to a node (ARCHITECTURE.md, "Self-update").
+//! release out to a node (docs/protocol.md, "Self-update").
 
 use std::time::Duration;
 
@@ -269,7 +269,7 @@ fn manifest_with(shared: &Shared, version: &str, options: &ManifestOptions) -> R
 }
 
 /// The parameters of a `daemon.upgrade` command: the signed manifest as a
-/// DSSE JSON object (ARCHITECTURE.md, "Self-update").
+/// DSSE JSON object (docs/protocol.md, "Self-update").
 pub fn upgrade_params(envelope: &pki::dsse::Envelope) -> serde_json::Value {
     // The envelope's JSON form always parses back.
     let manifest: serde_json::Value = serde_json::from_str(&envelope.to_json()).unwrap_or(serde_json::Value::Null);

@@ -1,5 +1,5 @@
 //! Refusals on the wire: gRPC statuses whose message is `"<code>: <detail>"`
-//! (ARCHITECTURE.md, "Errors on the wire"). The codes and the one gRPC
+//! (docs/protocol.md, "Errors on the wire"). The codes and the one gRPC
 //! status each goes out with are `proto/refusals.toml`'s
 //! ([`proto::refusal::Code`]): no call site picks a status by hand.
 

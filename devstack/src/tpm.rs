@@ -1,4 +1,4 @@
-//! The TPM join (DESIGN.md §3.8, ARCHITECTURE.md "TPM join"): the attestor
+//! The TPM join (docs/protocol.md, "TPM join (two rounds)"): the attestor
 //! options, the allow-list that resolves an EK to a pool, the sessions kept
 //! between the two rounds (in memory, single use, with a deadline), and the
 //! node bound to `SHA-256(EK public)` in `node_bindings`, so that a rejoin

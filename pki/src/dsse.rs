@@ -1,4 +1,4 @@
-//! DSSE envelopes (DESIGN.md §3.4): PAE, signing, threshold verification,
+//! DSSE envelopes (docs/formats.md, "DSSE envelopes"): PAE, signing, threshold verification,
 //! and the two encodings (protobuf on the wire, JSON in fixtures).
 //!
 //! Hand-written because no mature Rust DSSE crate exists; the format is a

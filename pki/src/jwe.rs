@@ -1,4 +1,4 @@
-//! The JWE profile (DESIGN.md §3.5): compact JWE, `alg` ECDH-ES+A256KW,
+//! The JWE profile (docs/formats.md, "The JWE profile"): compact JWE, `alg` ECDH-ES+A256KW,
 //! `enc` A256GCM, P-256, `kid` the recipient's pin, no `apu`/`apv`.
 //!
 //! Hand-written (about 60 lines of crypto) because josekit always draws the

@@ -1,4 +1,4 @@
-//! ES256 tokens (DESIGN.md §3.5): exec tickets (compact JWS) and workload
+//! ES256 tokens (docs/formats.md, "ES256 tokens"): exec tickets (compact JWS) and workload
 //! tokens (JWT), both signed with P-256 over RFC 6979, so fixtures are
 //! byte-stable.
 //!

@@ -1,4 +1,4 @@
-//! Seeded key derivation (DESIGN.md §3.1), public keys and signers.
+//! Seeded key derivation (docs/formats.md, "Seeds and key derivation"), public keys and signers.
 //!
 //! `okm = HKDF-SHA256(ikm = seed, salt = "bc-fixtures/v1", info = label, L = 32)`.
 //! Ed25519 uses `okm` as its secret seed; P-256 uses it as a big-endian scalar,

@@ -1,4 +1,4 @@
-//! The cryptography the control plane shares with bcd (DESIGN.md §3).
+//! The cryptography the control plane shares with bcd (docs/formats.md).
 //!
 //! Seeded key derivation ([`keys`]), pins ([`pin`]), certificates ([`x509`]),
 //! DSSE envelopes ([`dsse`]), the JWE profile ([`jwe`]), ES256 tokens

@@ -1,4 +1,4 @@
-//! Pins and JWK thumbprints (DESIGN.md §3.2).
+//! Pins and JWK thumbprints (docs/formats.md, "Pins and key ids").
 //!
 //! `pin(key) = "sha256:" + base64url_nopad(SHA-256(SPKI DER))`; the same string
 //! is the DSSE keyid and the JOSE kid.

@@ -1,4 +1,4 @@
-//! Release manifests (DESIGN.md §3.7): JSON in a DSSE envelope signed by
+//! Release manifests (docs/formats.md, "Releases"): JSON in a DSSE envelope signed by
 //! release keys, checked against bcd's `[update]` pins: the keys, the
 //! threshold and the lowest acceptable sequence.
 //!

@@ -1,4 +1,4 @@
-//! Node-signed statements (DESIGN.md §3.4): command results, AllocationBound
+//! Node-signed statements (docs/formats.md, "Node-signed statements"): command results, AllocationBound
 //! reports and SecretRequests, signed by the node's P-256 key (ASN.1 DER
 //! ECDSA signatures, which Go draws at random, so they are verified, never
 //! compared), and the sealed SecretResponse that answers a SecretRequest.

@@ -1,4 +1,4 @@
-//! Certificates (DESIGN.md §3.3): the node CA and node certificates issued
+//! Certificates (docs/formats.md, "Certificates"): the node CA and node certificates issued
 //! from a CSR, the serving CA and the gateway's serving certificate, CSRs,
 //! and the checks the control plane applies to what it is shown.
 //!

@@ -17,7 +17,7 @@ pub use agent::*;
 
 pub mod refusal;
 
-/// DSSE payload types of the signed objects (DESIGN.md §3.4).
+/// DSSE payload types of the signed objects (docs/formats.md, "Payload types").
 pub mod payload_type {
     /// A `JoinResponse` signed by the JoinService.
     pub const JOIN_RESPONSE: &str = "application/vnd.bc.join-response+proto";

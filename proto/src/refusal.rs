@@ -3,7 +3,7 @@
 //! [`Domain`] says who refuses with it, [`Code::grpc`] is the one gRPC status
 //! it goes out with, and [`TABLE`] lists them all in the file's order.
 //!
-//! A refusal's message is `"<code>: <detail>"` (ARCHITECTURE.md, "Errors on
+//! A refusal's message is `"<code>: <detail>"` (docs/protocol.md, "Errors on
 //! the wire"). Without the `grpc` feature this module knows the status only
 //! as [`Grpc`]; with it, `tonic::Code::from(Grpc)` converts.
 

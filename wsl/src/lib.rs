@@ -1,5 +1,5 @@
 //! WSL from the Windows side, for running bcd in a WSL distribution under
-//! test (DESIGN.md §7).
+//! test (docs/harness.md, "wsl").
 //!
 //! - [`list`]: discovery from the UTF-16LE output of `wsl.exe --list --quiet`;
 //! - [`command`]: `wsl.exe -d <distro> -e <program> <args…>` as an argv, never

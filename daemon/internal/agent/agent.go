@@ -8,7 +8,7 @@
 // supervisor starts it again) or on revocation (exit 3). With an Updater
 // it runs daemon.upgrade, execs the new binary (Options.Exec), and at start
 // confirms a pending upgrade on the first Welcome or rolls it back at its
-// deadline (ARCHITECTURE.md, "Self-update").
+// deadline (docs/daemon.md, "Self-update in bcd").
 package agent
 
 import (

@@ -1,4 +1,4 @@
-// Package config reads bcd's config.toml (DESIGN.md §5) and updates it in
+// Package config reads bcd's config.toml (docs/daemon.md, "config.toml") and updates it in
 // place: top-level keys are rewritten line by line so that comments and
 // tables a person wrote survive, and every write is atomic (a temporary
 // file, fsync, rename, fsync of the directory).
@@ -48,7 +48,7 @@ type Config struct {
 	DataDir string `toml:"data_dir"`
 	// NodeID is set by a successful join.
 	NodeID string `toml:"node_id"`
-	// SignedSpecs is "always" or "access" (DESIGN.md §3.6); empty means
+	// SignedSpecs is "always" or "access" (docs/formats.md, "NodeSpecs"); empty means
 	// "always" when bcd has command roots.
 	SignedSpecs string `toml:"signed_specs"`
 	// DevInsecureH2C dials the gateway over cleartext HTTP/2 (fakehw builds only).

@@ -1,4 +1,4 @@
-// Package converge applies desired state (ARCHITECTURE.md, "Desired state
+// Package converge applies desired state (docs/protocol.md, "Desired state
 // and adoption"). The core verifies a DesiredState's NodeSpec under the
 // signedSpecs policy, and applies a newer generation by running one
 // Reconciler per NodeSpec section in Order (reconciler.go): trust

@@ -1,4 +1,4 @@
-// The holds section (ARCHITECTURE.md, "Reservations (holds)"): a hold
+// The holds section (docs/protocol.md, "Reservations (holds)"): a hold
 // becomes a CDI spec file per allocation (cdi.go) and a node-signed
 // NodeStatement{allocation_bound}, reported in every StatusReport; a hold
 // the spec no longer lists is released (file removed, AllocationReleased);

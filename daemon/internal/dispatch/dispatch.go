@@ -1,5 +1,5 @@
-// Package dispatch decides and runs commands (ARCHITECTURE.md, "Commands";
-// DESIGN.md §5). Acceptance order: with command roots a missing or bad
+// Package dispatch decides and runs commands (docs/protocol.md, "Commands";
+// docs/daemon.md, "The acceptance order"). Acceptance order: with command roots a missing or bad
 // signature is FAILED "BAD_SIGNATURE: <pki code>"; a command id the journal
 // knows is answered from the journal (duplicate delivery); another node's
 // command or a kind this machine does not run is UNSUPPORTED; min_generation

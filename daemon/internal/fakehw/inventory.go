@@ -1,4 +1,4 @@
-// Package fakehw is the fake hardware of fakehw builds (DESIGN.md §5): four
+// Package fakehw is the fake hardware of fakehw builds (docs/daemon.md, "Fake hardware"): four
 // machine variants whose inventory is a pure function of a seed and the
 // variant (the same seed gives the same section bytes and hashes, which the
 // Go-to-Rust golden pins), and a fake root under data_dir/fakehw-root with

@@ -1,6 +1,6 @@
 // Package helper is `bcd helper`: the root helper that an unprivileged bcd
 // (the `bcd` user) asks for the few privileged operations it needs, over a
-// unix socket (ARCHITECTURE.md, "bcd helper"). The protocol is one JSON
+// unix socket (docs/daemon.md, "bcd helper"). The protocol is one JSON
 // request per connection, {"op", "args"}, answered by one JSON response,
 // {"ok", "result"} or {"ok": false, "code", "error"}, each on one line of at
 // most 1 MiB. The helper answers only a peer running as the configured user

@@ -1,4 +1,4 @@
-// Package identity is the node's identity on disk (ARCHITECTURE.md, "Join"):
+// Package identity is the node's identity on disk (docs/protocol.md, "Join"):
 // node.key (a PKCS#8 PEM key, or a reference to a key in the TPM; 0600),
 // node.crt (the PEM chain, leaf first) and join-response.json (the latest
 // signed JoinResponse, re-verified at every start) in a data dir of mode

@@ -1,4 +1,4 @@
-// A renewal on disk (ARCHITECTURE.md, "Renewal"): the next node key is
+// A renewal on disk (docs/protocol.md, "Renewal"): the next node key is
 // written to node.key.next before Gateway.Renew is called; the answer is
 // written to join-response.json.next, then the new chain replaces node.crt
 // atomically (the commit point), then the two .next files replace

@@ -1,4 +1,4 @@
-// TLS to the gateway (ARCHITECTURE.md, "Join" step 1): TLS 1.3, ALPN h2
+// TLS to the gateway (docs/protocol.md, "Join" step 1): TLS 1.3, ALPN h2
 // (grpc-go adds it), and the server accepted only when its chain holds a
 // certificate whose SPKI pin is serving_ca_spki_pin and the leaf verifies
 // under that certificate for gateway_server_name. The node's client

@@ -1,4 +1,4 @@
-// Package intent holds what bcd trusts for signed intent (DESIGN.md §3.6):
+// Package intent holds what bcd trusts for signed intent (docs/formats.md, "Signed intent"):
 // the command roots and the trust bundle from the verified JoinResponse,
 // replaced only by a rotation signed by the current approvers (persisted in
 // the journal; anything else is ignored and logged trust.ignored), and the

@@ -1,4 +1,4 @@
-// Package join is `bcd join` (ARCHITECTURE.md, "Join" and "TPM join"):
+// Package join is `bcd join` (docs/protocol.md, "Join" and "TPM join (two rounds)"):
 // optionally the well-known document (--server), then either a fresh P-256
 // node key and its CSR with the token sealed to the pinned join-encryption
 // key and bound to the CSR, in one Join call, or the two TPM rounds

@@ -1,4 +1,4 @@
-// The TPM join (ARCHITECTURE.md, "TPM join (two rounds)"): round 1 sends
+// The TPM join (docs/protocol.md, "TPM join (two rounds)"): round 1 sends
 // the EK, its certificate from NV and a fresh AK, and gets a challenge;
 // round 2 activates the credential, quotes PCRs 0–7 over the nonce, makes
 // the node key in the TPM, has the AK certify it, and sends the CSR signed

@@ -1,4 +1,4 @@
-// Package journal is bcd's durable memory (DESIGN.md §5): the journal id,
+// Package journal is bcd's durable memory (docs/daemon.md, "The journal"): the journal id,
 // the event log (node frames with a per-journal seq, kept until the gateway
 // acks them, capped at 64 MiB and 10,000 events), the command records that
 // make duplicate delivery safe (accepted before any side effect, running
@@ -23,7 +23,7 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// The limits of DESIGN.md §5.
+// The limits of docs/daemon.md, "The journal".
 const (
 	// MaxUnackedEvents is the most unacked events kept; older ones are dropped.
 	MaxUnackedEvents = 10_000

@@ -1,4 +1,4 @@
-// The command kinds about the machine (ARCHITECTURE.md, "Commands"):
+// The command kinds about the machine (docs/protocol.md, "Commands"):
 // diag.nvml, logs.collect and node.reboot, which a machine lists in Kinds
 // when it can run them, and inventory.refresh, which every machine has and
 // the agent registers with its status report. Registering a kind with the

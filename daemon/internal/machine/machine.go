@@ -19,7 +19,7 @@ import (
 // ErrUnsupported marks an operation this machine cannot do.
 var ErrUnsupported = errors.New("not supported on this machine")
 
-// The inventory section names (ARCHITECTURE.md, "Inventory").
+// The inventory section names (docs/protocol.md, "Inventory").
 const (
 	SectionSystem  = "system"
 	SectionGPUs    = "gpus"

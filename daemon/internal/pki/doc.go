@@ -1,4 +1,4 @@
-// Package pki is the Go twin of the Rust pki crate (DESIGN.md §3): seeded
+// Package pki is the Go twin of the Rust pki crate (docs/formats.md): seeded
 // key derivation, pins, DSSE envelopes, the JWE profile, ES256 tokens, join
 // tokens and responses, signed intent, node statements, releases and
 // certificates.

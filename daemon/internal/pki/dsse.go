@@ -1,4 +1,4 @@
-// DSSE envelopes (DESIGN.md §3.4): PAE, signing with crypto.Signers,
+// DSSE envelopes (docs/formats.md, "DSSE envelopes"): PAE, signing with crypto.Signers,
 // threshold verification in the order of the Rust side's pki/src/dsse.rs,
 // and the two encodings: protobuf on the wire, JSON in fixtures.
 
@@ -14,7 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// The payload types of the signed objects (DESIGN.md §3.4).
+// The payload types of the signed objects (docs/formats.md, "Payload types").
 const (
 	PayloadTypeJoinResponse  = "application/vnd.bc.join-response+proto"
 	PayloadTypeCommand       = "application/vnd.bc.command+proto"

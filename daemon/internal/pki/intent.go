@@ -1,4 +1,4 @@
-// Signed intent (DESIGN.md §3.6): commands and NodeSpecs signed by a command
+// Signed intent (docs/formats.md, "Signed intent"): commands and NodeSpecs signed by a command
 // root, trust bundles rotated by a quorum of the current approvers, and
 // batch approvals for destructive commands, checked in the order of the Rust
 // side's pki/src/intent.rs.

@@ -1,4 +1,4 @@
-// Token join (DESIGN.md §3.5, §4): the sealed join token bcd sends, bound to
+// Token join (docs/formats.md, "Sealed join token"; docs/protocol.md, "Join"): the sealed join token bcd sends, bound to
 // its CSR, and the signed JoinResponse it verifies.
 
 package pki

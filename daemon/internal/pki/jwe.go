@@ -1,4 +1,4 @@
-// The JWE profile (DESIGN.md §3.5): compact JWE, alg ECDH-ES+A256KW, enc
+// The JWE profile (docs/formats.md, "The JWE profile"): compact JWE, alg ECDH-ES+A256KW, enc
 // A256GCM, P-256, kid the recipient's pin, no apu/apv. go-jose seals and
 // decrypts; the header, kid, epk and size checks are ours, in the order of
 // the Rust side's pki/src/jwe.rs, so that the same defect gets the same code:

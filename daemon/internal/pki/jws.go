@@ -1,4 +1,4 @@
-// ES256 tokens (DESIGN.md §3.5): exec tickets (compact JWS) and workload
+// ES256 tokens (docs/formats.md, "ES256 tokens"): exec tickets (compact JWS) and workload
 // tokens (JWT), verified with crypto/ecdsa. Checks, in the order of the Rust
 // side's pki/src/jws.rs: three base64url parts and a JSON header
 // (jws-malformed), alg ES256 (jws-alg), a trusted kid (jws-unknown-kid), the

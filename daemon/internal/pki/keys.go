@@ -1,4 +1,4 @@
-// Seeded key derivation (DESIGN.md §3.1), public keys as the protocol
+// Seeded key derivation (docs/formats.md, "Seeds and key derivation"), public keys as the protocol
 // exchanges them (Ed25519 or ECDSA P-256, with their SPKI and pin), and
 // signing with any crypto.Signer.
 

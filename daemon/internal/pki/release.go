@@ -1,4 +1,4 @@
-// Release manifests (DESIGN.md §3.7): JSON in a DSSE envelope signed by
+// Release manifests (docs/formats.md, "Releases"): JSON in a DSSE envelope signed by
 // release keys, checked against bcd's [update] pins. Checks, in the order of
 // the Rust side's pki/src/release.rs: the signatures (dsse-bad-signature for
 // a pinned key whose signature fails, release-threshold for too few pinned

@@ -1,4 +1,4 @@
-// Node-signed statements (DESIGN.md §3.4): command results, AllocationBound
+// Node-signed statements (docs/formats.md, "Node-signed statements"): command results, AllocationBound
 // reports and SecretRequests, signed by the node's P-256 key through a
 // crypto.Signer (in memory today, TPM-held later; ASN.1 DER ECDSA-SHA256),
 // and the sealed SecretResponse that answers a SecretRequest.

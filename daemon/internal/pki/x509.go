@@ -1,4 +1,4 @@
-// Certificates (DESIGN.md §3.3): CSRs bcd makes and the control plane
+// Certificates (docs/formats.md, "Certificates"): CSRs bcd makes and the control plane
 // parses, and verification of a certificate issued by an expected CA, with
 // crypto/x509, in the order of the Rust side's pki/src/x509.rs (parse, issuer
 // name, signature algorithm, signature, validity, profile), then

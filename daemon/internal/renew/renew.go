@@ -1,4 +1,4 @@
-// Package renew is bcd's side of Gateway.Renew (ARCHITECTURE.md,
+// Package renew is bcd's side of Gateway.Renew (docs/protocol.md,
 // "Renewal"): when 2/3 of the current certificate's validity has passed
 // (or, in fakehw builds, BCD_RENEW_AFTER after bcd took the certificate
 // into use), it makes the next node key (in the TPM for a TPM node, whose

@@ -1,4 +1,4 @@
-// Package session runs bcd's side of Gateway.Session (ARCHITECTURE.md,
+// Package session runs bcd's side of Gateway.Session (docs/protocol.md,
 // "Session"): Hello from the journal, the Welcome and its 5-minute rule,
 // the server-time mark that only moves forward (on Welcome and Ping),
 // acks and the resend of unacked events, heartbeats at the Welcome's

@@ -1,4 +1,4 @@
-// The test gateway's TPM attestor and Renew (ARCHITECTURE.md, "TPM join
+// The test gateway's TPM attestor and Renew (docs/protocol.md, "TPM join
 // (two rounds)" and "Renewal"): round 1 verified by the Go attestor and
 // answered with a MakeCredential made in software (go-tpm's
 // CreateCredential) and a random nonce; round 2 verified under the nodeKey

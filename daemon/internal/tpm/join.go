@@ -1,4 +1,4 @@
-// The node's half of the two join rounds (DESIGN.md §3.8): what bcd sends
+// The node's half of the two join rounds (docs/protocol.md, "TPM join (two rounds)"): what bcd sends
 // in round 1, how it answers the attestor's challenge in round 2, and the
 // next node key of a renewal, certified by the AK over SHA-256(csr).
 
@@ -125,7 +125,7 @@ type Renewal struct {
 }
 
 // RenewalNonce is the qualifying data of a renewal's certification:
-// SHA-256 of the whole CSR DER (ARCHITECTURE.md, "Renewal").
+// SHA-256 of the whole CSR DER (docs/protocol.md, "Renewal").
 func RenewalNonce(csr []byte) []byte {
 	d := sha256.Sum256(csr)
 	return d[:]

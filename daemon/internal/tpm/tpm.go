@@ -1,4 +1,4 @@
-// Package tpm is bcd's side of the TPM join (DESIGN.md §3.8), over go-tpm:
+// Package tpm is bcd's side of the TPM join (docs/protocol.md, "TPM join (two rounds)"), over go-tpm:
 // the EK and its certificate, a restricted ECDSA P-256 attestation key (AK)
 // under the EK, ActivateCredential, PCR quotes, and a node key made in the
 // TPM, certified by the AK and usable as a crypto.Signer.

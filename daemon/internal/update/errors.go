@@ -1,4 +1,4 @@
-// Refusals of self-update (ARCHITECTURE.md, "Self-update"): each is a Code,
+// Refusals of self-update (docs/daemon.md, "Self-update in bcd"): each is a Code,
 // a stable string that starts the reason a daemon.upgrade fails with and the
 // error a bcd helper answers, so "<code>: <detail>" reads the same on every
 // path. The release checks themselves keep pki's codes (release-threshold,

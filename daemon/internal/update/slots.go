@@ -5,8 +5,8 @@
 // whose staged bytes were verified), upgrade.json (a swap waiting for the
 // new binary's first Welcome) and failed.json (releases rolled back, never
 // prepared again). The same code runs in bcd node, when bcd owns its slots,
-// and in bcd helper as root, when they are root's (ARCHITECTURE.md,
-// "Self-update" and "bcd helper").
+// and in bcd helper as root, when they are root's (docs/daemon.md,
+// "Self-update in bcd" and "bcd helper").
 
 package update
 

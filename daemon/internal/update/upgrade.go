@@ -1,5 +1,5 @@
 // The daemon.upgrade kind and what a starting bcd does about upgrade.json
-// (ARCHITECTURE.md, "Self-update"). Upgrade: the params' signed manifest
+// (docs/daemon.md, "Self-update in bcd"). Upgrade: the params' signed manifest
 // verified with the [update] pins (pki's order), this platform's artifact,
 // the running version (SUCCEEDED at once, nothing swapped), the download
 // over HTTP (release-download), its size and digest, the staged file, the

@@ -19,7 +19,7 @@ use crate::view::StackView;
 
 pub mod updates;
 
-/// How a command is to be run (DESIGN.md §3.6).
+/// How a command is to be run (docs/formats.md, "Commands").
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CommandOptions {
     /// The node may run it again after a crash.

@@ -1,4 +1,4 @@
-//! What a node reports about a command (ARCHITECTURE.md, "Commands"): the
+//! What a node reports about a command (docs/protocol.md, "Commands"): the
 //! CommandUpdate handler. Every reported state goes into the history; the
 //! command's state changes when the update moves it on, and a terminal
 //! update's node-signed result must verify under one of the node's

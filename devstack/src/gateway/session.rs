@@ -1,4 +1,4 @@
-//! One node's Session stream (ARCHITECTURE.md, "Session"): Hello first,
+//! One node's Session stream (docs/protocol.md, "Session"): Hello first,
 //! Welcome, pings and liveness, command delivery (pending ones when woken,
 //! every open one after the Welcome, BUSY ones again after a short delay),
 //! desired state, revocation and drain.

@@ -49,7 +49,7 @@ impl fmt::Display for NodeState {
 }
 
 /// Where a command is: the stack's own states (`pending`, `delivered`), then
-/// the states the node reports (DESIGN.md §4).
+/// the states the node reports (docs/protocol.md, "Commands").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CommandStatus {
     /// Enqueued, not yet sent to the node.
@@ -328,7 +328,7 @@ pub struct NodeSpecRow {
     pub created_at_ms: i64,
 }
 
-/// Where a GPU reservation is (DESIGN.md §6): the stack's hold is out
+/// Where a GPU reservation is (docs/protocol.md, "Reservations (holds)"): the stack's hold is out
 /// (`pending`), the node bound it (`active`), the hold was withdrawn
 /// (`releasing`), the node let go of it (`released`), or the node could not
 /// bind it (`failed`).

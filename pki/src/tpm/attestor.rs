@@ -1,5 +1,5 @@
 //! The TPM attestor: the control plane's checks of the two join rounds
-//! (DESIGN.md §3.8).
+//! (docs/formats.md, "TPM join").
 //!
 //! Round 1 ([`Attestor::verify_round1`]) checks, in this order:
 //! 1. `tpm-malformed`: the EK public area, then the AK public area, do not

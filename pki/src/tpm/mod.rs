@@ -1,5 +1,5 @@
 //! TPM attestation, the control plane's side of the two-round TPM join
-//! (DESIGN.md §3.8). Pure: no TPM, no I/O, no clock.
+//! (docs/formats.md, "TPM join"). Pure: no TPM, no I/O, no clock.
 //!
 //! - [`wire`]: the TPM encoding (big-endian integers, `TPM2B` buffers).
 //! - [`public`]: `TPMT_PUBLIC` parsing, encoding and names.

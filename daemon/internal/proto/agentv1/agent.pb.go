@@ -5,7 +5,7 @@
 // - No map fields anywhere: signed payloads must encode to the same bytes in
 //   Rust (prost) and Go (protobuf-go), and map order differs between them.
 // - Every signed object travels as a DSSE Envelope whose payload is the
-//   protobuf encoding of one of the messages below (see DESIGN.md §3.4).
+//   protobuf encoding of one of the messages below (see docs/formats.md, "DSSE envelopes").
 // - Times are Unix milliseconds (int64), never a Timestamp message, so a
 //   fixture states them as plain numbers.
 
