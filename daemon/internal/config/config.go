@@ -53,7 +53,8 @@ type Config struct {
 	SignedSpecs string `toml:"signed_specs"`
 	// DevInsecureH2C dials the gateway over cleartext HTTP/2 (fakehw builds only).
 	DevInsecureH2C bool `toml:"dev_insecure_h2c"`
-	// Update is the [update] table (self-update, a later issue).
+	// Update is the [update] table of self-update, kept raw here and parsed by
+	// update.ParseConfig (docs/daemon.md, "config.toml").
 	Update map[string]any `toml:"update"`
 	// Websocket is the [websocket] table (a later issue).
 	Websocket map[string]any `toml:"websocket"`
