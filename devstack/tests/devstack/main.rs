@@ -12,6 +12,7 @@ mod serve;
 mod session;
 mod tls;
 mod tpm;
+mod tunnels;
 
 use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
