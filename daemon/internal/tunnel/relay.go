@@ -67,11 +67,12 @@ func (r *relay) run(stop <-chan struct{}) outcome {
 	}
 	if reason != "" {
 		// Tell the gateway, if it still listens, why the tunnel ends.
-		r.last(&agentv1.TunnelFrame_CloseReason{CloseReason: string(refusal.CodeTunnelGone) + ": " + reason})
+		why := string(refusal.CodeTunnelGone) + ": " + reason
+		_ = r.last(&agentv1.TunnelFrame{TunnelId: r.id, Frame: &agentv1.TunnelFrame_CloseReason{CloseReason: why}})
 		return outcome{reason: reason}
 	}
 	code := r.sh.exitCode()
-	if err := r.last(&agentv1.TunnelFrame_ExitCode{ExitCode: code}); err != nil {
+	if err := r.last(&agentv1.TunnelFrame{TunnelId: r.id, Frame: &agentv1.TunnelFrame_ExitCode{ExitCode: code}}); err != nil {
 		return outcome{reason: "the exit status could not be sent: " + err.Error()}
 	}
 	return outcome{exited: true, code: code}
@@ -80,14 +81,7 @@ func (r *relay) run(stop <-chan struct{}) outcome {
 // last sends the tunnel's last frame (once the output is done, so no other
 // send runs), half-closes, and waits (closeGrace at most) for the gateway
 // to end the stream.
-func (r *relay) last(frame any) error {
-	f := &agentv1.TunnelFrame{TunnelId: r.id}
-	switch x := frame.(type) {
-	case *agentv1.TunnelFrame_ExitCode:
-		f.Frame = x
-	case *agentv1.TunnelFrame_CloseReason:
-		f.Frame = x
-	}
+func (r *relay) last(f *agentv1.TunnelFrame) error {
 	err := r.stream.Send(f)
 	if err == nil {
 		_ = r.stream.CloseSend()

@@ -7,7 +7,6 @@
 package tunnel
 
 import (
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -133,10 +132,4 @@ func (p *shellProc) hangUp() {
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
 		<-p.exited
 	}
-}
-
-// isClosed reports whether err is the end of the terminal: EIO once every
-// process closed its side, or the master closed by us.
-func isClosed(err error) bool {
-	return errors.Is(err, syscall.EIO) || errors.Is(err, os.ErrClosed)
 }
