@@ -4,7 +4,8 @@
 //! on what the shell computed (`hi-42` from `hi-$((6*7))`, `stty size`
 //! after a resize, the exit status), never on an echo of the input; every
 //! refused ticket carries its code and starts no shell (fakehw's shell
-//! counter under the fake root); killing bcd ends the console; the ticket
+//! counter under the fake root); a caller that goes away gets its shell
+//! hung up, and killing bcd ends the console; the ticket
 //! and the typed bytes never reach bcd's log or the stack's.
 //!
 //! `bench_console_open_and_keystroke_echo` (ignored) is `cargo xtask bench
@@ -164,28 +165,47 @@ async fn refused_tickets_open_nothing_and_carry_their_codes_and_a_replay_stays_r
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn killing_bcd_while_a_console_is_open_ends_the_console_and_its_shell() {
-    let Some(env) = Env::start("killing_bcd_while_a_console_is_open_ends_the_console_and_its_shell").await else {
+async fn either_side_going_away_ends_the_console_and_its_shell() {
+    let Some(env) = Env::start("either_side_going_away_ends_the_console_and_its_shell").await else {
         return;
     };
     let pool = env.must_create_pool("console", None).await;
-    let mut node = env.must_make_node("killed", "cpu").await;
+    let mut node = env.must_make_node("gone", "cpu").await;
     let id = env.must_join_and_adopt(&mut node, &pool).await;
-    let mut console = env.stack.open_console(&id, ConsoleSize::default()).await.unwrap();
-    console.write("echo pid-$$-$((1+1))\n").await.unwrap();
-    let out = console.await_output("-2", DEADLINE).await.unwrap();
-    let pid = shell_pid(&out);
-    assert!(process_runs(pid), "the shell {pid} runs");
 
+    // The caller goes away: bcd hangs its shell up.
+    let mut console = env.stack.open_console(&id, ConsoleSize::default()).await.unwrap();
+    let pid = must_shell_pid(&mut console).await;
+    let dropped = Instant::now();
+    drop(console);
+    await_process_gone(pid).await;
+    let hung_up = dropped.elapsed();
+    assert!(hung_up < Duration::from_secs(2), "the shell outlived its caller by {hung_up:?}");
+
+    // bcd is killed: the caller sees the console end, not a hang.
+    let mut console = env.stack.open_console(&id, ConsoleSize::default()).await.unwrap();
+    let pid = must_shell_pid(&mut console).await;
     let killed = Instant::now();
     node.supervisor().unwrap().signal(libc::SIGKILL).unwrap();
     let end = console.await_end(DEADLINE).await.expect("the console ends, it does not hang");
     assert_eq!(end.code(), Some("tunnel-gone"), "{end}");
     let ended = killed.elapsed();
     await_process_gone(pid).await;
-    println!("console ended {ended:.0?} and its shell {:.0?} after bcd was killed", killed.elapsed());
+    println!(
+        "shell gone {hung_up:.0?} after its caller; console ended {ended:.0?} and its shell {:.0?} after bcd was killed",
+        killed.elapsed()
+    );
     node.stop().await;
     env.report();
+}
+
+/// Asks the console's shell for its pid, and checks that it runs.
+async fn must_shell_pid(console: &mut devstack::Console) -> i32 {
+    console.write("echo pid-$$-$((1+1))\n").await.unwrap();
+    let out = console.await_output("-2", DEADLINE).await.unwrap();
+    let pid = shell_pid(&out);
+    assert!(process_runs(pid), "the shell {pid} runs");
+    pid
 }
 
 /// The shell's pid in the output of `echo pid-$$-…`.
