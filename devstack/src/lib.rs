@@ -35,6 +35,7 @@ mod store;
 mod tls;
 mod tpm;
 mod trust;
+mod tunnels;
 mod view;
 mod workload;
 
@@ -61,6 +62,10 @@ pub use tpm::{
     ChallengeSource, TPM_NOT_ALLOWED, TPM_SESSION_EXPIRED, TPM_SESSION_UNKNOWN, TpmAllow, TpmAttestorOptions,
 };
 pub use trust::IntentPublicKeys;
+pub use tunnels::{
+    Console, ConsoleEnd, ConsoleEvent, ConsoleOptions, ConsoleReader, ConsoleSize, ConsoleWriter, TicketChoice,
+    TunnelOptions,
+};
 pub use view::StackView;
 
 /// The name the gateway's serving certificate is checked for.

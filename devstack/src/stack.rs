@@ -36,6 +36,7 @@ use crate::shared::{Settings, Shared};
 use crate::store::sessions;
 use crate::store::{Store, StoreLocation};
 use crate::tpm::{TpmAttestorOptions, TpmJoin};
+use crate::tunnels::TunnelOptions;
 use crate::{http, tls};
 
 /// How long shutdown waits for sessions to drain and servers to stop.
@@ -83,6 +84,9 @@ pub struct DevStackOptions {
     /// The TPM attestor of the JoinService; without one a TPM join is
     /// refused `method-unsupported`.
     pub tpm_attestor: Option<TpmAttestorOptions>,
+    /// The consoles' tunnels: the per-node limit, the open timeout, the
+    /// tickets' lifetime.
+    pub tunnels: TunnelOptions,
 }
 
 impl Default for DevStackOptions {
@@ -105,6 +109,7 @@ impl Default for DevStackOptions {
             release_threshold: crate::releases::DEFAULT_THRESHOLD,
             release_min_sequence: 1,
             tpm_attestor: None,
+            tunnels: TunnelOptions::default(),
         }
     }
 }
@@ -186,6 +191,7 @@ fn settings(options: &DevStackOptions, gateway_addr: SocketAddr, http_addr: Sock
         http_base_url: format!("http://{}:{}", host_for_url(&host), http_addr.port()),
         release_threshold: options.release_threshold,
         release_min_sequence: options.release_min_sequence,
+        tunnels: options.tunnels.clone(),
     }
 }
 
@@ -366,6 +372,14 @@ impl DevStack {
             retry_after_ms: shared.settings.drain_retry_after_ms,
         };
         shared.start_draining();
+        for caller in shared.tunnels.close_all() {
+            caller
+                .end(crate::tunnels::ConsoleEnd::Closed(format!(
+                    "{}: the dev stack is shutting down",
+                    crate::status::Code::Draining
+                )))
+                .await;
+        }
         shared.hub.broadcast(&drain);
         let drained = shared
             .wait_for(SHUTDOWN_GRACE, || "sessions to drain".into(), || Ok(shared.hub.is_empty().then_some(())))

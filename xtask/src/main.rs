@@ -74,6 +74,15 @@ enum Bench {
         #[arg(long, default_value = "native")]
         runner: String,
     },
+    /// Medians of N consoles on one bcd: open_console to the first shell prompt byte, and one keystroke's echo.
+    Console {
+        /// Number of runs.
+        #[arg(long, default_value_t = 20)]
+        runs: usize,
+        /// Where bcd runs: native, netns (root) or wsl.
+        #[arg(long, default_value = "native")]
+        runner: String,
+    },
     /// Wall time of the TPM fixture regeneration (into a scratch directory) and of its check (medians of N runs).
     Tpm {
         /// Number of runs of each.
@@ -98,6 +107,7 @@ fn main() -> Result<()> {
         Command::Bench { what: Bench::Adoption { runs } } => bench_adoption(&sh, runs),
         Command::Bench { what: Bench::E2e { runner } } => bench_e2e(&sh, &runner),
         Command::Bench { what: Bench::Tpm { runs } } => bench_tpm(&sh, runs),
+        Command::Bench { what: Bench::Console { runs, runner } } => bench_console(&sh, runs, &runner),
     }
 }
 
@@ -274,6 +284,16 @@ fn bench_adoption(sh: &Shell, runs: usize) -> Result<()> {
     let runs = runs.to_string();
     let _env = sh.push_env("BCD_BENCH_RUNS", &runs);
     cmd!(sh, "{cargo} test --quiet -p daemon-harness --features bcd-e2e --test e2e -- --ignored --exact bench::bench_time_from_node_start_to_adopted --nocapture")
+        .run()?;
+    Ok(())
+}
+
+fn bench_console(sh: &Shell, runs: usize, runner: &str) -> Result<()> {
+    let cargo = cargo();
+    let runs = runs.to_string();
+    let _runs = sh.push_env("BCD_BENCH_RUNS", &runs);
+    let _runner = sh.push_env("BCD_E2E_RUNNER", runner);
+    cmd!(sh, "{cargo} test --quiet -p daemon-harness --features bcd-e2e --test e2e -- --ignored --exact console::bench_console_open_and_keystroke_echo --nocapture")
         .run()?;
     Ok(())
 }

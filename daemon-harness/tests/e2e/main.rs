@@ -6,6 +6,7 @@
 mod adoption;
 mod bench;
 mod common;
+mod console;
 mod faults;
 mod intent;
 mod join;

@@ -2,7 +2,8 @@
 // sim`): it loads the identity (re-verifying the JoinResponse), opens the
 // journal, and wires the session (session.GRPCDialer) to the dispatcher
 // (commands, cancel; the kinds it runs are registered in kinds.go), the
-// converger (desired state, one reconciler per NodeSpec section) and the
+// converger (desired state, one reconciler per NodeSpec section), the
+// consoles (tunnels.go: OpenTunnel through the frame handlers) and the
 // status socket. It ends on its
 // context (exit 0), after a self-terminating command (exit 0: the
 // supervisor starts it again) or on revocation (exit 3). With an Updater
@@ -32,6 +33,7 @@ import (
 	"bcd/internal/session"
 	"bcd/internal/status"
 	"bcd/internal/tpm"
+	"bcd/internal/tunnel"
 	selfupdate "bcd/internal/update"
 )
 
@@ -97,6 +99,8 @@ type Agent struct {
 	reboot     chan string
 	exec       chan string
 	watch      *selfupdate.Watch
+	tunnels    *tunnel.Manager
+	frames     []FrameHandler
 	closeOnce  sync.Once
 }
 
@@ -134,6 +138,8 @@ func New(opts Options) (*Agent, error) {
 		j.Close()
 		return nil, err
 	}
+	a.tunnels = a.newTunnels()
+	a.frames = []FrameHandler{a.tunnels}
 	a.session = session.New(session.Config{
 		Dial:       a.dialer(),
 		Gateway:    c.GatewayURL,
@@ -170,9 +176,13 @@ func New(opts Options) (*Agent, error) {
 // NodeID is the agent's node id.
 func (a *Agent) NodeID() string { return a.id.NodeID }
 
-// Close stops the converger's re-passes and releases the journal.
+// Close hangs up the consoles, stops the converger's re-passes and
+// releases the journal.
 func (a *Agent) Close() {
 	a.closeOnce.Do(func() {
+		if a.tunnels != nil {
+			a.tunnels.Stop()
+		}
 		if a.converger != nil {
 			a.converger.Stop()
 		}
@@ -301,7 +311,8 @@ func (a *Agent) statusReport() ([]*agentv1.InventorySection, error) {
 	return report.GetInventory(), nil
 }
 
-// Frame handles commands, desired state and cancels.
+// Frame handles commands, desired state and cancels, and hands any other
+// frame to the frame handlers (tunnels.go).
 func (a *Agent) Frame(f *agentv1.GatewayFrame) {
 	switch x := f.GetFrame().(type) {
 	case *agentv1.GatewayFrame_Command:
@@ -311,6 +322,11 @@ func (a *Agent) Frame(f *agentv1.GatewayFrame) {
 	case *agentv1.GatewayFrame_Cancel:
 		a.dispatcher.Cancel(x.Cancel.GetCommandId())
 	default:
+		for _, h := range a.frames {
+			if h.Frame(f) {
+				return
+			}
+		}
 		a.log.Info("session.unhandled_frame", "frame", fmt.Sprintf("%T", x))
 	}
 }

@@ -82,7 +82,7 @@ impl proto::gateway_server::Gateway for GatewayService {
         request: Request<Streaming<proto::TunnelFrame>>,
     ) -> Result<Response<Self::TunnelStream>, Status> {
         let node = self.authenticate("Tunnel", &request)?;
-        warn!(node_id = %node.node_id, "gateway: tunnel refused: no tunnel relay in this stack yet");
-        Err(refuse(Code::TunnelUnsupported, "this stack has no tunnel relay yet"))
+        let stream = crate::tunnels::relay::accept(self.shared.clone(), node, request.into_inner()).await?;
+        Ok(Response::new(Box::pin(stream)))
     }
 }

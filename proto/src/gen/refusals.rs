@@ -39,6 +39,8 @@ pub enum Domain {
     Host,
     /// The helper's instance operations: domains and taps (daemon/internal/helper). Owner: `bcd`.
     Instance,
+    /// Why bcd refuses an OpenTunnel or ends a tunnel, besides the ticket's pki codes (daemon/internal/tunnel). Owner: `bcd`.
+    Tunnel,
     /// Why bcd refuses or ends a command, before or besides its kind's own reasons (daemon/internal/dispatch). Owner: `bcd`.
     Dispatch,
     /// Why bcd cannot bind a hold (AllocationFailed.reason, daemon/internal/converge). Owner: `bcd`.
@@ -66,6 +68,7 @@ impl Domain {
             Domain::Helper => "helper",
             Domain::Host => "host",
             Domain::Instance => "instance",
+            Domain::Tunnel => "tunnel",
             Domain::Dispatch => "dispatch",
             Domain::Holds => "holds",
         }
@@ -91,6 +94,7 @@ impl Domain {
             Domain::Helper => "bcd",
             Domain::Host => "bcd",
             Domain::Instance => "bcd",
+            Domain::Tunnel => "bcd",
             Domain::Dispatch => "bcd",
             Domain::Holds => "bcd",
         }
@@ -271,8 +275,16 @@ pub enum Code {
     Liveness,
     /// `draining` (gateway, Unavailable): The stack is shutting down and opens no session.
     Draining,
-    /// `tunnel-unsupported` (gateway, Unimplemented): The gateway has no tunnel relay.
-    TunnelUnsupported,
+    /// `tunnel-unknown` (gateway, NotFound): A Tunnel call for no tunnel the stack asked this node to open (an unknown or another node's tunnel id, or a first frame with neither ticket nor close reason).
+    TunnelUnknown,
+    /// `tunnel-ticket` (gateway, PermissionDenied): The node's first Tunnel frame carries another ticket than the one minted for that tunnel.
+    TunnelTicket,
+    /// `tunnel-limit` (gateway, ResourceExhausted): The node already has as many tunnels opening or open as the stack allows (4 by default).
+    TunnelLimit,
+    /// `tunnel-timeout` (gateway, DeadlineExceeded): The node did not dial Tunnel for an OpenTunnel in time (10 s by default).
+    TunnelTimeout,
+    /// `tunnel-gone` (gateway, Unavailable): The other side of an open tunnel went away (the node's stream, or the caller) without an exit status.
+    TunnelGone,
     /// `workload-unsupported` (gateway, Unimplemented): The gateway issues no workload tokens (a WorkloadTokenReply error).
     WorkloadUnsupported,
     /// `secret-unknown` (gateway, NotFound): The gateway holds no such secret (a SecretReply error).
@@ -335,6 +347,10 @@ pub enum Code {
     HostNoCommandRoots,
     /// `instance-bridge` (instance, PermissionDenied): A NIC on a bridge that is not an instance bridge of this host.
     InstanceBridge,
+    /// `ticket-replayed` (tunnel, PermissionDenied): An exec ticket whose jti this node already took (seen jtis are kept until they expire, across restarts).
+    TicketReplayed,
+    /// `tunnel-shell` (tunnel, Internal): bcd could not start the shell on a pseudo-terminal.
+    TunnelShell,
     /// `BAD_SIGNATURE` (dispatch, PermissionDenied): A command without a valid command-root signature (FAILED BAD_SIGNATURE: <pki code>).
     DispatchBadSignature,
     /// `BATCH_UNAPPROVED` (dispatch, PermissionDenied): A destructive command outside an approved batch (FAILED BATCH_UNAPPROVED: <pki code>).
@@ -450,7 +466,11 @@ impl Code {
             Code::SessionReplaced => "session-replaced",
             Code::Liveness => "liveness",
             Code::Draining => "draining",
-            Code::TunnelUnsupported => "tunnel-unsupported",
+            Code::TunnelUnknown => "tunnel-unknown",
+            Code::TunnelTicket => "tunnel-ticket",
+            Code::TunnelLimit => "tunnel-limit",
+            Code::TunnelTimeout => "tunnel-timeout",
+            Code::TunnelGone => "tunnel-gone",
             Code::WorkloadUnsupported => "workload-unsupported",
             Code::SecretUnknown => "secret-unknown",
             Code::ResultUnverified => "result-unverified",
@@ -482,6 +502,8 @@ impl Code {
             Code::HostGeneration => "host-generation",
             Code::HostNoCommandRoots => "host-no-command-roots",
             Code::InstanceBridge => "instance-bridge",
+            Code::TicketReplayed => "ticket-replayed",
+            Code::TunnelShell => "tunnel-shell",
             Code::DispatchBadSignature => "BAD_SIGNATURE",
             Code::DispatchBatchUnapproved => "BATCH_UNAPPROVED",
             Code::DispatchUnbatchedLimit => "UNBATCHED_LIMIT",
@@ -585,7 +607,11 @@ impl Code {
             Code::SessionReplaced => Domain::Gateway,
             Code::Liveness => Domain::Gateway,
             Code::Draining => Domain::Gateway,
-            Code::TunnelUnsupported => Domain::Gateway,
+            Code::TunnelUnknown => Domain::Gateway,
+            Code::TunnelTicket => Domain::Gateway,
+            Code::TunnelLimit => Domain::Gateway,
+            Code::TunnelTimeout => Domain::Gateway,
+            Code::TunnelGone => Domain::Gateway,
             Code::WorkloadUnsupported => Domain::Gateway,
             Code::SecretUnknown => Domain::Gateway,
             Code::ResultUnverified => Domain::Gateway,
@@ -617,6 +643,8 @@ impl Code {
             Code::HostGeneration => Domain::Host,
             Code::HostNoCommandRoots => Domain::Host,
             Code::InstanceBridge => Domain::Instance,
+            Code::TicketReplayed => Domain::Tunnel,
+            Code::TunnelShell => Domain::Tunnel,
             Code::DispatchBadSignature => Domain::Dispatch,
             Code::DispatchBatchUnapproved => Domain::Dispatch,
             Code::DispatchUnbatchedLimit => Domain::Dispatch,
@@ -720,7 +748,11 @@ impl Code {
             Code::SessionReplaced => Grpc::FailedPrecondition,
             Code::Liveness => Grpc::Unavailable,
             Code::Draining => Grpc::Unavailable,
-            Code::TunnelUnsupported => Grpc::Unimplemented,
+            Code::TunnelUnknown => Grpc::NotFound,
+            Code::TunnelTicket => Grpc::PermissionDenied,
+            Code::TunnelLimit => Grpc::ResourceExhausted,
+            Code::TunnelTimeout => Grpc::DeadlineExceeded,
+            Code::TunnelGone => Grpc::Unavailable,
             Code::WorkloadUnsupported => Grpc::Unimplemented,
             Code::SecretUnknown => Grpc::NotFound,
             Code::ResultUnverified => Grpc::PermissionDenied,
@@ -752,6 +784,8 @@ impl Code {
             Code::HostGeneration => Grpc::FailedPrecondition,
             Code::HostNoCommandRoots => Grpc::FailedPrecondition,
             Code::InstanceBridge => Grpc::PermissionDenied,
+            Code::TicketReplayed => Grpc::PermissionDenied,
+            Code::TunnelShell => Grpc::Internal,
             Code::DispatchBadSignature => Grpc::PermissionDenied,
             Code::DispatchBatchUnapproved => Grpc::PermissionDenied,
             Code::DispatchUnbatchedLimit => Grpc::ResourceExhausted,
@@ -855,7 +889,11 @@ impl Code {
             Code::SessionReplaced => "A newer session of the same node took over.",
             Code::Liveness => "Nothing heard from the node for three heartbeat intervals.",
             Code::Draining => "The stack is shutting down and opens no session.",
-            Code::TunnelUnsupported => "The gateway has no tunnel relay.",
+            Code::TunnelUnknown => "A Tunnel call for no tunnel the stack asked this node to open (an unknown or another node's tunnel id, or a first frame with neither ticket nor close reason).",
+            Code::TunnelTicket => "The node's first Tunnel frame carries another ticket than the one minted for that tunnel.",
+            Code::TunnelLimit => "The node already has as many tunnels opening or open as the stack allows (4 by default).",
+            Code::TunnelTimeout => "The node did not dial Tunnel for an OpenTunnel in time (10 s by default).",
+            Code::TunnelGone => "The other side of an open tunnel went away (the node's stream, or the caller) without an exit status.",
             Code::WorkloadUnsupported => "The gateway issues no workload tokens (a WorkloadTokenReply error).",
             Code::SecretUnknown => "The gateway holds no such secret (a SecretReply error).",
             Code::ResultUnverified => "A command result whose node signature does not verify: the command ends FAILED.",
@@ -887,6 +925,8 @@ impl Code {
             Code::HostGeneration => "A spec older than the last applied.",
             Code::HostNoCommandRoots => "No command root is configured, so nothing is applied.",
             Code::InstanceBridge => "A NIC on a bridge that is not an instance bridge of this host.",
+            Code::TicketReplayed => "An exec ticket whose jti this node already took (seen jtis are kept until they expire, across restarts).",
+            Code::TunnelShell => "bcd could not start the shell on a pseudo-terminal.",
             Code::DispatchBadSignature => "A command without a valid command-root signature (FAILED BAD_SIGNATURE: <pki code>).",
             Code::DispatchBatchUnapproved => "A destructive command outside an approved batch (FAILED BATCH_UNAPPROVED: <pki code>).",
             Code::DispatchUnbatchedLimit => "Too many unbatched destructive commands in the last hour.",
@@ -990,7 +1030,11 @@ impl Code {
             "session-replaced" => Some(Code::SessionReplaced),
             "liveness" => Some(Code::Liveness),
             "draining" => Some(Code::Draining),
-            "tunnel-unsupported" => Some(Code::TunnelUnsupported),
+            "tunnel-unknown" => Some(Code::TunnelUnknown),
+            "tunnel-ticket" => Some(Code::TunnelTicket),
+            "tunnel-limit" => Some(Code::TunnelLimit),
+            "tunnel-timeout" => Some(Code::TunnelTimeout),
+            "tunnel-gone" => Some(Code::TunnelGone),
             "workload-unsupported" => Some(Code::WorkloadUnsupported),
             "secret-unknown" => Some(Code::SecretUnknown),
             "result-unverified" => Some(Code::ResultUnverified),
@@ -1022,6 +1066,8 @@ impl Code {
             "host-generation" => Some(Code::HostGeneration),
             "host-no-command-roots" => Some(Code::HostNoCommandRoots),
             "instance-bridge" => Some(Code::InstanceBridge),
+            "ticket-replayed" => Some(Code::TicketReplayed),
+            "tunnel-shell" => Some(Code::TunnelShell),
             "BAD_SIGNATURE" => Some(Code::DispatchBadSignature),
             "BATCH_UNAPPROVED" => Some(Code::DispatchBatchUnapproved),
             "UNBATCHED_LIMIT" => Some(Code::DispatchUnbatchedLimit),
@@ -1126,7 +1172,11 @@ pub const TABLE: &[Code] = &[
     Code::SessionReplaced,
     Code::Liveness,
     Code::Draining,
-    Code::TunnelUnsupported,
+    Code::TunnelUnknown,
+    Code::TunnelTicket,
+    Code::TunnelLimit,
+    Code::TunnelTimeout,
+    Code::TunnelGone,
     Code::WorkloadUnsupported,
     Code::SecretUnknown,
     Code::ResultUnverified,
@@ -1158,6 +1208,8 @@ pub const TABLE: &[Code] = &[
     Code::HostGeneration,
     Code::HostNoCommandRoots,
     Code::InstanceBridge,
+    Code::TicketReplayed,
+    Code::TunnelShell,
     Code::DispatchBadSignature,
     Code::DispatchBatchUnapproved,
     Code::DispatchUnbatchedLimit,
