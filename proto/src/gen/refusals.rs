@@ -29,6 +29,8 @@ pub enum Domain {
     JoinService,
     /// The gateway's own refusals: Session, Renew, Tunnel (devstack gateway, testgw). Owner: `devstack`.
     Gateway,
+    /// The dev stack's OTLP/HTTP receiver of node metrics. Owner: `devstack`.
+    Otlp,
     /// Why the stack refused a node's AllocationBound (devstack reservations.last_refusal). Owner: `devstack`.
     Reservation,
     /// Self-update: the [update] table, the slots and their records (daemon/internal/update). Owner: `bcd`.
@@ -61,6 +63,7 @@ impl Domain {
             Domain::Tpm => "tpm",
             Domain::JoinService => "join-service",
             Domain::Gateway => "gateway",
+            Domain::Otlp => "otlp",
             Domain::Reservation => "reservation",
             Domain::Update => "update",
             Domain::Helper => "helper",
@@ -86,6 +89,7 @@ impl Domain {
             Domain::Tpm => "pki",
             Domain::JoinService => "devstack",
             Domain::Gateway => "devstack",
+            Domain::Otlp => "devstack",
             Domain::Reservation => "devstack",
             Domain::Update => "bcd",
             Domain::Helper => "bcd",
@@ -265,6 +269,8 @@ pub enum Code {
     FrameTooLarge,
     /// `hello-expected` (gateway, InvalidArgument): The first frame of a session was not a Hello (or none came in time).
     HelloExpected,
+    /// `frame-malformed` (gateway, InvalidArgument): A WebSocket message that is not one binary protobuf frame of the session.
+    FrameMalformed,
     /// `session-replaced` (gateway, FailedPrecondition): A newer session of the same node took over.
     SessionReplaced,
     /// `liveness` (gateway, Unavailable): Nothing heard from the node for three heartbeat intervals.
@@ -281,6 +287,8 @@ pub enum Code {
     ResultUnverified,
     /// `internal` (gateway, Internal): The stack failed on its own (its store, its keys); the detail never holds a secret.
     Internal,
+    /// `otlp-malformed` (otlp, InvalidArgument): An export that does not decode as an OTLP ExportMetricsServiceRequest (HTTP 400).
+    OtlpMalformed,
     /// `allocation-mismatch` (reservation, FailedPrecondition): The bound GPU indexes are not the held ones.
     AllocationMismatch,
     /// `allocation-generation` (reservation, FailedPrecondition): The hold was bound at a generation before the one that added it.
@@ -447,6 +455,7 @@ impl Code {
             Code::NodeMismatch => "node-mismatch",
             Code::FrameTooLarge => "frame-too-large",
             Code::HelloExpected => "hello-expected",
+            Code::FrameMalformed => "frame-malformed",
             Code::SessionReplaced => "session-replaced",
             Code::Liveness => "liveness",
             Code::Draining => "draining",
@@ -455,6 +464,7 @@ impl Code {
             Code::SecretUnknown => "secret-unknown",
             Code::ResultUnverified => "result-unverified",
             Code::Internal => "internal",
+            Code::OtlpMalformed => "otlp-malformed",
             Code::AllocationMismatch => "allocation-mismatch",
             Code::AllocationGeneration => "allocation-generation",
             Code::UpdateConfig => "update-config",
@@ -582,6 +592,7 @@ impl Code {
             Code::NodeMismatch => Domain::Gateway,
             Code::FrameTooLarge => Domain::Gateway,
             Code::HelloExpected => Domain::Gateway,
+            Code::FrameMalformed => Domain::Gateway,
             Code::SessionReplaced => Domain::Gateway,
             Code::Liveness => Domain::Gateway,
             Code::Draining => Domain::Gateway,
@@ -590,6 +601,7 @@ impl Code {
             Code::SecretUnknown => Domain::Gateway,
             Code::ResultUnverified => Domain::Gateway,
             Code::Internal => Domain::Gateway,
+            Code::OtlpMalformed => Domain::Otlp,
             Code::AllocationMismatch => Domain::Reservation,
             Code::AllocationGeneration => Domain::Reservation,
             Code::UpdateConfig => Domain::Update,
@@ -717,6 +729,7 @@ impl Code {
             Code::NodeMismatch => Grpc::PermissionDenied,
             Code::FrameTooLarge => Grpc::InvalidArgument,
             Code::HelloExpected => Grpc::InvalidArgument,
+            Code::FrameMalformed => Grpc::InvalidArgument,
             Code::SessionReplaced => Grpc::FailedPrecondition,
             Code::Liveness => Grpc::Unavailable,
             Code::Draining => Grpc::Unavailable,
@@ -725,6 +738,7 @@ impl Code {
             Code::SecretUnknown => Grpc::NotFound,
             Code::ResultUnverified => Grpc::PermissionDenied,
             Code::Internal => Grpc::Internal,
+            Code::OtlpMalformed => Grpc::InvalidArgument,
             Code::AllocationMismatch => Grpc::FailedPrecondition,
             Code::AllocationGeneration => Grpc::FailedPrecondition,
             Code::UpdateConfig => Grpc::FailedPrecondition,
@@ -852,6 +866,7 @@ impl Code {
             Code::NodeMismatch => "The Hello names another node than the client certificate.",
             Code::FrameTooLarge => "A message above the 1 MiB decoding limit.",
             Code::HelloExpected => "The first frame of a session was not a Hello (or none came in time).",
+            Code::FrameMalformed => "A WebSocket message that is not one binary protobuf frame of the session.",
             Code::SessionReplaced => "A newer session of the same node took over.",
             Code::Liveness => "Nothing heard from the node for three heartbeat intervals.",
             Code::Draining => "The stack is shutting down and opens no session.",
@@ -860,6 +875,7 @@ impl Code {
             Code::SecretUnknown => "The gateway holds no such secret (a SecretReply error).",
             Code::ResultUnverified => "A command result whose node signature does not verify: the command ends FAILED.",
             Code::Internal => "The stack failed on its own (its store, its keys); the detail never holds a secret.",
+            Code::OtlpMalformed => "An export that does not decode as an OTLP ExportMetricsServiceRequest (HTTP 400).",
             Code::AllocationMismatch => "The bound GPU indexes are not the held ones.",
             Code::AllocationGeneration => "The hold was bound at a generation before the one that added it.",
             Code::UpdateConfig => "The [update] table cannot be used.",
@@ -987,6 +1003,7 @@ impl Code {
             "node-mismatch" => Some(Code::NodeMismatch),
             "frame-too-large" => Some(Code::FrameTooLarge),
             "hello-expected" => Some(Code::HelloExpected),
+            "frame-malformed" => Some(Code::FrameMalformed),
             "session-replaced" => Some(Code::SessionReplaced),
             "liveness" => Some(Code::Liveness),
             "draining" => Some(Code::Draining),
@@ -995,6 +1012,7 @@ impl Code {
             "secret-unknown" => Some(Code::SecretUnknown),
             "result-unverified" => Some(Code::ResultUnverified),
             "internal" => Some(Code::Internal),
+            "otlp-malformed" => Some(Code::OtlpMalformed),
             "allocation-mismatch" => Some(Code::AllocationMismatch),
             "allocation-generation" => Some(Code::AllocationGeneration),
             "update-config" => Some(Code::UpdateConfig),
@@ -1123,6 +1141,7 @@ pub const TABLE: &[Code] = &[
     Code::NodeMismatch,
     Code::FrameTooLarge,
     Code::HelloExpected,
+    Code::FrameMalformed,
     Code::SessionReplaced,
     Code::Liveness,
     Code::Draining,
@@ -1131,6 +1150,7 @@ pub const TABLE: &[Code] = &[
     Code::SecretUnknown,
     Code::ResultUnverified,
     Code::Internal,
+    Code::OtlpMalformed,
     Code::AllocationMismatch,
     Code::AllocationGeneration,
     Code::UpdateConfig,
