@@ -46,6 +46,7 @@ pub use config::BcdConfigPaths;
 pub use error::{Error, Result};
 pub use gateway::limit::MAX_MESSAGE_BYTES;
 pub use http::WELL_KNOWN_PATH;
+pub use hub::Transport;
 pub use nodes::JoinMark;
 pub use otlp::{Encoding as OtlpEncoding, OtlpExport, point_attribute, point_value};
 pub use pools::{Acceptance, PoolSpec};

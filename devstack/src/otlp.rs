@@ -215,7 +215,9 @@ pub async fn receive(State(shared): State<Arc<Shared>>, headers: HeaderMap, body
     let reply = ExportMetricsServiceResponse { partial_success: None };
     match encoding {
         Encoding::Json => ([(header::CONTENT_TYPE, "application/json")], "{}").into_response(),
-        Encoding::Protobuf => ([(header::CONTENT_TYPE, "application/x-protobuf")], reply.encode_to_vec()).into_response(),
+        Encoding::Protobuf => {
+            ([(header::CONTENT_TYPE, "application/x-protobuf")], reply.encode_to_vec()).into_response()
+        }
     }
 }
 

@@ -136,7 +136,7 @@ func New(opts Options) (*Agent, error) {
 	}
 	a.session = session.New(session.Config{
 		Dial:       a.dialer(),
-		Gateway:    c.GatewayURL,
+		Gateway:    gatewayName(c),
 		Journal:    j,
 		Handler:    a,
 		BackoffCap: opts.BackoffCap,
@@ -180,13 +180,37 @@ func (a *Agent) Close() {
 	})
 }
 
-// dialer is the session's gRPC dialer, or one that always fails in the
-// never-connecting build.
+// FallbackConnectTimeout is how long the gRPC dial may take before the
+// session falls back to the WebSocket.
+const FallbackConnectTimeout = 10 * time.Second
+
+// dialer is the session's: gRPC (gateway_url), the WebSocket ([websocket]
+// url), or with both gRPC falling back to the WebSocket; one that always
+// fails in the never-connecting build.
 func (a *Agent) dialer() session.Dialer {
 	if a.opts.NeverConnect {
 		return func(context.Context) (session.Stream, func(), error) { return nil, nil, ErrNeverConnects }
 	}
-	return session.GRPCDialer(a.opts.Config, a.id, session.DialOptions{AllowH2C: a.opts.AllowH2C})
+	c := a.opts.Config
+	switch {
+	case c.UsesGRPC() && c.UsesWebsocket():
+		grpc := session.GRPCDialer(c, a.id, session.DialOptions{AllowH2C: a.opts.AllowH2C, ConnectTimeout: FallbackConnectTimeout})
+		return session.Fallback(a.log,
+			session.Transport{Name: "grpc", Dial: grpc},
+			session.Transport{Name: "websocket", Dial: session.WebsocketDialer(c, a.id)})
+	case c.UsesWebsocket():
+		return session.WebsocketDialer(c, a.id)
+	}
+	return session.GRPCDialer(c, a.id, session.DialOptions{AllowH2C: a.opts.AllowH2C})
+}
+
+// gatewayName names the gateway in logs and status: gateway_url, else the
+// WebSocket's url.
+func gatewayName(c *config.Config) string {
+	if c.UsesGRPC() {
+		return c.GatewayURL
+	}
+	return c.Websocket.URL
 }
 
 // Run runs the agent until ctx ends, a self-terminating command ran, or the
@@ -334,7 +358,7 @@ func (a *Agent) Status() *status.Status {
 		DaemonVersion:     a.opts.Version,
 		BootID:            a.opts.Machine.BootID(),
 		JournalID:         a.journal.ID(),
-		Session:           status.Session{State: string(info.State), Epoch: info.Epoch, Gateway: info.Gateway, ConnectedAtMs: info.ConnectedAtMs},
+		Session:           status.Session{State: string(info.State), Epoch: info.Epoch, Gateway: info.Gateway, ConnectedAtMs: info.ConnectedAtMs, Transport: info.Transport},
 		AppliedGeneration: a.converger.AppliedGeneration(),
 		Commands:          status.Commands{Running: a.dispatcher.Running(), Done: done},
 	}

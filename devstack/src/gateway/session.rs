@@ -37,7 +37,7 @@ use crate::adoption;
 use crate::clock::now_ms;
 use crate::commands::{delivery_frame, frame};
 use crate::error::Result;
-use crate::hub::Control;
+use crate::hub::{Control, Transport};
 use crate::shared::Shared;
 use crate::status::{Code, refuse};
 use crate::store::rows::{CommandRow, CommandStatus, NodeSessionRow, NodeSpecRow};
@@ -80,7 +80,13 @@ enum End {
 }
 
 /// Runs a session until it ends; every exit path closes its row.
-pub async fn run(shared: Arc<Shared>, node: AuthedNode, mut inbound: impl Inbound, out: Outbound) {
+pub async fn run(
+    shared: Arc<Shared>,
+    node: AuthedNode,
+    transport: Transport,
+    mut inbound: impl Inbound,
+    out: Outbound,
+) {
     let interval = shared.settings.heartbeat_interval;
     let hello = match first_frame(&mut inbound, interval * 3).await {
         Ok(hello) => hello,
@@ -97,7 +103,7 @@ pub async fn run(shared: Arc<Shared>, node: AuthedNode, mut inbound: impl Inboun
         let _ = out.send(Err(status)).await;
         return;
     }
-    let mut session = match Session::open(shared.clone(), node, &hello, out.clone()).await {
+    let mut session = match Session::open(shared.clone(), node, transport, &hello, out.clone()).await {
         Ok(session) => session,
         Err(status) => {
             let _ = out.send(Err(status)).await;
@@ -154,6 +160,7 @@ impl Session {
     async fn open(
         shared: Arc<Shared>,
         node: AuthedNode,
+        transport: Transport,
         hello: &proto::Hello,
         out: Outbound,
     ) -> Result<Session, Status> {
@@ -177,7 +184,7 @@ impl Session {
                 Ok((row, acked))
             })
             .map_err(internal)?;
-        let control = shared.hub.register(&node.node_id, row.epoch);
+        let control = shared.hub.register(&node.node_id, row.epoch, transport);
         let interval = shared.settings.heartbeat_interval;
         let session =
             Session { shared, node, row, out, control, interval, last_heard: Instant::now(), busy: HashMap::new() };
@@ -190,6 +197,7 @@ impl Session {
             daemon_version = %hello.daemon_version,
             acked_seq = acked,
             peer = ?session.node.peer,
+            %transport,
             "session: welcome"
         );
         let welcome = proto::Welcome {

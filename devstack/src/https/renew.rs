@@ -56,7 +56,11 @@ pub fn refusal(refusal: &Status) -> Response {
 }
 
 /// `POST /v1/renew`.
-pub async fn renew(State(shared): State<Arc<Shared>>, ConnectInfo(peer): ConnectInfo<PeerInfo>, body: Body) -> Response {
+pub async fn renew(
+    State(shared): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<PeerInfo>,
+    body: Body,
+) -> Response {
     match answer(&shared, &peer, body).await {
         Ok(reply) => ([(header::CONTENT_TYPE, CONTENT_TYPE)], reply.encode_to_vec()).into_response(),
         Err(status) => {

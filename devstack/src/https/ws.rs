@@ -28,6 +28,7 @@ use tracing::{debug, warn};
 
 use crate::gateway::limit::{self, MAX_MESSAGE_BYTES};
 use crate::gateway::{auth, session};
+use crate::hub::Transport;
 use crate::shared::Shared;
 use crate::status::{self, Code, refuse};
 use crate::tls::PeerInfo;
@@ -83,7 +84,7 @@ async fn serve(shared: Arc<Shared>, peer: PeerInfo, socket: WebSocket) {
     let node_id = node.node_id.clone();
     let (out, mut frames) = mpsc::channel(OUTBOUND_BUFFER);
     let inbound = tokio_stream::StreamExt::filter_map(stream, inbound);
-    tokio::spawn(session::run(shared, node, inbound, out));
+    tokio::spawn(session::run(shared, node, Transport::WebSocket, inbound, out));
     let close = loop {
         match frames.recv().await {
             Some(Ok(frame)) => {
