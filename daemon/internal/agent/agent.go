@@ -1,9 +1,10 @@
 // Package agent is one node agent (`bcd node`, and each agent of `bcd
 // sim`): it loads the identity (re-verifying the JoinResponse), opens the
-// journal, and wires the session (session.GRPCDialer) to the dispatcher
+// journal, and wires the session (gRPC, the WebSocket, or gRPC falling back
+// to the WebSocket: dialer) to the dispatcher
 // (commands, cancel; the kinds it runs are registered in kinds.go), the
-// converger (desired state, one reconciler per NodeSpec section) and the
-// status socket. It ends on its
+// converger (desired state, one reconciler per NodeSpec section, telemetry
+// among them) and the status socket. It ends on its
 // context (exit 0), after a self-terminating command (exit 0: the
 // supervisor starts it again) or on revocation (exit 3). With an Updater
 // it runs daemon.upgrade, execs the new binary (Options.Exec), and at start
@@ -31,6 +32,7 @@ import (
 	"bcd/internal/proto/agentv1"
 	"bcd/internal/session"
 	"bcd/internal/status"
+	"bcd/internal/telemetry"
 	"bcd/internal/tpm"
 	selfupdate "bcd/internal/update"
 )
@@ -78,6 +80,9 @@ type Options struct {
 	// RenewAfter renews each certificate this long after taking it into
 	// use instead of at 2/3 of its validity (BCD_RENEW_AFTER; 0: the latter).
 	RenewAfter time.Duration
+	// Instances gives the VM instances' usage to the telemetry exports on a
+	// VPS host (nil: no instance metrics).
+	Instances telemetry.InstanceSource
 }
 
 // ErrNeverConnects is every dial's error in the never-connecting build.
@@ -93,6 +98,7 @@ type Agent struct {
 	trust      *intent.Trust
 	dispatcher *dispatch.Dispatcher
 	converger  *converge.Converger
+	telemetry  *telemetry.Reconciler
 	session    *session.Session
 	reboot     chan string
 	exec       chan string
@@ -142,9 +148,13 @@ func New(opts Options) (*Agent, error) {
 		BackoffCap: opts.BackoffCap,
 		Log:        log,
 	})
+	a.telemetry = telemetry.New(telemetry.Config{
+		NodeID: id.NodeID, Version: opts.Version, Machine: opts.Machine, Instances: opts.Instances, Log: log,
+	})
 	a.converger, err = converge.New(converge.Config{
 		NodeID: id.NodeID, Key: id.Key, Journal: j, Machine: opts.Machine, Trust: a.trust,
-		Notify: a.session.Notify, Log: log,
+		Reconcilers: []converge.Reconciler{a.telemetry},
+		Notify:      a.session.Notify, Log: log,
 		Applied: func(generation uint64) { a.dispatcher.GenerationApplied(generation) },
 	})
 	if err != nil {
@@ -176,6 +186,7 @@ func (a *Agent) Close() {
 		if a.converger != nil {
 			a.converger.Stop()
 		}
+		a.telemetry.Stop()
 		a.journal.Close()
 	})
 }
