@@ -51,7 +51,8 @@ impl LogSink {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             pushed.borrow_and_update();
-            let found = self.lines.lock().unwrap_or_else(|p| p.into_inner()).iter().find(|l| l.contains(needle)).cloned();
+            let found =
+                self.lines.lock().unwrap_or_else(|p| p.into_inner()).iter().find(|l| l.contains(needle)).cloned();
             if let Some(line) = found {
                 return Ok(line);
             }

@@ -202,9 +202,9 @@ fn serve_gateway(
     listener: TcpListener,
     stop: &watch::Sender<bool>,
 ) -> Result<Vec<JoinHandle<()>>> {
-    let acceptor = tokio_rustls::TlsAcceptor::from(tls::server_config(&shared.keys, tls::ALPN_H2)?);
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls::server_config(&shared.keys, tls::Alpn::GATEWAY)?);
     let (conn_tx, conn_rx) = mpsc::channel(16);
-    let accept = tokio::spawn(tls::accept_loop(listener, acceptor, tls::ALPN_H2, conn_tx, stop.subscribe()));
+    let accept = tokio::spawn(tls::accept_loop(listener, acceptor, tls::Alpn::GATEWAY, conn_tx, stop.subscribe()));
     let incoming = ReceiverStream::new(conn_rx).map(Ok::<_, std::io::Error>);
     let join = proto::join_server::JoinServer::new(JoinService::new(shared.clone()))
         .max_decoding_message_size(limit::MAX_MESSAGE_BYTES);

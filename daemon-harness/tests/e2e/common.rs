@@ -160,7 +160,9 @@ impl Env {
         let text = std::fs::read_to_string(&path).expect("config.toml reads");
         let gateway = match transports {
             Transports::WebSocketOnly => String::new(),
-            Transports::UnreachableGrpcAndWebSocket => format!("https://{}:{}", self.runner.gateway_host(), closed_port()),
+            Transports::UnreachableGrpcAndWebSocket => {
+                format!("https://{}:{}", self.runner.gateway_host(), closed_port())
+            }
             Transports::GrpcAndWebSocket => self.stack.gateway_url().to_string(),
         };
         let mut out: Vec<String> = Vec::new();

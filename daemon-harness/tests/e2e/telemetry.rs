@@ -35,7 +35,10 @@ fn section(endpoint: &str, interval_ms: u32) -> SpecUpdate {
 /// The utilization of every GPU, by index: what identifies a sample.
 fn utilization(export: &OtlpExport) -> Vec<(String, u64)> {
     let points = export.points("bcd.gpu.utilization");
-    points.iter().map(|p| (point_attribute(p, "gpu.index").unwrap_or_default(), point_value(p).unwrap().to_bits())).collect()
+    points
+        .iter()
+        .map(|p| (point_attribute(p, "gpu.index").unwrap_or_default(), point_value(p).unwrap().to_bits()))
+        .collect()
 }
 
 /// Waits for the telemetry section's status of `generation`.
@@ -103,7 +106,8 @@ async fn the_telemetry_section_exports_otlp_json_and_follows_its_changes() {
     // An unchanged section keeps its schedule: the next export is a later sample.
     let access = proto::AccessSection { ssh_authorized_keys: vec![], console_users: vec!["ops".into()] };
     let mark = env.stack.otlp_exports(&id).len();
-    let unchanged = env.stack.publish_spec(&id, SpecUpdate { access: Some(access), ..Default::default() }).await.unwrap();
+    let unchanged =
+        env.stack.publish_spec(&id, SpecUpdate { access: Some(access), ..Default::default() }).await.unwrap();
     await_section(&env, &id, unchanged).await;
     let later = after(&env, &id, mark).await;
     assert_ne!(utilization(&later), utilization(&first), "an unchanged section restarted the schedule");

@@ -2,7 +2,8 @@
 // transport"): the WebSocket session and POST /v1/renew. The same pinned
 // TLS 1.3 as the gRPC dial (the serving CA's pin, the server name, the
 // node's current certificate read at every handshake), with ALPN
-// http/1.1, since a WebSocket upgrade is an HTTP/1.1 request.
+// http/1.1, since a WebSocket upgrade is an HTTP/1.1 request (net/http
+// offers no ALPN at all for an upgrade, which the listener accepts too).
 
 package identity
 

@@ -4,7 +4,7 @@
 //! the OTLP receiver (`POST /v1/metrics`, also on the HTTP side).
 //!
 //! It runs axum behind the stack's own rustls acceptor (`tls`): TLS 1.3,
-//! ALPN exactly `http/1.1`, the same serving certificate as the gateway
+//! ALPN `http/1.1` or none (`tls::Alpn::HTTPS`), the same serving certificate as the gateway
 //! (from the CA nodes pin), and the client certificate optional at the TLS
 //! layer but verified against the node CA when presented; each request
 //! sees its connection's [`PeerInfo`] as `ConnectInfo`, and the handlers
@@ -25,7 +25,7 @@ use tracing::warn;
 
 use crate::error::Result;
 use crate::shared::Shared;
-use crate::tls::{self, ALPN_HTTP1, PeerInfo, TlsConn};
+use crate::tls::{self, Alpn, PeerInfo, TlsConn};
 
 pub mod renew;
 pub mod ws;
@@ -74,10 +74,10 @@ pub fn router(shared: Arc<Shared>) -> Router {
 
 /// Serves the HTTPS listener until `stop` turns true; returns its tasks.
 pub fn serve(shared: &Arc<Shared>, listener: TcpListener, stop: &watch::Sender<bool>) -> Result<Vec<JoinHandle<()>>> {
-    let acceptor = tokio_rustls::TlsAcceptor::from(tls::server_config(&shared.keys, ALPN_HTTP1)?);
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls::server_config(&shared.keys, Alpn::HTTPS)?);
     let local = listener.local_addr().map_err(|source| crate::error::Error::Bind { addr: "https".into(), source })?;
     let (conn_tx, conns) = mpsc::channel(16);
-    let accept = tokio::spawn(tls::accept_loop(listener, acceptor, ALPN_HTTP1, conn_tx, stop.subscribe()));
+    let accept = tokio::spawn(tls::accept_loop(listener, acceptor, Alpn::HTTPS, conn_tx, stop.subscribe()));
     let app = router(shared.clone()).into_make_service_with_connect_info::<PeerInfo>();
     let mut stop = stop.subscribe();
     let serve = tokio::spawn(async move {
