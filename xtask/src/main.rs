@@ -74,6 +74,12 @@ enum Bench {
         #[arg(long, default_value = "native")]
         runner: String,
     },
+    /// Session setup and command round trip over gRPC and over the WebSocket, side by side (medians of N runs).
+    Transports {
+        /// Number of runs of each.
+        #[arg(long, default_value_t = 10)]
+        runs: usize,
+    },
     /// Wall time of the TPM fixture regeneration (into a scratch directory) and of its check (medians of N runs).
     Tpm {
         /// Number of runs of each.
@@ -98,6 +104,7 @@ fn main() -> Result<()> {
         Command::Bench { what: Bench::Adoption { runs } } => bench_adoption(&sh, runs),
         Command::Bench { what: Bench::E2e { runner } } => bench_e2e(&sh, &runner),
         Command::Bench { what: Bench::Tpm { runs } } => bench_tpm(&sh, runs),
+        Command::Bench { what: Bench::Transports { runs } } => bench_transports(&sh, runs),
     }
 }
 
@@ -274,6 +281,15 @@ fn bench_adoption(sh: &Shell, runs: usize) -> Result<()> {
     let runs = runs.to_string();
     let _env = sh.push_env("BCD_BENCH_RUNS", &runs);
     cmd!(sh, "{cargo} test --quiet -p daemon-harness --features bcd-e2e --test e2e -- --ignored --exact bench::bench_time_from_node_start_to_adopted --nocapture")
+        .run()?;
+    Ok(())
+}
+
+fn bench_transports(sh: &Shell, runs: usize) -> Result<()> {
+    let cargo = cargo();
+    let runs = runs.to_string();
+    let _env = sh.push_env("BCD_BENCH_RUNS", &runs);
+    cmd!(sh, "{cargo} test --quiet -p daemon-harness --features bcd-e2e --test e2e -- --ignored --exact bench::bench_transports --nocapture")
         .run()?;
     Ok(())
 }
