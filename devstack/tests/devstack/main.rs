@@ -12,6 +12,7 @@ mod serve;
 mod session;
 mod tls;
 mod tpm;
+mod websocket;
 
 use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
