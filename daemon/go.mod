@@ -8,12 +8,12 @@ require (
 	github.com/go-jose/go-jose/v4 v4.1.9
 	github.com/google/go-tpm v0.9.8
 	go.etcd.io/bbolt v1.5.0
+	go.opentelemetry.io/proto/otlp v1.11.1
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
 )
 
 require (
-	go.opentelemetry.io/proto/otlp v1.11.1 // indirect
 	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
