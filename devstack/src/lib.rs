@@ -1,7 +1,8 @@
 //! The dev control plane (docs/devstack.md): a JoinService (token and TPM
 //! joins) and a gateway (tonic over our own rustls acceptor, mTLS), a SQLite
 //! store with migrations, adoption, GPU reservations, releases and
-//! self-update, the well-known document and release downloads, run
+//! self-update, the well-known document and release downloads, an HTTPS
+//! listener (the Session as a WebSocket, renewal, the OTLP receiver), run
 //! in-process by tests ([`DevStack`]) or by the `devstack serve` binary.
 //!
 //! The protocol contract it implements is docs/protocol.md, "The agent
@@ -15,6 +16,7 @@ pub mod config;
 mod error;
 mod gateway;
 mod http;
+mod https;
 mod hub;
 mod ids;
 mod inventory;
@@ -22,6 +24,7 @@ mod issuance;
 mod join;
 mod keys;
 mod nodes;
+mod otlp;
 mod pools;
 mod releases;
 mod reservations;
@@ -44,7 +47,9 @@ pub use config::BcdConfigPaths;
 pub use error::{Error, Result};
 pub use gateway::limit::MAX_MESSAGE_BYTES;
 pub use http::WELL_KNOWN_PATH;
+pub use hub::Transport;
 pub use nodes::JoinMark;
+pub use otlp::{Encoding as OtlpEncoding, OtlpExport, point_attribute, point_value};
 pub use pools::{Acceptance, PoolSpec};
 pub use releases::{ManifestOptions, Release, ReleaseKeys, UPGRADE_KIND, UpdatePins};
 pub use reservations::{ALLOCATION_GENERATION, ALLOCATION_MISMATCH};
@@ -57,7 +62,7 @@ pub use store::rows::{
     NodeJoinRow, NodeKeyLevel, NodeRow, NodeSessionRow, NodeSpecRow, NodeState, PoolRow, ReleaseArtifactRow,
     ReservationRow, ReservationState,
 };
-pub use tls::ALPN_H2;
+pub use tls::{ALPN_H2, ALPN_HTTP1};
 pub use tpm::{
     ChallengeSource, TPM_NOT_ALLOWED, TPM_SESSION_EXPIRED, TPM_SESSION_UNKNOWN, TpmAllow, TpmAttestorOptions,
 };

@@ -10,6 +10,7 @@ use tokio::sync::watch;
 use crate::error::{Error, Result};
 use crate::hub::Hub;
 use crate::keys::StackKeys;
+use crate::otlp::Exports;
 use crate::store::Store;
 use crate::tpm::TpmJoin;
 use crate::tunnels::TunnelOptions;
@@ -30,8 +31,12 @@ pub struct Settings {
     pub busy_retry: Duration,
     /// Drain's `retry_after_ms` at shutdown.
     pub drain_retry_after_ms: u32,
-    /// The HTTP side's base URL as nodes reach it (release downloads).
+    /// The HTTP side's base URL as nodes reach it (release downloads, the
+    /// OTLP receiver).
     pub http_base_url: String,
+    /// The HTTPS listener's base URL as nodes reach it (`https://host:port`:
+    /// the WebSocket session, `POST /v1/renew`).
+    pub https_base_url: String,
     /// How many release signatures bcd's `[update]` asks for.
     pub release_threshold: u32,
     /// The lowest release sequence bcd's `[update]` accepts.
@@ -54,6 +59,8 @@ pub struct Shared {
     pub tpm: Option<TpmJoin>,
     /// The consoles' tunnels, opening and open.
     pub tunnels: Registry,
+    /// The OTLP exports received (kept for tests, in memory).
+    pub otlp: Exports,
     changed: watch::Sender<u64>,
     draining: AtomicBool,
 }
@@ -68,6 +75,7 @@ impl Shared {
             tunnels: Registry::new(settings.tunnels.clone()),
             settings,
             tpm,
+            otlp: Exports::default(),
             changed: watch::channel(0).0,
             draining: AtomicBool::new(false),
         }
@@ -168,6 +176,7 @@ pub mod testing {
             busy_retry: Duration::from_millis(500),
             drain_retry_after_ms: 1000,
             http_base_url: "http://127.0.0.1:1".into(),
+            https_base_url: "https://127.0.0.1:1".into(),
             release_threshold: 2,
             release_min_sequence: 1,
             tunnels: Default::default(),

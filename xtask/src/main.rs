@@ -83,6 +83,12 @@ enum Bench {
         #[arg(long, default_value = "native")]
         runner: String,
     },
+    /// Session setup and command round trip over gRPC and over the WebSocket, side by side (medians of N runs).
+    Transports {
+        /// Number of runs of each.
+        #[arg(long, default_value_t = 10)]
+        runs: usize,
+    },
     /// Wall time of the TPM fixture regeneration (into a scratch directory) and of its check (medians of N runs).
     Tpm {
         /// Number of runs of each.
@@ -104,10 +110,17 @@ fn main() -> Result<()> {
         Command::HelperE2e => helper_e2e::run(&sh, &root, &target_dir()),
         Command::DaemonTpmFixture { check } => daemon_tpm_fixture(&sh, check),
         Command::Bench { what: Bench::FixturesCheck { runs } } => bench_fixtures_check(&sh, runs),
-        Command::Bench { what: Bench::Adoption { runs } } => bench_adoption(&sh, runs),
+        Command::Bench { what: Bench::Adoption { runs } } => {
+            bench_scenario(&sh, "bench::bench_time_from_node_start_to_adopted", runs, "native")
+        }
         Command::Bench { what: Bench::E2e { runner } } => bench_e2e(&sh, &runner),
         Command::Bench { what: Bench::Tpm { runs } } => bench_tpm(&sh, runs),
-        Command::Bench { what: Bench::Console { runs, runner } } => bench_console(&sh, runs, &runner),
+        Command::Bench { what: Bench::Console { runs, runner } } => {
+            bench_scenario(&sh, "console::bench_console_open_and_keystroke_echo", runs, &runner)
+        }
+        Command::Bench { what: Bench::Transports { runs } } => {
+            bench_scenario(&sh, "bench::bench_transports", runs, "native")
+        }
     }
 }
 
@@ -279,22 +292,18 @@ fn bench_fixtures_check(sh: &Shell, runs: usize) -> Result<()> {
     Ok(())
 }
 
-fn bench_adoption(sh: &Shell, runs: usize) -> Result<()> {
-    let cargo = cargo();
-    let runs = runs.to_string();
-    let _env = sh.push_env("BCD_BENCH_RUNS", &runs);
-    cmd!(sh, "{cargo} test --quiet -p daemon-harness --features bcd-e2e --test e2e -- --ignored --exact bench::bench_time_from_node_start_to_adopted --nocapture")
-        .run()?;
-    Ok(())
-}
-
-fn bench_console(sh: &Shell, runs: usize, runner: &str) -> Result<()> {
+/// Runs one ignored benchmark scenario of the e2e suite (`BCD_BENCH_RUNS`
+/// runs, bcd under `runner`), which prints its own figures.
+fn bench_scenario(sh: &Shell, test: &str, runs: usize, runner: &str) -> Result<()> {
     let cargo = cargo();
     let runs = runs.to_string();
     let _runs = sh.push_env("BCD_BENCH_RUNS", &runs);
     let _runner = sh.push_env("BCD_E2E_RUNNER", runner);
-    cmd!(sh, "{cargo} test --quiet -p daemon-harness --features bcd-e2e --test e2e -- --ignored --exact console::bench_console_open_and_keystroke_echo --nocapture")
-        .run()?;
+    cmd!(
+        sh,
+        "{cargo} test --quiet -p daemon-harness --features bcd-e2e --test e2e -- --ignored --exact {test} --nocapture"
+    )
+    .run()?;
     Ok(())
 }
 

@@ -12,5 +12,7 @@ mod intent;
 mod join;
 mod lifecycle;
 mod runners;
+mod telemetry;
 mod tpm;
+mod transports;
 mod update;

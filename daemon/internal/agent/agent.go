@@ -1,10 +1,11 @@
 // Package agent is one node agent (`bcd node`, and each agent of `bcd
 // sim`): it loads the identity (re-verifying the JoinResponse), opens the
-// journal, and wires the session (session.GRPCDialer) to the dispatcher
+// journal, and wires the session (gRPC, the WebSocket, or gRPC falling back
+// to the WebSocket: dialer) to the dispatcher
 // (commands, cancel; the kinds it runs are registered in kinds.go), the
-// converger (desired state, one reconciler per NodeSpec section), the
-// consoles (tunnels.go: OpenTunnel through the frame handlers) and the
-// status socket. It ends on its
+// converger (desired state, one reconciler per NodeSpec section, telemetry
+// among them), the consoles (tunnels.go: OpenTunnel through the frame
+// handlers) and the status socket. It ends on its
 // context (exit 0), after a self-terminating command (exit 0: the
 // supervisor starts it again) or on revocation (exit 3). With an Updater
 // it runs daemon.upgrade, execs the new binary (Options.Exec), and at start
@@ -32,6 +33,7 @@ import (
 	"bcd/internal/proto/agentv1"
 	"bcd/internal/session"
 	"bcd/internal/status"
+	"bcd/internal/telemetry"
 	"bcd/internal/tpm"
 	"bcd/internal/tunnel"
 	selfupdate "bcd/internal/update"
@@ -80,6 +82,9 @@ type Options struct {
 	// RenewAfter renews each certificate this long after taking it into
 	// use instead of at 2/3 of its validity (BCD_RENEW_AFTER; 0: the latter).
 	RenewAfter time.Duration
+	// Instances gives the VM instances' usage to the telemetry exports on a
+	// VPS host (nil: no instance metrics).
+	Instances telemetry.InstanceSource
 }
 
 // ErrNeverConnects is every dial's error in the never-connecting build.
@@ -95,6 +100,7 @@ type Agent struct {
 	trust      *intent.Trust
 	dispatcher *dispatch.Dispatcher
 	converger  *converge.Converger
+	telemetry  *telemetry.Reconciler
 	session    *session.Session
 	reboot     chan string
 	exec       chan string
@@ -142,15 +148,19 @@ func New(opts Options) (*Agent, error) {
 	a.frames = []FrameHandler{a.tunnels}
 	a.session = session.New(session.Config{
 		Dial:       a.dialer(),
-		Gateway:    c.GatewayURL,
+		Gateway:    gatewayName(c),
 		Journal:    j,
 		Handler:    a,
 		BackoffCap: opts.BackoffCap,
 		Log:        log,
 	})
+	a.telemetry = telemetry.New(telemetry.Config{
+		NodeID: id.NodeID, Version: opts.Version, Machine: opts.Machine, Instances: opts.Instances, Log: log,
+	})
 	a.converger, err = converge.New(converge.Config{
 		NodeID: id.NodeID, Key: id.Key, Journal: j, Machine: opts.Machine, Trust: a.trust,
-		Notify: a.session.Notify, Log: log,
+		Reconcilers: []converge.Reconciler{a.telemetry},
+		Notify:      a.session.Notify, Log: log,
 		Applied: func(generation uint64) { a.dispatcher.GenerationApplied(generation) },
 	})
 	if err != nil {
@@ -186,17 +196,42 @@ func (a *Agent) Close() {
 		if a.converger != nil {
 			a.converger.Stop()
 		}
+		a.telemetry.Stop()
 		a.journal.Close()
 	})
 }
 
-// dialer is the session's gRPC dialer, or one that always fails in the
-// never-connecting build.
+// FallbackConnectTimeout is how long the gRPC dial may take before the
+// session falls back to the WebSocket.
+const FallbackConnectTimeout = 10 * time.Second
+
+// dialer is the session's: gRPC (gateway_url), the WebSocket ([websocket]
+// url), or with both gRPC falling back to the WebSocket; one that always
+// fails in the never-connecting build.
 func (a *Agent) dialer() session.Dialer {
 	if a.opts.NeverConnect {
 		return func(context.Context) (session.Stream, func(), error) { return nil, nil, ErrNeverConnects }
 	}
-	return session.GRPCDialer(a.opts.Config, a.id, session.DialOptions{AllowH2C: a.opts.AllowH2C})
+	c := a.opts.Config
+	switch {
+	case c.UsesGRPC() && c.UsesWebsocket():
+		grpc := session.GRPCDialer(c, a.id, session.DialOptions{AllowH2C: a.opts.AllowH2C, ConnectTimeout: FallbackConnectTimeout})
+		return session.Fallback(a.log,
+			session.Transport{Name: "grpc", Dial: grpc},
+			session.Transport{Name: "websocket", Dial: session.WebsocketDialer(c, a.id)})
+	case c.UsesWebsocket():
+		return session.WebsocketDialer(c, a.id)
+	}
+	return session.GRPCDialer(c, a.id, session.DialOptions{AllowH2C: a.opts.AllowH2C})
+}
+
+// gatewayName names the gateway in logs and status: gateway_url, else the
+// WebSocket's url.
+func gatewayName(c *config.Config) string {
+	if c.UsesGRPC() {
+		return c.GatewayURL
+	}
+	return c.Websocket.URL
 }
 
 // Run runs the agent until ctx ends, a self-terminating command ran, or the
@@ -350,7 +385,7 @@ func (a *Agent) Status() *status.Status {
 		DaemonVersion:     a.opts.Version,
 		BootID:            a.opts.Machine.BootID(),
 		JournalID:         a.journal.ID(),
-		Session:           status.Session{State: string(info.State), Epoch: info.Epoch, Gateway: info.Gateway, ConnectedAtMs: info.ConnectedAtMs},
+		Session:           status.Session{State: string(info.State), Epoch: info.Epoch, Gateway: info.Gateway, ConnectedAtMs: info.ConnectedAtMs, Transport: info.Transport},
 		AppliedGeneration: a.converger.AppliedGeneration(),
 		Commands:          status.Commands{Running: a.dispatcher.Running(), Done: done},
 	}

@@ -37,6 +37,8 @@ const (
 	CodeFrameTooLarge Code = "frame-too-large"
 	// CodeHelloExpected: The first frame of a session was not a Hello (or none came in time).
 	CodeHelloExpected Code = "hello-expected"
+	// CodeFrameMalformed: A WebSocket message that is not one binary protobuf frame of the session.
+	CodeFrameMalformed Code = "frame-malformed"
 	// CodeSessionReplaced: A newer session of the same node took over.
 	CodeSessionReplaced Code = "session-replaced"
 	// CodeLiveness: Nothing heard from the node for three heartbeat intervals.
@@ -61,6 +63,12 @@ const (
 	CodeResultUnverified Code = "result-unverified"
 	// CodeInternal: The stack failed on its own (its store, its keys); the detail never holds a secret.
 	CodeInternal Code = "internal"
+)
+
+// The codes of domain "otlp": The dev stack's OTLP/HTTP receiver of node metrics.
+const (
+	// CodeOTLPMalformed: An export that does not decode as an OTLP ExportMetricsServiceRequest (HTTP 400).
+	CodeOTLPMalformed Code = "otlp-malformed"
 )
 
 // The codes of domain "reservation": Why the stack refused a node's AllocationBound (devstack reservations.last_refusal).

@@ -42,6 +42,10 @@ struct Serve {
     /// The HTTP port of the well-known document (0 picks a free one).
     #[arg(long, value_name = "P", default_value_t = 0)]
     http_port: u16,
+    /// The HTTPS port of the WebSocket session and `POST /v1/renew` (0
+    /// picks a free one).
+    #[arg(long, value_name = "P", default_value_t = 0)]
+    https_port: u16,
     /// The address to listen on.
     #[arg(long, value_name = "H", default_value = "127.0.0.1")]
     host: IpAddr,
@@ -98,6 +102,7 @@ async fn run(args: Serve) -> Result<()> {
         listen_host: args.host,
         gateway_port: args.port,
         http_port: args.http_port,
+        https_port: args.https_port,
         ..DevStackOptions::default()
     };
     let stack = DevStack::start(options).await.context("start the dev stack")?;
@@ -122,6 +127,8 @@ async fn run(args: Serve) -> Result<()> {
     println!("  gateway:            {}", stack.gateway_url());
     println!("  server name:        {}", stack.server_name());
     println!("  well-known:         {}", stack.well_known_url());
+    println!("  websocket session:  {}", stack.websocket_url());
+    println!("  OTLP metrics:       {}", stack.otlp_url());
     println!("  serving CA pin:     {}", pins.serving_ca);
     println!("  join signing pin:   {}", pins.join_signing);
     println!("  join encryption pin: {}", pins.join_encryption);

@@ -13,6 +13,7 @@ mod session;
 mod tls;
 mod tpm;
 mod tunnels;
+mod websocket;
 
 use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};

@@ -29,6 +29,8 @@ pub enum Domain {
     JoinService,
     /// The gateway's own refusals: Session, Renew, Tunnel (devstack gateway, testgw). Owner: `devstack`.
     Gateway,
+    /// The dev stack's OTLP/HTTP receiver of node metrics. Owner: `devstack`.
+    Otlp,
     /// Why the stack refused a node's AllocationBound (devstack reservations.last_refusal). Owner: `devstack`.
     Reservation,
     /// Self-update: the [update] table, the slots and their records (daemon/internal/update). Owner: `bcd`.
@@ -63,6 +65,7 @@ impl Domain {
             Domain::Tpm => "tpm",
             Domain::JoinService => "join-service",
             Domain::Gateway => "gateway",
+            Domain::Otlp => "otlp",
             Domain::Reservation => "reservation",
             Domain::Update => "update",
             Domain::Helper => "helper",
@@ -89,6 +92,7 @@ impl Domain {
             Domain::Tpm => "pki",
             Domain::JoinService => "devstack",
             Domain::Gateway => "devstack",
+            Domain::Otlp => "devstack",
             Domain::Reservation => "devstack",
             Domain::Update => "bcd",
             Domain::Helper => "bcd",
@@ -269,6 +273,8 @@ pub enum Code {
     FrameTooLarge,
     /// `hello-expected` (gateway, InvalidArgument): The first frame of a session was not a Hello (or none came in time).
     HelloExpected,
+    /// `frame-malformed` (gateway, InvalidArgument): A WebSocket message that is not one binary protobuf frame of the session.
+    FrameMalformed,
     /// `session-replaced` (gateway, FailedPrecondition): A newer session of the same node took over.
     SessionReplaced,
     /// `liveness` (gateway, Unavailable): Nothing heard from the node for three heartbeat intervals.
@@ -293,6 +299,8 @@ pub enum Code {
     ResultUnverified,
     /// `internal` (gateway, Internal): The stack failed on its own (its store, its keys); the detail never holds a secret.
     Internal,
+    /// `otlp-malformed` (otlp, InvalidArgument): An export that does not decode as an OTLP ExportMetricsServiceRequest (HTTP 400).
+    OtlpMalformed,
     /// `allocation-mismatch` (reservation, FailedPrecondition): The bound GPU indexes are not the held ones.
     AllocationMismatch,
     /// `allocation-generation` (reservation, FailedPrecondition): The hold was bound at a generation before the one that added it.
@@ -463,6 +471,7 @@ impl Code {
             Code::NodeMismatch => "node-mismatch",
             Code::FrameTooLarge => "frame-too-large",
             Code::HelloExpected => "hello-expected",
+            Code::FrameMalformed => "frame-malformed",
             Code::SessionReplaced => "session-replaced",
             Code::Liveness => "liveness",
             Code::Draining => "draining",
@@ -475,6 +484,7 @@ impl Code {
             Code::SecretUnknown => "secret-unknown",
             Code::ResultUnverified => "result-unverified",
             Code::Internal => "internal",
+            Code::OtlpMalformed => "otlp-malformed",
             Code::AllocationMismatch => "allocation-mismatch",
             Code::AllocationGeneration => "allocation-generation",
             Code::UpdateConfig => "update-config",
@@ -604,6 +614,7 @@ impl Code {
             Code::NodeMismatch => Domain::Gateway,
             Code::FrameTooLarge => Domain::Gateway,
             Code::HelloExpected => Domain::Gateway,
+            Code::FrameMalformed => Domain::Gateway,
             Code::SessionReplaced => Domain::Gateway,
             Code::Liveness => Domain::Gateway,
             Code::Draining => Domain::Gateway,
@@ -616,6 +627,7 @@ impl Code {
             Code::SecretUnknown => Domain::Gateway,
             Code::ResultUnverified => Domain::Gateway,
             Code::Internal => Domain::Gateway,
+            Code::OtlpMalformed => Domain::Otlp,
             Code::AllocationMismatch => Domain::Reservation,
             Code::AllocationGeneration => Domain::Reservation,
             Code::UpdateConfig => Domain::Update,
@@ -745,6 +757,7 @@ impl Code {
             Code::NodeMismatch => Grpc::PermissionDenied,
             Code::FrameTooLarge => Grpc::InvalidArgument,
             Code::HelloExpected => Grpc::InvalidArgument,
+            Code::FrameMalformed => Grpc::InvalidArgument,
             Code::SessionReplaced => Grpc::FailedPrecondition,
             Code::Liveness => Grpc::Unavailable,
             Code::Draining => Grpc::Unavailable,
@@ -757,6 +770,7 @@ impl Code {
             Code::SecretUnknown => Grpc::NotFound,
             Code::ResultUnverified => Grpc::PermissionDenied,
             Code::Internal => Grpc::Internal,
+            Code::OtlpMalformed => Grpc::InvalidArgument,
             Code::AllocationMismatch => Grpc::FailedPrecondition,
             Code::AllocationGeneration => Grpc::FailedPrecondition,
             Code::UpdateConfig => Grpc::FailedPrecondition,
@@ -886,6 +900,7 @@ impl Code {
             Code::NodeMismatch => "The Hello names another node than the client certificate.",
             Code::FrameTooLarge => "A message above the 1 MiB decoding limit.",
             Code::HelloExpected => "The first frame of a session was not a Hello (or none came in time).",
+            Code::FrameMalformed => "A WebSocket message that is not one binary protobuf frame of the session.",
             Code::SessionReplaced => "A newer session of the same node took over.",
             Code::Liveness => "Nothing heard from the node for three heartbeat intervals.",
             Code::Draining => "The stack is shutting down and opens no session.",
@@ -898,6 +913,7 @@ impl Code {
             Code::SecretUnknown => "The gateway holds no such secret (a SecretReply error).",
             Code::ResultUnverified => "A command result whose node signature does not verify: the command ends FAILED.",
             Code::Internal => "The stack failed on its own (its store, its keys); the detail never holds a secret.",
+            Code::OtlpMalformed => "An export that does not decode as an OTLP ExportMetricsServiceRequest (HTTP 400).",
             Code::AllocationMismatch => "The bound GPU indexes are not the held ones.",
             Code::AllocationGeneration => "The hold was bound at a generation before the one that added it.",
             Code::UpdateConfig => "The [update] table cannot be used.",
@@ -1027,6 +1043,7 @@ impl Code {
             "node-mismatch" => Some(Code::NodeMismatch),
             "frame-too-large" => Some(Code::FrameTooLarge),
             "hello-expected" => Some(Code::HelloExpected),
+            "frame-malformed" => Some(Code::FrameMalformed),
             "session-replaced" => Some(Code::SessionReplaced),
             "liveness" => Some(Code::Liveness),
             "draining" => Some(Code::Draining),
@@ -1039,6 +1056,7 @@ impl Code {
             "secret-unknown" => Some(Code::SecretUnknown),
             "result-unverified" => Some(Code::ResultUnverified),
             "internal" => Some(Code::Internal),
+            "otlp-malformed" => Some(Code::OtlpMalformed),
             "allocation-mismatch" => Some(Code::AllocationMismatch),
             "allocation-generation" => Some(Code::AllocationGeneration),
             "update-config" => Some(Code::UpdateConfig),
@@ -1169,6 +1187,7 @@ pub const TABLE: &[Code] = &[
     Code::NodeMismatch,
     Code::FrameTooLarge,
     Code::HelloExpected,
+    Code::FrameMalformed,
     Code::SessionReplaced,
     Code::Liveness,
     Code::Draining,
@@ -1181,6 +1200,7 @@ pub const TABLE: &[Code] = &[
     Code::SecretUnknown,
     Code::ResultUnverified,
     Code::Internal,
+    Code::OtlpMalformed,
     Code::AllocationMismatch,
     Code::AllocationGeneration,
     Code::UpdateConfig,
