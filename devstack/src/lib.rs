@@ -1,6 +1,7 @@
 //! The dev control plane (docs/devstack.md): a JoinService (token and TPM
 //! joins) and a gateway (tonic over our own rustls acceptor, mTLS), a SQLite
-//! store with migrations, adoption, GPU reservations, releases and
+//! store with migrations, adoption, GPU reservations, VPS instances
+//! (placement, volumes, the secret broker, workload tokens), releases and
 //! self-update, the well-known document and release downloads, run
 //! in-process by tests ([`DevStack`]) or by the `devstack serve` binary.
 //!
@@ -17,11 +18,13 @@ mod gateway;
 mod http;
 mod hub;
 mod ids;
+mod instances;
 mod inventory;
 mod issuance;
 mod join;
 mod keys;
 mod nodes;
+mod placement;
 mod pools;
 mod releases;
 mod reservations;
@@ -43,14 +46,17 @@ pub use config::BcdConfigPaths;
 pub use error::{Error, Result};
 pub use gateway::limit::MAX_MESSAGE_BYTES;
 pub use http::WELL_KNOWN_PATH;
+pub use instances::{InstanceRequest, UNSCHEDULABLE};
 pub use nodes::JoinMark;
-pub use pools::{Acceptance, PoolSpec};
+pub use placement::{FILTERS, Filter, Host, Request as PlacementRequest, Room};
+pub use pools::{Acceptance, KIND_GPU, KIND_VPS_HOST, PoolKind, PoolSpec};
 pub use releases::{ManifestOptions, Release, ReleaseKeys, UPGRADE_KIND, UpdatePins};
 pub use reservations::{ALLOCATION_GENERATION, ALLOCATION_MISMATCH};
 pub use sections::{SectionState, SectionStatus};
 pub use spec::SpecUpdate;
 pub use stack::{DevStack, DevStackOptions, Pins};
 pub use store::StoreLocation;
+pub use store::instance_rows::{InstanceDesired, InstanceRow, InstanceState, NodeLabelRow, VolumeRow, VolumeState};
 pub use store::rows::{
     CommandRow, CommandStatus, CommandUpdateRow, InventoryRow, JoinMethod, JoinTokenRow, NodeBindingRow, NodeCertRow,
     NodeJoinRow, NodeKeyLevel, NodeRow, NodeSessionRow, NodeSpecRow, NodeState, PoolRow, ReleaseArtifactRow,
@@ -62,6 +68,7 @@ pub use tpm::{
 };
 pub use trust::IntentPublicKeys;
 pub use view::StackView;
+pub use workload::{TOKEN_TTL_S, issuer as workload_issuer};
 
 /// The name the gateway's serving certificate is checked for.
 pub const SERVER_NAME: &str = "gw.dev.local";

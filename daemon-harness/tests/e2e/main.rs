@@ -13,3 +13,5 @@ mod lifecycle;
 mod runners;
 mod tpm;
 mod update;
+mod vps;
+mod vps_bench;

@@ -23,6 +23,9 @@ import (
 // ReasonVolumeFailed is a listed volume the store cannot make as specified.
 const ReasonVolumeFailed = "VolumeFailed"
 
+// VolumeReady is a VolumeStatus of a volume the store holds.
+const VolumeReady = "ready"
+
 // observed is a domain a runtime has.
 type observed struct {
 	rt    runtime.Runtime
@@ -46,6 +49,7 @@ type pass struct {
 	volErr     map[string]string // a listed volume that does not exist, and why
 	seen       map[string][]*observed
 	statuses   map[string]*agentv1.InstanceStatus
+	volStatus  map[string]*agentv1.VolumeStatus
 	capacity   Capacity
 	held       Capacity
 	opens      map[string][]volumes.Open
@@ -61,7 +65,8 @@ func (r *Reconciler) newPass(ctx context.Context, spec *agentv1.NodeSpec) (*pass
 	}
 	p := &pass{r: r, ctx: ctx, generation: spec.GetGeneration(), wanted: map[string]*agentv1.InstanceSpec{},
 		volumes: map[string]*agentv1.VolumeSpec{}, volErr: map[string]string{}, seen: map[string][]*observed{},
-		statuses: map[string]*agentv1.InstanceStatus{}, capacity: capacity, opens: map[string][]volumes.Open{}}
+		statuses: map[string]*agentv1.InstanceStatus{}, volStatus: map[string]*agentv1.VolumeStatus{}, capacity: capacity,
+		opens: map[string][]volumes.Open{}}
 	section := spec.GetInstances()
 	for _, v := range section.GetVolumes() {
 		p.volumes[v.GetId()] = v
@@ -127,21 +132,29 @@ func (p *pass) ensureVolumes() {
 			continue
 		}
 		changed, err := store.Ensure(id, v.GetSizeBytes())
+		var msg string
 		switch {
 		case err == nil:
 			if changed {
 				p.r.log.Info("instances.volume_ready", "volume", id, "size_bytes", v.GetSizeBytes())
 			}
-			continue
 		case errors.Is(err, volumes.ErrStoreFull):
-			p.again(id, ReasonVolumeStoreFull+": "+err.Error())
+			msg = ReasonVolumeStoreFull + ": " + err.Error()
+			p.again(id, msg)
 		case errors.Is(err, volumes.ErrShrink):
-			p.fail(id, ReasonVolumeFailed, ReasonVolumeShrink+": "+err.Error())
+			msg = ReasonVolumeShrink + ": " + err.Error()
+			p.fail(id, ReasonVolumeFailed, msg)
 		default:
-			p.fail(id, ReasonVolumeFailed, err.Error())
+			msg = err.Error()
+			p.fail(id, ReasonVolumeFailed, msg)
 		}
-		if _, serr := statFile(store.Path(id)); serr != nil {
-			p.volErr[id] = err.Error()
+		info, serr := statFile(store.Path(id))
+		switch {
+		case serr != nil:
+			p.volErr[id] = msg
+			p.volStatus[id] = &agentv1.VolumeStatus{Id: id, State: StateFailed, Message: msg}
+		default:
+			p.volStatus[id] = &agentv1.VolumeStatus{Id: id, State: VolumeReady, SizeBytes: uint64(info.Size()), Message: msg}
 		}
 	}
 }
@@ -265,7 +278,12 @@ func (p *pass) destroyVolumes() {
 		}
 	}
 	for _, v := range list {
-		if _, listed := p.volumes[v.ID]; listed || attached[v.ID] || len(p.opens[v.ID]) > 0 {
+		if _, listed := p.volumes[v.ID]; listed {
+			continue
+		}
+		if attached[v.ID] || len(p.opens[v.ID]) > 0 {
+			p.volStatus[v.ID] = &agentv1.VolumeStatus{Id: v.ID, State: VolumeReady, SizeBytes: v.Size,
+				Message: "no longer listed; kept while an instance has it"}
 			continue
 		}
 		if err := store.Destroy(v.ID); err != nil {
@@ -452,5 +470,15 @@ func (p *pass) statusList() []*agentv1.InstanceStatus {
 	for _, id := range ids {
 		out = append(out, p.statuses[id])
 	}
+	return out
+}
+
+// volumeList is the pass's volume statuses by id.
+func (p *pass) volumeList() []*agentv1.VolumeStatus {
+	out := make([]*agentv1.VolumeStatus, 0, len(p.volStatus))
+	for _, v := range p.volStatus {
+		out = append(out, v)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].GetId() < out[j].GetId() })
 	return out
 }

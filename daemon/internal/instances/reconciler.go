@@ -103,6 +103,7 @@ type Reconciler struct {
 
 	mu       sync.Mutex
 	statuses map[string]*agentv1.InstanceStatus
+	vols     []*agentv1.VolumeStatus
 	usage    volumes.Usage
 	started  map[string]time.Time
 }
@@ -141,6 +142,7 @@ func New(cfg Config) (*Reconciler, error) {
 			for _, st := range stored.GetInstances() {
 				r.statuses[st.GetId()] = st
 			}
+			r.vols = stored.GetVolumes()
 		}
 	}
 	if cfg.Volumes != nil {
@@ -193,17 +195,20 @@ func (r *Reconciler) finish(p *pass) (converge.Result, error) {
 		}
 		usage = u
 	}
-	list := p.statusList()
-	data, err := proto.Marshal(&agentv1.StatusReport{Instances: list})
+	list, vols := p.statusList(), p.volumeList()
+	data, err := proto.Marshal(&agentv1.StatusReport{Instances: list, Volumes: vols})
 	if err != nil {
 		return converge.Result{}, err
 	}
 	r.mu.Lock()
-	changed := len(r.statuses) != len(p.statuses) || r.usage != usage
+	changed := len(r.statuses) != len(p.statuses) || r.usage != usage || len(r.vols) != len(vols)
 	for id, st := range p.statuses {
 		changed = changed || !proto.Equal(st, r.statuses[id])
 	}
-	r.statuses, r.usage = p.statuses, usage
+	for i := range vols {
+		changed = changed || i >= len(r.vols) || !proto.Equal(vols[i], r.vols[i])
+	}
+	r.statuses, r.usage, r.vols = p.statuses, usage, vols
 	for id := range r.started {
 		if st := p.statuses[id]; st == nil || st.GetState() != StateRunning {
 			delete(r.started, id)
@@ -227,7 +232,8 @@ func (r *Reconciler) finish(p *pass) (converge.Result, error) {
 	return res, nil
 }
 
-// Report adds every instance's status and the volume store's usage.
+// Report adds every instance's status, every volume's and the volume
+// store's usage.
 func (r *Reconciler) Report(rep *agentv1.StatusReport) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -238,6 +244,9 @@ func (r *Reconciler) Report(rep *agentv1.StatusReport) error {
 	sort.Strings(ids)
 	for _, id := range ids {
 		rep.Instances = append(rep.Instances, proto.CloneOf(r.statuses[id]))
+	}
+	for _, v := range r.vols {
+		rep.Volumes = append(rep.Volumes, proto.CloneOf(v))
 	}
 	if r.cfg.Volumes != nil {
 		rep.VolumeStorage = &agentv1.VolumeStorage{TotalBytes: r.usage.Total, AvailableBytes: r.usage.Available,

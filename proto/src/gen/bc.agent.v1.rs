@@ -694,6 +694,9 @@ pub struct StatusReport {
     /// one per NodeSpec section bcd reconciles
     #[prost(message, repeated, tag = "9")]
     pub sections: ::prost::alloc::vec::Vec<SectionStatus>,
+    /// the volumes of the instances section, and those bcd still holds
+    #[prost(message, repeated, tag = "10")]
+    pub volumes: ::prost::alloc::vec::Vec<VolumeStatus>,
 }
 /// How far bcd got with one section of the applied NodeSpec: each section's
 /// reconciler reports its own (trust, holds, host, instances, telemetry,
@@ -849,6 +852,21 @@ pub struct HostPressure {
     pub memory_percent: u32,
     #[prost(uint32, tag = "2")]
     pub cpu_percent: u32,
+}
+/// One volume of the host's store: "ready" (created at size_bytes) or
+/// "failed" (message says why: "VolumeStoreFull: …"). A volume the spec no
+/// longer lists is reported until it is destroyed.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct VolumeStatus {
+    #[prost(string, tag = "1")]
+    pub id: ::prost::alloc::string::String,
+    #[prost(string, tag = "2")]
+    pub state: ::prost::alloc::string::String,
+    #[prost(uint64, tag = "3")]
+    pub size_bytes: u64,
+    #[prost(string, tag = "4")]
+    pub message: ::prost::alloc::string::String,
 }
 /// The host's volume store: total, what is left for new volumes and growth
 /// (total - reserved - committed), the reserve (5 %, at least 2 GiB) and the

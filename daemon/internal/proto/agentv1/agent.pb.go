@@ -3711,6 +3711,7 @@ type StatusReport struct {
 	VolumeStorage     *VolumeStorage         `protobuf:"bytes,7,opt,name=volume_storage,json=volumeStorage,proto3" json:"volume_storage,omitempty"`
 	AppliedGeneration uint64                 `protobuf:"varint,8,opt,name=applied_generation,json=appliedGeneration,proto3" json:"applied_generation,omitempty"`
 	Sections          []*SectionStatus       `protobuf:"bytes,9,rep,name=sections,proto3" json:"sections,omitempty"` // one per NodeSpec section bcd reconciles
+	Volumes           []*VolumeStatus        `protobuf:"bytes,10,rep,name=volumes,proto3" json:"volumes,omitempty"`  // the volumes of the instances section, and those bcd still holds
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
@@ -3804,6 +3805,13 @@ func (x *StatusReport) GetAppliedGeneration() uint64 {
 func (x *StatusReport) GetSections() []*SectionStatus {
 	if x != nil {
 		return x.Sections
+	}
+	return nil
+}
+
+func (x *StatusReport) GetVolumes() []*VolumeStatus {
+	if x != nil {
+		return x.Volumes
 	}
 	return nil
 }
@@ -4591,6 +4599,77 @@ func (x *HostPressure) GetCpuPercent() uint32 {
 	return 0
 }
 
+// One volume of the host's store: "ready" (created at size_bytes) or
+// "failed" (message says why: "VolumeStoreFull: …"). A volume the spec no
+// longer lists is reported until it is destroyed.
+type VolumeStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	State         string                 `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	SizeBytes     uint64                 `protobuf:"varint,3,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	Message       string                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeStatus) Reset() {
+	*x = VolumeStatus{}
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeStatus) ProtoMessage() {}
+
+func (x *VolumeStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeStatus.ProtoReflect.Descriptor instead.
+func (*VolumeStatus) Descriptor() ([]byte, []int) {
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *VolumeStatus) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *VolumeStatus) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *VolumeStatus) GetSizeBytes() uint64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *VolumeStatus) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 // The host's volume store: total, what is left for new volumes and growth
 // (total - reserved - committed), the reserve (5 %, at least 2 GiB) and the
 // sizes of the volumes it holds.
@@ -4606,7 +4685,7 @@ type VolumeStorage struct {
 
 func (x *VolumeStorage) Reset() {
 	*x = VolumeStorage{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[60]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4618,7 +4697,7 @@ func (x *VolumeStorage) String() string {
 func (*VolumeStorage) ProtoMessage() {}
 
 func (x *VolumeStorage) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[60]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4631,7 +4710,7 @@ func (x *VolumeStorage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeStorage.ProtoReflect.Descriptor instead.
 func (*VolumeStorage) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{60}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *VolumeStorage) GetTotalBytes() uint64 {
@@ -4671,7 +4750,7 @@ type SpecRequest struct {
 
 func (x *SpecRequest) Reset() {
 	*x = SpecRequest{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[61]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4683,7 +4762,7 @@ func (x *SpecRequest) String() string {
 func (*SpecRequest) ProtoMessage() {}
 
 func (x *SpecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[61]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4696,7 +4775,7 @@ func (x *SpecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpecRequest.ProtoReflect.Descriptor instead.
 func (*SpecRequest) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{61}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *SpecRequest) GetMinGeneration() uint64 {
@@ -4717,7 +4796,7 @@ type WorkloadTokenRequest struct {
 
 func (x *WorkloadTokenRequest) Reset() {
 	*x = WorkloadTokenRequest{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[62]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4729,7 +4808,7 @@ func (x *WorkloadTokenRequest) String() string {
 func (*WorkloadTokenRequest) ProtoMessage() {}
 
 func (x *WorkloadTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[62]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4742,7 +4821,7 @@ func (x *WorkloadTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkloadTokenRequest.ProtoReflect.Descriptor instead.
 func (*WorkloadTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{62}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *WorkloadTokenRequest) GetRequestId() string {
@@ -4775,7 +4854,7 @@ type EventAck struct {
 
 func (x *EventAck) Reset() {
 	*x = EventAck{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[63]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4787,7 +4866,7 @@ func (x *EventAck) String() string {
 func (*EventAck) ProtoMessage() {}
 
 func (x *EventAck) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[63]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4800,7 +4879,7 @@ func (x *EventAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventAck.ProtoReflect.Descriptor instead.
 func (*EventAck) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{63}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *EventAck) GetUpToSeq() uint64 {
@@ -4819,7 +4898,7 @@ type DesiredState struct {
 
 func (x *DesiredState) Reset() {
 	*x = DesiredState{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[64]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4831,7 +4910,7 @@ func (x *DesiredState) String() string {
 func (*DesiredState) ProtoMessage() {}
 
 func (x *DesiredState) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[64]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4844,7 +4923,7 @@ func (x *DesiredState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DesiredState.ProtoReflect.Descriptor instead.
 func (*DesiredState) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{64}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *DesiredState) GetSpec() *Envelope {
@@ -4864,7 +4943,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[65]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4876,7 +4955,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[65]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4889,7 +4968,7 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{65}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *Drain) GetReason() string {
@@ -4915,7 +4994,7 @@ type RevocationNotice struct {
 
 func (x *RevocationNotice) Reset() {
 	*x = RevocationNotice{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[66]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4927,7 +5006,7 @@ func (x *RevocationNotice) String() string {
 func (*RevocationNotice) ProtoMessage() {}
 
 func (x *RevocationNotice) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[66]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4940,7 +5019,7 @@ func (x *RevocationNotice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevocationNotice.ProtoReflect.Descriptor instead.
 func (*RevocationNotice) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{66}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *RevocationNotice) GetReason() string {
@@ -4959,7 +5038,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[67]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4971,7 +5050,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[67]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4984,7 +5063,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{67}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *Cancel) GetCommandId() string {
@@ -5005,7 +5084,7 @@ type SecretResponse struct {
 
 func (x *SecretResponse) Reset() {
 	*x = SecretResponse{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[68]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5017,7 +5096,7 @@ func (x *SecretResponse) String() string {
 func (*SecretResponse) ProtoMessage() {}
 
 func (x *SecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[68]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5030,7 +5109,7 @@ func (x *SecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretResponse.ProtoReflect.Descriptor instead.
 func (*SecretResponse) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{68}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *SecretResponse) GetRequestId() string {
@@ -5065,7 +5144,7 @@ type WorkloadTokenResponse struct {
 
 func (x *WorkloadTokenResponse) Reset() {
 	*x = WorkloadTokenResponse{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[69]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5077,7 +5156,7 @@ func (x *WorkloadTokenResponse) String() string {
 func (*WorkloadTokenResponse) ProtoMessage() {}
 
 func (x *WorkloadTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[69]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5090,7 +5169,7 @@ func (x *WorkloadTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkloadTokenResponse.ProtoReflect.Descriptor instead.
 func (*WorkloadTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{69}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *WorkloadTokenResponse) GetRequestId() string {
@@ -5124,7 +5203,7 @@ type OpenTunnel struct {
 
 func (x *OpenTunnel) Reset() {
 	*x = OpenTunnel{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[70]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5136,7 +5215,7 @@ func (x *OpenTunnel) String() string {
 func (*OpenTunnel) ProtoMessage() {}
 
 func (x *OpenTunnel) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[70]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5149,7 +5228,7 @@ func (x *OpenTunnel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenTunnel.ProtoReflect.Descriptor instead.
 func (*OpenTunnel) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{70}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *OpenTunnel) GetTunnelId() string {
@@ -5176,7 +5255,7 @@ type RenewRequest struct {
 
 func (x *RenewRequest) Reset() {
 	*x = RenewRequest{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[71]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5188,7 +5267,7 @@ func (x *RenewRequest) String() string {
 func (*RenewRequest) ProtoMessage() {}
 
 func (x *RenewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[71]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5201,7 +5280,7 @@ func (x *RenewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
 func (*RenewRequest) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{71}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *RenewRequest) GetCsrDer() []byte {
@@ -5227,7 +5306,7 @@ type RenewReply struct {
 
 func (x *RenewReply) Reset() {
 	*x = RenewReply{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[72]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5239,7 +5318,7 @@ func (x *RenewReply) String() string {
 func (*RenewReply) ProtoMessage() {}
 
 func (x *RenewReply) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[72]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5252,7 +5331,7 @@ func (x *RenewReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewReply.ProtoReflect.Descriptor instead.
 func (*RenewReply) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{72}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *RenewReply) GetResponse() *Envelope {
@@ -5279,7 +5358,7 @@ type TunnelFrame struct {
 
 func (x *TunnelFrame) Reset() {
 	*x = TunnelFrame{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[73]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5291,7 +5370,7 @@ func (x *TunnelFrame) String() string {
 func (*TunnelFrame) ProtoMessage() {}
 
 func (x *TunnelFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[73]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5304,7 +5383,7 @@ func (x *TunnelFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelFrame.ProtoReflect.Descriptor instead.
 func (*TunnelFrame) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{73}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *TunnelFrame) GetTunnelId() string {
@@ -5410,7 +5489,7 @@ type TerminalSize struct {
 
 func (x *TerminalSize) Reset() {
 	*x = TerminalSize{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[74]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5422,7 +5501,7 @@ func (x *TerminalSize) String() string {
 func (*TerminalSize) ProtoMessage() {}
 
 func (x *TerminalSize) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[74]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5435,7 +5514,7 @@ func (x *TerminalSize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminalSize.ProtoReflect.Descriptor instead.
 func (*TerminalSize) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{74}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *TerminalSize) GetRows() uint32 {
@@ -5733,7 +5812,7 @@ const file_bc_agent_v1_agent_proto_rawDesc = "" +
 	"\x05state\x18\x02 \x01(\x0e2\x19.bc.agent.v1.CommandStateR\x05state\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12-\n" +
 	"\x06result\x18\x04 \x01(\v2\x15.bc.agent.v1.EnvelopeR\x06result\x12\x13\n" +
-	"\x05at_ms\x18\x05 \x01(\x03R\x04atMs\"\x94\x04\n" +
+	"\x05at_ms\x18\x05 \x01(\x03R\x04atMs\"\xc9\x04\n" +
 	"\fStatusReport\x12;\n" +
 	"\tinventory\x18\x01 \x03(\v2\x1d.bc.agent.v1.InventorySectionR\tinventory\x127\n" +
 	"\vallocations\x18\x02 \x03(\v2\x15.bc.agent.v1.EnvelopeR\vallocations\x12;\n" +
@@ -5743,7 +5822,9 @@ const file_bc_agent_v1_agent_proto_rawDesc = "" +
 	"\bpressure\x18\x06 \x01(\v2\x19.bc.agent.v1.HostPressureR\bpressure\x12A\n" +
 	"\x0evolume_storage\x18\a \x01(\v2\x1a.bc.agent.v1.VolumeStorageR\rvolumeStorage\x12-\n" +
 	"\x12applied_generation\x18\b \x01(\x04R\x11appliedGeneration\x126\n" +
-	"\bsections\x18\t \x03(\v2\x1a.bc.agent.v1.SectionStatusR\bsections\"\xac\x01\n" +
+	"\bsections\x18\t \x03(\v2\x1a.bc.agent.v1.SectionStatusR\bsections\x123\n" +
+	"\avolumes\x18\n" +
+	" \x03(\v2\x19.bc.agent.v1.VolumeStatusR\avolumes\"\xac\x01\n" +
 	"\rSectionStatus\x12\x18\n" +
 	"\asection\x18\x01 \x01(\tR\asection\x12/\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x19.bc.agent.v1.SectionStateR\x05state\x12\x16\n" +
@@ -5811,7 +5892,13 @@ const file_bc_agent_v1_agent_proto_rawDesc = "" +
 	"\fHostPressure\x12%\n" +
 	"\x0ememory_percent\x18\x01 \x01(\rR\rmemoryPercent\x12\x1f\n" +
 	"\vcpu_percent\x18\x02 \x01(\rR\n" +
-	"cpuPercent\"\xa9\x01\n" +
+	"cpuPercent\"m\n" +
+	"\fVolumeStatus\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x03 \x01(\x04R\tsizeBytes\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"\xa9\x01\n" +
 	"\rVolumeStorage\x12\x1f\n" +
 	"\vtotal_bytes\x18\x01 \x01(\x04R\n" +
 	"totalBytes\x12'\n" +
@@ -5905,7 +5992,7 @@ func file_bc_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_bc_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_bc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 75)
+var file_bc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
 var file_bc_agent_v1_agent_proto_goTypes = []any{
 	(CommandState)(0),             // 0: bc.agent.v1.CommandState
 	(SectionState)(0),             // 1: bc.agent.v1.SectionState
@@ -5969,21 +6056,22 @@ var file_bc_agent_v1_agent_proto_goTypes = []any{
 	(*AllocationFailed)(nil),      // 59: bc.agent.v1.AllocationFailed
 	(*InstanceStatus)(nil),        // 60: bc.agent.v1.InstanceStatus
 	(*HostPressure)(nil),          // 61: bc.agent.v1.HostPressure
-	(*VolumeStorage)(nil),         // 62: bc.agent.v1.VolumeStorage
-	(*SpecRequest)(nil),           // 63: bc.agent.v1.SpecRequest
-	(*WorkloadTokenRequest)(nil),  // 64: bc.agent.v1.WorkloadTokenRequest
-	(*EventAck)(nil),              // 65: bc.agent.v1.EventAck
-	(*DesiredState)(nil),          // 66: bc.agent.v1.DesiredState
-	(*Drain)(nil),                 // 67: bc.agent.v1.Drain
-	(*RevocationNotice)(nil),      // 68: bc.agent.v1.RevocationNotice
-	(*Cancel)(nil),                // 69: bc.agent.v1.Cancel
-	(*SecretResponse)(nil),        // 70: bc.agent.v1.SecretResponse
-	(*WorkloadTokenResponse)(nil), // 71: bc.agent.v1.WorkloadTokenResponse
-	(*OpenTunnel)(nil),            // 72: bc.agent.v1.OpenTunnel
-	(*RenewRequest)(nil),          // 73: bc.agent.v1.RenewRequest
-	(*RenewReply)(nil),            // 74: bc.agent.v1.RenewReply
-	(*TunnelFrame)(nil),           // 75: bc.agent.v1.TunnelFrame
-	(*TerminalSize)(nil),          // 76: bc.agent.v1.TerminalSize
+	(*VolumeStatus)(nil),          // 62: bc.agent.v1.VolumeStatus
+	(*VolumeStorage)(nil),         // 63: bc.agent.v1.VolumeStorage
+	(*SpecRequest)(nil),           // 64: bc.agent.v1.SpecRequest
+	(*WorkloadTokenRequest)(nil),  // 65: bc.agent.v1.WorkloadTokenRequest
+	(*EventAck)(nil),              // 66: bc.agent.v1.EventAck
+	(*DesiredState)(nil),          // 67: bc.agent.v1.DesiredState
+	(*Drain)(nil),                 // 68: bc.agent.v1.Drain
+	(*RevocationNotice)(nil),      // 69: bc.agent.v1.RevocationNotice
+	(*Cancel)(nil),                // 70: bc.agent.v1.Cancel
+	(*SecretResponse)(nil),        // 71: bc.agent.v1.SecretResponse
+	(*WorkloadTokenResponse)(nil), // 72: bc.agent.v1.WorkloadTokenResponse
+	(*OpenTunnel)(nil),            // 73: bc.agent.v1.OpenTunnel
+	(*RenewRequest)(nil),          // 74: bc.agent.v1.RenewRequest
+	(*RenewReply)(nil),            // 75: bc.agent.v1.RenewReply
+	(*TunnelFrame)(nil),           // 76: bc.agent.v1.TunnelFrame
+	(*TerminalSize)(nil),          // 77: bc.agent.v1.TerminalSize
 }
 var file_bc_agent_v1_agent_proto_depIdxs = []int32{
 	3,  // 0: bc.agent.v1.Envelope.signatures:type_name -> bc.agent.v1.Signature
@@ -6027,22 +6115,22 @@ var file_bc_agent_v1_agent_proto_depIdxs = []int32{
 	45, // 38: bc.agent.v1.NodeFrame.heartbeat:type_name -> bc.agent.v1.Heartbeat
 	49, // 39: bc.agent.v1.NodeFrame.command_update:type_name -> bc.agent.v1.CommandUpdate
 	50, // 40: bc.agent.v1.NodeFrame.status_report:type_name -> bc.agent.v1.StatusReport
-	63, // 41: bc.agent.v1.NodeFrame.spec_request:type_name -> bc.agent.v1.SpecRequest
+	64, // 41: bc.agent.v1.NodeFrame.spec_request:type_name -> bc.agent.v1.SpecRequest
 	2,  // 42: bc.agent.v1.NodeFrame.secret_request:type_name -> bc.agent.v1.Envelope
-	64, // 43: bc.agent.v1.NodeFrame.workload_token_request:type_name -> bc.agent.v1.WorkloadTokenRequest
-	65, // 44: bc.agent.v1.NodeFrame.event_ack:type_name -> bc.agent.v1.EventAck
+	65, // 43: bc.agent.v1.NodeFrame.workload_token_request:type_name -> bc.agent.v1.WorkloadTokenRequest
+	66, // 44: bc.agent.v1.NodeFrame.event_ack:type_name -> bc.agent.v1.EventAck
 	47, // 45: bc.agent.v1.NodeFrame.pong:type_name -> bc.agent.v1.Pong
 	44, // 46: bc.agent.v1.GatewayFrame.welcome:type_name -> bc.agent.v1.Welcome
 	48, // 47: bc.agent.v1.GatewayFrame.command:type_name -> bc.agent.v1.CommandDelivery
-	66, // 48: bc.agent.v1.GatewayFrame.desired_state:type_name -> bc.agent.v1.DesiredState
+	67, // 48: bc.agent.v1.GatewayFrame.desired_state:type_name -> bc.agent.v1.DesiredState
 	46, // 49: bc.agent.v1.GatewayFrame.ping:type_name -> bc.agent.v1.Ping
-	67, // 50: bc.agent.v1.GatewayFrame.drain:type_name -> bc.agent.v1.Drain
-	68, // 51: bc.agent.v1.GatewayFrame.revocation_notice:type_name -> bc.agent.v1.RevocationNotice
-	69, // 52: bc.agent.v1.GatewayFrame.cancel:type_name -> bc.agent.v1.Cancel
-	70, // 53: bc.agent.v1.GatewayFrame.secret_response:type_name -> bc.agent.v1.SecretResponse
-	71, // 54: bc.agent.v1.GatewayFrame.workload_token_response:type_name -> bc.agent.v1.WorkloadTokenResponse
-	72, // 55: bc.agent.v1.GatewayFrame.open_tunnel:type_name -> bc.agent.v1.OpenTunnel
-	65, // 56: bc.agent.v1.GatewayFrame.event_ack:type_name -> bc.agent.v1.EventAck
+	68, // 50: bc.agent.v1.GatewayFrame.drain:type_name -> bc.agent.v1.Drain
+	69, // 51: bc.agent.v1.GatewayFrame.revocation_notice:type_name -> bc.agent.v1.RevocationNotice
+	70, // 52: bc.agent.v1.GatewayFrame.cancel:type_name -> bc.agent.v1.Cancel
+	71, // 53: bc.agent.v1.GatewayFrame.secret_response:type_name -> bc.agent.v1.SecretResponse
+	72, // 54: bc.agent.v1.GatewayFrame.workload_token_response:type_name -> bc.agent.v1.WorkloadTokenResponse
+	73, // 55: bc.agent.v1.GatewayFrame.open_tunnel:type_name -> bc.agent.v1.OpenTunnel
+	66, // 56: bc.agent.v1.GatewayFrame.event_ack:type_name -> bc.agent.v1.EventAck
 	43, // 57: bc.agent.v1.Hello.drivers:type_name -> bc.agent.v1.DriverManifest
 	2,  // 58: bc.agent.v1.CommandDelivery.command:type_name -> bc.agent.v1.Envelope
 	2,  // 59: bc.agent.v1.CommandDelivery.batch_approval:type_name -> bc.agent.v1.Envelope
@@ -6054,28 +6142,29 @@ var file_bc_agent_v1_agent_proto_depIdxs = []int32{
 	59, // 65: bc.agent.v1.StatusReport.failed:type_name -> bc.agent.v1.AllocationFailed
 	60, // 66: bc.agent.v1.StatusReport.instances:type_name -> bc.agent.v1.InstanceStatus
 	61, // 67: bc.agent.v1.StatusReport.pressure:type_name -> bc.agent.v1.HostPressure
-	62, // 68: bc.agent.v1.StatusReport.volume_storage:type_name -> bc.agent.v1.VolumeStorage
+	63, // 68: bc.agent.v1.StatusReport.volume_storage:type_name -> bc.agent.v1.VolumeStorage
 	51, // 69: bc.agent.v1.StatusReport.sections:type_name -> bc.agent.v1.SectionStatus
-	1,  // 70: bc.agent.v1.SectionStatus.state:type_name -> bc.agent.v1.SectionState
-	55, // 71: bc.agent.v1.GpuInventory.gpus:type_name -> bc.agent.v1.Gpu
-	57, // 72: bc.agent.v1.NetworkInventory.nics:type_name -> bc.agent.v1.Nic
-	2,  // 73: bc.agent.v1.DesiredState.spec:type_name -> bc.agent.v1.Envelope
-	12, // 74: bc.agent.v1.RenewRequest.node_key:type_name -> bc.agent.v1.TpmCertification
-	2,  // 75: bc.agent.v1.RenewReply.response:type_name -> bc.agent.v1.Envelope
-	76, // 76: bc.agent.v1.TunnelFrame.resize:type_name -> bc.agent.v1.TerminalSize
-	5,  // 77: bc.agent.v1.Join.Join:input_type -> bc.agent.v1.JoinRequest
-	40, // 78: bc.agent.v1.Gateway.Session:input_type -> bc.agent.v1.NodeFrame
-	73, // 79: bc.agent.v1.Gateway.Renew:input_type -> bc.agent.v1.RenewRequest
-	75, // 80: bc.agent.v1.Gateway.Tunnel:input_type -> bc.agent.v1.TunnelFrame
-	13, // 81: bc.agent.v1.Join.Join:output_type -> bc.agent.v1.JoinReply
-	41, // 82: bc.agent.v1.Gateway.Session:output_type -> bc.agent.v1.GatewayFrame
-	74, // 83: bc.agent.v1.Gateway.Renew:output_type -> bc.agent.v1.RenewReply
-	75, // 84: bc.agent.v1.Gateway.Tunnel:output_type -> bc.agent.v1.TunnelFrame
-	81, // [81:85] is the sub-list for method output_type
-	77, // [77:81] is the sub-list for method input_type
-	77, // [77:77] is the sub-list for extension type_name
-	77, // [77:77] is the sub-list for extension extendee
-	0,  // [0:77] is the sub-list for field type_name
+	62, // 70: bc.agent.v1.StatusReport.volumes:type_name -> bc.agent.v1.VolumeStatus
+	1,  // 71: bc.agent.v1.SectionStatus.state:type_name -> bc.agent.v1.SectionState
+	55, // 72: bc.agent.v1.GpuInventory.gpus:type_name -> bc.agent.v1.Gpu
+	57, // 73: bc.agent.v1.NetworkInventory.nics:type_name -> bc.agent.v1.Nic
+	2,  // 74: bc.agent.v1.DesiredState.spec:type_name -> bc.agent.v1.Envelope
+	12, // 75: bc.agent.v1.RenewRequest.node_key:type_name -> bc.agent.v1.TpmCertification
+	2,  // 76: bc.agent.v1.RenewReply.response:type_name -> bc.agent.v1.Envelope
+	77, // 77: bc.agent.v1.TunnelFrame.resize:type_name -> bc.agent.v1.TerminalSize
+	5,  // 78: bc.agent.v1.Join.Join:input_type -> bc.agent.v1.JoinRequest
+	40, // 79: bc.agent.v1.Gateway.Session:input_type -> bc.agent.v1.NodeFrame
+	74, // 80: bc.agent.v1.Gateway.Renew:input_type -> bc.agent.v1.RenewRequest
+	76, // 81: bc.agent.v1.Gateway.Tunnel:input_type -> bc.agent.v1.TunnelFrame
+	13, // 82: bc.agent.v1.Join.Join:output_type -> bc.agent.v1.JoinReply
+	41, // 83: bc.agent.v1.Gateway.Session:output_type -> bc.agent.v1.GatewayFrame
+	75, // 84: bc.agent.v1.Gateway.Renew:output_type -> bc.agent.v1.RenewReply
+	76, // 85: bc.agent.v1.Gateway.Tunnel:output_type -> bc.agent.v1.TunnelFrame
+	82, // [82:86] is the sub-list for method output_type
+	78, // [78:82] is the sub-list for method input_type
+	78, // [78:78] is the sub-list for extension type_name
+	78, // [78:78] is the sub-list for extension extendee
+	0,  // [0:78] is the sub-list for field type_name
 }
 
 func init() { file_bc_agent_v1_agent_proto_init() }
@@ -6121,7 +6210,7 @@ func file_bc_agent_v1_agent_proto_init() {
 		(*GatewayFrame_OpenTunnel)(nil),
 		(*GatewayFrame_EventAck)(nil),
 	}
-	file_bc_agent_v1_agent_proto_msgTypes[73].OneofWrappers = []any{
+	file_bc_agent_v1_agent_proto_msgTypes[74].OneofWrappers = []any{
 		(*TunnelFrame_Ticket)(nil),
 		(*TunnelFrame_Data)(nil),
 		(*TunnelFrame_Resize)(nil),
@@ -6134,7 +6223,7 @@ func file_bc_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bc_agent_v1_agent_proto_rawDesc), len(file_bc_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   75,
+			NumMessages:   76,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
