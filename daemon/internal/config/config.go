@@ -57,6 +57,8 @@ type Config struct {
 	Update map[string]any `toml:"update"`
 	// Websocket is the [websocket] table (a later issue).
 	Websocket map[string]any `toml:"websocket"`
+	// Instances is the [instances] table (host builds: the VPS runtimes).
+	Instances *Instances `toml:"instances"`
 
 	// Path is the file this configuration was read from.
 	Path string `toml:"-"`
