@@ -74,6 +74,12 @@ enum Bench {
         #[arg(long, default_value = "native")]
         runner: String,
     },
+    /// VPS figures: medians of create_instance to running and delete_instance to deleted (N runs), and 50 instances on 5 `bcd sim` hosts.
+    Vps {
+        /// Number of runs.
+        #[arg(long, default_value_t = 10)]
+        runs: usize,
+    },
     /// Wall time of the TPM fixture regeneration (into a scratch directory) and of its check (medians of N runs).
     Tpm {
         /// Number of runs of each.
@@ -98,6 +104,7 @@ fn main() -> Result<()> {
         Command::Bench { what: Bench::Adoption { runs } } => bench_adoption(&sh, runs),
         Command::Bench { what: Bench::E2e { runner } } => bench_e2e(&sh, &runner),
         Command::Bench { what: Bench::Tpm { runs } } => bench_tpm(&sh, runs),
+        Command::Bench { what: Bench::Vps { runs } } => bench_vps(&sh, runs),
     }
 }
 
@@ -274,6 +281,15 @@ fn bench_adoption(sh: &Shell, runs: usize) -> Result<()> {
     let runs = runs.to_string();
     let _env = sh.push_env("BCD_BENCH_RUNS", &runs);
     cmd!(sh, "{cargo} test --quiet -p daemon-harness --features bcd-e2e --test e2e -- --ignored --exact bench::bench_time_from_node_start_to_adopted --nocapture")
+        .run()?;
+    Ok(())
+}
+
+fn bench_vps(sh: &Shell, runs: usize) -> Result<()> {
+    let cargo = cargo();
+    let runs = runs.to_string();
+    let _env = sh.push_env("BCD_BENCH_RUNS", &runs);
+    cmd!(sh, "{cargo} test --quiet -p daemon-harness --features bcd-e2e --test e2e -- --ignored --test-threads 1 vps_bench:: --nocapture")
         .run()?;
     Ok(())
 }

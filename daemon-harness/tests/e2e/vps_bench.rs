@@ -65,7 +65,9 @@ async fn bench_fifty_instances_on_five_sim_hosts() {
         .unwrap();
     for h in &hosts {
         env.stack
-            .await_until("the host's driver label", DEADLINE, |v| (!v.node_labels(&h.id).is_empty()).then_some(()))
+            .await_until("the host's driver label and inventory", DEADLINE, |v| {
+                (!v.node_labels(&h.id).is_empty() && !v.inventory(&h.id).is_empty()).then_some(())
+            })
             .await
             .unwrap();
     }
@@ -85,13 +87,16 @@ async fn bench_fifty_instances_on_five_sim_hosts() {
         .await
         .unwrap();
     let all = started.elapsed();
-    let per_host = env.stack.view(|v| {
-        let mut counts = std::collections::BTreeMap::new();
-        for id in &ids {
-            *counts.entry(v.instance(id).and_then(|r| r.node_id).unwrap_or_default()).or_insert(0) += 1;
-        }
-        counts.into_values().collect::<Vec<u32>>()
-    });
+    let per_host = env
+        .stack
+        .view(|v| {
+            let mut counts = std::collections::BTreeMap::new();
+            for id in &ids {
+                *counts.entry(v.instance(id).and_then(|r| r.node_id).unwrap_or_default()).or_insert(0) += 1;
+            }
+            counts.into_values().collect::<Vec<u32>>()
+        })
+        .unwrap();
     println!(
         "50 instances on 5 bcd sim hosts: all placed in {placed:.1?}, all running in {all:.1?} (per host {per_host:?})"
     );
