@@ -5,7 +5,8 @@
 //! arrives sealed and is never logged, a metadata request gets a workload
 //! token naming the instance, deletes remove everything, admission holds
 //! back what does not fit until there is room, a restart and a reboot keep
-//! a running instance running, an unknown runtime fails the section, and
+//! a running instance running, an unknown runtime fails the section, a NIC
+//! on a management bridge is refused as libvirt would (`<id>.error`), and
 //! create/delete churn leaves nothing behind on either side.
 
 use std::io::{Read, Write};
@@ -371,6 +372,38 @@ async fn create_and_delete_churn_leaves_nothing_behind() {
     let latest = <proto::NodeSpec as prost::Message>::decode(spec.payload.as_slice()).unwrap();
     let section = latest.instances.unwrap_or_default();
     assert!(section.instances.is_empty() && section.volumes.is_empty(), "{section:?}");
+    node.stop().await;
+    env.report();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_nic_on_a_management_bridge_is_refused_as_libvirt_would() {
+    let scenario = "a_nic_on_a_management_bridge_is_refused_as_libvirt_would";
+    let Some(env) = Env::start(scenario).await else { return };
+    let pool = must_create_vps_pool(&env, "vps").await;
+    let mut node = env.must_make_node("host", "cpu").await;
+    let node_id = env.must_join_and_adopt(&mut node, &pool).await;
+    let mut req = request(1, 1);
+    req.nics[0].bridge = "br-mgmt".into();
+    let id = env.stack.create_instance(&pool, req).await.unwrap();
+    let failed = env.stack.await_instance_state(&id, InstanceState::Failed, DEADLINE).await.unwrap();
+    assert!(
+        failed.reason.starts_with(r#"InstanceInvalid: domain: bridge "br-mgmt" is not an instance network"#),
+        "{failed:?}"
+    );
+    let error = node.data_dir().join(format!("fakehw-plans/{id}.error"));
+    let why = std::fs::read_to_string(&error).unwrap();
+    assert!(why.contains("br-mgmt"), "{why}");
+    assert!(!files(&node, &id).plan.exists(), "no plan for a refused domain");
+    env.stack
+        .await_until("instances FAILED InstanceFailed", DEADLINE, |v| {
+            v.section_status(&node_id, "instances").filter(|s| s.is(SectionState::Failed, "InstanceFailed"))
+        })
+        .await
+        .unwrap();
+    must_delete_instance(&env, &id).await;
+    assert!(!error.exists(), "the .error goes with the instance");
+    assert!(leftovers(&node).is_empty(), "{:?}", leftovers(&node));
     node.stop().await;
     env.report();
 }

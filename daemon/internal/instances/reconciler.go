@@ -221,7 +221,9 @@ func (r *Reconciler) finish(p *pass) (converge.Result, error) {
 	}
 	r.mu.Unlock()
 	res := p.result()
-	if res.State != agentv1.SectionState_SECTION_STATE_APPLIED {
+	if len(p.retry) > 0 || len(p.exhausted) > 0 {
+		// Something may converge later (admission, a secret, room): pass
+		// again. A section FAILED only by what the spec says is not.
 		res.RequeueAfter = r.cfg.Retry
 	}
 	res.Persist = func(tx *journal.Tx) error { return tx.Put(statusKey, data) }

@@ -15,6 +15,7 @@ import (
 
 	"bcd/internal/broker"
 	"bcd/internal/converge"
+	"bcd/internal/journal"
 	"bcd/internal/proto/agentv1"
 	"bcd/internal/refusal"
 	"bcd/internal/runtime"
@@ -288,5 +289,35 @@ func TestSecretUserDataComesThroughTheBroker(t *testing.T) {
 	res = g.pass(section(s, refused))
 	if res.State != agentv1.SectionState_SECTION_STATE_FAILED || !strings.HasPrefix(g.status("nope").GetMessage(), "SecretRefused: secret-unknown") {
 		t.Fatalf("%+v %v", res, g.status("nope"))
+	}
+}
+
+func TestStatusesSurviveARestartThroughTheJournal(t *testing.T) {
+	g := newRig(t)
+	j, err := journal.Open(filepath.Join(g.dir, "journal.db"), journal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	g.r.cfg.Journal = j
+	res := g.pass(section(vm("vm1", 1, 1)))
+	if err := j.Update(res.Persist); err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(Config{Runtimes: []runtime.Runtime{g.rt}, Journal: j,
+		Capacity: func() (Capacity, error) { return Capacity{VCPUs: 1, MemoryBytes: 1 << 30}, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := &agentv1.StatusReport{}
+	_ = r.Report(rep)
+	if len(rep.GetInstances()) != 1 || rep.GetInstances()[0].GetState() != StateRunning || !r.Running("vm1") {
+		t.Fatalf("after a restart: %v", rep.GetInstances())
+	}
+	if u := r.InstanceUsage(); len(u) != 1 || u[0].VCPUs != 1 || u[0].Runtime != runtime.NameLibvirtKVM {
+		t.Fatalf("usage %+v", u)
+	}
+	if d := r.Drivers(); len(d) != 1 || d[0].GetName() != "libvirt-kvm" || d[0].GetKind() != "runtime" {
+		t.Fatalf("drivers %v", d)
 	}
 }
