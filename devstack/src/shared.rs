@@ -147,6 +147,7 @@ pub mod testing {
             expect_gpu_count: None,
             acceptance: acceptance.into(),
             created_at_ms: 0,
+            kind: crate::pools::KIND_GPU.into(),
         };
         shared.store.with(|c| pools::insert(c, &pool)).unwrap();
         let node = nodes::NewNode {

@@ -89,6 +89,12 @@ enum Bench {
         #[arg(long, default_value_t = 10)]
         runs: usize,
     },
+    /// VPS figures: medians of create_instance to running and delete_instance to deleted (N runs), and 50 instances on 5 `bcd sim` hosts.
+    Vps {
+        /// Number of runs.
+        #[arg(long, default_value_t = 10)]
+        runs: usize,
+    },
     /// Wall time of the TPM fixture regeneration (into a scratch directory) and of its check (medians of N runs).
     Tpm {
         /// Number of runs of each.
@@ -121,6 +127,7 @@ fn main() -> Result<()> {
         Command::Bench { what: Bench::Transports { runs } } => {
             bench_scenario(&sh, "bench::bench_transports", runs, "native")
         }
+        Command::Bench { what: Bench::Vps { runs } } => bench_scenario(&sh, "vps_bench::", runs, "native"),
     }
 }
 
@@ -292,16 +299,17 @@ fn bench_fixtures_check(sh: &Shell, runs: usize) -> Result<()> {
     Ok(())
 }
 
-/// Runs one ignored benchmark scenario of the e2e suite (`BCD_BENCH_RUNS`
-/// runs, bcd under `runner`), which prints its own figures.
-fn bench_scenario(sh: &Shell, test: &str, runs: usize, runner: &str) -> Result<()> {
+/// Runs the ignored benchmark scenarios of the e2e suite whose names
+/// contain `filter`, one at a time (`BCD_BENCH_RUNS` runs each, bcd under
+/// `runner`); they print their own figures.
+fn bench_scenario(sh: &Shell, filter: &str, runs: usize, runner: &str) -> Result<()> {
     let cargo = cargo();
     let runs = runs.to_string();
     let _runs = sh.push_env("BCD_BENCH_RUNS", &runs);
     let _runner = sh.push_env("BCD_E2E_RUNNER", runner);
     cmd!(
         sh,
-        "{cargo} test --quiet -p daemon-harness --features bcd-e2e --test e2e -- --ignored --exact {test} --nocapture"
+        "{cargo} test --quiet -p daemon-harness --features bcd-e2e --test e2e -- --ignored --test-threads 1 {filter} --nocapture"
     )
     .run()?;
     Ok(())

@@ -77,6 +77,7 @@ impl Env {
                 gpu_model: None,
                 expect_gpu_count: expect_gpus,
                 acceptance: Acceptance::DiagNvml,
+                ..PoolSpec::default()
             })
             .await
             .expect("the pool is created")

@@ -16,3 +16,5 @@ mod telemetry;
 mod tpm;
 mod transports;
 mod update;
+mod vps;
+mod vps_bench;

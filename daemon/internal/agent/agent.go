@@ -3,9 +3,10 @@
 // journal, and wires the session (gRPC, the WebSocket, or gRPC falling back
 // to the WebSocket: dialer) to the dispatcher
 // (commands, cancel; the kinds it runs are registered in kinds.go), the
-// converger (desired state, one reconciler per NodeSpec section, telemetry
-// among them), the consoles (tunnels.go: OpenTunnel through the frame
-// handlers) and the status socket. It ends on its
+// converger (desired state, one reconciler per NodeSpec section: telemetry,
+// and the instances section on a VPS host, vps.go), the consoles
+// (tunnels.go: OpenTunnel through the frame handlers) and the status
+// socket. It ends on its
 // context (exit 0), after a self-terminating command (exit 0: the
 // supervisor starts it again) or on revocation (exit 3). With an Updater
 // it runs daemon.upgrade, execs the new binary (Options.Exec), and at start
@@ -22,10 +23,12 @@ import (
 	"sync"
 	"time"
 
+	"bcd/internal/broker"
 	"bcd/internal/config"
 	"bcd/internal/converge"
 	"bcd/internal/dispatch"
 	"bcd/internal/identity"
+	"bcd/internal/instances"
 	"bcd/internal/intent"
 	"bcd/internal/journal"
 	"bcd/internal/machine"
@@ -82,9 +85,8 @@ type Options struct {
 	// RenewAfter renews each certificate this long after taking it into
 	// use instead of at 2/3 of its validity (BCD_RENEW_AFTER; 0: the latter).
 	RenewAfter time.Duration
-	// Instances gives the VM instances' usage to the telemetry exports on a
-	// VPS host (nil: no instance metrics).
-	Instances telemetry.InstanceSource
+	// VPS makes the node a VPS host (vps.go; nil: no instances section).
+	VPS *VPS
 }
 
 // ErrNeverConnects is every dial's error in the never-connecting build.
@@ -107,6 +109,8 @@ type Agent struct {
 	watch      *selfupdate.Watch
 	tunnels    *tunnel.Manager
 	frames     []FrameHandler
+	broker     *broker.Broker
+	instances  *instances.Reconciler
 	closeOnce  sync.Once
 }
 
@@ -154,13 +158,22 @@ func New(opts Options) (*Agent, error) {
 		BackoffCap: opts.BackoffCap,
 		Log:        log,
 	})
-	a.telemetry = telemetry.New(telemetry.Config{
-		NodeID: id.NodeID, Version: opts.Version, Machine: opts.Machine, Instances: opts.Instances, Log: log,
-	})
+	if a.instances, err = a.newVPS(); err != nil {
+		j.Close()
+		return nil, err
+	}
+	var reconcilers []converge.Reconciler
+	tcfg := telemetry.Config{NodeID: id.NodeID, Version: opts.Version, Machine: opts.Machine, Log: log}
+	if a.instances != nil {
+		reconcilers = append(reconcilers, a.instances)
+		a.frames = append(a.frames, a.broker)
+		tcfg.Instances = a.instances
+	}
+	a.telemetry = telemetry.New(tcfg)
+	reconcilers = append(reconcilers, a.telemetry)
 	a.converger, err = converge.New(converge.Config{
 		NodeID: id.NodeID, Key: id.Key, Journal: j, Machine: opts.Machine, Trust: a.trust,
-		Reconcilers: []converge.Reconciler{a.telemetry},
-		Notify:      a.session.Notify, Log: log,
+		Notify: a.session.Notify, Log: log, Reconcilers: reconcilers,
 		Applied: func(generation uint64) { a.dispatcher.GenerationApplied(generation) },
 	})
 	if err != nil {
@@ -261,6 +274,9 @@ func (a *Agent) Run(ctx context.Context) (int, error) {
 		return ExitError, err
 	}
 	a.converger.Start()
+	if err := a.startVPS(ctx); err != nil {
+		return ExitError, fmt.Errorf("the instances: %w", err)
+	}
 	a.log.Info("node.starting", "node_id", a.id.NodeID, "boot_id", a.opts.Machine.BootID(), "journal_id", a.journal.ID(),
 		"version", a.opts.Version, "gateway", a.opts.Config.GatewayURL, "command_roots", len(a.trust.Roots()))
 	done := make(chan error, 1)
@@ -315,13 +331,17 @@ func (a *Agent) flushEvents(timeout time.Duration) {
 
 // Hello is the node's part of the Hello.
 func (a *Agent) Hello() *agentv1.Hello {
-	return &agentv1.Hello{
+	hello := &agentv1.Hello{
 		NodeId:            a.id.NodeID,
 		BootId:            a.opts.Machine.BootID(),
 		DaemonVersion:     a.opts.Version,
 		Capabilities:      Capabilities,
 		AppliedGeneration: a.converger.AppliedGeneration(),
 	}
+	if a.instances != nil {
+		hello.Drivers = a.instances.Drivers()
+	}
+	return hello
 }
 
 // Welcomed takes the lane credits and appends the status report.

@@ -61,6 +61,8 @@ type Config struct {
 	// renewal over HTTPS, alone (no gateway_url) or as the fallback of the
 	// gRPC gateway (docs/protocol.md, "WebSocket transport").
 	Websocket Websocket `toml:"websocket"`
+	// Instances is the [instances] table (host builds: the VPS runtimes).
+	Instances *Instances `toml:"instances"`
 
 	// Path is the file this configuration was read from.
 	Path string `toml:"-"`

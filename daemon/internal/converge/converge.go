@@ -177,6 +177,24 @@ func (c *Converger) Stop() {
 	c.wg.Wait()
 }
 
+// Repass asks for a pass of section now, alone on the applied spec (a
+// reconciler whose world changed outside the spec: instances after a
+// restart or a reboot, a secret that came). Nothing happens before the
+// first spec, or for a section without a reconciler.
+func (c *Converger) Repass(section string) {
+	generation := c.AppliedGeneration()
+	if generation == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, r := range c.reconcilers {
+		if r.Section() == section {
+			c.armLocked(section, generation, 0)
+		}
+	}
+}
+
 // AppliedGeneration is the generation applied last.
 func (c *Converger) AppliedGeneration() uint64 {
 	g, _ := c.cfg.Journal.Applied()

@@ -78,3 +78,15 @@ const (
 	// CodeAllocationGeneration: The hold was bound at a generation before the one that added it.
 	CodeAllocationGeneration Code = "allocation-generation"
 )
+
+// The codes of domain "instances": The dev stack's instances: placement, the workload issuer, the secret broker (devstack instances, placement, workload, secrets).
+const (
+	// CodeInstanceUnknown: No instance has this id.
+	CodeInstanceUnknown Code = "instance-unknown"
+	// CodeInstanceUnschedulable: No host of the pool passes placement's filters (kind, runtime label, room, volumes).
+	CodeInstanceUnschedulable Code = "instance-unschedulable"
+	// CodeInstanceInvalid: An instance or volume request the stack does not place (no vCPU, no memory, an unknown volume).
+	CodeInstanceInvalid Code = "instance-invalid"
+	// CodeWorkloadInstance: A workload token for an instance that is not running on the asking node.
+	CodeWorkloadInstance Code = "workload-instance"
+)

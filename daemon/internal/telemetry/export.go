@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"time"
 
+	"bcd/internal/instances"
 	"bcd/internal/machine"
 	commonv1 "go.opentelemetry.io/proto/otlp/common/v1"
 	metricsv1 "go.opentelemetry.io/proto/otlp/metrics/v1"
@@ -52,7 +53,7 @@ func (r *Reconciler) Encode(s Settings, startedAt time.Time, n uint64) ([]byte, 
 }
 
 // Build is sample n's export: one resource, one scope, the GPU metrics and
-// (with an InstanceSource) the instance metrics.
+// (with an instances.UsageSource) the instance metrics.
 func (r *Reconciler) Build(s Settings, startedAt time.Time, n uint64) (*metricsv1.MetricsData, error) {
 	now := uint64(r.cfg.Now().UnixNano())
 	start := uint64(startedAt.UnixNano())
@@ -65,7 +66,9 @@ func (r *Reconciler) Build(s Settings, startedAt time.Time, n uint64) (*metricsv
 		metrics = append(metrics, gpuMetrics(samples, now)...)
 	}
 	if r.cfg.Instances != nil {
-		usage, err := r.cfg.Instances.InstanceUsage()
+		ctx, cancel := context.WithTimeout(context.Background(), ExportTimeout)
+		usage, err := r.cfg.Instances.InstanceUsage(ctx)
+		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("the instances' usage: %w", err)
 		}
@@ -127,7 +130,7 @@ func gpuMetrics(samples []machine.GPUSample, now uint64) []*metricsv1.Metric {
 	return []*metricsv1.Metric{util, mem, temp, power, xids}
 }
 
-func instanceMetrics(usage []InstanceUsage, start, at uint64) []*metricsv1.Metric {
+func instanceMetrics(usage []instances.Usage, start, at uint64) []*metricsv1.Metric {
 	count := gauge("bcd.instances", "{instance}", "VM instances on this host")
 	add(count, withInt(&metricsv1.NumberDataPoint{TimeUnixNano: at}, int64(len(usage))))
 	vcpu, memory := gauge("bcd.instance.vcpu", "{vcpu}", "configured vCPUs"), gauge("bcd.instance.memory", "By", "configured memory")
@@ -136,8 +139,8 @@ func instanceMetrics(usage []InstanceUsage, start, at uint64) []*metricsv1.Metri
 	disk, net := sum("bcd.instance.io", "By", "block I/O"), sum("bcd.instance.network.io", "By", "network I/O")
 	for _, u := range usage {
 		from := start
-		if !u.StartedAt.IsZero() {
-			from = uint64(u.StartedAt.UnixNano())
+		if !u.RunningSince.IsZero() {
+			from = uint64(u.RunningSince.UnixNano())
 		}
 		attrs := func(extra ...*commonv1.KeyValue) []*commonv1.KeyValue {
 			return append([]*commonv1.KeyValue{str("instance.id", u.ID)}, extra...)
@@ -152,12 +155,12 @@ func instanceMetrics(usage []InstanceUsage, start, at uint64) []*metricsv1.Metri
 		}
 		add(vcpu, withInt(now(), int64(u.VCPUs)))
 		add(memory, withInt(now(), int64(u.MemoryBytes)))
-		add(cpu, withDouble(since(), u.CPUTime.Seconds()))
-		add(used, withInt(now(), int64(u.MemoryUsedBytes)))
-		add(disk, withInt(since(str("direction", "read")), int64(u.DiskReadBytes)))
-		add(disk, withInt(since(str("direction", "write")), int64(u.DiskWriteBytes)))
-		add(net, withInt(since(str("direction", "receive")), int64(u.NetRxBytes)))
-		add(net, withInt(since(str("direction", "transmit")), int64(u.NetTxBytes)))
+		add(cpu, withDouble(since(), u.Live.CPUTime.Seconds()))
+		add(used, withInt(now(), int64(u.Live.MemoryUsedBytes)))
+		add(disk, withInt(since(str("direction", "read")), int64(u.Live.DiskReadBytes)))
+		add(disk, withInt(since(str("direction", "write")), int64(u.Live.DiskWriteBytes)))
+		add(net, withInt(since(str("direction", "receive")), int64(u.Live.NetRxBytes)))
+		add(net, withInt(since(str("direction", "transmit")), int64(u.Live.NetTxBytes)))
 	}
 	return []*metricsv1.Metric{count, vcpu, memory, cpu, used, disk, net}
 }

@@ -7,8 +7,9 @@
 // section, stops it. The schedule lives in the process: at start the
 // converger resumes it from the applied spec (converge.Resumer).
 //
-// What is exported is export.go's; where the numbers come from,
-// sources.go's. The OpenTelemetry Go SDK's OTLP/HTTP exporter is not used:
+// What is exported is export.go's; the numbers come from the machine's
+// GPUs (machine.GPUTelemetry) and, on a VPS host, the instances' usage
+// (instances.UsageSource, whose live counters their runtimes read). The OpenTelemetry Go SDK's OTLP/HTTP exporter is not used:
 // it speaks binary protobuf only, and its periodic reader keeps its own
 // clock and aggregation, where this section wants an export at the instant
 // it applies and samples the exporter numbers itself. The export is the
@@ -27,6 +28,7 @@ import (
 	"time"
 
 	"bcd/internal/converge"
+	"bcd/internal/instances"
 	"bcd/internal/machine"
 	"bcd/internal/proto/agentv1"
 )
@@ -52,8 +54,9 @@ type Config struct {
 	NodeID, Version string
 	// Machine is sampled for GPU metrics when it is a machine.GPUTelemetry.
 	Machine machine.Machine
-	// Instances gives the VM instances' usage on a VPS host (nil: none).
-	Instances InstanceSource
+	// Instances gives the VM instances' usage on a VPS host (nil: none,
+	// and then no instance metric, not even bcd.instances, is exported).
+	Instances instances.UsageSource
 	// Client sends the exports (default: one with ExportTimeout).
 	Client *http.Client
 	// Now is the clock of the timestamps (tests).

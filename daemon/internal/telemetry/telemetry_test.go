@@ -18,14 +18,16 @@ import (
 
 	"bcd/internal/converge"
 	"bcd/internal/fakehw"
+	"bcd/internal/instances"
 	"bcd/internal/proto/agentv1"
+	"bcd/internal/runtime"
 	metricsv1 "go.opentelemetry.io/proto/otlp/metrics/v1"
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
-type instances []InstanceUsage
+type usage []instances.Usage
 
-func (i instances) InstanceUsage() ([]InstanceUsage, error) { return i, nil }
+func (u usage) InstanceUsage(context.Context) ([]instances.Usage, error) { return u, nil }
 
 func reconciler(t *testing.T, withInstances bool) *Reconciler {
 	t.Helper()
@@ -35,8 +37,8 @@ func reconciler(t *testing.T, withInstances bool) *Reconciler {
 	}
 	cfg := Config{NodeID: "node_7", Version: "1.2.3", Machine: m, Now: func() time.Time { return time.Unix(1_700_000_000, 5) }}
 	if withInstances {
-		cfg.Instances = instances{{ID: "vm-1", VCPUs: 4, MemoryBytes: 8 << 30, CPUTime: 1500 * time.Millisecond,
-			MemoryUsedBytes: 3 << 30, DiskReadBytes: 10, DiskWriteBytes: 20, NetRxBytes: 30, NetTxBytes: 40}}
+		cfg.Instances = usage{{ID: "vm-1", VCPUs: 4, MemoryBytes: 8 << 30, State: instances.StateRunning, Live: runtime.Usage{
+			CPUTime: 1500 * time.Millisecond, MemoryUsedBytes: 3 << 30, DiskReadBytes: 10, DiskWriteBytes: 20, NetRxBytes: 30, NetTxBytes: 40}}}
 	}
 	return New(cfg)
 }

@@ -81,7 +81,8 @@ pub struct RequestContext<'a> {
 #[derive(Debug, Default)]
 #[must_use]
 pub struct Effects {
-    /// Specs to send to the node as DesiredState (first).
+    /// Specs to send as DesiredState (first): the session's node's on its
+    /// stream, another node's (an instance placed there) through the hub.
     pub specs: Vec<NodeSpecRow>,
     /// Frames to send to the node (after the specs).
     pub frames: Vec<proto::GatewayFrame>,
@@ -140,6 +141,7 @@ pub static HANDLERS: Handlers = Handlers {
         &crate::nodes::AppliedGeneration,
         &crate::reservations::Allocations,
         &crate::sections::Sections,
+        &crate::instances::Reports,
     ],
     command_update: &[&crate::commands::updates::CommandUpdates, &crate::adoption::AcceptanceCheck],
     spec_request: &crate::spec::SpecRequests,

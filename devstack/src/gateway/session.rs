@@ -180,6 +180,7 @@ impl Session {
                     },
                 )?;
                 nodes::record_hello(c, &node.node_id, &hello.daemon_version, hello.applied_generation)?;
+                crate::instances::record_drivers(c, &node.node_id, &hello.drivers, now)?;
                 let acked = events::acked_seq(c, &node.node_id, &hello.journal_id)?;
                 Ok((row, acked))
             })
@@ -433,7 +434,11 @@ impl Session {
             };
         }
         for spec in &effects.specs {
-            self.send_spec(spec).await?;
+            if spec.node_id == self.node.node_id {
+                self.send_spec(spec).await?;
+            } else {
+                crate::spec::push(&self.shared, spec).map_err(store_end)?;
+            }
         }
         for f in effects.frames {
             self.send(f).await?;
