@@ -54,7 +54,9 @@ pub(crate) fn line(what: &BuildOptions, event: &BuildEvent<'_>) -> Option<String
         BuildEvent::Compiling { packages } => {
             format!("building {name}: compiling what Go's cache lacks of {packages} packages")
         }
-        BuildEvent::Compiled { done, total, package } => format!("building {name}: {done}/{total} packages ({package})"),
+        BuildEvent::Compiled { done, total, package } => {
+            format!("building {name}: {done}/{total} packages ({package})")
+        }
         BuildEvent::Finished { binary, took } => {
             format!("built {name} in {}: {}", seconds(*took), binary.display())
         }
