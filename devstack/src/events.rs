@@ -288,6 +288,11 @@ pub struct EventSubscription {
 }
 
 impl EventSubscription {
+    /// How many kept events are still to come before the new ones.
+    pub fn kept(&self) -> usize {
+        self.backlog.len()
+    }
+
     /// The next event (waiting for it); `None` once the stack is gone.
     pub async fn next(&mut self) -> Option<Received> {
         if let Some(p) = self.backlog.pop_front() {

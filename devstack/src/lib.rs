@@ -7,6 +7,7 @@
 //! The protocol contract it implements is docs/protocol.md, "The agent
 //! protocol". Every cryptographic object comes from `pki`.
 
+pub mod admin;
 mod adoption;
 pub mod client;
 mod clock;
