@@ -28,6 +28,11 @@ const EK_ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/tpm/ek-r
 /// The committed swtpm state whose EK that root certifies.
 const TPM_STATE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/tpm/tpm2-00.permall");
 
+/// A committed file's path as a person reads it (without `..`).
+fn committed(path: &str) -> PathBuf {
+    Path::new(path).canonicalize().unwrap_or_else(|_| PathBuf::from(path))
+}
+
 /// `devstack serve`'s flags.
 #[derive(Args)]
 pub struct Serve {
@@ -111,7 +116,7 @@ fn tpm_attestor(args: &Serve) -> Result<Option<TpmAttestorOptions>> {
     if !args.tpm {
         return Ok(None);
     }
-    let root = args.tpm_ek_root.clone().unwrap_or_else(|| PathBuf::from(EK_ROOT));
+    let root = args.tpm_ek_root.clone().unwrap_or_else(|| committed(EK_ROOT));
     let der = std::fs::read(&root).with_context(|| format!("read the EK root {}", root.display()))?;
     let mut attestor = TpmAttestorOptions::new(vec![der], args.tpm_node_key);
     attestor.allow.push(TpmAllow::any(DEFAULT_POOL));
@@ -268,10 +273,8 @@ async fn prepare(stack: &Arc<DevStack>, args: &Serve, dir: &Path, discovery_file
     println!("  join token file:     {} ({} uses, {ttl})", token_path.display(), args.token_uses);
     println!("  admin endpoint:      {} (discovery file {})", admin.url(), admin.discovery_path().display());
     if args.tpm {
-        println!(
-            "  TPM attestor:        EK root {}",
-            args.tpm_ek_root.as_deref().unwrap_or(Path::new(EK_ROOT)).display()
-        );
+        let root = args.tpm_ek_root.clone().unwrap_or_else(|| committed(EK_ROOT));
+        println!("  TPM attestor:        EK root {}", root.display());
     }
     if let Some(releases_dir) = &args.releases {
         let versions: Vec<String> =
@@ -290,7 +293,8 @@ async fn prepare(stack: &Arc<DevStack>, args: &Serve, dir: &Path, discovery_file
     );
     if args.tpm {
         println!(
-            "join with a TPM: BCD_FAKEHW_TPM_STATE={TPM_STATE} bcd join --attestor tpm --config {} (a fakehw bcd)",
+            "join with a TPM: BCD_FAKEHW_TPM_STATE={} bcd join --attestor tpm --config {} (a fakehw bcd)",
+            committed(TPM_STATE).display(),
             paths.config.display()
         );
     }
