@@ -44,6 +44,16 @@ struct Artifact<'l> {
     fresh: bool,
 }
 
+/// The package's name in a package id (`registry+…#name@1.0.0`, or
+/// `path+file:///…/name#0.1.0` for a path package named as its directory).
+fn package_name(package_id: &str) -> &str {
+    let (path, tail) = package_id.rsplit_once('#').unwrap_or((package_id, ""));
+    match tail.split_once('@') {
+        Some((name, _)) => name,
+        None => path.rsplit('/').next().unwrap_or(path),
+    }
+}
+
 fn artifact(line: &str) -> Option<Artifact<'_>> {
     if !line.contains("\"reason\":\"compiler-artifact\"") {
         return None;
@@ -72,7 +82,7 @@ struct Display<'a> {
     terminal: bool,
     total: usize,
     done: HashSet<String>,
-    compiled: usize,
+    compiled: HashSet<String>,
     tenth: usize,
 }
 
@@ -80,14 +90,15 @@ impl Display<'_> {
     fn step(&mut self, a: &Artifact<'_>) {
         self.done.insert(a.package_id.to_string());
         if !a.fresh {
-            self.compiled += 1;
+            self.compiled.insert(a.package_id.to_string());
         }
-        if self.compiled == 0 {
+        if self.compiled.is_empty() {
             return;
         }
         let done = self.done.len();
         let total = self.total.max(done);
-        let text = format!("building {}: {done}/{total} crates ({})", self.label, a.target);
+        let name = package_name(a.package_id);
+        let text = format!("building {}: {done}/{total} crates ({name})", self.label);
         if self.terminal {
             eprint!("\r\x1b[2K{text}");
         } else if done * 10 / total > self.tenth {
@@ -97,11 +108,12 @@ impl Display<'_> {
     }
 
     fn finish(&self, took: std::time::Duration) {
-        if self.compiled == 0 {
+        if self.compiled.is_empty() {
             return;
         }
         let clear = if self.terminal { "\r\x1b[2K" } else { "" };
-        eprintln!("{clear}built {} in {:.1} s ({} crates compiled)", self.label, took.as_secs_f64(), self.compiled);
+        let (label, secs, compiled, done) = (self.label, took.as_secs_f64(), self.compiled.len(), self.done.len());
+        eprintln!("{clear}built {label} in {secs:.1} s ({compiled} of {done} crates compiled)");
     }
 }
 
@@ -125,7 +137,7 @@ pub fn build(root: &Path, cargo: &str, build: &Build<'_>) -> Result<()> {
         terminal: std::io::stderr().is_terminal(),
         total: 0,
         done: HashSet::new(),
-        compiled: 0,
+        compiled: HashSet::new(),
         tenth: 0,
     };
     let mut counted = false;
@@ -140,7 +152,7 @@ pub fn build(root: &Path, cargo: &str, build: &Build<'_>) -> Result<()> {
         display.step(&a);
     }
     let status = child.wait().context("waiting for cargo")?;
-    if display.terminal && display.compiled > 0 && !status.success() {
+    if display.terminal && !display.compiled.is_empty() && !status.success() {
         eprintln!();
     }
     if !status.success() {
@@ -173,11 +185,15 @@ mod tests {
 
     #[test]
     fn the_display_counts_distinct_crates() {
-        let mut d = Display { label: "x", terminal: false, total: 2, done: HashSet::new(), compiled: 0, tenth: 0 };
+        let mut d =
+            Display { label: "x", terminal: false, total: 2, done: HashSet::new(), compiled: HashSet::new(), tenth: 0 };
         d.step(&Artifact { package_id: "a", target: "a", fresh: true });
-        assert_eq!(d.compiled, 0, "a fresh crate is not compiled");
+        assert!(d.compiled.is_empty(), "a fresh crate is not compiled");
+        d.step(&Artifact { package_id: "b", target: "build-script-build", fresh: false });
         d.step(&Artifact { package_id: "b", target: "b", fresh: false });
-        d.step(&Artifact { package_id: "b", target: "b_bin", fresh: false });
-        assert_eq!((d.done.len(), d.compiled, d.tenth), (2, 2, 10));
+        assert_eq!((d.done.len(), d.compiled.len(), d.tenth), (2, 1, 10));
+        assert_eq!(package_name("registry+https://github.com/rust-lang/crates.io-index#tss-esapi@7.6.0"), "tss-esapi");
+        assert_eq!(package_name("path+file:///work/pki#0.1.0"), "pki");
+        assert_eq!(package_name("path+file:///work/proto/codegen#proto-codegen@0.1.0"), "proto-codegen");
     }
 }
