@@ -1,6 +1,8 @@
 //! Runners: how a bcd process is started. One trait, several places to run
-//! (docs/harness.md, "Runners"): `native` here, `netns` ([`crate::netns`]) and `wsl`
-//! ([`crate::wsl_runner`]); `unshare` joins them.
+//! (docs/harness.md, "Runners"): `native` here, `netns` ([`crate::netns`])
+//! and `wsl` ([`crate::wsl_runner`]). The private namespaces of
+//! `cargo xtask helper-e2e` are not a runner: `scripts/helper-e2e-ns.sh`
+//! makes them (docs/harness.md, "The unshare place").
 //!
 //! A scenario binds its listeners (the dev stack's external TLS listener) to
 //! [`Runner::gateway_host`] and puts that address in the serving

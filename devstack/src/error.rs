@@ -198,6 +198,23 @@ pub enum Error {
     /// The operation needs a TPM attestor and the stack runs without one.
     #[error("the dev stack has no TPM attestor")]
     NoTpmAttestor,
+    /// The stack refused the request with a stable code (a console beyond
+    /// the node's tunnel limit: `tunnel-limit`).
+    #[error("{code}: {detail}")]
+    Refused {
+        /// The code.
+        code: proto::refusal::Code,
+        /// For people.
+        detail: String,
+    },
+    /// The console ended (or its relay went away) before what was asked.
+    #[error("console {tunnel_id} ended{}", end.as_ref().map(|e| format!(": {e}")).unwrap_or_default())]
+    ConsoleEnded {
+        /// The tunnel id.
+        tunnel_id: String,
+        /// How it ended, when it said so.
+        end: Option<crate::tunnels::ConsoleEnd>,
+    },
     /// The operation needs signed intent and the stack runs without it.
     #[error("the dev stack runs without signed intent")]
     NoSignedIntent,

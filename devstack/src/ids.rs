@@ -34,6 +34,16 @@ pub fn tpm_session_id() -> String {
     prefixed("tpm_")
 }
 
+/// A tunnel id (a console's).
+pub fn tunnel_id() -> String {
+    prefixed("tun_")
+}
+
+/// An exec ticket's jti.
+pub fn ticket_id() -> String {
+    prefixed("tkt_")
+}
+
 /// A pool id.
 pub fn pool_id() -> String {
     prefixed("pool_")

@@ -1,7 +1,8 @@
 //! The dev control plane (docs/devstack.md): a JoinService (token and TPM
 //! joins) and a gateway (tonic over our own rustls acceptor, mTLS), a SQLite
 //! store with migrations, adoption, GPU reservations, releases and
-//! self-update, the well-known document and release downloads, run
+//! self-update, the well-known document and release downloads, an HTTPS
+//! listener (the Session as a WebSocket, renewal, the OTLP receiver), run
 //! in-process by tests ([`DevStack`]) or by the `devstack serve` binary.
 //!
 //! The protocol contract it implements is docs/protocol.md, "The agent
@@ -17,6 +18,7 @@ mod error;
 mod events;
 mod gateway;
 mod http;
+mod https;
 mod hub;
 mod ids;
 mod inventory;
@@ -24,6 +26,7 @@ mod issuance;
 mod join;
 mod keys;
 mod nodes;
+mod otlp;
 mod pools;
 mod releases;
 mod reservations;
@@ -37,6 +40,7 @@ mod store;
 mod tls;
 mod tpm;
 mod trust;
+mod tunnels;
 mod view;
 mod workload;
 
@@ -46,7 +50,9 @@ pub use error::{Error, Result};
 pub use events::{EventSubscription, Published, RECENT, Received, StackEvent};
 pub use gateway::limit::MAX_MESSAGE_BYTES;
 pub use http::WELL_KNOWN_PATH;
+pub use hub::Transport;
 pub use nodes::JoinMark;
+pub use otlp::{Encoding as OtlpEncoding, OtlpExport, point_attribute, point_value};
 pub use pools::{Acceptance, PoolSpec};
 pub use releases::{ManifestOptions, Release, ReleaseKeys, UPGRADE_KIND, UpdatePins};
 pub use reservations::{ALLOCATION_GENERATION, ALLOCATION_MISMATCH};
@@ -59,11 +65,15 @@ pub use store::rows::{
     NodeJoinRow, NodeKeyLevel, NodeRow, NodeSessionRow, NodeSpecRow, NodeState, PoolRow, ReleaseArtifactRow,
     ReservationRow, ReservationState,
 };
-pub use tls::ALPN_H2;
+pub use tls::{ALPN_H2, ALPN_HTTP1};
 pub use tpm::{
     ChallengeSource, TPM_NOT_ALLOWED, TPM_SESSION_EXPIRED, TPM_SESSION_UNKNOWN, TpmAllow, TpmAttestorOptions,
 };
 pub use trust::IntentPublicKeys;
+pub use tunnels::{
+    Console, ConsoleEnd, ConsoleEvent, ConsoleOptions, ConsoleReader, ConsoleSize, ConsoleWriter, TicketChoice,
+    TunnelOptions,
+};
 pub use view::StackView;
 
 /// The name the gateway's serving certificate is checked for.

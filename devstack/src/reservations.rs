@@ -1,4 +1,4 @@
-//! GPU reservations (issue 5; docs/protocol.md, "Reservations (holds)"): booking free GPU indexes of an
+//! GPU reservations (docs/protocol.md, "Reservations (holds)"): booking free GPU indexes of an
 //! adopted node's `gpus` inventory as a `Hold` in a new NodeSpec generation,
 //! withdrawing it on release, and what the node reports back in its
 //! StatusReports: a node-signed `AllocationBound` turns a reservation

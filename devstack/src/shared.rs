@@ -11,8 +11,11 @@ use crate::error::{Error, Result};
 use crate::events::{EventBus, StackEvent};
 use crate::hub::Hub;
 use crate::keys::StackKeys;
+use crate::otlp::Exports;
 use crate::store::Store;
 use crate::tpm::TpmJoin;
+use crate::tunnels::TunnelOptions;
+use crate::tunnels::registry::Registry;
 
 /// The settings of a running stack.
 #[derive(Clone, Debug)]
@@ -29,12 +32,18 @@ pub struct Settings {
     pub busy_retry: Duration,
     /// Drain's `retry_after_ms` at shutdown.
     pub drain_retry_after_ms: u32,
-    /// The HTTP side's base URL as nodes reach it (release downloads).
+    /// The HTTP side's base URL as nodes reach it (release downloads, the
+    /// OTLP receiver).
     pub http_base_url: String,
+    /// The HTTPS listener's base URL as nodes reach it (`https://host:port`:
+    /// the WebSocket session, `POST /v1/renew`).
+    pub https_base_url: String,
     /// How many release signatures bcd's `[update]` asks for.
     pub release_threshold: u32,
     /// The lowest release sequence bcd's `[update]` accepts.
     pub release_min_sequence: u64,
+    /// The consoles' tunnels.
+    pub tunnels: TunnelOptions,
 }
 
 /// What the parts of a stack share.
@@ -51,6 +60,10 @@ pub struct Shared {
     pub tpm: Option<TpmJoin>,
     /// The stack-wide event stream.
     pub events: EventBus,
+    /// The consoles' tunnels, opening and open.
+    pub tunnels: Registry,
+    /// The OTLP exports received (kept for tests, in memory).
+    pub otlp: Exports,
     changed: watch::Sender<u64>,
     draining: AtomicBool,
 }
@@ -62,9 +75,11 @@ impl Shared {
             store,
             keys,
             hub: Hub::default(),
+            tunnels: Registry::new(settings.tunnels.clone()),
             settings,
             tpm,
             events: EventBus::default(),
+            otlp: Exports::default(),
             changed: watch::channel(0).0,
             draining: AtomicBool::new(false),
         }
@@ -121,8 +136,9 @@ impl Shared {
     }
 }
 
-/// A stack's shared state for unit tests: an in-memory store, fresh keys,
-/// a pool `pool_1` and a joined node `node_1`.
+/// A stack's shared state for unit tests: an in-memory store and fresh
+/// keys, with a pool `pool_1` and a joined node `node_1`, or under signed
+/// intent.
 #[cfg(test)]
 pub mod testing {
     use std::time::Duration;
@@ -132,25 +148,14 @@ pub mod testing {
     use crate::store::rows::PoolRow;
     use crate::store::{Store, StoreLocation, nodes, pools};
 
+    /// The shared state under signed intent, without pools or nodes.
+    pub fn shared_with_intent() -> Shared {
+        shared(true)
+    }
+
     /// The shared state, with a pool whose acceptance is `acceptance`.
     pub fn shared_with_node(acceptance: &str) -> Shared {
-        let store = Store::open(&StoreLocation::Memory).unwrap();
-        let names = ServingNames::new(&[], &[]);
-        let release = crate::releases::ReleaseKeys::Generated;
-        let now = crate::clock::now_ms();
-        let keys = StackKeys::load_or_create(&store, &names, false, "td", &release, now).unwrap();
-        let settings = Settings {
-            trust_domain: "td".into(),
-            gateway_url: "https://127.0.0.1:1".into(),
-            heartbeat_interval: Duration::from_secs(5),
-            lane_credits: 4,
-            busy_retry: Duration::from_millis(500),
-            drain_retry_after_ms: 1000,
-            http_base_url: "http://127.0.0.1:1".into(),
-            release_threshold: 2,
-            release_min_sequence: 1,
-        };
-        let shared = Shared::new(store, keys, settings, None);
+        let shared = shared(false);
         let pool = PoolRow {
             id: "pool_1".into(),
             name: "p".into(),
@@ -171,5 +176,27 @@ pub mod testing {
         };
         shared.store.with(|c| nodes::insert(c, &node)).unwrap();
         shared
+    }
+
+    fn shared(signed_intent: bool) -> Shared {
+        let store = Store::open(&StoreLocation::Memory).unwrap();
+        let names = ServingNames::new(&[], &[]);
+        let release = crate::releases::ReleaseKeys::Generated;
+        let now = crate::clock::now_ms();
+        let keys = StackKeys::load_or_create(&store, &names, signed_intent, "td", &release, now).unwrap();
+        let settings = Settings {
+            trust_domain: "td".into(),
+            gateway_url: "https://127.0.0.1:1".into(),
+            heartbeat_interval: Duration::from_secs(5),
+            lane_credits: 4,
+            busy_retry: Duration::from_millis(500),
+            drain_retry_after_ms: 1000,
+            http_base_url: "http://127.0.0.1:1".into(),
+            https_base_url: "https://127.0.0.1:1".into(),
+            release_threshold: 2,
+            release_min_sequence: 1,
+            tunnels: Default::default(),
+        };
+        Shared::new(store, keys, settings, None)
     }
 }

@@ -25,6 +25,9 @@ pub struct SpecUpdate {
     pub access: Option<proto::AccessSection>,
     /// A new trust bundle (a rotation), as signed by its approvers.
     pub trust_bundle: Option<pki::dsse::Envelope>,
+    /// A new telemetry section (docs/protocol.md, "Telemetry"); a section
+    /// with an empty endpoint stops the exports.
+    pub telemetry: Option<proto::TelemetrySection>,
     /// Send it unsigned even under signed intent (to test `signedSpecs`).
     pub unsigned: bool,
 }
@@ -101,6 +104,9 @@ fn publish(shared: &Shared, node_id: &str, update: &SpecUpdate) -> Result<NodeSp
         let spec_row = next(c, shared, node_id, update.unsigned, |spec| {
             if let Some(access) = &update.access {
                 spec.access = Some(access.clone());
+            }
+            if let Some(telemetry) = &update.telemetry {
+                spec.telemetry = Some(telemetry.clone());
             }
             if let Some(bundle) = &update.trust_bundle {
                 spec.trust = Some(proto::TrustSection { trust_bundle: Some(bundle.to_proto()) });

@@ -1,7 +1,11 @@
-//! The gateway's TLS: our own rustls acceptor in front of tonic.
+//! The gateway's TLS: our own rustls acceptor in front of tonic, and in
+//! front of the HTTPS listener (the WebSocket session, `POST /v1/renew`).
 //!
-//! TLS 1.3 only, ALPN exactly `h2` (a connection that negotiated anything
-//! else, or nothing, is closed and logged), client certificates optional at
+//! TLS 1.3 only, one ALPN protocol per listener ([`Alpn`]): exactly `h2`
+//! for the gateway; `http/1.1`, or none at all, for the HTTPS listener (Go's
+//! HTTP client offers no ALPN for a WebSocket upgrade, and a client that
+//! offers none speaks HTTP/1.1). A connection that negotiated anything else
+//! is closed and logged; client certificates optional at
 //! the TLS layer but verified against the node CA when presented. Each
 //! accepted connection carries its verified peer chain to the handlers as
 //! tonic `ConnectInfo` ([`PeerInfo`]); handshake failures are logged and
@@ -30,6 +34,32 @@ use crate::keys::StackKeys;
 
 /// The only ALPN protocol the gateway speaks.
 pub const ALPN_H2: &[u8] = b"h2";
+/// The only ALPN protocol the HTTPS listener speaks (a WebSocket upgrade is
+/// an HTTP/1.1 request).
+pub const ALPN_HTTP1: &[u8] = b"http/1.1";
+
+/// What a listener accepts of the ALPN negotiation.
+#[derive(Clone, Copy, Debug)]
+pub struct Alpn {
+    /// The one protocol it offers.
+    pub protocol: &'static [u8],
+    /// Whether a client that offered no ALPN at all is accepted too.
+    pub or_none: bool,
+}
+
+impl Alpn {
+    /// The gateway's: `h2`, and nothing else.
+    pub const GATEWAY: Alpn = Alpn { protocol: ALPN_H2, or_none: false };
+    /// The HTTPS listener's: `http/1.1`, or no ALPN.
+    pub const HTTPS: Alpn = Alpn { protocol: ALPN_HTTP1, or_none: true };
+
+    fn accepts(&self, negotiated: Option<&[u8]>) -> bool {
+        match negotiated {
+            Some(p) => p == self.protocol,
+            None => self.or_none,
+        }
+    }
+}
 /// How long a client may take to finish its handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -44,8 +74,8 @@ fn tls_err(e: impl std::fmt::Display) -> Error {
     Error::Tls { reason: e.to_string() }
 }
 
-/// The gateway's rustls configuration.
-pub fn server_config(keys: &StackKeys) -> Result<Arc<ServerConfig>> {
+/// The rustls configuration of a listener that speaks `alpn`.
+pub fn server_config(keys: &StackKeys, alpn: Alpn) -> Result<Arc<ServerConfig>> {
     use p256::pkcs8::EncodePrivateKey;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = RootCertStore::empty();
@@ -63,7 +93,7 @@ pub fn server_config(keys: &StackKeys) -> Result<Arc<ServerConfig>> {
         .with_client_cert_verifier(verifier)
         .with_single_cert(chain, key)
         .map_err(tls_err)?;
-    config.alpn_protocols = vec![ALPN_H2.to_vec()];
+    config.alpn_protocols = vec![alpn.protocol.to_vec()];
     Ok(Arc::new(config))
 }
 
@@ -77,7 +107,7 @@ pub struct PeerInfo {
     pub client_chain: Option<Arc<Vec<Vec<u8>>>>,
 }
 
-/// An accepted TLS connection that negotiated `h2`.
+/// An accepted TLS connection that negotiated its listener's protocol.
 pub struct TlsConn {
     inner: TlsStream<TcpStream>,
     info: PeerInfo,
@@ -118,11 +148,20 @@ impl AsyncWrite for TlsConn {
     }
 }
 
+impl TlsConn {
+    /// What the handlers learn about this connection.
+    pub fn info(&self) -> &PeerInfo {
+        &self.info
+    }
+}
+
 /// Accepts TCP connections until `stop` turns true, handshakes each in its
-/// own task, and hands the good ones to tonic through `tx`.
+/// own task (which must negotiate `alpn`), and hands the good ones to the
+/// server through `tx`.
 pub async fn accept_loop(
     listener: TcpListener,
     acceptor: TlsAcceptor,
+    alpn: Alpn,
     tx: mpsc::Sender<TlsConn>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -135,7 +174,7 @@ pub async fn accept_loop(
                 Ok((tcp, addr)) => {
                     let (acceptor, tx) = (acceptor.clone(), tx.clone());
                     handshakes.spawn(async move {
-                        if let Some(conn) = handshake(acceptor, tcp, addr).await {
+                        if let Some(conn) = handshake(acceptor, tcp, addr, alpn).await {
                             // The receiver is gone only when the server stopped.
                             let _ = tx.send(conn).await;
                         }
@@ -152,8 +191,9 @@ pub async fn accept_loop(
     handshakes.abort_all();
 }
 
-/// One handshake; `None` (logged) for anything but a TLS 1.3 `h2` connection.
-async fn handshake(acceptor: TlsAcceptor, tcp: TcpStream, addr: SocketAddr) -> Option<TlsConn> {
+/// One handshake; `None` (logged) for anything but a TLS 1.3 connection
+/// that negotiated `alpn`.
+async fn handshake(acceptor: TlsAcceptor, tcp: TcpStream, addr: SocketAddr, alpn: Alpn) -> Option<TlsConn> {
     let _ = tcp.set_nodelay(true);
     let mut tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
         Ok(Ok(tls)) => tls,
@@ -167,9 +207,10 @@ async fn handshake(acceptor: TlsAcceptor, tcp: TcpStream, addr: SocketAddr) -> O
         }
     };
     let (_, session) = tls.get_ref();
-    if session.alpn_protocol() != Some(ALPN_H2) {
+    if !alpn.accepts(session.alpn_protocol()) {
         let offered = session.alpn_protocol().map(|p| String::from_utf8_lossy(p).into_owned());
-        warn!(peer = %addr, alpn = ?offered, "gateway: connection refused: the negotiated ALPN is not h2");
+        let wanted = String::from_utf8_lossy(alpn.protocol);
+        warn!(peer = %addr, alpn = ?offered, "tls: connection refused: the negotiated ALPN is not {wanted}");
         let _ = tls.shutdown().await;
         return None;
     }

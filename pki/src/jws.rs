@@ -59,6 +59,12 @@ pub fn ticket_audience(node_id: &str) -> String {
     format!("bcd:{node_id}")
 }
 
+/// The `iss` of the exec tickets of `trust_domain`'s tunnels issuer:
+/// `https://<trust domain>/tunnels`.
+pub fn tunnels_issuer(trust_domain: &str) -> String {
+    format!("https://{trust_domain}/tunnels")
+}
+
 /// Signs `claims` as a compact JWS: header `{"alg":"ES256","kid":…,"typ":"JWT"}`,
 /// signature the raw 64-byte r‖s.
 pub fn sign<C: Serialize>(key: &p256::SecretKey, claims: &C) -> String {
@@ -191,6 +197,11 @@ mod tests {
         assert_eq!(code(&token, "node_1", 0), "token-not-yet-valid");
         let other = sign(&keys::p256("s", "x"), &ticket());
         assert_eq!(code(&other, "node_1", 1_100_000), "jws-unknown-kid");
+    }
+
+    #[test]
+    fn the_tunnels_issuer_is_named_after_the_trust_domain() {
+        assert_eq!(tunnels_issuer("compute.dev.local"), "https://compute.dev.local/tunnels");
     }
 
     #[test]

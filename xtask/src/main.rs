@@ -78,6 +78,21 @@ enum Bench {
         #[arg(long, default_value = "native")]
         runner: String,
     },
+    /// Medians of N consoles on one bcd: open_console to the first shell prompt byte, and one keystroke's echo.
+    Console {
+        /// Number of runs.
+        #[arg(long, default_value_t = 20)]
+        runs: usize,
+        /// Where bcd runs: native, netns (root) or wsl.
+        #[arg(long, default_value = "native")]
+        runner: String,
+    },
+    /// Session setup and command round trip over gRPC and over the WebSocket, side by side (medians of N runs).
+    Transports {
+        /// Number of runs of each.
+        #[arg(long, default_value_t = 10)]
+        runs: usize,
+    },
     /// Wall time of the TPM fixture regeneration (into a scratch directory) and of its check (medians of N runs).
     Tpm {
         /// Number of runs of each.
@@ -106,9 +121,13 @@ fn main() -> Result<()> {
 fn bench(sh: &Shell, what: Bench) -> Result<()> {
     match what {
         Bench::FixturesCheck { runs } => bench_fixtures_check(sh, runs),
-        Bench::Adoption { runs } => bench_adoption(sh, runs),
+        Bench::Adoption { runs } => bench_scenario(sh, "bench::bench_time_from_node_start_to_adopted", runs, "native"),
         Bench::E2e { runner } => bench_e2e(sh, &runner),
         Bench::Tpm { runs } => bench_tpm(sh, runs),
+        Bench::Console { runs, runner } => {
+            bench_scenario(sh, "console::bench_console_open_and_keystroke_echo", runs, &runner)
+        }
+        Bench::Transports { runs } => bench_scenario(sh, "bench::bench_transports", runs, "native"),
     }
 }
 
@@ -319,13 +338,19 @@ fn bench_fixtures_check(sh: &Shell, runs: usize) -> Result<()> {
     Ok(())
 }
 
-fn bench_adoption(sh: &Shell, runs: usize) -> Result<()> {
+/// Runs one ignored benchmark scenario of the e2e suite (`BCD_BENCH_RUNS`
+/// runs, bcd under `runner`), which prints its own figures.
+fn bench_scenario(sh: &Shell, test: &str, runs: usize, runner: &str) -> Result<()> {
     let cargo = cargo();
     let runs = runs.to_string();
-    let _env = sh.push_env("BCD_BENCH_RUNS", &runs);
+    let _runs = sh.push_env("BCD_BENCH_RUNS", &runs);
+    let _runner = sh.push_env("BCD_E2E_RUNNER", runner);
     build_e2e()?;
-    cmd!(sh, "{cargo} test --quiet -p daemon-harness --features bcd-e2e --test e2e -- --ignored --exact bench::bench_time_from_node_start_to_adopted --nocapture")
-        .run()?;
+    cmd!(
+        sh,
+        "{cargo} test --quiet -p daemon-harness --features bcd-e2e --test e2e -- --ignored --exact {test} --nocapture"
+    )
+    .run()?;
     Ok(())
 }
 

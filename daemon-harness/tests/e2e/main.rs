@@ -6,10 +6,13 @@
 mod adoption;
 mod bench;
 mod common;
+mod console;
 mod faults;
 mod intent;
 mod join;
 mod lifecycle;
 mod runners;
+mod telemetry;
 mod tpm;
+mod transports;
 mod update;

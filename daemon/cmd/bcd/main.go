@@ -1,5 +1,6 @@
-// Command bcd is the node daemon of the GPU fleet (docs/daemon.md, "The command line"): `bcd
-// join`, `bcd node`, `bcd status`, `bcd sim`, `bcd version` and `bcd help`.
+// Command bcd is the node daemon of the GPU fleet (docs/daemon.md, "The
+// command line"): `bcd join`, `bcd node`, `bcd status`, `bcd sim`, `bcd
+// helper`, `bcd version` and `bcd help`.
 // Exit codes: 0 success, 1 failure (one line on standard error), 2 a
 // command line it does not understand, 3 `bcd node` on a revoked node.
 package main

@@ -1,9 +1,11 @@
 // Package agent is one node agent (`bcd node`, and each agent of `bcd
 // sim`): it loads the identity (re-verifying the JoinResponse), opens the
-// journal, and wires the session (session.GRPCDialer) to the dispatcher
+// journal, and wires the session (gRPC, the WebSocket, or gRPC falling back
+// to the WebSocket: dialer) to the dispatcher
 // (commands, cancel; the kinds it runs are registered in kinds.go), the
-// converger (desired state, one reconciler per NodeSpec section) and the
-// status socket. It ends on its
+// converger (desired state, one reconciler per NodeSpec section, telemetry
+// among them), the consoles (tunnels.go: OpenTunnel through the frame
+// handlers) and the status socket. It ends on its
 // context (exit 0), after a self-terminating command (exit 0: the
 // supervisor starts it again) or on revocation (exit 3). With an Updater
 // it runs daemon.upgrade, execs the new binary (Options.Exec), and at start
@@ -31,7 +33,9 @@ import (
 	"bcd/internal/proto/agentv1"
 	"bcd/internal/session"
 	"bcd/internal/status"
+	"bcd/internal/telemetry"
 	"bcd/internal/tpm"
+	"bcd/internal/tunnel"
 	selfupdate "bcd/internal/update"
 )
 
@@ -78,6 +82,9 @@ type Options struct {
 	// RenewAfter renews each certificate this long after taking it into
 	// use instead of at 2/3 of its validity (BCD_RENEW_AFTER; 0: the latter).
 	RenewAfter time.Duration
+	// Instances gives the VM instances' usage to the telemetry exports on a
+	// VPS host (nil: no instance metrics).
+	Instances telemetry.InstanceSource
 }
 
 // ErrNeverConnects is every dial's error in the never-connecting build.
@@ -93,10 +100,13 @@ type Agent struct {
 	trust      *intent.Trust
 	dispatcher *dispatch.Dispatcher
 	converger  *converge.Converger
+	telemetry  *telemetry.Reconciler
 	session    *session.Session
 	reboot     chan string
 	exec       chan string
 	watch      *selfupdate.Watch
+	tunnels    *tunnel.Manager
+	frames     []FrameHandler
 	closeOnce  sync.Once
 }
 
@@ -134,17 +144,23 @@ func New(opts Options) (*Agent, error) {
 		j.Close()
 		return nil, err
 	}
+	a.tunnels = a.newTunnels()
+	a.frames = []FrameHandler{a.tunnels}
 	a.session = session.New(session.Config{
 		Dial:       a.dialer(),
-		Gateway:    c.GatewayURL,
+		Gateway:    gatewayName(c),
 		Journal:    j,
 		Handler:    a,
 		BackoffCap: opts.BackoffCap,
 		Log:        log,
 	})
+	a.telemetry = telemetry.New(telemetry.Config{
+		NodeID: id.NodeID, Version: opts.Version, Machine: opts.Machine, Instances: opts.Instances, Log: log,
+	})
 	a.converger, err = converge.New(converge.Config{
 		NodeID: id.NodeID, Key: id.Key, Journal: j, Machine: opts.Machine, Trust: a.trust,
-		Notify: a.session.Notify, Log: log,
+		Reconcilers: []converge.Reconciler{a.telemetry},
+		Notify:      a.session.Notify, Log: log,
 		Applied: func(generation uint64) { a.dispatcher.GenerationApplied(generation) },
 	})
 	if err != nil {
@@ -170,23 +186,52 @@ func New(opts Options) (*Agent, error) {
 // NodeID is the agent's node id.
 func (a *Agent) NodeID() string { return a.id.NodeID }
 
-// Close stops the converger's re-passes and releases the journal.
+// Close hangs up the consoles, stops the converger's re-passes and
+// releases the journal.
 func (a *Agent) Close() {
 	a.closeOnce.Do(func() {
+		if a.tunnels != nil {
+			a.tunnels.Stop()
+		}
 		if a.converger != nil {
 			a.converger.Stop()
 		}
+		a.telemetry.Stop()
 		a.journal.Close()
 	})
 }
 
-// dialer is the session's gRPC dialer, or one that always fails in the
-// never-connecting build.
+// FallbackConnectTimeout is how long the gRPC dial may take before the
+// session falls back to the WebSocket.
+const FallbackConnectTimeout = 10 * time.Second
+
+// dialer is the session's: gRPC (gateway_url), the WebSocket ([websocket]
+// url), or with both gRPC falling back to the WebSocket; one that always
+// fails in the never-connecting build.
 func (a *Agent) dialer() session.Dialer {
 	if a.opts.NeverConnect {
 		return func(context.Context) (session.Stream, func(), error) { return nil, nil, ErrNeverConnects }
 	}
-	return session.GRPCDialer(a.opts.Config, a.id, session.DialOptions{AllowH2C: a.opts.AllowH2C})
+	c := a.opts.Config
+	switch {
+	case c.UsesGRPC() && c.UsesWebsocket():
+		grpc := session.GRPCDialer(c, a.id, session.DialOptions{AllowH2C: a.opts.AllowH2C, ConnectTimeout: FallbackConnectTimeout})
+		return session.Fallback(a.log,
+			session.Transport{Name: "grpc", Dial: grpc},
+			session.Transport{Name: "websocket", Dial: session.WebsocketDialer(c, a.id)})
+	case c.UsesWebsocket():
+		return session.WebsocketDialer(c, a.id)
+	}
+	return session.GRPCDialer(c, a.id, session.DialOptions{AllowH2C: a.opts.AllowH2C})
+}
+
+// gatewayName names the gateway in logs and status: gateway_url, else the
+// WebSocket's url.
+func gatewayName(c *config.Config) string {
+	if c.UsesGRPC() {
+		return c.GatewayURL
+	}
+	return c.Websocket.URL
 }
 
 // Run runs the agent until ctx ends, a self-terminating command ran, or the
@@ -301,7 +346,8 @@ func (a *Agent) statusReport() ([]*agentv1.InventorySection, error) {
 	return report.GetInventory(), nil
 }
 
-// Frame handles commands, desired state and cancels.
+// Frame handles commands, desired state and cancels, and hands any other
+// frame to the frame handlers (tunnels.go).
 func (a *Agent) Frame(f *agentv1.GatewayFrame) {
 	switch x := f.GetFrame().(type) {
 	case *agentv1.GatewayFrame_Command:
@@ -311,6 +357,11 @@ func (a *Agent) Frame(f *agentv1.GatewayFrame) {
 	case *agentv1.GatewayFrame_Cancel:
 		a.dispatcher.Cancel(x.Cancel.GetCommandId())
 	default:
+		for _, h := range a.frames {
+			if h.Frame(f) {
+				return
+			}
+		}
 		a.log.Info("session.unhandled_frame", "frame", fmt.Sprintf("%T", x))
 	}
 }
@@ -334,7 +385,7 @@ func (a *Agent) Status() *status.Status {
 		DaemonVersion:     a.opts.Version,
 		BootID:            a.opts.Machine.BootID(),
 		JournalID:         a.journal.ID(),
-		Session:           status.Session{State: string(info.State), Epoch: info.Epoch, Gateway: info.Gateway, ConnectedAtMs: info.ConnectedAtMs},
+		Session:           status.Session{State: string(info.State), Epoch: info.Epoch, Gateway: info.Gateway, ConnectedAtMs: info.ConnectedAtMs, Transport: info.Transport},
 		AppliedGeneration: a.converger.AppliedGeneration(),
 		Commands:          status.Commands{Running: a.dispatcher.Running(), Done: done},
 	}

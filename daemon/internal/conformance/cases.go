@@ -56,7 +56,7 @@ var cases = []testCase{
 	{"renew/no-client-certificate", refusal.CodeCertUnknown, renew(nil, validCSR)},
 	{"renew/revoked-certificate", refusal.CodeCertRevoked, renew(revoked, validCSR)},
 	{"renew/malformed-csr", pki.CodeCSRMalformed, renew(joined, func() []byte { return []byte("not a CSR") })},
-	{"tunnel/unsupported", refusal.CodeTunnelUnsupported, tunnel},
+	{"tunnel/unknown-tunnel", refusal.CodeTunnelUnknown, tunnel},
 }
 
 func joined(t *Target) *Node  { return &t.Joined }
@@ -199,7 +199,7 @@ func renew(node func(*Target) *Node, csr func() []byte) func(context.Context, *e
 	}
 }
 
-// tunnel opens a Tunnel as the joined node.
+// tunnel opens a Tunnel as the joined node for a tunnel no gateway asked for.
 func tunnel(ctx context.Context, e *env) error {
 	conn, err := e.dial(&e.t.Joined)
 	if err != nil {

@@ -139,12 +139,20 @@ func inOrder(list []Reconciler) ([]Reconciler, error) {
 	return out, nil
 }
 
-// Start passes again, in the background, every section left PROGRESSING or
-// without a status for the applied generation.
+// Start resumes the sections that live in the process (Resumer) on the
+// applied spec, then passes again, in the background, every section left
+// PROGRESSING or without a status for the applied generation.
 func (c *Converger) Start() {
 	generation := c.AppliedGeneration()
 	if generation == 0 {
 		return
+	}
+	if spec := c.appliedSpec(); spec != nil {
+		for _, r := range c.reconcilers {
+			if resumer, ok := r.(Resumer); ok {
+				resumer.Resume(c.ctx, spec)
+			}
+		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

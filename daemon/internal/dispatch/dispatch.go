@@ -513,10 +513,12 @@ func (d *Dispatcher) begin(ctx context.Context, rec *journal.CommandRecord, cmd 
 		d.log.Error("dispatch.journal_failed", "command_id", rec.ID, "err", err)
 		return false
 	}
-	d.cfg.Notify()
+	// The execution is counted (fakehw fsyncs its counter) before RUNNING
+	// goes out, so whoever sees RUNNING sees the count too.
 	if err := d.cfg.Machine.Executed(rec.ID); err != nil {
 		d.log.Error("dispatch.counter_failed", "command_id", rec.ID, "err", err)
 	}
+	d.cfg.Notify()
 	d.log.Info("dispatch.running", "command_id", rec.ID, "kind", rec.Kind, "boot_id", rec.BootID)
 	if hold := d.cfg.Machine.Hold(cmd.GetParams()); hold > 0 {
 		timer := time.NewTimer(hold)

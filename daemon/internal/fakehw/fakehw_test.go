@@ -1,5 +1,6 @@
 // Tests of fakehw: deterministic inventory sections, the variants' shapes,
-// the boot id and its reboot, and the execution counters.
+// the boot id and its reboot, the execution counters and the console
+// shells' place and counter.
 
 package fakehw
 
@@ -12,6 +13,7 @@ import (
 	"testing"
 
 	"bcd/internal/machine"
+	"bcd/internal/tunnel"
 )
 
 func sections(t *testing.T, seed, variant string) map[string][]byte {
@@ -136,5 +138,25 @@ func TestExecutionsAreCounted(t *testing.T) {
 	}
 	if m.Hold([]byte(`{"hold_ms":1500}`)).Milliseconds() != 1500 || m.Hold(nil) != 0 {
 		t.Fatal("hold_ms")
+	}
+}
+
+func TestConsoleShellsRunInTheFakeRootAndAreCounted(t *testing.T) {
+	m, _ := New(t.TempDir(), "41", VariantCPU)
+	var place tunnel.Place = m
+	if place.ShellDir() != m.Root() {
+		t.Fatalf("shells run in %s, not the fake root %s", place.ShellDir(), m.Root())
+	}
+	if n, _ := m.ShellsStarted(); n != 0 {
+		t.Fatalf("%d shells before any console", n)
+	}
+	for i := 0; i < 2; i++ {
+		if err := place.ShellStarted(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	again, _ := New(filepath.Dir(m.Root()), "41", VariantCPU)
+	if n, _ := again.ShellsStarted(); n != 2 {
+		t.Fatalf("%d shells counted after a restart, want 2", n)
 	}
 }

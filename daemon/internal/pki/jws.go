@@ -58,6 +58,10 @@ type WorkloadToken struct {
 // TicketAudience returns the audience of an exec ticket for nodeID.
 func TicketAudience(nodeID string) string { return "bcd:" + nodeID }
 
+// TunnelsIssuer returns the iss of the exec tickets of trustDomain's
+// tunnels issuer: "https://<trust domain>/tunnels".
+func TunnelsIssuer(trustDomain string) string { return "https://" + trustDomain + "/tunnels" }
+
 // VerifyExecTicket verifies an exec ticket for nodeID from issuer at now.
 func VerifyExecTicket(token string, trusted []*ecdsa.PublicKey, issuer, nodeID string, now time.Time) (*ExecTicket, error) {
 	payload, err := verifyES256(token, trusted)

@@ -37,14 +37,24 @@ const (
 	CodeFrameTooLarge Code = "frame-too-large"
 	// CodeHelloExpected: The first frame of a session was not a Hello (or none came in time).
 	CodeHelloExpected Code = "hello-expected"
+	// CodeFrameMalformed: A WebSocket message that is not one binary protobuf frame of the session.
+	CodeFrameMalformed Code = "frame-malformed"
 	// CodeSessionReplaced: A newer session of the same node took over.
 	CodeSessionReplaced Code = "session-replaced"
 	// CodeLiveness: Nothing heard from the node for three heartbeat intervals.
 	CodeLiveness Code = "liveness"
 	// CodeDraining: The stack is shutting down and opens no session.
 	CodeDraining Code = "draining"
-	// CodeTunnelUnsupported: The gateway has no tunnel relay.
-	CodeTunnelUnsupported Code = "tunnel-unsupported"
+	// CodeTunnelUnknown: A Tunnel call for no tunnel the stack asked this node to open (an unknown or another node's tunnel id, or a first frame with neither ticket nor close reason).
+	CodeTunnelUnknown Code = "tunnel-unknown"
+	// CodeTunnelTicket: The node's first Tunnel frame carries another ticket than the one minted for that tunnel.
+	CodeTunnelTicket Code = "tunnel-ticket"
+	// CodeTunnelLimit: The node already has as many tunnels opening or open as the stack allows (4 by default).
+	CodeTunnelLimit Code = "tunnel-limit"
+	// CodeTunnelTimeout: The node did not dial Tunnel for an OpenTunnel in time (10 s by default).
+	CodeTunnelTimeout Code = "tunnel-timeout"
+	// CodeTunnelGone: The other side of an open tunnel went away (the node's stream, or the caller) without an exit status.
+	CodeTunnelGone Code = "tunnel-gone"
 	// CodeWorkloadUnsupported: The gateway issues no workload tokens (a WorkloadTokenReply error).
 	CodeWorkloadUnsupported Code = "workload-unsupported"
 	// CodeSecretUnknown: The gateway holds no such secret (a SecretReply error).
@@ -53,6 +63,12 @@ const (
 	CodeResultUnverified Code = "result-unverified"
 	// CodeInternal: The stack failed on its own (its store, its keys); the detail never holds a secret.
 	CodeInternal Code = "internal"
+)
+
+// The codes of domain "otlp": The dev stack's OTLP/HTTP receiver of node metrics.
+const (
+	// CodeOTLPMalformed: An export that does not decode as an OTLP ExportMetricsServiceRequest (HTTP 400).
+	CodeOTLPMalformed Code = "otlp-malformed"
 )
 
 // The codes of domain "reservation": Why the stack refused a node's AllocationBound (devstack reservations.last_refusal).

@@ -53,6 +53,9 @@ type Stream interface {
 	CloseSend() error
 }
 
+// Transports name themselves (Info.Transport): a Stream may say which it is.
+type namedTransport interface{ Transport() string }
+
 // Dialer opens a Session stream; close releases its connection. GRPCDialer
 // (grpc.go) is the gRPC one over the node's mTLS identity.
 type Dialer func(ctx context.Context) (stream Stream, close func(), err error)
@@ -89,6 +92,8 @@ type Info struct {
 	Epoch         uint64
 	Gateway       string
 	ConnectedAtMs int64
+	// Transport is the connected stream's ("grpc", "websocket").
+	Transport string
 }
 
 // Config configures a session.
@@ -207,6 +212,8 @@ func (s *Session) setState(state State, epoch uint64, connectedAt int64) {
 	s.info.State = state
 	if state == Connected {
 		s.info.Epoch, s.info.ConnectedAtMs = epoch, connectedAt
+	} else {
+		s.info.Transport = ""
 	}
 }
 
@@ -364,14 +371,19 @@ func (s *Session) connect(ctx context.Context) (welcomed bool, err error) {
 		return true, err
 	}
 	s.setState(Connected, w.GetSessionEpoch(), time.Now().UnixMilli())
+	transport := "unnamed"
+	if t, ok := stream.(namedTransport); ok {
+		transport = t.Transport()
+	}
 	s.mu.Lock()
 	s.connections++
+	s.info.Transport = transport
 	s.mu.Unlock()
 	interval := time.Duration(w.GetHeartbeatIntervalMs()) * time.Millisecond
 	if interval <= 0 {
 		interval = 5 * time.Second
 	}
-	s.log.Info("session.connected", "epoch", w.GetSessionEpoch(), "gateway", s.cfg.Gateway,
+	s.log.Info("session.connected", "epoch", w.GetSessionEpoch(), "gateway", s.cfg.Gateway, "transport", transport,
 		"heartbeat_ms", interval.Milliseconds(), "lane_credits", w.GetLaneCredits(), "acked_seq", w.GetAckedSeq())
 
 	// Control frames queued for an earlier connection are stale.

@@ -38,6 +38,9 @@ type Session struct {
 	Epoch         uint64 `json:"epoch"`
 	Gateway       string `json:"gateway"`
 	ConnectedAtMs int64  `json:"connectedAtMs"`
+	// Transport is the connected session's: grpc or websocket (empty when
+	// not connected).
+	Transport string `json:"transport,omitempty"`
 }
 
 // Commands counts commands.

@@ -573,11 +573,12 @@ func recvFrame(stream agentv1.Gateway_SessionServer) (*agentv1.NodeFrame, error)
 	return f, nil
 }
 
-// Tunnel authenticates the caller and refuses: the test gateway relays no
-// tunnels (tunnel-unsupported), as the dev stack.
+// Tunnel authenticates the caller and refuses its tunnel: the test gateway
+// never sends an OpenTunnel, so every tunnel id is unknown (tunnel-unknown),
+// as the dev stack answers a tunnel it did not ask for.
 func (g *Gateway) Tunnel(stream agentv1.Gateway_TunnelServer) error {
 	if _, _, err := g.authenticate(stream.Context()); err != nil {
 		return err
 	}
-	return refusal.Status(refusal.CodeTunnelUnsupported, "this gateway has no tunnel relay")
+	return refusal.Status(refusal.CodeTunnelUnknown, "this gateway asked for no tunnel")
 }

@@ -57,7 +57,8 @@ impl proto::gateway_server::Gateway for GatewayService {
             return Err(refuse(Code::Draining, "the dev stack is shutting down"));
         }
         let (tx, rx) = mpsc::channel(OUTBOUND_BUFFER);
-        tokio::spawn(session::run(self.shared.clone(), node, request.into_inner(), tx));
+        let transport = crate::hub::Transport::Grpc;
+        tokio::spawn(session::run(self.shared.clone(), node, transport, request.into_inner(), tx));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
@@ -82,7 +83,7 @@ impl proto::gateway_server::Gateway for GatewayService {
         request: Request<Streaming<proto::TunnelFrame>>,
     ) -> Result<Response<Self::TunnelStream>, Status> {
         let node = self.authenticate("Tunnel", &request)?;
-        warn!(node_id = %node.node_id, "gateway: tunnel refused: no tunnel relay in this stack yet");
-        Err(refuse(Code::TunnelUnsupported, "this stack has no tunnel relay yet"))
+        let stream = crate::tunnels::relay::accept(self.shared.clone(), node, request.into_inner()).await?;
+        Ok(Response::new(Box::pin(stream)))
     }
 }

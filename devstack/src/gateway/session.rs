@@ -3,6 +3,13 @@
 //! every open one after the Welcome, BUSY ones again after a short delay),
 //! desired state, revocation and drain.
 //!
+//! The session is transport-neutral: it runs over any stream of decoded
+//! [`proto::NodeFrame`]s ([`Inbound`]: tonic's `Streaming` for
+//! `Gateway.Session`, the WebSocket's messages for `/v1/session`) and
+//! answers through [`Outbound`], whose `Err` is the refusal that ends it;
+//! each transport turns that into its own form (a gRPC status, a close
+//! frame).
+//!
 //! The session routes what the node sends to the features'
 //! handlers ([`super::handlers::HANDLERS`]): an event (StatusReport,
 //! CommandUpdate) is recorded once by node, journal and seq, its handlers
@@ -19,7 +26,8 @@ use proto::gateway_frame::Frame as Out;
 use proto::node_frame::Frame as In;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
-use tonic::{Status, Streaming};
+use tokio_stream::{Stream, StreamExt as _};
+use tonic::Status;
 use tracing::{debug, info, warn};
 
 use super::auth::AuthedNode;
@@ -30,15 +38,35 @@ use crate::clock::now_ms;
 use crate::commands::{delivery_frame, frame};
 use crate::error::Result;
 use crate::events::StackEvent;
-use crate::hub::Control;
+use crate::hub::{Control, Transport};
 use crate::shared::Shared;
 use crate::status::{Code, refuse};
 use crate::store::rows::{CommandRow, CommandStatus, NodeSessionRow, NodeSpecRow};
 use crate::store::sessions::NewSession;
 use crate::store::{commands, events, nodes, sessions, specs};
 
-/// The sending half of a session's response stream.
+/// The sending half of a session's response stream: frames, then at most
+/// one refusal.
 pub type Outbound = mpsc::Sender<Result<proto::GatewayFrame, Status>>;
+
+/// What a session reads: the node's frames as its transport decoded them;
+/// an `Err` is the transport's error (too large, malformed, a reset), the
+/// end of the stream the node's close.
+pub trait Inbound: Stream<Item = Result<proto::NodeFrame, Status>> + Unpin + Send {}
+
+impl<S: Stream<Item = Result<proto::NodeFrame, Status>> + Unpin + Send> Inbound for S {}
+
+/// The refusal an inbound error ends the session with, if it is one: the
+/// contract's `frame-too-large` for tonic's own "too large" status, any
+/// refusal a transport made itself (`frame-too-large`, `frame-malformed`)
+/// as it is; `None` for a plain transport error (a reset).
+fn inbound_refusal(status: &Status) -> Option<Status> {
+    if limit::is_too_large(status) {
+        return Some(limit::too_large(status.message()));
+    }
+    let code = crate::status::code_of(status);
+    [Code::FrameTooLarge, Code::FrameMalformed].iter().any(|c| c.as_str() == code).then(|| status.clone())
+}
 
 /// Why a session ended.
 enum End {
@@ -53,7 +81,13 @@ enum End {
 }
 
 /// Runs a session until it ends; every exit path closes its row.
-pub async fn run(shared: Arc<Shared>, node: AuthedNode, mut inbound: Streaming<proto::NodeFrame>, out: Outbound) {
+pub async fn run(
+    shared: Arc<Shared>,
+    node: AuthedNode,
+    transport: Transport,
+    mut inbound: impl Inbound,
+    out: Outbound,
+) {
     let interval = shared.settings.heartbeat_interval;
     let hello = match first_frame(&mut inbound, interval * 3).await {
         Ok(hello) => hello,
@@ -70,7 +104,7 @@ pub async fn run(shared: Arc<Shared>, node: AuthedNode, mut inbound: Streaming<p
         let _ = out.send(Err(status)).await;
         return;
     }
-    let mut session = match Session::open(shared.clone(), node, &hello, out.clone()).await {
+    let mut session = match Session::open(shared.clone(), node, transport, &hello, out.clone()).await {
         Ok(session) => session,
         Err(status) => {
             let _ = out.send(Err(status)).await;
@@ -82,15 +116,14 @@ pub async fn run(shared: Arc<Shared>, node: AuthedNode, mut inbound: Streaming<p
 }
 
 /// Waits for the first frame, which must be a Hello.
-async fn first_frame(inbound: &mut Streaming<proto::NodeFrame>, wait: Duration) -> Result<proto::Hello, Status> {
+async fn first_frame(inbound: &mut impl Inbound, wait: Duration) -> Result<proto::Hello, Status> {
     let hello_expected = |detail: String| refuse(Code::HelloExpected, detail);
-    match tokio::time::timeout(wait, inbound.message()).await {
+    match tokio::time::timeout(wait, inbound.next()).await {
         Err(_) => Err(hello_expected(format!("no frame within {} ms", wait.as_millis()))),
-        Ok(Err(status)) if limit::is_too_large(&status) => Err(limit::too_large(status.message())),
-        Ok(Err(status)) => Err(status),
-        Ok(Ok(None)) => Err(hello_expected("the stream ended before a Hello".into())),
-        Ok(Ok(Some(proto::NodeFrame { frame: Some(In::Hello(hello)), .. }))) => Ok(hello),
-        Ok(Ok(Some(other))) => Err(hello_expected(format!("the first frame is {}", frame_name(&other)))),
+        Ok(Some(Err(status))) => Err(inbound_refusal(&status).unwrap_or(status)),
+        Ok(None) => Err(hello_expected("the stream ended before a Hello".into())),
+        Ok(Some(Ok(proto::NodeFrame { frame: Some(In::Hello(hello)), .. }))) => Ok(hello),
+        Ok(Some(Ok(other))) => Err(hello_expected(format!("the first frame is {}", frame_name(&other)))),
     }
 }
 
@@ -128,6 +161,7 @@ impl Session {
     async fn open(
         shared: Arc<Shared>,
         node: AuthedNode,
+        transport: Transport,
         hello: &proto::Hello,
         out: Outbound,
     ) -> Result<Session, Status> {
@@ -151,7 +185,7 @@ impl Session {
                 Ok((row, acked))
             })
             .map_err(internal)?;
-        let control = shared.hub.register(&node.node_id, row.epoch);
+        let control = shared.hub.register(&node.node_id, row.epoch, transport);
         let interval = shared.settings.heartbeat_interval;
         let session =
             Session { shared, node, row, out, control, interval, last_heard: Instant::now(), busy: HashMap::new() };
@@ -164,6 +198,7 @@ impl Session {
             daemon_version = %hello.daemon_version,
             acked_seq = acked,
             peer = ?session.node.peer,
+            %transport,
             "session: welcome"
         );
         let welcome = proto::Welcome {
@@ -189,7 +224,7 @@ impl Session {
     }
 
     /// The session's main loop.
-    async fn serve(&mut self, inbound: &mut Streaming<proto::NodeFrame>) -> End {
+    async fn serve(&mut self, inbound: &mut impl Inbound) -> End {
         if let Err(end) = self.after_welcome().await {
             return end;
         }
@@ -200,17 +235,19 @@ impl Session {
             let liveness = self.last_heard + self.interval * 3;
             let next_busy = self.busy.values().min().copied();
             let step = tokio::select! {
-                message = inbound.message() => match message {
-                    Ok(Some(f)) => {
+                message = inbound.next() => match message {
+                    Some(Ok(f)) => {
                         self.last_heard = Instant::now();
                         self.on_frame(f).await
                     }
-                    Ok(None) => Err(End::Closed),
-                    Err(status) if limit::is_too_large(&status) => Err(End::Refuse(limit::too_large(status.message()))),
-                    Err(status) => {
-                        debug!(node_id = %self.node.node_id, %status, "session: inbound stream error");
-                        Err(End::Closed)
-                    }
+                    None => Err(End::Closed),
+                    Some(Err(status)) => match inbound_refusal(&status) {
+                        Some(refusal) => Err(End::Refuse(refusal)),
+                        None => {
+                            debug!(node_id = %self.node.node_id, %status, "session: inbound stream error");
+                            Err(End::Closed)
+                        }
+                    },
                 },
                 control = self.control.recv() => match control {
                     Some(c) => self.on_control(c).await,

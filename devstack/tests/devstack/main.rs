@@ -13,6 +13,8 @@ mod serve;
 mod session;
 mod tls;
 mod tpm;
+mod tunnels;
+mod websocket;
 
 use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -95,6 +97,17 @@ fn api_futures_are_send(stack: &DevStack) {
     send(stack.section_status("node", "instances"));
     send(stack.await_until("anything", wait, |v| v.section_status("node", "instances")));
     send(DevStack::start(DevStackOptions::memory()));
+    send(stack.open_console("node", devstack::ConsoleSize::default()));
+}
+
+/// A console's halves can each be driven from its own task (a WebSocket
+/// route's two pumps).
+#[allow(dead_code)]
+fn console_halves_are_send(console: devstack::Console) {
+    fn send<T: Send + 'static>(_: T) {}
+    let (writer, mut reader) = console.split();
+    send(async move { writer.write("x").await });
+    send(async move { reader.next().await });
 }
 
 /// The stack can be shared between tasks, and shut down from any of them.

@@ -866,8 +866,15 @@ pub struct WorkloadTokenResponse {
 pub struct OpenTunnel {
     #[prost(string, tag = "1")]
     pub tunnel_id: ::prost::alloc::string::String,
+    /// the exec ticket (a secret: never logged)
     #[prost(string, tag = "2")]
     pub ticket: ::prost::alloc::string::String,
+    /// the caller's terminal when it opened
+    #[prost(message, optional, tag = "3")]
+    pub size: ::core::option::Option<TerminalSize>,
+    /// the caller's TERM
+    #[prost(string, tag = "4")]
+    pub term: ::prost::alloc::string::String,
 }
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]

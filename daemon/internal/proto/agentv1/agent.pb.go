@@ -4812,7 +4812,9 @@ func (x *WorkloadTokenResponse) GetError() string {
 type OpenTunnel struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TunnelId      string                 `protobuf:"bytes,1,opt,name=tunnel_id,json=tunnelId,proto3" json:"tunnel_id,omitempty"`
-	Ticket        string                 `protobuf:"bytes,2,opt,name=ticket,proto3" json:"ticket,omitempty"`
+	Ticket        string                 `protobuf:"bytes,2,opt,name=ticket,proto3" json:"ticket,omitempty"` // the exec ticket (a secret: never logged)
+	Size          *TerminalSize          `protobuf:"bytes,3,opt,name=size,proto3" json:"size,omitempty"`     // the caller's terminal when it opened
+	Term          string                 `protobuf:"bytes,4,opt,name=term,proto3" json:"term,omitempty"`     // the caller's TERM
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4857,6 +4859,20 @@ func (x *OpenTunnel) GetTunnelId() string {
 func (x *OpenTunnel) GetTicket() string {
 	if x != nil {
 		return x.Ticket
+	}
+	return ""
+}
+
+func (x *OpenTunnel) GetSize() *TerminalSize {
+	if x != nil {
+		return x.Size
+	}
+	return nil
+}
+
+func (x *OpenTunnel) GetTerm() string {
+	if x != nil {
+		return x.Term
 	}
 	return ""
 }
@@ -5516,11 +5532,13 @@ const file_bc_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\tR\x05token\x12\x14\n" +
-	"\x05error\x18\x03 \x01(\tR\x05error\"A\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\"\x84\x01\n" +
 	"\n" +
 	"OpenTunnel\x12\x1b\n" +
 	"\ttunnel_id\x18\x01 \x01(\tR\btunnelId\x12\x16\n" +
-	"\x06ticket\x18\x02 \x01(\tR\x06ticket\"a\n" +
+	"\x06ticket\x18\x02 \x01(\tR\x06ticket\x12-\n" +
+	"\x04size\x18\x03 \x01(\v2\x19.bc.agent.v1.TerminalSizeR\x04size\x12\x12\n" +
+	"\x04term\x18\x04 \x01(\tR\x04term\"a\n" +
 	"\fRenewRequest\x12\x17\n" +
 	"\acsr_der\x18\x01 \x01(\fR\x06csrDer\x128\n" +
 	"\bnode_key\x18\x02 \x01(\v2\x1d.bc.agent.v1.TpmCertificationR\anodeKey\"?\n" +
@@ -5721,22 +5739,23 @@ var file_bc_agent_v1_agent_proto_depIdxs = []int32{
 	51, // 67: bc.agent.v1.GpuInventory.gpus:type_name -> bc.agent.v1.Gpu
 	53, // 68: bc.agent.v1.NetworkInventory.nics:type_name -> bc.agent.v1.Nic
 	2,  // 69: bc.agent.v1.DesiredState.spec:type_name -> bc.agent.v1.Envelope
-	12, // 70: bc.agent.v1.RenewRequest.node_key:type_name -> bc.agent.v1.TpmCertification
-	2,  // 71: bc.agent.v1.RenewReply.response:type_name -> bc.agent.v1.Envelope
-	72, // 72: bc.agent.v1.TunnelFrame.resize:type_name -> bc.agent.v1.TerminalSize
-	5,  // 73: bc.agent.v1.Join.Join:input_type -> bc.agent.v1.JoinRequest
-	36, // 74: bc.agent.v1.Gateway.Session:input_type -> bc.agent.v1.NodeFrame
-	69, // 75: bc.agent.v1.Gateway.Renew:input_type -> bc.agent.v1.RenewRequest
-	71, // 76: bc.agent.v1.Gateway.Tunnel:input_type -> bc.agent.v1.TunnelFrame
-	13, // 77: bc.agent.v1.Join.Join:output_type -> bc.agent.v1.JoinReply
-	37, // 78: bc.agent.v1.Gateway.Session:output_type -> bc.agent.v1.GatewayFrame
-	70, // 79: bc.agent.v1.Gateway.Renew:output_type -> bc.agent.v1.RenewReply
-	71, // 80: bc.agent.v1.Gateway.Tunnel:output_type -> bc.agent.v1.TunnelFrame
-	77, // [77:81] is the sub-list for method output_type
-	73, // [73:77] is the sub-list for method input_type
-	73, // [73:73] is the sub-list for extension type_name
-	73, // [73:73] is the sub-list for extension extendee
-	0,  // [0:73] is the sub-list for field type_name
+	72, // 70: bc.agent.v1.OpenTunnel.size:type_name -> bc.agent.v1.TerminalSize
+	12, // 71: bc.agent.v1.RenewRequest.node_key:type_name -> bc.agent.v1.TpmCertification
+	2,  // 72: bc.agent.v1.RenewReply.response:type_name -> bc.agent.v1.Envelope
+	72, // 73: bc.agent.v1.TunnelFrame.resize:type_name -> bc.agent.v1.TerminalSize
+	5,  // 74: bc.agent.v1.Join.Join:input_type -> bc.agent.v1.JoinRequest
+	36, // 75: bc.agent.v1.Gateway.Session:input_type -> bc.agent.v1.NodeFrame
+	69, // 76: bc.agent.v1.Gateway.Renew:input_type -> bc.agent.v1.RenewRequest
+	71, // 77: bc.agent.v1.Gateway.Tunnel:input_type -> bc.agent.v1.TunnelFrame
+	13, // 78: bc.agent.v1.Join.Join:output_type -> bc.agent.v1.JoinReply
+	37, // 79: bc.agent.v1.Gateway.Session:output_type -> bc.agent.v1.GatewayFrame
+	70, // 80: bc.agent.v1.Gateway.Renew:output_type -> bc.agent.v1.RenewReply
+	71, // 81: bc.agent.v1.Gateway.Tunnel:output_type -> bc.agent.v1.TunnelFrame
+	78, // [78:82] is the sub-list for method output_type
+	74, // [74:78] is the sub-list for method input_type
+	74, // [74:74] is the sub-list for extension type_name
+	74, // [74:74] is the sub-list for extension extendee
+	0,  // [0:74] is the sub-list for field type_name
 }
 
 func init() { file_bc_agent_v1_agent_proto_init() }

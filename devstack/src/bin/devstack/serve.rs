@@ -50,6 +50,10 @@ pub struct Serve {
     /// The HTTP port of the well-known document and the releases (0 picks a free one).
     #[arg(long, value_name = "P", default_value_t = 0)]
     http_port: u16,
+    /// The HTTPS port of the WebSocket session and `POST /v1/renew` (0
+    /// picks a free one).
+    #[arg(long, value_name = "P", default_value_t = 0)]
+    https_port: u16,
     /// The address to listen on (the admin endpoint is on loopback only, always).
     #[arg(long, value_name = "H", default_value = "127.0.0.1")]
     host: IpAddr,
@@ -175,6 +179,7 @@ pub async fn run(args: Serve, discovery_file: PathBuf) -> Result<ExitCode> {
         listen_host: args.host,
         gateway_port: args.port,
         http_port: args.http_port,
+        https_port: args.https_port,
         tpm_attestor: tpm_attestor(&args)?,
         ..DevStackOptions::default()
     };
@@ -262,6 +267,8 @@ async fn prepare(stack: &Arc<DevStack>, args: &Serve, dir: &Path, discovery_file
     println!("  gateway:             {}", stack.gateway_url());
     println!("  server name:         {}", stack.server_name());
     println!("  well-known:          {}", stack.well_known_url());
+    println!("  websocket session:   {}", stack.websocket_url());
+    println!("  OTLP metrics:        {}", stack.otlp_url());
     println!("  serving CA pin:      {}", pins.serving_ca);
     println!("  join signing pin:    {}", pins.join_signing);
     println!("  join encryption pin: {}", pins.join_encryption);
