@@ -9,12 +9,14 @@
 //! The protocol contract it implements is docs/protocol.md, "The agent
 //! protocol". Every cryptographic object comes from `pki`.
 
+pub mod admin;
 mod adoption;
 pub mod client;
 mod clock;
 mod commands;
 pub mod config;
 mod error;
+mod events;
 mod gateway;
 mod http;
 mod https;
@@ -48,6 +50,7 @@ mod workload;
 pub use commands::{Batch, BatchCommand, BatchSpec, CommandOptions, CommandOutcome, Signing};
 pub use config::BcdConfigPaths;
 pub use error::{Error, Result};
+pub use events::{EventSubscription, Published, RECENT, Received, StackEvent};
 pub use gateway::limit::MAX_MESSAGE_BYTES;
 pub use http::WELL_KNOWN_PATH;
 pub use hub::Transport;

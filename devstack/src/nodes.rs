@@ -9,6 +9,7 @@ use tracing::info;
 
 use crate::clock::now_ms;
 use crate::error::{Error, Result};
+use crate::events::StackEvent;
 use crate::gateway::handlers::{Effects, Event, EventHandler};
 use crate::hub::{Control, Transport};
 use crate::stack::DevStack;
@@ -181,6 +182,7 @@ impl DevStack {
         })?;
         info!(node_id, certificates = n, "node revoked");
         shared.hub.send(node_id, Control::Revoke("the node's certificates were revoked".into()));
+        shared.publish(StackEvent::Revoked { node_id: node_id.to_string() });
         shared.bump();
         Ok(())
     }

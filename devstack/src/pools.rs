@@ -11,6 +11,7 @@ use tracing::info;
 use crate::adoption::{ACCEPTANCE_DIAG, ACCEPTANCE_NONE};
 use crate::clock::now_ms;
 use crate::error::{Error, Result};
+use crate::events::StackEvent;
 use crate::ids;
 use crate::stack::DevStack;
 use crate::store::rows::{JoinTokenRow, PoolRow};
@@ -102,6 +103,7 @@ impl DevStack {
         };
         self.shared().store.with(|c| pools::insert(c, &row))?;
         info!(pool_id = %row.id, name = %row.name, kind = %row.kind, expect_gpu_count = ?row.expect_gpu_count, "pool created");
+        self.shared().publish(StackEvent::PoolCreated { pool_id: row.id.clone(), name: row.name.clone() });
         self.shared().bump();
         Ok(row.id)
     }
@@ -137,6 +139,12 @@ impl DevStack {
             tokens::insert(c, &row)
         })?;
         info!(token_id = %row.id, pool_id, max_uses, expires_at_ms = row.expires_at_ms, "join token minted");
+        self.shared().publish(StackEvent::TokenMinted {
+            token_id: row.id.clone(),
+            pool_id: pool_id.to_string(),
+            max_uses,
+            expires_at_ms: row.expires_at_ms,
+        });
         self.shared().bump();
         Ok(secret)
     }

@@ -1,6 +1,6 @@
 //! The state every part of a running stack shares: the store, the keys, the
-//! live sessions, the settings of this run, and the change notification that
-//! the `await_*` helpers wait on.
+//! live sessions, the settings of this run, the change notification that
+//! the `await_*` helpers wait on, and the event stream people watch.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::error::{Error, Result};
+use crate::events::{EventBus, StackEvent};
 use crate::hub::Hub;
 use crate::keys::StackKeys;
 use crate::otlp::Exports;
@@ -57,6 +58,8 @@ pub struct Shared {
     pub settings: Settings,
     /// The TPM attestor, when the stack has one.
     pub tpm: Option<TpmJoin>,
+    /// The stack-wide event stream.
+    pub events: EventBus,
     /// The consoles' tunnels, opening and open.
     pub tunnels: Registry,
     /// The OTLP exports received (kept for tests, in memory).
@@ -75,6 +78,7 @@ impl Shared {
             tunnels: Registry::new(settings.tunnels.clone()),
             settings,
             tpm,
+            events: EventBus::default(),
             otlp: Exports::default(),
             changed: watch::channel(0).0,
             draining: AtomicBool::new(false),
@@ -89,6 +93,18 @@ impl Shared {
     /// Whether the stack is shutting down.
     pub fn is_draining(&self) -> bool {
         self.draining.load(Ordering::SeqCst)
+    }
+
+    /// Publishes a committed change on the event stream.
+    pub fn publish(&self, event: StackEvent) {
+        self.events.publish(event);
+    }
+
+    /// Publishes committed changes on the event stream, in order.
+    pub fn publish_all(&self, events: impl IntoIterator<Item = StackEvent>) {
+        for event in events {
+            self.events.publish(event);
+        }
     }
 
     /// Tells every waiter that the store or the live sessions changed.

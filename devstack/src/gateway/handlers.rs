@@ -16,6 +16,7 @@ use rusqlite::Connection;
 
 use super::auth::AuthedNode;
 use crate::error::Result;
+use crate::events::StackEvent;
 use crate::shared::Shared;
 use crate::store::certs;
 use crate::store::rows::NodeSpecRow;
@@ -76,8 +77,8 @@ pub struct RequestContext<'a> {
 }
 
 /// What a handler asks of the session once its event committed (or its
-/// request was answered): specs and frames to send, in order, and commands
-/// to deliver again.
+/// request was answered): events to publish, specs and frames to send, in
+/// order, and commands to deliver again.
 #[derive(Debug, Default)]
 #[must_use]
 pub struct Effects {
@@ -89,6 +90,9 @@ pub struct Effects {
     /// Commands to deliver again after a delay (`Some`, a BUSY), or no
     /// longer (`None`).
     pub redeliver: Vec<(String, Option<Duration>)>,
+    /// What changed, for the stack's event stream (published first, once
+    /// the event committed).
+    pub events: Vec<StackEvent>,
 }
 
 impl Effects {
@@ -102,6 +106,7 @@ impl Effects {
         self.specs.extend(other.specs);
         self.frames.extend(other.frames);
         self.redeliver.extend(other.redeliver);
+        self.events.extend(other.events);
     }
 }
 

@@ -37,6 +37,7 @@ use crate::adoption;
 use crate::clock::now_ms;
 use crate::commands::{delivery_frame, frame};
 use crate::error::Result;
+use crate::events::StackEvent;
 use crate::hub::{Control, Transport};
 use crate::shared::Shared;
 use crate::status::{Code, refuse};
@@ -210,6 +211,11 @@ impl Session {
         };
         // A node that is gone before its Welcome simply ends the session.
         let _ = session.send(frame(Out::Welcome(welcome))).await;
+        session.shared.publish(StackEvent::Connected {
+            node_id: session.node.node_id.clone(),
+            epoch: session.row.epoch,
+            daemon_version: hello.daemon_version.clone(),
+        });
         session.shared.bump();
         Ok(session)
     }
@@ -300,6 +306,16 @@ impl Session {
             self.send(delivery_frame(row).map_err(store_end)?).await?;
             self.shared.store.with(|c| commands::mark_delivered(c, &row.id, now_ms())).map_err(store_end)?;
             self.busy.remove(&row.id);
+            // A delivery again (after a BUSY, on a new session) changes no state.
+            if row.state == CommandStatus::Pending {
+                self.shared.publish(StackEvent::Command {
+                    node_id: row.node_id.clone(),
+                    command_id: row.id.clone(),
+                    kind: row.kind.clone(),
+                    state: CommandStatus::Delivered,
+                    reason: String::new(),
+                });
+            }
             debug!(node_id = %self.node.node_id, command_id = %row.id, kind = %row.kind, "session: command delivered");
         }
         if !rows.is_empty() {
@@ -425,8 +441,10 @@ impl Session {
         self.carry_out(effects).await
     }
 
-    /// Sends the specs, then the frames, and schedules the redeliveries.
+    /// Publishes the events, sends the specs, then the frames, and schedules
+    /// the redeliveries.
     async fn carry_out(&mut self, effects: Effects) -> Result<(), End> {
+        self.shared.publish_all(effects.events);
         for (id, again) in effects.redeliver {
             match again {
                 Some(after) => self.busy.insert(id, Instant::now() + after),
@@ -460,6 +478,11 @@ impl Session {
             warn!(node_id = %node_id, error = %e, "session: could not record the disconnection");
         }
         self.shared.hub.unregister(node_id, self.row.epoch);
+        self.shared.publish(StackEvent::Disconnected {
+            node_id: node_id.clone(),
+            epoch: self.row.epoch,
+            reason: why.to_string(),
+        });
         self.shared.bump();
         if let End::Refuse(status) = end {
             let _ = self.out.send(Err(status)).await;
