@@ -121,7 +121,7 @@ pub fn open(recipient: &p256::SecretKey, kid: &str, compact: &str) -> Result<Vec
         .iter()
         .map(|p| b64::url_decode(p).ok_or_else(|| malformed("a part is not base64url")))
         .collect::<Result<_>>()?;
-    let header: Header = crate::json_object(&raw[0]).map_err(|_| malformed("the header is not a JSON object"))?;
+    let header: Header = crate::json::object(&raw[0]).map_err(|_| malformed("the header is not a JSON object"))?;
 
     let bad_header = |reason: &str| Error::from(JweError::Header { reason: reason.to_string() });
     if header.alg.as_deref() != Some(ALG) {

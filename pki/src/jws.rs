@@ -86,7 +86,7 @@ fn verify<C: for<'de> Deserialize<'de>>(token: &str, trusted: &[p256::PublicKey]
         .iter()
         .map(|p| b64::url_decode(p).ok_or_else(|| malformed("a part is not base64url")))
         .collect::<Result<_>>()?;
-    let header: Header = crate::json_object(&raw[0]).map_err(|_| malformed("the header is not a JSON object"))?;
+    let header: Header = crate::json::object(&raw[0]).map_err(|_| malformed("the header is not a JSON object"))?;
     let alg = header.alg.unwrap_or_default();
     if alg != "ES256" {
         return Err(JwsError::Alg { found: alg }.into());
@@ -101,7 +101,7 @@ fn verify<C: for<'de> Deserialize<'de>>(token: &str, trusted: &[p256::PublicKey]
     p256::ecdsa::VerifyingKey::from(key)
         .verify(input.as_bytes(), &sig)
         .map_err(|_| JwsError::BadSignature { kid: kid.clone() })?;
-    crate::json_object(&raw[1]).map_err(|reason| JwsError::Claims { reason }.into())
+    crate::json::object(&raw[1]).map_err(|reason| JwsError::Claims { reason }.into())
 }
 
 fn check_times(iat: i64, exp: i64, now_ms: i64) -> Result<()> {

@@ -70,7 +70,7 @@ pub fn verify_manifest(env: &Envelope, policy: &Policy) -> Result<Manifest> {
         Error::Dsse(DsseError::Threshold { valid, threshold }) => ReleaseError::Threshold { valid, threshold }.into(),
         other => other,
     })?;
-    let manifest: Manifest = crate::json_object(payload).map_err(|reason| ReleaseError::Malformed { reason })?;
+    let manifest: Manifest = crate::json::object(payload).map_err(|reason| ReleaseError::Malformed { reason })?;
     if manifest.sequence < policy.min_sequence {
         return Err(ReleaseError::Sequence { sequence: manifest.sequence, min_sequence: policy.min_sequence }.into());
     }
