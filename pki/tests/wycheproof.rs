@@ -234,3 +234,17 @@ fn aes_256_key_wrap() {
 fn hkdf_sha256() {
     check("HKDF-SHA256", hkdf());
 }
+
+#[test]
+fn the_fixture_lists_the_same_differences_on_purpose() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/wycheproof");
+    let mut files = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(entry.unwrap().path()).unwrap()).unwrap();
+        let listed: Vec<&str> =
+            doc["differentOnPurpose"].as_array().unwrap().iter().filter_map(|f| f.as_str()).collect();
+        assert_eq!(listed, DIFFERENT_ON_PURPOSE);
+        files += 1;
+    }
+    assert_eq!(files, 7, "one file per primitive in testdata/wycheproof/");
+}
