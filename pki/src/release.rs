@@ -70,11 +70,17 @@ pub fn verify_manifest(env: &Envelope, policy: &Policy) -> Result<Manifest> {
         Error::Dsse(DsseError::Threshold { valid, threshold }) => ReleaseError::Threshold { valid, threshold }.into(),
         other => other,
     })?;
-    let manifest: Manifest = crate::json_object(payload).map_err(|reason| ReleaseError::Malformed { reason })?;
+    let manifest = parse_manifest(payload)?;
     if manifest.sequence < policy.min_sequence {
         return Err(ReleaseError::Sequence { sequence: manifest.sequence, min_sequence: policy.min_sequence }.into());
     }
     Ok(manifest)
+}
+
+/// Parses a manifest's JSON, the signed payload (`release-malformed`): every
+/// member required, no other, strict JSON (docs/formats.md, "JSON").
+pub fn parse_manifest(payload: &[u8]) -> Result<Manifest> {
+    crate::json::object(payload).map_err(|reason| ReleaseError::Malformed { reason }.into())
 }
 
 /// The manifest's artifact for a platform.

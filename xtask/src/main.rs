@@ -14,6 +14,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use xshell::{Shell, cmd};
 
+mod fuzz;
 mod helper_e2e;
 mod progress;
 mod tidy;
@@ -51,6 +52,15 @@ enum Command {
     Ci,
     /// `bcd helper` as real root in private mount and net namespaces (TestHelperAsRoot); prints its wall time.
     HelperE2e,
+    /// Every fuzz target (cargo-fuzz on nightly, Go native), one after another, then the Rust/Go differential check.
+    Fuzz {
+        /// Seconds per target.
+        #[arg(long, default_value_t = 5, conflicts_with = "runs")]
+        time: u64,
+        /// Executions per target instead (a bench run: `--runs 10000000`).
+        #[arg(long)]
+        runs: Option<u64>,
+    },
     /// Print a benchmark figure.
     Bench {
         #[command(subcommand)]
@@ -121,6 +131,8 @@ fn main() -> Result<()> {
         Command::HelperE2e => prereqs(&sh).and_then(|()| helper_e2e::run(&sh, &root, &target_dir())),
         Command::DaemonTpmFixture { check } => prereqs(&sh).and_then(|()| daemon_tpm_fixture(&sh, check)),
         Command::Bench { what } => prereqs(&sh).and_then(|()| bench(&sh, what)),
+        Command::Fuzz { time, runs } => prereqs(&sh)
+            .and_then(|()| fuzz::run(&sh, &root, runs.map_or(fuzz::Budget::Seconds(time), fuzz::Budget::Runs))),
     }
 }
 
@@ -262,6 +274,11 @@ fn prereqs(sh: &Shell) -> Result<()> {
     let go_dir = root().join("daemon");
     let _dir = sh.push_dir(go_dir);
     cmd!(sh, "go mod download").quiet().run().context("downloading Go modules")?;
+    // cargo-fuzz, for `cargo xtask fuzz`, when the nightly toolchain is there.
+    let nightly = cmd!(sh, "cargo +nightly --version").quiet().ignore_stdout().ignore_stderr().run().is_ok();
+    if nightly && cmd!(sh, "cargo +nightly fuzz --version").quiet().ignore_stdout().ignore_stderr().run().is_err() {
+        cmd!(sh, "cargo install cargo-fuzz --locked").run().context("installing cargo-fuzz")?;
+    }
     Ok(())
 }
 
@@ -321,6 +338,9 @@ fn ci(sh: &Shell) -> Result<()> {
     })?;
     step("helper-e2e: bcd helper as root in private namespaces", || helper_e2e::run(sh, &root(), &target_dir()))?;
     step("no process left behind by the e2e scenarios", no_leftover_processes)?;
+    step("fuzz smoke: every target for 5 s over its corpus, and the differential check", || {
+        fuzz::run(sh, &root(), fuzz::Budget::Seconds(5))
+    })?;
     step("codegen --check", || codegen(sh, true))?;
     step("daemon-fixtures --check", || daemon_fixtures(sh, true))?;
     println!("\nci: all steps passed in {:.1?}", started.elapsed());

@@ -88,6 +88,12 @@ func Load(path string) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
+	return Parse(data, path)
+}
+
+// Parse reads and checks the bytes of a configuration file found at path
+// (relative data directories are resolved against it).
+func Parse(data []byte, path string) (*Config, error) {
 	c := &Config{}
 	md, err := toml.Decode(string(data), c)
 	if err != nil {
@@ -181,6 +187,12 @@ func Set(path string, values map[string]string, order []string) error {
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
+	return WriteFileAtomic(path, Update(data, values, order), 0o644)
+}
+
+// Update is Set on the bytes of a file: each key's line replaced, or added
+// (in order, then the rest) before the first table.
+func Update(data []byte, values map[string]string, order []string) []byte {
 	lines := strings.SplitAfter(string(data), "\n")
 	if len(lines) > 0 && lines[len(lines)-1] == "" {
 		lines = lines[:len(lines)-1]
@@ -216,7 +228,7 @@ func Set(path string, values map[string]string, order []string) error {
 		lines[firstTable-1] += "\n"
 	}
 	out := append(append(append([]string{}, lines[:firstTable]...), added...), lines[firstTable:]...)
-	return WriteFileAtomic(path, []byte(strings.Join(out, "")), 0o644)
+	return []byte(strings.Join(out, ""))
 }
 
 // Quote returns s as a TOML basic string.
