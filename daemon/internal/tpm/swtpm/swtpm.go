@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -93,14 +94,23 @@ func Start(dir string) (*Swtpm, error) {
 	return nil, last
 }
 
-// ports returns a free data port and a bound listener on the port after it.
+// ports returns a free data port and a bound listener on the port after it
+// (the swtpm TCTI finds the control channel at data port + 1). It tries
+// pairs below the kernel's ephemeral range first: Linux hands even ports to
+// bind(0) and odd ones to connect(), so on a machine busy with outgoing
+// connections (a fleet of agents on loopback) the port after a kernel-picked
+// one is often taken; below the range only listeners compete.
 func ports() (int, *net.TCPListener, error) {
-	for range 64 {
-		data, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
-		if err != nil {
-			return 0, nil, err
+	for attempt := range 128 {
+		port := 0
+		if attempt < 64 {
+			port = pairLow + 2*rand.IntN((pairHigh-pairLow)/2)
 		}
-		port := data.Addr().(*net.TCPAddr).Port
+		data, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port})
+		if err != nil {
+			continue
+		}
+		port = data.Addr().(*net.TCPAddr).Port
 		data.Close()
 		ctrl, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port + 1})
 		if err == nil {
@@ -109,6 +119,13 @@ func ports() (int, *net.TCPListener, error) {
 	}
 	return 0, nil, errors.New("no free pair of consecutive ports")
 }
+
+// The range ports tries first: below Linux's default ephemeral range
+// (32768-60999).
+const (
+	pairLow  = 20000
+	pairHigh = 32000
+)
 
 func start(dir string) (*Swtpm, error) {
 	port, ctrl, err := ports()
