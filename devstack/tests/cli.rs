@@ -4,7 +4,9 @@
 //! under `CI=true`), and the admin subcommands against it (`nodes --json`,
 //! `command … diag.nvml --wait`, `events --watch`); then SIGINT, a clean
 //! exit, and nothing left behind. Without a stack, or with a wrong token,
-//! every subcommand fails with a sentence that says so.
+//! every subcommand fails with a sentence that says so. `devstack console`
+//! as a person uses it: inside tmux (keys typed with `send-keys`, the screen
+//! read with `capture-pane`) against `devstack serve --signed-intent --sim 1`.
 
 use std::io::{BufRead as _, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -261,7 +263,7 @@ fn serve_sim_adopts_three_nodes_and_the_cli_drives_them_until_sigint() {
 fn without_a_stack_or_with_a_wrong_token_every_subcommand_says_so() {
     let home = tempfile::tempdir().unwrap();
     let admin = home.path().join("admin.json");
-    let subcommands: [&[&str]; 9] = [
+    let subcommands: [&[&str]; 10] = [
         &["status"],
         &["nodes"],
         &["node", "node_x"],
@@ -271,6 +273,7 @@ fn without_a_stack_or_with_a_wrong_token_every_subcommand_says_so() {
         &["release", "rsv_x"],
         &["revoke", "node_x"],
         &["events", "--watch"],
+        &["console", "--node", "node_x"],
     ];
     for args in subcommands {
         let help = devstack().args(args).arg("--help").output().unwrap();
@@ -324,4 +327,155 @@ fn without_a_stack_or_with_a_wrong_token_every_subcommand_says_so() {
     sigint(&serve.child);
     assert!(await_exit(&mut serve.child, DEADLINE).success());
     assert!(!data_dir.exists() && !admin.exists() && !token_file.exists());
+}
+
+/// A tmux server of its own (its socket in a temporary directory), killed
+/// with everything in it on drop.
+struct Tmux {
+    socket: PathBuf,
+}
+
+impl Tmux {
+    fn new(dir: &Path) -> Tmux {
+        Tmux { socket: dir.join("tmux.sock") }
+    }
+
+    fn run(&self, args: &[&str]) -> std::process::Output {
+        let out =
+            Command::new("tmux").arg("-S").arg(&self.socket).arg("-f").arg("/dev/null").args(args).output().unwrap();
+        assert!(out.status.success(), "tmux {args:?}: {}", text(&out.stderr));
+        out
+    }
+
+    /// Types `keys` into the pane (`literal`: as text, else as key names).
+    fn keys(&self, literal: bool, keys: &str) {
+        let mut args = vec!["send-keys", "-t", "console"];
+        if literal {
+            args.push("-l");
+        }
+        args.push(keys);
+        self.run(&args);
+    }
+
+    /// The pane's rows and columns, as tmux has them now.
+    fn size(&self) -> (u32, u32) {
+        let out = self.run(&["display-message", "-p", "-t", "console", "#{pane_height} #{pane_width}"]);
+        let said = text(&out.stdout);
+        let (rows, cols) = said.trim().split_once(' ').unwrap();
+        (rows.parse().unwrap(), cols.parse().unwrap())
+    }
+
+    /// Reads the screen until one of its lines satisfies `what`.
+    fn await_line(&self, what: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            let screen = text(&self.run(&["capture-pane", "-p", "-t", "console"]).stdout);
+            if let Some(line) = screen.lines().find(|l| what(l.trim_end())) {
+                return line.trim_end().to_string();
+            }
+            assert!(Instant::now() < deadline, "no such line on the screen:\n{screen}");
+            // The screen changes with no notification to await: read it
+            // again after a short step, under the deadline.
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux").arg("-S").arg(&self.socket).arg("kill-server").output();
+    }
+}
+
+/// Waits for the exit status `devstack console` left in `file`.
+fn await_status_file(file: &Path) -> String {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        if let Ok(said) = std::fs::read_to_string(file)
+            && said.ends_with('\n')
+        {
+            return said.trim().to_string();
+        }
+        assert!(Instant::now() < deadline, "devstack console did not exit within {DEADLINE:?}");
+        // The status file has no notification to await: poll it under the deadline.
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn console_in_tmux_relays_resizes_exits_with_the_shell_status_and_detaches_on_ctrl_bracket() {
+    let scenario = "console_in_tmux_relays_resizes_exits_with_the_shell_status_and_detaches_on_ctrl_bracket";
+    if !require_go(scenario) {
+        return;
+    }
+    if Command::new("tmux").arg("-V").output().is_err() {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "{scenario}: tmux is not on PATH (CI=true)");
+        eprintln!("{scenario} skipped: tmux is not on PATH");
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let admin = home.path().join("admin.json");
+    let mut serve = Serve::start(&["--memory", "--signed-intent", "--sim", "1"], &admin);
+    let data_dir = serve.await_data_dir();
+    await_line(&serve.stderr, &mut serve.logged, FIRST_START, |l| l == "1 simulated node(s) adopted");
+    let out = serve.cli(&["nodes", "--json"]);
+    let nodes: Vec<NodeSummary> = serde_json::from_slice(&out.stdout).unwrap();
+    let node = nodes[0].id.clone();
+
+    // A person opens the console in a terminal 120 × 40 and types.
+    let tmux = Tmux::new(home.path());
+    let status = home.path().join("status");
+    let console = |status: &Path| {
+        format!(
+            "DEVSTACK_ADMIN='{}' '{}' console --node '{}'; echo $? > '{}'; exec sleep 600",
+            admin.display(),
+            env!("CARGO_BIN_EXE_devstack"),
+            &node[..12],
+            status.display()
+        )
+    };
+    tmux.run(&["new-session", "-d", "-s", "console", "-x", "120", "-y", "40", &console(&status)]);
+    tmux.keys(true, "echo hi-$((6*7))");
+    tmux.keys(false, "Enter");
+    tmux.await_line(|l| l == "hi-42");
+
+    // The shell sees the terminal's size, and each change of it (SIGWINCH).
+    let (rows, cols) = tmux.size();
+    tmux.keys(true, "stty size");
+    tmux.keys(false, "Enter");
+    tmux.await_line(|l| l == format!("{rows} {cols}"));
+    tmux.run(&["resize-window", "-t", "console", "-x", "100", "-y", "30"]);
+    let (rows, cols) = tmux.size();
+    assert_eq!(cols, 100, "tmux resized the pane");
+    tmux.keys(false, "C-l");
+    tmux.keys(true, "stty size");
+    tmux.keys(false, "Enter");
+    tmux.await_line(|l| l == format!("{rows} {cols}"));
+
+    // The shell's exit status is the console's.
+    tmux.keys(true, "exit 5");
+    tmux.keys(false, "Enter");
+    assert_eq!(await_status_file(&status), "5");
+    tmux.await_line(|l| l.contains("the shell exited with status 5"));
+
+    // Ctrl-] detaches: exit 254, and the console is hung up.
+    tmux.run(&["kill-session", "-t", "console"]);
+    let detached = home.path().join("detached");
+    tmux.run(&["new-session", "-d", "-s", "console", "-x", "120", "-y", "40", &console(&detached)]);
+    tmux.keys(true, "echo ready-$((2+3))");
+    tmux.keys(false, "Enter");
+    tmux.await_line(|l| l == "ready-5");
+    tmux.keys(false, "C-]");
+    assert_eq!(await_status_file(&detached), "254");
+    tmux.await_line(|l| l.contains("detached from"));
+    drop(tmux);
+
+    // An unknown node is the endpoint's sentence and exit 255.
+    let out = serve.cli(&["console", "--node", "node_nope"]);
+    assert_eq!(out.status.code(), Some(255));
+    assert!(text(&out.stderr).contains("no node is named \"node_nope\""), "{}", text(&out.stderr));
+
+    sigint(&serve.child);
+    assert!(await_exit(&mut serve.child, DEADLINE).success());
+    assert_no_process_under(&data_dir);
 }

@@ -263,3 +263,33 @@ pub struct Revoked {
     /// The node.
     pub node_id: String,
 }
+
+/// `GET /v1/nodes/{node}/console?rows=R&cols=C&term=T`: a console on the
+/// node's shell over a WebSocket (docs/devstack.md, "The console route").
+/// Binary messages carry the terminal's bytes both ways; the text messages
+/// are these, as JSON.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ConsoleControl {
+    /// Client to endpoint: the caller's terminal changed size
+    /// (`{"resize": {"rows": R, "cols": C}}`).
+    #[serde(rename = "resize")]
+    Resize {
+        /// Rows.
+        rows: u32,
+        /// Columns.
+        cols: u32,
+    },
+    /// Endpoint to client, last: the shell exited with this status
+    /// (`{"exit": N}`).
+    #[serde(rename = "exit")]
+    Exit(i32),
+    /// Endpoint to client, last: the console was refused or cut,
+    /// `"<code>: <detail>"` (`{"closed": "tunnel-gone: …"}`).
+    #[serde(rename = "closed")]
+    Closed(String),
+}
+
+/// The console route's answer header naming the node the console is on.
+pub const CONSOLE_NODE_HEADER: &str = "x-devstack-node-id";
+/// The console route's answer header naming the tunnel.
+pub const CONSOLE_TUNNEL_HEADER: &str = "x-devstack-tunnel-id";

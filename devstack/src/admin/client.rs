@@ -1,5 +1,5 @@
-//! The admin endpoint's client, for the CLI's subcommands (and a feature's
-//! own, a console say): it finds the endpoint through the discovery file,
+//! The admin endpoint's client, for the CLI's subcommands (a console's
+//! WebSocket is [`super::console_client`]'s): it finds the endpoint through the discovery file,
 //! reads the bearer token from the token file (never from an argument or
 //! the environment, so it is in no `ps` output), and speaks HTTP/1.1 over
 //! loopback (hyper). Every failure is a [`ClientError`] whose message says
@@ -171,7 +171,7 @@ impl AdminClient {
         &self.discovery
     }
 
-    fn protocol(&self, reason: impl std::fmt::Display) -> ClientError {
+    pub(super) fn protocol(&self, reason: impl std::fmt::Display) -> ClientError {
         ClientError::Protocol { url: self.discovery.url.clone(), reason: reason.to_string() }
     }
 
@@ -183,9 +183,8 @@ impl AdminClient {
         path: &str,
         body: Option<Vec<u8>>,
     ) -> Result<(StatusCode, Incoming), ClientError> {
-        let stream = tokio::net::TcpStream::connect(&self.authority)
-            .await
-            .map_err(|source| ClientError::Unreachable { url: self.discovery.url.clone(), source })?;
+        let stream =
+            tokio::net::TcpStream::connect(&self.authority).await.map_err(|source| self.unreachable(source))?;
         let (mut sender, connection) =
             hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|e| self.protocol(e))?;
         tokio::spawn(async move {
@@ -196,7 +195,7 @@ impl AdminClient {
             .method(method)
             .uri(path)
             .header(header::HOST, &self.authority)
-            .header(header::AUTHORIZATION, format!("Bearer {}", self.token));
+            .header(header::AUTHORIZATION, self.bearer());
         if body.is_some() {
             request = request.header(header::CONTENT_TYPE, "application/json");
         }
@@ -208,17 +207,37 @@ impl AdminClient {
             return Ok((status, body));
         }
         let bytes = body.collect().await.map_err(|e| self.protocol(e))?.to_bytes();
-        let message = serde_json::from_slice::<ErrorBody>(&bytes)
+        Err(self.refusal(status, &bytes))
+    }
+
+    /// The error of a refused request: its status and body (`{"error": …}`).
+    pub(super) fn refusal(&self, status: StatusCode, body: &[u8]) -> ClientError {
+        let message = serde_json::from_slice::<ErrorBody>(body)
             .map(|b| b.error)
-            .unwrap_or_else(|_| format!("{status}: {}", String::from_utf8_lossy(&bytes)));
+            .unwrap_or_else(|_| format!("{status}: {}", String::from_utf8_lossy(body)));
         if status == StatusCode::UNAUTHORIZED {
-            return Err(ClientError::Unauthorized {
+            return ClientError::Unauthorized {
                 url: self.discovery.url.clone(),
                 token_file: self.discovery.token_file.clone(),
                 message,
-            });
+            };
         }
-        Err(ClientError::Refused { status: status.as_u16(), message })
+        ClientError::Refused { status: status.as_u16(), message }
+    }
+
+    /// The endpoint's `host:port`.
+    pub(super) fn authority(&self) -> &str {
+        &self.authority
+    }
+
+    /// The `Authorization` header's value (a secret: never log it).
+    pub(super) fn bearer(&self) -> String {
+        format!("Bearer {}", self.token)
+    }
+
+    /// A failed connection to the endpoint.
+    pub(super) fn unreachable(&self, source: std::io::Error) -> ClientError {
+        ClientError::Unreachable { url: self.discovery.url.clone(), source }
     }
 
     async fn json<T: DeserializeOwned>(

@@ -6,10 +6,10 @@
 //! [`client`]. The wire types are [`api`].
 //!
 //! Each resource has its own module of routes (`nodes`, `tokens`,
-//! `commands`, `reservations`, `events`, `stack_info`), merged in
-//! [`router`]; a feature that adds an admin subcommand (a console, say) adds
-//! its module there and its client call beside the others. Routes call the
-//! in-process API ([`DevStack`]) only.
+//! `commands`, `reservations`, `events`, `stack_info`, `console`), merged
+//! in [`router`]; a feature that adds an admin subcommand adds its module
+//! there and its client call beside the others (the console's is
+//! [`console_client`]). Routes call the in-process API ([`DevStack`]) only.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -31,6 +31,8 @@ pub mod api;
 mod auth;
 pub mod client;
 mod commands;
+mod console;
+pub mod console_client;
 pub mod discovery;
 mod events;
 mod nodes;
@@ -90,6 +92,7 @@ fn router(state: State, token_sha256: [u8; 32]) -> Router {
         .merge(commands::routes())
         .merge(reservations::routes())
         .merge(events::routes())
+        .merge(console::routes())
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such admin route") })
         .layer(axum::middleware::from_fn_with_state(Arc::new(token_sha256), auth::require_token))
         .with_state(state)
@@ -193,6 +196,9 @@ impl From<Error> for ApiError {
             | Error::ReleaseExists { .. }
             | Error::NoTpmAttestor
             | Error::NoSignedIntent => StatusCode::CONFLICT,
+            // A stable code's status is its gRPC status's usual HTTP one
+            // (`tunnel-limit`, ResourceExhausted: 429).
+            Error::Refused { code, .. } => crate::https::renew::http_status(&crate::status::refuse(*code, "")),
             Error::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             Error::Shutdown => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::INTERNAL_SERVER_ERROR,

@@ -3,7 +3,8 @@
 //! (optionally with N simulated bcd nodes, `--sim N`) and its admin
 //! endpoint; every other subcommand talks to a running stack through that
 //! endpoint, found by its discovery file: `nodes`, `node`, `token`,
-//! `command`, `reserve`, `release`, `revoke`, `events`, `status`.
+//! `command`, `reserve`, `release`, `revoke`, `events`, `status`, and
+//! `console` (a node's shell in this terminal, [`console`]).
 
 use std::path::PathBuf;
 
@@ -11,6 +12,7 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 
 mod cli;
+mod console;
 mod serve;
 mod sim;
 mod table;
@@ -50,6 +52,10 @@ enum Action {
     Revoke(cli::Revoke),
     /// Print the stack's events, one JSON line each (and follow them with --watch).
     Events(cli::Events),
+    /// A node's shell in this terminal (signed intent): raw mode, the window
+    /// size, the shell's exit status; Ctrl-] detaches (exit 254), a console
+    /// that ends without the shell's status exits 255.
+    Console(console::ConsoleArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -89,6 +95,7 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
             Action::Release(args) => cli::release(&discovery, args).await,
             Action::Revoke(args) => cli::revoke(&discovery, args).await,
             Action::Events(args) => cli::events(&discovery, args).await,
+            Action::Console(args) => console::console(&discovery, args).await,
         }
     });
     // A first bcd build still running in a blocking thread (a stop during
