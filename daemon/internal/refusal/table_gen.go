@@ -127,6 +127,7 @@ var entries = []Entry{
 	{Code: "host-unit-name", Domain: "host", GRPC: codes.InvalidArgument, Meaning: "A unit name the helper does not write."},
 	{Code: "host-generation", Domain: "host", GRPC: codes.FailedPrecondition, Meaning: "A spec older than the last applied."},
 	{Code: "host-no-command-roots", Domain: "host", GRPC: codes.FailedPrecondition, Meaning: "No command root is configured, so nothing is applied."},
+	{Code: "host-node-unknown", Domain: "host", GRPC: codes.FailedPrecondition, Meaning: "The helper does not know this host's node id ([helper] node_id, or node_id in the node's config.toml), so it applies no spec."},
 	{Code: "instance-bridge", Domain: "instance", GRPC: codes.PermissionDenied, Meaning: "A NIC on a bridge that is not an instance bridge of this host."},
 	{Code: "ticket-replayed", Domain: "tunnel", GRPC: codes.PermissionDenied, Meaning: "An exec ticket whose jti this node already took (seen jtis are kept until they expire, across restarts)."},
 	{Code: "tunnel-shell", Domain: "tunnel", GRPC: codes.Internal, Meaning: "bcd could not start the shell on a pseudo-terminal."},

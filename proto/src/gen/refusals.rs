@@ -345,6 +345,8 @@ pub enum Code {
     HostGeneration,
     /// `host-no-command-roots` (host, FailedPrecondition): No command root is configured, so nothing is applied.
     HostNoCommandRoots,
+    /// `host-node-unknown` (host, FailedPrecondition): The helper does not know this host's node id ([helper] node_id, or node_id in the node's config.toml), so it applies no spec.
+    HostNodeUnknown,
     /// `instance-bridge` (instance, PermissionDenied): A NIC on a bridge that is not an instance bridge of this host.
     InstanceBridge,
     /// `ticket-replayed` (tunnel, PermissionDenied): An exec ticket whose jti this node already took (seen jtis are kept until they expire, across restarts).
@@ -501,6 +503,7 @@ impl Code {
             Code::HostUnitName => "host-unit-name",
             Code::HostGeneration => "host-generation",
             Code::HostNoCommandRoots => "host-no-command-roots",
+            Code::HostNodeUnknown => "host-node-unknown",
             Code::InstanceBridge => "instance-bridge",
             Code::TicketReplayed => "ticket-replayed",
             Code::TunnelShell => "tunnel-shell",
@@ -642,6 +645,7 @@ impl Code {
             Code::HostUnitName => Domain::Host,
             Code::HostGeneration => Domain::Host,
             Code::HostNoCommandRoots => Domain::Host,
+            Code::HostNodeUnknown => Domain::Host,
             Code::InstanceBridge => Domain::Instance,
             Code::TicketReplayed => Domain::Tunnel,
             Code::TunnelShell => Domain::Tunnel,
@@ -783,6 +787,7 @@ impl Code {
             Code::HostUnitName => Grpc::InvalidArgument,
             Code::HostGeneration => Grpc::FailedPrecondition,
             Code::HostNoCommandRoots => Grpc::FailedPrecondition,
+            Code::HostNodeUnknown => Grpc::FailedPrecondition,
             Code::InstanceBridge => Grpc::PermissionDenied,
             Code::TicketReplayed => Grpc::PermissionDenied,
             Code::TunnelShell => Grpc::Internal,
@@ -924,6 +929,7 @@ impl Code {
             Code::HostUnitName => "A unit name the helper does not write.",
             Code::HostGeneration => "A spec older than the last applied.",
             Code::HostNoCommandRoots => "No command root is configured, so nothing is applied.",
+            Code::HostNodeUnknown => "The helper does not know this host's node id ([helper] node_id, or node_id in the node's config.toml), so it applies no spec.",
             Code::InstanceBridge => "A NIC on a bridge that is not an instance bridge of this host.",
             Code::TicketReplayed => "An exec ticket whose jti this node already took (seen jtis are kept until they expire, across restarts).",
             Code::TunnelShell => "bcd could not start the shell on a pseudo-terminal.",
@@ -1065,6 +1071,7 @@ impl Code {
             "host-unit-name" => Some(Code::HostUnitName),
             "host-generation" => Some(Code::HostGeneration),
             "host-no-command-roots" => Some(Code::HostNoCommandRoots),
+            "host-node-unknown" => Some(Code::HostNodeUnknown),
             "instance-bridge" => Some(Code::InstanceBridge),
             "ticket-replayed" => Some(Code::TicketReplayed),
             "tunnel-shell" => Some(Code::TunnelShell),
@@ -1207,6 +1214,7 @@ pub const TABLE: &[Code] = &[
     Code::HostUnitName,
     Code::HostGeneration,
     Code::HostNoCommandRoots,
+    Code::HostNodeUnknown,
     Code::InstanceBridge,
     Code::TicketReplayed,
     Code::TunnelShell,
