@@ -36,6 +36,8 @@ pub struct Settings {
     pub release_threshold: u32,
     /// The lowest release sequence bcd's `[update]` accepts.
     pub release_min_sequence: u64,
+    /// How long a published release's manifest stays good (`expires_at_ms`).
+    pub release_expiry: Duration,
     /// The consoles' tunnels.
     pub tunnels: TunnelOptions,
 }
@@ -170,6 +172,7 @@ pub mod testing {
             http_base_url: "http://127.0.0.1:1".into(),
             release_threshold: 2,
             release_min_sequence: 1,
+            release_expiry: crate::releases::DEFAULT_EXPIRY,
             tunnels: Default::default(),
         };
         Shared::new(store, keys, settings, None)

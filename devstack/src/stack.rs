@@ -81,6 +81,9 @@ pub struct DevStackOptions {
     pub release_threshold: u32,
     /// The lowest release sequence bcd's `[update]` accepts (default 1).
     pub release_min_sequence: u64,
+    /// How long a published release's manifest stays good: its
+    /// `expires_at_ms` is the publication time plus this (default 30 days).
+    pub release_expiry: Duration,
     /// The TPM attestor of the JoinService; without one a TPM join is
     /// refused `method-unsupported`.
     pub tpm_attestor: Option<TpmAttestorOptions>,
@@ -108,6 +111,7 @@ impl Default for DevStackOptions {
             release_keys: ReleaseKeys::Generated,
             release_threshold: crate::releases::DEFAULT_THRESHOLD,
             release_min_sequence: 1,
+            release_expiry: crate::releases::DEFAULT_EXPIRY,
             tpm_attestor: None,
             tunnels: TunnelOptions::default(),
         }
@@ -191,6 +195,7 @@ fn settings(options: &DevStackOptions, gateway_addr: SocketAddr, http_addr: Sock
         http_base_url: format!("http://{}:{}", host_for_url(&host), http_addr.port()),
         release_threshold: options.release_threshold,
         release_min_sequence: options.release_min_sequence,
+        release_expiry: options.release_expiry,
         tunnels: options.tunnels.clone(),
     }
 }

@@ -577,6 +577,22 @@ pub enum ReleaseError {
         /// The pinned lowest sequence.
         min_sequence: u64,
     },
+    /// The release's sequence is below the highest installed one.
+    #[error("release sequence {sequence} is below the installed {installed}")]
+    Rollback {
+        /// The manifest's sequence.
+        sequence: u64,
+        /// The highest sequence installed.
+        installed: u64,
+    },
+    /// The manifest is past its expiry.
+    #[error("release manifest expired at {expires_at_ms}, now is {now_ms}")]
+    Expired {
+        /// The manifest's `expires_at_ms`.
+        expires_at_ms: i64,
+        /// The time of the check.
+        now_ms: i64,
+    },
     /// No artifact for this platform.
     #[error("no artifact for {os}/{arch}")]
     MissingArtifact {
@@ -610,6 +626,8 @@ impl ReleaseError {
             ReleaseError::Threshold { .. } => Code::ReleaseThreshold,
             ReleaseError::Malformed { .. } => Code::ReleaseMalformed,
             ReleaseError::Sequence { .. } => Code::ReleaseSequence,
+            ReleaseError::Rollback { .. } => Code::ReleaseRollback,
+            ReleaseError::Expired { .. } => Code::ReleaseExpired,
             ReleaseError::MissingArtifact { .. } => Code::ReleaseMissingArtifact,
             ReleaseError::Digest { .. } => Code::ReleaseDigest,
             ReleaseError::Size { .. } => Code::ReleaseSize,
@@ -781,6 +799,6 @@ mod tests {
         assert!(Error::is_code("dsse-unsigned") && Error::is_code("node-key-not-csr"));
         assert!(!Error::is_code("token-unknown") && !Error::is_code("update-pending") && !Error::is_code("nope"));
         let pki = proto::refusal::TABLE.iter().filter(|c| c.domain().owner() == "pki").count();
-        assert_eq!(pki, 68, "a pki code was added to or removed from proto/refusals.toml: add its variant too");
+        assert_eq!(pki, 70, "a pki code was added to or removed from proto/refusals.toml: add its variant too");
     }
 }

@@ -135,6 +135,10 @@ const (
 	CodeReleaseMalformed Code = "release-malformed"
 	// CodeReleaseSequence: The release's sequence is below the lowest acceptable one.
 	CodeReleaseSequence Code = "release-sequence"
+	// CodeReleaseRollback: The release's sequence is below the highest one installed (a downgrade).
+	CodeReleaseRollback Code = "release-rollback"
+	// CodeReleaseExpired: The release manifest is past its expires_at_ms (a frozen or stale release).
+	CodeReleaseExpired Code = "release-expired"
 	// CodeReleaseMissingArtifact: The release has no artifact for this platform.
 	CodeReleaseMissingArtifact Code = "release-missing-artifact"
 	// CodeReleaseDigest: The artifact's bytes have another SHA-256 than the manifest says.

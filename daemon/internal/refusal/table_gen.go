@@ -56,6 +56,8 @@ var entries = []Entry{
 	{Code: "release-threshold", Domain: "release", GRPC: codes.PermissionDenied, Meaning: "Fewer pinned release keys signed than the threshold."},
 	{Code: "release-malformed", Domain: "release", GRPC: codes.InvalidArgument, Meaning: "The release manifest is not the expected JSON."},
 	{Code: "release-sequence", Domain: "release", GRPC: codes.FailedPrecondition, Meaning: "The release's sequence is below the lowest acceptable one."},
+	{Code: "release-rollback", Domain: "release", GRPC: codes.FailedPrecondition, Meaning: "The release's sequence is below the highest one installed (a downgrade)."},
+	{Code: "release-expired", Domain: "release", GRPC: codes.FailedPrecondition, Meaning: "The release manifest is past its expires_at_ms (a frozen or stale release)."},
 	{Code: "release-missing-artifact", Domain: "release", GRPC: codes.NotFound, Meaning: "The release has no artifact for this platform."},
 	{Code: "release-digest", Domain: "release", GRPC: codes.PermissionDenied, Meaning: "The artifact's bytes have another SHA-256 than the manifest says."},
 	{Code: "release-size", Domain: "release", GRPC: codes.PermissionDenied, Meaning: "The artifact's size differs from the manifest."},
