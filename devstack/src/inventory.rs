@@ -24,8 +24,8 @@ impl EventHandler<proto::StatusReport> for Inventory {
             if actual != section.sha256 {
                 warn!(
                     node_id = %node_id,
-                    section = %section.name,
-                    claimed = %section.sha256,
+                    section = ?section.name,
+                    claimed = ?section.sha256,
                     actual = %actual,
                     "session: inventory section refused: its sha256 does not match its content"
                 );

@@ -84,7 +84,7 @@ impl JoinService {
             pool_id = %token_row.pool_id,
             token_id = %token_row.id,
             serial = %cert.serial,
-            hostname = %claims.hostname,
+            hostname = ?claims.hostname,
             "join: node joined"
         );
         shared.bump();

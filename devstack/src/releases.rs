@@ -127,7 +127,7 @@ pub fn manifest_path(version: &str) -> String {
 }
 
 /// Whether `s` may be a version (letters, digits, `.`, `_`, `+`, `-`).
-fn valid_version(s: &str) -> bool {
+pub(crate) fn valid_version(s: &str) -> bool {
     !s.is_empty() && s.len() <= 64 && s.chars().all(|c| c.is_ascii_alphanumeric() || "._+-".contains(c))
 }
 

@@ -206,7 +206,7 @@ fn apply_report(
                 }
             }
             Err(refusal) => {
-                warn!(node_id, reservation_id = %r.id, %refusal, "reservation: AllocationBound refused");
+                warn!(node_id, reservation_id = %r.id, refusal = ?refusal, "reservation: AllocationBound refused");
                 rows::refuse(c, &r.id, &refusal)?;
             }
         }
@@ -217,16 +217,16 @@ fn apply_report(
                 info!(node_id, reservation_id = %r.id, "reservation: released");
             }
             Some(r) => info!(node_id, reservation_id = %r.id, state = %r.state, "reservation: release report ignored"),
-            None => warn!(node_id, allocation_id = %rel.allocation_id, "reservation: released an unknown allocation"),
+            None => warn!(node_id, allocation_id = ?rel.allocation_id, "reservation: released an unknown allocation"),
         }
     }
     for f in failed {
         let Some(r) = of_node(&f.allocation_id)? else {
-            warn!(node_id, allocation_id = %f.allocation_id, "reservation: failure of an unknown allocation");
+            warn!(node_id, allocation_id = ?f.allocation_id, "reservation: failure of an unknown allocation");
             continue;
         };
         let Some(before) = rows::fail(c, &r.id, &f.reason, now)? else { continue };
-        warn!(node_id, reservation_id = %r.id, reason = %f.reason, "reservation: failed");
+        warn!(node_id, reservation_id = %r.id, reason = ?f.reason, "reservation: failed");
         if matches!(before, ReservationState::Pending | ReservationState::Active) {
             let spec = respec(c, shared, node_id)?;
             rows::set_release_generation(c, &r.id, spec.generation)?;

@@ -122,9 +122,9 @@ impl EventHandler<proto::StatusReport> for Sections {
             sections::upsert(event.c, &status)?;
             debug!(
                 node_id = %node_id,
-                section = %status.section,
+                section = ?status.section,
                 state = %status.state,
-                reason = %status.reason,
+                reason = ?status.reason,
                 generation = status.generation,
                 "section status"
             );

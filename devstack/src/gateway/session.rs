@@ -158,9 +158,9 @@ impl Session {
             node_id = %session.node.node_id,
             epoch = session.row.epoch,
             serial = %session.node.serial,
-            boot_id = %hello.boot_id,
-            journal_id = %hello.journal_id,
-            daemon_version = %hello.daemon_version,
+            boot_id = ?hello.boot_id,
+            journal_id = ?hello.journal_id,
+            daemon_version = ?hello.daemon_version,
             acked_seq = acked,
             peer = ?session.node.peer,
             "session: welcome"

@@ -28,3 +28,24 @@ async fn a_store_file_is_owner_only_even_when_it_was_world_readable() {
     }
     stack.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_release_url_cannot_forge_a_log_line() {
+    let logs = crate::Logs::capture();
+    let stack = DevStack::start(DevStackOptions::memory()).await.unwrap();
+    // A newline, a forged line and an escape sequence in the URL-decoded
+    // version, and in the file name.
+    for path in [
+        "/releases/0.9.0%0a2026-01-01T00:00:00Z%20INFO%20forged-by-the-client%1b%5b31m/bcd-linux-amd64",
+        "/releases/0.9.0/bcd-linux%0aforged-by-the-client%1b%5b31m",
+    ] {
+        assert_eq!(crate::node::http_get(&stack, path).await.0, 404, "{path}");
+    }
+    stack.shutdown().await.unwrap();
+    let text = logs.text();
+    assert!(text.contains("forged-by-the-client"), "the refusal was logged");
+    for line in text.lines().filter(|l| l.contains("forged-by-the-client")) {
+        assert!(line.contains("release download refused"), "a forged log line: {line:?}");
+        assert!(!line.contains('\u{1b}'), "a raw ESC in the log: {line:?}");
+    }
+}
