@@ -140,8 +140,15 @@ fn no_attestor() -> Status {
 }
 
 /// An internal failure as a status (the detail is the stack's own error,
-/// which never holds a secret).
+/// which never holds a secret). A number the store cannot hold (an unsigned
+/// value above 2^63-1, say an event seq of 2^63) came from the caller: that
+/// is its malformed input, `message-malformed`, not the stack failing.
 pub fn internal(e: Error) -> Status {
+    if let Error::Store { context, source: rusqlite::Error::ToSqlConversionFailure(reason) } = &e {
+        let status = refuse(Code::MessageMalformed, format!("a number out of range ({context}: {reason})"));
+        tracing::warn!(message = status.message(), "refused: a number out of the store's range");
+        return status;
+    }
     tracing::error!(error = %e, "internal error");
     refuse(Code::Internal, e)
 }

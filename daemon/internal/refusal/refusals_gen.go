@@ -35,6 +35,8 @@ const (
 	CodeNodeMismatch Code = "node-mismatch"
 	// CodeFrameTooLarge: A message above the 1 MiB decoding limit.
 	CodeFrameTooLarge Code = "frame-too-large"
+	// CodeMessageMalformed: A request or frame (Join, Session, Renew, Tunnel) that does not decode as its protobuf message (a bad varint, a string that is not UTF-8), or a number out of the stack's range (an event seq above 2^63-1).
+	CodeMessageMalformed Code = "message-malformed"
 	// CodeHelloExpected: The first frame of a session was not a Hello (or none came in time).
 	CodeHelloExpected Code = "hello-expected"
 	// CodeSessionReplaced: A newer session of the same node took over.

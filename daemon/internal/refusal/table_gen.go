@@ -90,6 +90,7 @@ var entries = []Entry{
 	{Code: "cert-revoked", Domain: "gateway", GRPC: codes.PermissionDenied, Meaning: "The client certificate was revoked (bcd treats it as a RevocationNotice)."},
 	{Code: "node-mismatch", Domain: "gateway", GRPC: codes.PermissionDenied, Meaning: "The Hello names another node than the client certificate."},
 	{Code: "frame-too-large", Domain: "gateway", GRPC: codes.InvalidArgument, Meaning: "A message above the 1 MiB decoding limit."},
+	{Code: "message-malformed", Domain: "gateway", GRPC: codes.InvalidArgument, Meaning: "A request or frame (Join, Session, Renew, Tunnel) that does not decode as its protobuf message (a bad varint, a string that is not UTF-8), or a number out of the stack's range (an event seq above 2^63-1)."},
 	{Code: "hello-expected", Domain: "gateway", GRPC: codes.InvalidArgument, Meaning: "The first frame of a session was not a Hello (or none came in time)."},
 	{Code: "session-replaced", Domain: "gateway", GRPC: codes.FailedPrecondition, Meaning: "A newer session of the same node took over."},
 	{Code: "liveness", Domain: "gateway", GRPC: codes.Unavailable, Meaning: "Nothing heard from the node for three heartbeat intervals."},

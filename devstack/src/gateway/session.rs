@@ -201,9 +201,11 @@ impl Session {
                     }
                     Ok(None) => Err(End::Closed),
                     Err(status) if limit::is_too_large(&status) => Err(End::Refuse(limit::too_large(status.message()))),
+                    // A frame that does not decode: refused with its code, never a clean end.
+                    Err(status) if status.code() == tonic::Code::InvalidArgument => Err(End::Refuse(status)),
                     Err(status) => {
                         debug!(node_id = %self.node.node_id, %status, "session: inbound stream error");
-                        Err(End::Closed)
+                        Err(End::Gone)
                     }
                 },
                 control = self.control.recv() => match control {

@@ -1100,7 +1100,7 @@ pub mod join_client {
                         format!("Service was not ready: {}", e.into()),
                     )
                 })?;
-            let codec = tonic_prost::ProstCodec::default();
+            let codec = crate::codec::StrictCodec::default();
             let path = http::uri::PathAndQuery::from_static("/bc.agent.v1.Join/Join");
             let mut req = request.into_request();
             req.extensions_mut().insert(GrpcMethod::new("bc.agent.v1.Join", "Join"));
@@ -1232,7 +1232,7 @@ pub mod join_server {
                     let inner = self.inner.clone();
                     let fut = async move {
                         let method = JoinSvc(inner);
-                        let codec = tonic_prost::ProstCodec::default();
+                        let codec = crate::codec::StrictCodec::default();
                         let mut grpc = tonic::server::Grpc::new(codec)
                             .apply_compression_config(
                                 accept_compression_encodings,
@@ -1383,7 +1383,7 @@ pub mod gateway_client {
                         format!("Service was not ready: {}", e.into()),
                     )
                 })?;
-            let codec = tonic_prost::ProstCodec::default();
+            let codec = crate::codec::StrictCodec::default();
             let path = http::uri::PathAndQuery::from_static(
                 "/bc.agent.v1.Gateway/Session",
             );
@@ -1404,7 +1404,7 @@ pub mod gateway_client {
                         format!("Service was not ready: {}", e.into()),
                     )
                 })?;
-            let codec = tonic_prost::ProstCodec::default();
+            let codec = crate::codec::StrictCodec::default();
             let path = http::uri::PathAndQuery::from_static(
                 "/bc.agent.v1.Gateway/Renew",
             );
@@ -1427,7 +1427,7 @@ pub mod gateway_client {
                         format!("Service was not ready: {}", e.into()),
                     )
                 })?;
-            let codec = tonic_prost::ProstCodec::default();
+            let codec = crate::codec::StrictCodec::default();
             let path = http::uri::PathAndQuery::from_static(
                 "/bc.agent.v1.Gateway/Tunnel",
             );
@@ -1582,7 +1582,7 @@ pub mod gateway_server {
                     let inner = self.inner.clone();
                     let fut = async move {
                         let method = SessionSvc(inner);
-                        let codec = tonic_prost::ProstCodec::default();
+                        let codec = crate::codec::StrictCodec::default();
                         let mut grpc = tonic::server::Grpc::new(codec)
                             .apply_compression_config(
                                 accept_compression_encodings,
@@ -1625,7 +1625,7 @@ pub mod gateway_server {
                     let inner = self.inner.clone();
                     let fut = async move {
                         let method = RenewSvc(inner);
-                        let codec = tonic_prost::ProstCodec::default();
+                        let codec = crate::codec::StrictCodec::default();
                         let mut grpc = tonic::server::Grpc::new(codec)
                             .apply_compression_config(
                                 accept_compression_encodings,
@@ -1669,7 +1669,7 @@ pub mod gateway_server {
                     let inner = self.inner.clone();
                     let fut = async move {
                         let method = TunnelSvc(inner);
-                        let codec = tonic_prost::ProstCodec::default();
+                        let codec = crate::codec::StrictCodec::default();
                         let mut grpc = tonic::server::Grpc::new(codec)
                             .apply_compression_config(
                                 accept_compression_encodings,

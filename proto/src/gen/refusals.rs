@@ -271,6 +271,8 @@ pub enum Code {
     NodeMismatch,
     /// `frame-too-large` (gateway, InvalidArgument): A message above the 1 MiB decoding limit.
     FrameTooLarge,
+    /// `message-malformed` (gateway, InvalidArgument): A request or frame (Join, Session, Renew, Tunnel) that does not decode as its protobuf message (a bad varint, a string that is not UTF-8), or a number out of the stack's range (an event seq above 2^63-1).
+    MessageMalformed,
     /// `hello-expected` (gateway, InvalidArgument): The first frame of a session was not a Hello (or none came in time).
     HelloExpected,
     /// `session-replaced` (gateway, FailedPrecondition): A newer session of the same node took over.
@@ -470,6 +472,7 @@ impl Code {
             Code::CertRevoked => "cert-revoked",
             Code::NodeMismatch => "node-mismatch",
             Code::FrameTooLarge => "frame-too-large",
+            Code::MessageMalformed => "message-malformed",
             Code::HelloExpected => "hello-expected",
             Code::SessionReplaced => "session-replaced",
             Code::Liveness => "liveness",
@@ -614,6 +617,7 @@ impl Code {
             Code::CertRevoked => Domain::Gateway,
             Code::NodeMismatch => Domain::Gateway,
             Code::FrameTooLarge => Domain::Gateway,
+            Code::MessageMalformed => Domain::Gateway,
             Code::HelloExpected => Domain::Gateway,
             Code::SessionReplaced => Domain::Gateway,
             Code::Liveness => Domain::Gateway,
@@ -758,6 +762,7 @@ impl Code {
             Code::CertRevoked => Grpc::PermissionDenied,
             Code::NodeMismatch => Grpc::PermissionDenied,
             Code::FrameTooLarge => Grpc::InvalidArgument,
+            Code::MessageMalformed => Grpc::InvalidArgument,
             Code::HelloExpected => Grpc::InvalidArgument,
             Code::SessionReplaced => Grpc::FailedPrecondition,
             Code::Liveness => Grpc::Unavailable,
@@ -902,6 +907,7 @@ impl Code {
             Code::CertRevoked => "The client certificate was revoked (bcd treats it as a RevocationNotice).",
             Code::NodeMismatch => "The Hello names another node than the client certificate.",
             Code::FrameTooLarge => "A message above the 1 MiB decoding limit.",
+            Code::MessageMalformed => "A request or frame (Join, Session, Renew, Tunnel) that does not decode as its protobuf message (a bad varint, a string that is not UTF-8), or a number out of the stack's range (an event seq above 2^63-1).",
             Code::HelloExpected => "The first frame of a session was not a Hello (or none came in time).",
             Code::SessionReplaced => "A newer session of the same node took over.",
             Code::Liveness => "Nothing heard from the node for three heartbeat intervals.",
@@ -1046,6 +1052,7 @@ impl Code {
             "cert-revoked" => Some(Code::CertRevoked),
             "node-mismatch" => Some(Code::NodeMismatch),
             "frame-too-large" => Some(Code::FrameTooLarge),
+            "message-malformed" => Some(Code::MessageMalformed),
             "hello-expected" => Some(Code::HelloExpected),
             "session-replaced" => Some(Code::SessionReplaced),
             "liveness" => Some(Code::Liveness),
@@ -1191,6 +1198,7 @@ pub const TABLE: &[Code] = &[
     Code::CertRevoked,
     Code::NodeMismatch,
     Code::FrameTooLarge,
+    Code::MessageMalformed,
     Code::HelloExpected,
     Code::SessionReplaced,
     Code::Liveness,
