@@ -334,7 +334,7 @@ func (g *Gateway) Join(ctx context.Context, req *agentv1.JoinRequest) (*agentv1.
 	if err != nil {
 		return nil, refusal.StatusOf(err)
 	}
-	payload, err := pki.OpenJoinToken(g.Keys.JoinEncryption, tj.GetSealedToken(), csr.Pin)
+	payload, err := pki.OpenJoinToken(g.Keys.JoinEncryption, tj.GetSealedToken(), csr.Pin, time.Now())
 	if err != nil {
 		// The reason may quote the sealed payload: only the code goes out.
 		return nil, refusal.Status(pki.CodeOf(err), "the sealed token was refused")

@@ -27,6 +27,7 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration { version: 4, name: "node bindings and joins", sql: V4 },
     Migration { version: 5, name: "releases", sql: V5 },
     Migration { version: 6, name: "node section status", sql: V6 },
+    Migration { version: 7, name: "join requests", sql: V7 },
 ];
 
 const V1: &str = r#"
@@ -240,6 +241,15 @@ CREATE TABLE node_section_status (
 );
 "#;
 
+const V7: &str = r#"
+CREATE TABLE join_requests (
+    request_sha256 TEXT PRIMARY KEY,
+    node_id TEXT NOT NULL REFERENCES nodes(id),
+    response TEXT NOT NULL,
+    created_at_ms INTEGER NOT NULL
+);
+"#;
+
 /// Applies every migration not yet recorded; returns the numbers applied.
 pub fn migrate(conn: &mut Connection) -> Result<Vec<u32>> {
     conn.execute_batch(
@@ -290,6 +300,7 @@ mod tests {
             .unwrap();
         for t in [
             "commands",
+            "join_requests",
             "join_tokens",
             "node_bindings",
             "node_certs",

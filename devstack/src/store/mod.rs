@@ -19,6 +19,7 @@ pub mod certs;
 pub mod commands;
 pub mod events;
 pub mod inventory;
+pub mod join_requests;
 pub mod migrations;
 pub mod nodes;
 pub mod pools;

@@ -147,7 +147,7 @@ pub enum Code {
     TokenAudience,
     /// `token-expired` (jws, PermissionDenied): The token expired (a JWS token's exp, or a join token's expiry at the JoinService).
     TokenExpired,
-    /// `token-not-yet-valid` (jws, PermissionDenied): The token was issued in the future.
+    /// `token-not-yet-valid` (jws, PermissionDenied): The token was issued in the future (a JWS token's iat, or a sealed join token's beyond the JoinService's skew).
     TokenNotYetValid,
     /// `ticket-op` (jws, PermissionDenied): An exec ticket for another operation than console.
     TicketOp,
@@ -155,6 +155,8 @@ pub enum Code {
     TokenPayload,
     /// `token-csr-mismatch` (join, PermissionDenied): The sealed token is bound to another CSR than the one presented.
     TokenCsrMismatch,
+    /// `token-stale` (join, PermissionDenied): The sealed join token was sealed longer ago than the JoinService accepts (its iat is more than an hour before now): seal it again.
+    TokenStale,
     /// `join-response-csr` (join, PermissionDenied): The JoinResponse answers another CSR.
     JoinResponseCsr,
     /// `csr-malformed` (x509, InvalidArgument): A CSR that does not parse, or is not ECDSA P-256 / SHA-256.
@@ -414,6 +416,7 @@ impl Code {
             Code::TicketOp => "ticket-op",
             Code::TokenPayload => "token-payload",
             Code::TokenCsrMismatch => "token-csr-mismatch",
+            Code::TokenStale => "token-stale",
             Code::JoinResponseCsr => "join-response-csr",
             Code::CsrMalformed => "csr-malformed",
             Code::CsrSignature => "csr-signature",
@@ -559,6 +562,7 @@ impl Code {
             Code::TicketOp => Domain::Jws,
             Code::TokenPayload => Domain::Join,
             Code::TokenCsrMismatch => Domain::Join,
+            Code::TokenStale => Domain::Join,
             Code::JoinResponseCsr => Domain::Join,
             Code::CsrMalformed => Domain::X509,
             Code::CsrSignature => Domain::X509,
@@ -704,6 +708,7 @@ impl Code {
             Code::TicketOp => Grpc::PermissionDenied,
             Code::TokenPayload => Grpc::InvalidArgument,
             Code::TokenCsrMismatch => Grpc::PermissionDenied,
+            Code::TokenStale => Grpc::PermissionDenied,
             Code::JoinResponseCsr => Grpc::PermissionDenied,
             Code::CsrMalformed => Grpc::InvalidArgument,
             Code::CsrSignature => Grpc::PermissionDenied,
@@ -845,10 +850,11 @@ impl Code {
             Code::TokenIssuer => "The token was issued by someone else.",
             Code::TokenAudience => "The token is for another audience.",
             Code::TokenExpired => "The token expired (a JWS token's exp, or a join token's expiry at the JoinService).",
-            Code::TokenNotYetValid => "The token was issued in the future.",
+            Code::TokenNotYetValid => "The token was issued in the future (a JWS token's iat, or a sealed join token's beyond the JoinService's skew).",
             Code::TicketOp => "An exec ticket for another operation than console.",
             Code::TokenPayload => "The sealed join token's payload is not {token, csr, iat} JSON.",
             Code::TokenCsrMismatch => "The sealed token is bound to another CSR than the one presented.",
+            Code::TokenStale => "The sealed join token was sealed longer ago than the JoinService accepts (its iat is more than an hour before now): seal it again.",
             Code::JoinResponseCsr => "The JoinResponse answers another CSR.",
             Code::CsrMalformed => "A CSR that does not parse, or is not ECDSA P-256 / SHA-256.",
             Code::CsrSignature => "A CSR whose self-signature does not verify (no proof of possession).",
@@ -994,6 +1000,7 @@ impl Code {
             "ticket-op" => Some(Code::TicketOp),
             "token-payload" => Some(Code::TokenPayload),
             "token-csr-mismatch" => Some(Code::TokenCsrMismatch),
+            "token-stale" => Some(Code::TokenStale),
             "join-response-csr" => Some(Code::JoinResponseCsr),
             "csr-malformed" => Some(Code::CsrMalformed),
             "csr-signature" => Some(Code::CsrSignature),
@@ -1140,6 +1147,7 @@ pub const TABLE: &[Code] = &[
     Code::TicketOp,
     Code::TokenPayload,
     Code::TokenCsrMismatch,
+    Code::TokenStale,
     Code::JoinResponseCsr,
     Code::CsrMalformed,
     Code::CsrSignature,

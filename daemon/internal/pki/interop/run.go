@@ -160,7 +160,7 @@ func runCertificate(in *input) (Outcome, error) {
 }
 
 func runJoinToken(in *input) (Outcome, error) {
-	key, der, sealed := in.p256("key"), in.bytes("csr"), in.string("jwe")
+	key, der, sealed, at := in.p256("key"), in.bytes("csr"), in.string("jwe"), in.int("at")
 	if in.err != nil {
 		return Outcome{}, in.err
 	}
@@ -169,7 +169,7 @@ func runJoinToken(in *input) (Outcome, error) {
 		if err != nil {
 			return nil, err
 		}
-		return pki.OpenJoinToken(key, sealed, csr.Pin)
+		return pki.OpenJoinToken(key, sealed, csr.Pin, time.UnixMilli(at))
 	}()
 	return result(payload, err, func(p *pki.SealedTokenPayload) map[string]any {
 		return map[string]any{"token": p.Token, "csr": p.CSR, "iat": p.IAT}
