@@ -144,12 +144,23 @@ pub struct Allocations;
 
 impl EventHandler<proto::StatusReport> for Allocations {
     fn record(&self, event: &Event<'_>, report: &proto::StatusReport) -> Result<Effects> {
+        let node_id = event.node_id();
+        let limit = event.shared.settings.limits.statements_per_report;
+        if report.allocations.len() > limit {
+            warn!(
+                node_id,
+                code = %crate::status::Code::ReportLimit,
+                statements = report.allocations.len(),
+                limit,
+                "reservation: statements beyond the report's limit neither verified nor applied"
+            );
+        }
         let bound: Vec<Bound> = report
             .allocations
             .iter()
+            .take(limit)
             .map(|env| Bound::check(env, |e| event.verify_statement(e, pki::statement::verify_allocation_bound)))
             .collect();
-        let node_id = event.node_id();
         let specs = apply_report(event.c, event.shared, node_id, &bound, &report.released, &report.failed)?;
         if !(bound.is_empty() && report.released.is_empty() && report.failed.is_empty()) {
             debug!(

@@ -40,6 +40,8 @@ pub struct Settings {
     pub release_expiry: Duration,
     /// The consoles' tunnels.
     pub tunnels: TunnelOptions,
+    /// What one node may make the stack store and compute.
+    pub limits: crate::limits::NodeLimits,
 }
 
 /// What the parts of a stack share.
@@ -174,6 +176,7 @@ pub mod testing {
             release_min_sequence: 1,
             release_expiry: crate::releases::DEFAULT_EXPIRY,
             tunnels: Default::default(),
+            limits: Default::default(),
         };
         Shared::new(store, keys, settings, None)
     }

@@ -90,6 +90,9 @@ pub struct DevStackOptions {
     /// The consoles' tunnels: the per-node limit, the open timeout, the
     /// tickets' lifetime.
     pub tunnels: TunnelOptions,
+    /// What one node may make the stack store and compute: inventory
+    /// sections, section statuses, statements per report, renewals per hour.
+    pub limits: crate::limits::NodeLimits,
 }
 
 impl Default for DevStackOptions {
@@ -114,6 +117,7 @@ impl Default for DevStackOptions {
             release_expiry: crate::releases::DEFAULT_EXPIRY,
             tpm_attestor: None,
             tunnels: TunnelOptions::default(),
+            limits: crate::limits::NodeLimits::default(),
         }
     }
 }
@@ -197,6 +201,7 @@ fn settings(options: &DevStackOptions, gateway_addr: SocketAddr, http_addr: Sock
         release_min_sequence: options.release_min_sequence,
         release_expiry: options.release_expiry,
         tunnels: options.tunnels.clone(),
+        limits: options.limits.clone(),
     }
 }
 

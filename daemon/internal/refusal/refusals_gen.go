@@ -59,6 +59,10 @@ const (
 	CodeWorkloadUnsupported Code = "workload-unsupported"
 	// CodeSecretUnknown: The gateway holds no such secret (a SecretReply error).
 	CodeSecretUnknown Code = "secret-unknown"
+	// CodeReportLimit: A StatusReport beyond a per-node limit of the stack (inventory sections, section statuses, statements per report): the excess is not stored.
+	CodeReportLimit Code = "report-limit"
+	// CodeRenewLimit: The node renewed its certificate as often as the stack allows in the last hour (60 by default).
+	CodeRenewLimit Code = "renew-limit"
 	// CodeResultUnverified: A command result whose node signature does not verify: the command ends FAILED.
 	CodeResultUnverified Code = "result-unverified"
 	// CodeInternal: The stack failed on its own (its store, its keys); the detail never holds a secret.

@@ -103,6 +103,8 @@ var entries = []Entry{
 	{Code: "tunnel-gone", Domain: "gateway", GRPC: codes.Unavailable, Meaning: "The other side of an open tunnel went away (the node's stream, or the caller) without an exit status."},
 	{Code: "workload-unsupported", Domain: "gateway", GRPC: codes.Unimplemented, Meaning: "The gateway issues no workload tokens (a WorkloadTokenReply error)."},
 	{Code: "secret-unknown", Domain: "gateway", GRPC: codes.NotFound, Meaning: "The gateway holds no such secret (a SecretReply error)."},
+	{Code: "report-limit", Domain: "gateway", GRPC: codes.ResourceExhausted, Meaning: "A StatusReport beyond a per-node limit of the stack (inventory sections, section statuses, statements per report): the excess is not stored."},
+	{Code: "renew-limit", Domain: "gateway", GRPC: codes.ResourceExhausted, Meaning: "The node renewed its certificate as often as the stack allows in the last hour (60 by default)."},
 	{Code: "result-unverified", Domain: "gateway", GRPC: codes.PermissionDenied, Meaning: "A command result whose node signature does not verify: the command ends FAILED."},
 	{Code: "internal", Domain: "gateway", GRPC: codes.Internal, Meaning: "The stack failed on its own (its store, its keys); the detail never holds a secret."},
 	{Code: "allocation-mismatch", Domain: "reservation", GRPC: codes.FailedPrecondition, Meaning: "The bound GPU indexes are not the held ones."},

@@ -4,6 +4,7 @@
 mod hardening;
 mod intent;
 mod join;
+mod limits;
 mod node;
 mod releases;
 mod reservations;
