@@ -12,6 +12,7 @@ pub mod client;
 mod clock;
 mod commands;
 pub mod config;
+mod connections;
 mod error;
 mod gateway;
 mod http;
@@ -42,6 +43,7 @@ mod workload;
 
 pub use commands::{Batch, BatchCommand, BatchSpec, CommandOptions, CommandOutcome, Signing};
 pub use config::BcdConfigPaths;
+pub use connections::{ConnectionOptions, RETRY_AFTER_MS};
 pub use error::{Error, Result};
 pub use gateway::limit::MAX_MESSAGE_BYTES;
 pub use http::WELL_KNOWN_PATH;

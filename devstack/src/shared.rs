@@ -42,6 +42,8 @@ pub struct Settings {
     pub tunnels: TunnelOptions,
     /// What one node may make the stack store and compute.
     pub limits: crate::limits::NodeLimits,
+    /// The connection caps and deadlines of both listeners.
+    pub connections: crate::connections::ConnectionOptions,
 }
 
 /// What the parts of a stack share.
@@ -177,6 +179,7 @@ pub mod testing {
             release_expiry: crate::releases::DEFAULT_EXPIRY,
             tunnels: Default::default(),
             limits: Default::default(),
+            connections: Default::default(),
         };
         Shared::new(store, keys, settings, None)
     }

@@ -19,13 +19,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tokio_stream::StreamExt as _;
-use tokio_stream::wrappers::ReceiverStream;
 use tracing::{info, warn};
 
 use crate::clock::now_ms;
+use crate::connections::ConnectionOptions;
 use crate::error::{Error, Result};
 use crate::gateway::{GatewayService, limit};
 use crate::hub::Control;
@@ -37,7 +36,7 @@ use crate::store::sessions;
 use crate::store::{Store, StoreLocation};
 use crate::tpm::{TpmAttestorOptions, TpmJoin};
 use crate::tunnels::TunnelOptions;
-use crate::{http, tls};
+use crate::{connections, http, tls};
 
 /// How long shutdown waits for sessions to drain and servers to stop.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -93,6 +92,8 @@ pub struct DevStackOptions {
     /// What one node may make the stack store and compute: inventory
     /// sections, section statuses, statements per report, renewals per hour.
     pub limits: crate::limits::NodeLimits,
+    /// The connection caps and deadlines of both listeners.
+    pub connections: ConnectionOptions,
 }
 
 impl Default for DevStackOptions {
@@ -118,6 +119,7 @@ impl Default for DevStackOptions {
             tpm_attestor: None,
             tunnels: TunnelOptions::default(),
             limits: crate::limits::NodeLimits::default(),
+            connections: ConnectionOptions::default(),
         }
     }
 }
@@ -202,44 +204,27 @@ fn settings(options: &DevStackOptions, gateway_addr: SocketAddr, http_addr: Sock
         release_expiry: options.release_expiry,
         tunnels: options.tunnels.clone(),
         limits: options.limits.clone(),
+        connections: options.connections.clone(),
     }
 }
 
-/// The gateway: our TLS acceptor feeding tonic (Join and Gateway); returns
-/// its tasks.
-fn serve_gateway(
-    shared: &Arc<Shared>,
-    listener: TcpListener,
-    stop: &watch::Sender<bool>,
-) -> Result<Vec<JoinHandle<()>>> {
+/// The gateway: our TLS acceptor and connection handling in front of
+/// tonic's routes (Join and Gateway).
+fn serve_gateway(shared: &Arc<Shared>, listener: TcpListener, stop: &watch::Sender<bool>) -> Result<JoinHandle<()>> {
     let acceptor = tokio_rustls::TlsAcceptor::from(tls::server_config(&shared.keys)?);
-    let (conn_tx, conn_rx) = mpsc::channel(16);
-    let accept = tokio::spawn(tls::accept_loop(listener, acceptor, conn_tx, stop.subscribe()));
-    let incoming = ReceiverStream::new(conn_rx).map(Ok::<_, std::io::Error>);
     let join = proto::join_server::JoinServer::new(JoinService::new(shared.clone()))
         .max_decoding_message_size(limit::MAX_MESSAGE_BYTES);
     let gateway = proto::gateway_server::GatewayServer::new(GatewayService::new(shared.clone()))
         .max_decoding_message_size(limit::MAX_MESSAGE_BYTES);
-    let router =
-        tonic::transport::Server::builder().layer(limit::FrameLimitLayer).add_service(join).add_service(gateway);
-    let signal = stopped(stop.subscribe());
-    let serve = tokio::spawn(async move {
-        if let Err(e) = router.serve_with_incoming_shutdown(incoming, signal).await {
-            warn!(error = %e, "devstack: gateway server stopped");
-        }
-    });
-    Ok(vec![accept, serve])
+    let routes = tonic::service::Routes::new(join).add_service(gateway).prepare();
+    let options = shared.settings.connections.clone();
+    Ok(tokio::spawn(connections::gateway(listener, acceptor, routes, options, stop.subscribe())))
 }
 
 /// The HTTP side (well-known document, release downloads).
 fn serve_http(shared: &Arc<Shared>, listener: TcpListener, stop: &watch::Sender<bool>) -> JoinHandle<()> {
-    let app = http::router(shared.clone());
-    let signal = stopped(stop.subscribe());
-    tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(signal).await {
-            warn!(error = %e, "devstack: HTTP server stopped");
-        }
-    })
+    let router = http::router(shared.clone());
+    tokio::spawn(connections::http(listener, router, shared.settings.connections.clone(), stop.subscribe()))
 }
 
 impl DevStack {
@@ -272,8 +257,7 @@ impl DevStack {
         let tpm = options.tpm_attestor.clone().map(TpmJoin::new);
         let shared = Arc::new(Shared::new(store, keys, settings, tpm));
         let (stop, _) = watch::channel(false);
-        let mut tasks = serve_gateway(&shared, gateway_listener, &stop)?;
-        tasks.push(serve_http(&shared, http_listener, &stop));
+        let tasks = vec![serve_gateway(&shared, gateway_listener, &stop)?, serve_http(&shared, http_listener, &stop)];
         info!(
             gateway = %shared.settings.gateway_url,
             http = %http_addr,
@@ -418,9 +402,4 @@ impl Drop for DevStack {
             task.abort();
         }
     }
-}
-
-/// A future that completes once `stop` turns true.
-async fn stopped(mut stop: watch::Receiver<bool>) {
-    let _ = stop.wait_for(|s| *s).await;
 }

@@ -350,7 +350,7 @@ func (a *Agent) Status() *status.Status {
 		DaemonVersion:     a.opts.Version,
 		BootID:            a.opts.Machine.BootID(),
 		JournalID:         a.journal.ID(),
-		Session:           status.Session{State: string(info.State), Epoch: info.Epoch, Gateway: info.Gateway, ConnectedAtMs: info.ConnectedAtMs},
+		Session:           status.Session{State: string(info.State), Epoch: info.Epoch, Gateway: info.Gateway, ConnectedAtMs: info.ConnectedAtMs, Refused: string(info.Refused)},
 		AppliedGeneration: a.converger.AppliedGeneration(),
 		Commands:          status.Commands{Running: a.dispatcher.Running(), Done: done},
 	}

@@ -45,6 +45,10 @@ const (
 	CodeLiveness Code = "liveness"
 	// CodeDraining: The stack is shutting down and opens no session.
 	CodeDraining Code = "draining"
+	// CodeConnectionLimit: The gateway holds as many connections as it allows: this one is answered only with this refusal (and a retry-after-ms hint) and closed.
+	CodeConnectionLimit Code = "connection-limit"
+	// CodeRequestTimeout: A request that did not arrive whole and get its answer within the gateway's request deadline (30 s by default).
+	CodeRequestTimeout Code = "request-timeout"
 	// CodeTunnelUnknown: A Tunnel call for no tunnel the stack asked this node to open (an unknown or another node's tunnel id, or a first frame with neither ticket nor close reason).
 	CodeTunnelUnknown Code = "tunnel-unknown"
 	// CodeTunnelTicket: The node's first Tunnel frame carries another ticket than the one minted for that tunnel.

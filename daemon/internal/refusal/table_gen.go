@@ -96,6 +96,8 @@ var entries = []Entry{
 	{Code: "session-replaced", Domain: "gateway", GRPC: codes.FailedPrecondition, Meaning: "A newer session of the same node took over."},
 	{Code: "liveness", Domain: "gateway", GRPC: codes.Unavailable, Meaning: "Nothing heard from the node for three heartbeat intervals."},
 	{Code: "draining", Domain: "gateway", GRPC: codes.Unavailable, Meaning: "The stack is shutting down and opens no session."},
+	{Code: "connection-limit", Domain: "gateway", GRPC: codes.Unavailable, Meaning: "The gateway holds as many connections as it allows: this one is answered only with this refusal (and a retry-after-ms hint) and closed."},
+	{Code: "request-timeout", Domain: "gateway", GRPC: codes.DeadlineExceeded, Meaning: "A request that did not arrive whole and get its answer within the gateway's request deadline (30 s by default)."},
 	{Code: "tunnel-unknown", Domain: "gateway", GRPC: codes.NotFound, Meaning: "A Tunnel call for no tunnel the stack asked this node to open (an unknown or another node's tunnel id, or a first frame with neither ticket nor close reason)."},
 	{Code: "tunnel-ticket", Domain: "gateway", GRPC: codes.PermissionDenied, Meaning: "The node's first Tunnel frame carries another ticket than the one minted for that tunnel."},
 	{Code: "tunnel-limit", Domain: "gateway", GRPC: codes.ResourceExhausted, Meaning: "The node already has as many tunnels opening or open as the stack allows (4 by default)."},

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"bcd/internal/journal"
+	"bcd/internal/pki"
 	"bcd/internal/proto/agentv1"
 	"bcd/internal/refusal"
 	"google.golang.org/grpc/status"
@@ -107,6 +108,11 @@ type Info struct {
 	Epoch         uint64
 	Gateway       string
 	ConnectedAtMs int64
+	// Refused is the code of the gateway's refusal that ended the last
+	// attempt (cert-unknown and cert-validity: the node's certificate is
+	// not one the gateway takes, so only a new join helps), "" once a
+	// Welcome was accepted or when the attempt ended otherwise.
+	Refused refusal.Code
 }
 
 // Config configures a session.
@@ -273,7 +279,15 @@ func (s *Session) setState(state State, epoch uint64, connectedAt int64) {
 	s.info.State = state
 	if state == Connected {
 		s.info.Epoch, s.info.ConnectedAtMs = epoch, connectedAt
+		s.info.Refused = ""
 	}
+}
+
+// setRefused records the refusal code an attempt ended with ("" for none).
+func (s *Session) setRefused(code refusal.Code) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.info.Refused = code
 }
 
 // drained is a clean end that asks for a redial after exactly retryAfter.
@@ -310,7 +324,16 @@ func (s *Session) Run(ctx context.Context) error {
 		} else {
 			wait = s.backoff(attempt)
 			attempt++
-			s.log.Warn("session.dropped", "gateway", s.cfg.Gateway, "err", err, "retry_in_ms", wait.Milliseconds())
+			code := refusal.CodeOfStatus(err)
+			s.setRefused(code)
+			switch code {
+			case refusal.CodeCertUnknown, pki.CodeCertValidity:
+				s.log.Error("session.certificate_refused", "gateway", s.cfg.Gateway, "code", string(code), "err", err,
+					"retry_in_ms", wait.Milliseconds())
+			default:
+				s.log.Warn("session.dropped", "gateway", s.cfg.Gateway, "code", string(code), "err", err,
+					"retry_in_ms", wait.Milliseconds())
+			}
 		}
 		timer := time.NewTimer(wait)
 		select {

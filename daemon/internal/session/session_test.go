@@ -17,7 +17,9 @@ import (
 	"bcd/internal/identity"
 	"bcd/internal/join"
 	"bcd/internal/journal"
+	"bcd/internal/pki"
 	"bcd/internal/proto/agentv1"
+	"bcd/internal/refusal"
 	"bcd/internal/testgw"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -515,4 +517,34 @@ func TestADrainRetryAfterOf49DaysIsHeldToTheMaximum(t *testing.T) {
 	if DrainWait(49*24*3600*1000) != MaxDrainRetryWait || DrainWait(300) != 300*time.Millisecond {
 		t.Fatalf("DrainWait(49 days) %s, (300) %s", DrainWait(49*24*3600*1000), DrainWait(300))
 	}
+}
+
+// Defect 15 (a foreign client certificate failed at the TLS handshake with
+// no code a node can act on): the gateway's cert-unknown and cert-validity
+// refusals reach bcd as their codes, shown in the session's Info (bcd
+// status) until a Welcome is accepted.
+func TestACertificateRefusalIsSurfacedWithItsCode(t *testing.T) {
+	r := start(t, nil)
+	for _, code := range []refusal.Code{refusal.CodeCertUnknown, pki.CodeCertValidity} {
+		s := r.next(t)
+		recv(t, s)
+		s.End(refusal.Status(code, "the gateway does not take this certificate"))
+		deadline := time.Now().Add(wait)
+		for r.session.Info().Refused != code {
+			if time.Now().After(deadline) {
+				t.Fatalf("refused %q, want %q", r.session.Info().Refused, code)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	s := r.welcomed(t, 1000)
+	<-r.handler.welcomed
+	deadline := time.Now().Add(wait)
+	for info := r.session.Info(); info.State != Connected || info.Refused != ""; info = r.session.Info() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after a Welcome: %+v", info)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	_ = s
 }
