@@ -45,6 +45,7 @@ var cases = []testCase{
 	{"join/oversized", refusal.CodeFrameTooLarge, join(&agentv1.JoinRequest{
 		Method: &agentv1.JoinRequest_Token{Token: &agentv1.TokenJoin{SealedToken: "x", CsrDer: make([]byte, oversized)}}})},
 	{"session/no-client-certificate", refusal.CodeCertUnknown, session(nil, hello(func(t *Target) string { return t.Joined.NodeID }))},
+	{"session/foreign-ca-certificate", refusal.CodeCertUnknown, session(foreign, hello(func(t *Target) string { return t.Joined.NodeID }))},
 	{"session/revoked-certificate", refusal.CodeCertRevoked, session(revoked, hello(func(t *Target) string { return t.Revoked.NodeID }))},
 	{"session/heartbeat-before-hello", refusal.CodeHelloExpected, session(joined, func(*Target) *agentv1.NodeFrame {
 		return &agentv1.NodeFrame{Frame: &agentv1.NodeFrame_Heartbeat{Heartbeat: &agentv1.Heartbeat{AtMs: 1}}}
@@ -56,6 +57,7 @@ var cases = []testCase{
 		return f
 	})},
 	{"renew/no-client-certificate", refusal.CodeCertUnknown, renew(nil, validCSR)},
+	{"renew/foreign-ca-certificate", refusal.CodeCertUnknown, renew(foreign, validCSR)},
 	{"renew/revoked-certificate", refusal.CodeCertRevoked, renew(revoked, validCSR)},
 	{"renew/malformed-csr", pki.CodeCSRMalformed, renew(joined, func() []byte { return []byte("not a CSR") })},
 	{"tunnel/unknown-tunnel", refusal.CodeTunnelUnknown, tunnel},
