@@ -2,12 +2,14 @@
 # Installs what the workspace needs from Debian when it is missing: the TPM
 # stack (swtpm, tpm2-tss headers, tpm2-tools), pkg-config and OpenSSL
 # headers, iproute2 and util-linux for the namespace runners, passwd (useradd)
-# for helper-e2e. As root it runs
-# apt-get; otherwise it prints the exact command to run. Rust and Go are
-# expected on PATH (Go 1.26 or later); protoc comes vendored with cargo.
+# for helper-e2e, libvirt-clients and libxml2-utils (virt-xml-validate and the
+# xmllint it runs) for the VPS scenarios' plans. As root it runs apt-get;
+# otherwise it prints the exact command to run and fails. Either way it says
+# what it did in one line. Rust and Go are expected on PATH (Go 1.26 or
+# later); protoc comes vendored with cargo.
 set -euo pipefail
 
-packages=(swtpm swtpm-tools libtss2-dev tpm2-tools pkg-config libssl-dev iproute2 util-linux passwd)
+packages=(swtpm swtpm-tools libtss2-dev tpm2-tools pkg-config libssl-dev iproute2 util-linux passwd libvirt-clients libxml2-utils)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -18,16 +20,16 @@ for tool in cargo go; do
 done
 
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "prerequisites: all Debian packages present"
+  echo "prerequisites: all ${#packages[@]} Debian packages present"
   exit 0
 fi
 
 cmd="apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y ${missing[*]}"
 if [ "$(id -u)" -eq 0 ]; then
-  echo "prerequisites: installing ${missing[*]}"
-  bash -c "$cmd" >/tmp/bcd-prereqs-apt.log 2>&1 || { cat /tmp/bcd-prereqs-apt.log >&2; exit 1; }
+  log="${TMPDIR:-/tmp}/bcd-prereqs-apt.log"
+  echo "prerequisites: installing ${missing[*]} with apt-get (log: $log)"
+  bash -c "$cmd" >"$log" 2>&1 || { cat "$log" >&2; echo "prerequisites: apt-get failed (log above)" >&2; exit 1; }
 else
-  echo "prerequisites missing: ${missing[*]}; run as root:" >&2
-  echo "  sudo sh -c '$cmd'" >&2
+  echo "prerequisites missing: ${missing[*]}; run as root: sudo sh -c '$cmd'" >&2
   exit 1
 fi

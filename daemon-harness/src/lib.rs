@@ -1,5 +1,6 @@
 //! The daemon harness (docs/harness.md): builds the fakehw bcd once per run
-//! ([`build`]), runs it through a [`runner`] (native, [`netns`] or
+//! ([`build`], the `bcd-build` crate, which `devstack serve --sim` shares),
+//! runs it through a [`runner`] (native, [`netns`] or
 //! [`wsl_runner`]) under a [`supervisor`] that restarts it as systemd would,
 //! and gives scenarios a [`node::Node`] handle whose output is captured
 //! ([`logs`]) and checked for secrets. Missing prerequisites skip a scenario
@@ -8,7 +9,7 @@
 //! The scenarios themselves live in `tests/e2e` (feature `bcd-e2e`) and
 //! drive the dev stack in process.
 
-pub mod build;
+pub use bcd_build as build;
 pub mod logs;
 #[cfg(target_os = "linux")]
 pub mod netns;

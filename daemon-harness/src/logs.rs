@@ -1,6 +1,7 @@
 //! Captured output of bcd processes: every line kept in memory and in a log
 //! file in the node's directory, streamed to standard error with
-//! `BCD_E2E_LOG=1`, and searchable (tests assert that no secret appears).
+//! `BCD_E2E_LOG=1`, and searchable (tests assert that no secret appears,
+//! and await a line: every push wakes the waiters, none polls).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -14,6 +15,7 @@ pub struct LogSink {
     name: String,
     path: PathBuf,
     lines: Arc<Mutex<Vec<String>>>,
+    pushed: Arc<tokio::sync::watch::Sender<usize>>,
     stream: bool,
 }
 
@@ -24,6 +26,7 @@ impl LogSink {
             name: name.to_string(),
             path: path.to_path_buf(),
             lines: Arc::new(Mutex::new(Vec::new())),
+            pushed: Arc::new(tokio::sync::watch::channel(0).0),
             stream: std::env::var("BCD_E2E_LOG").map(|v| v == "1").unwrap_or(false),
         }
     }
@@ -38,6 +41,26 @@ impl LogSink {
             let _ = writeln!(f, "{line}");
         }
         self.lines.lock().unwrap_or_else(|p| p.into_inner()).push(line);
+        self.pushed.send_modify(|n| *n += 1);
+    }
+
+    /// Waits until a captured line contains `needle` (one already there
+    /// counts) and returns it, for at most `timeout`.
+    pub async fn await_line(&self, timeout: std::time::Duration, needle: &str) -> anyhow::Result<String> {
+        let mut pushed = self.pushed.subscribe();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            pushed.borrow_and_update();
+            let found =
+                self.lines.lock().unwrap_or_else(|p| p.into_inner()).iter().find(|l| l.contains(needle)).cloned();
+            if let Some(line) = found {
+                return Ok(line);
+            }
+            match tokio::time::timeout_at(deadline, pushed.changed()).await {
+                Ok(Ok(())) => {}
+                _ => anyhow::bail!("no log line with {needle:?} of {} within {timeout:?}", self.name),
+            }
+        }
     }
 
     /// Everything captured so far.

@@ -219,7 +219,7 @@ pub fn shim_path() -> PathBuf {
 /// `daemon/bin/bcd-linux-amd64` when there is no Go.
 pub fn bcd_for_wsl() -> Result<PathBuf> {
     match wsl::locate_bcd(&bcd_src())? {
-        wsl::BcdSource::Build { go } => build_bcd_using(&go, &BuildOptions::fakehw().for_wsl()),
+        wsl::BcdSource::Build { go } => Ok(build_bcd_using(&go, &BuildOptions::fakehw().for_wsl())?),
         wsl::BcdSource::Prebuilt { binary } => Ok(binary),
     }
 }

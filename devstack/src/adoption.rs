@@ -12,6 +12,7 @@ use tracing::{info, warn};
 use crate::clock::now_ms;
 use crate::commands::{self, CommandOptions};
 use crate::error::{Error, Result};
+use crate::events::StackEvent;
 use crate::gateway::handlers::{Effects, Event, EventHandler};
 use crate::shared::Shared;
 use crate::store::rows::{CommandRow, CommandStatus, NodeRow, NodeSpecRow, NodeState};
@@ -33,7 +34,9 @@ pub fn on_session_start(shared: &Shared, node: &NodeRow) -> Result<Option<NodeSp
                 .with(|c| pools::get(c, &node.pool_id))?
                 .ok_or_else(|| Error::UnknownPool { pool_id: node.pool_id.clone() })?;
             if pool.acceptance == ACCEPTANCE_NONE {
-                let spec = shared.store.tx(|c| adopt(c, shared, node))?;
+                let mut events = Vec::new();
+                let spec = shared.store.tx(|c| adopt(c, shared, node, &mut events))?;
+                shared.publish_all(events);
                 shared.bump();
                 return Ok(spec);
             }
@@ -57,10 +60,12 @@ pub fn on_session_start(shared: &Shared, node: &NodeRow) -> Result<Option<NodeSp
         // A stack that stopped between a result and its decision decides now.
         NodeState::Accepting => {
             let Some(id) = &node.acceptance_command_id else { return Ok(None) };
+            let mut events = Vec::new();
             let spec = shared.store.tx(|c| match command_rows::get(c, id)? {
-                Some(cmd) if cmd.state.is_terminal() => decide(c, shared, node, &cmd),
+                Some(cmd) if cmd.state.is_terminal() => decide(c, shared, node, &cmd, &mut events),
                 _ => Ok(None),
             })?;
+            shared.publish_all(events);
             shared.bump();
             Ok(spec)
         }
@@ -79,7 +84,7 @@ impl EventHandler<proto::CommandUpdate> for AcceptanceCheck {
         let cmd = command_rows::get(event.c, &update.command_id)?;
         let Some(cmd) = cmd.filter(|c| c.node_id == node_id && c.state.is_terminal()) else { return Ok(effects) };
         let Some(node) = nodes::get(event.c, node_id)? else { return Ok(effects) };
-        effects.specs.extend(decide(event.c, event.shared, &node, &cmd)?);
+        effects.specs.extend(decide(event.c, event.shared, &node, &cmd, &mut effects.events)?);
         Ok(effects)
     }
 }
@@ -87,8 +92,14 @@ impl EventHandler<proto::CommandUpdate> for AcceptanceCheck {
 /// Decides on a node whose command `cmd` ended, inside a caller's
 /// transaction: nothing unless it is the node's acceptance check and the
 /// node still waits for it. Returns the spec to send when the node was
-/// adopted.
-fn decide(c: &rusqlite::Connection, shared: &Shared, node: &NodeRow, cmd: &CommandRow) -> Result<Option<NodeSpecRow>> {
+/// adopted; the decision goes into `events`, to publish once committed.
+fn decide(
+    c: &rusqlite::Connection,
+    shared: &Shared,
+    node: &NodeRow,
+    cmd: &CommandRow,
+    events: &mut Vec<StackEvent>,
+) -> Result<Option<NodeSpecRow>> {
     if node.state != NodeState::Accepting || node.acceptance_command_id.as_deref() != Some(cmd.id.as_str()) {
         return Ok(None);
     }
@@ -96,11 +107,12 @@ fn decide(c: &rusqlite::Connection, shared: &Shared, node: &NodeRow, cmd: &Comma
     match judge(cmd, pool.expect_gpu_count) {
         Ok(gpus) => {
             info!(node_id = %node.id, gpus, "adoption: acceptance check passed");
-            adopt(c, shared, node)
+            adopt(c, shared, node, events)
         }
         Err(reason) => {
             warn!(node_id = %node.id, %reason, "adoption: node rejected");
             nodes::reject(c, &node.id, &reason)?;
+            events.push(StackEvent::Rejected { node_id: node.id.clone(), reason });
             Ok(None)
         }
     }
@@ -123,9 +135,15 @@ fn judge(cmd: &CommandRow, expected: Option<u32>) -> Result<u64, String> {
     }
 }
 
-/// Adopts a node with NodeSpec generation 1 inside a caller's transaction;
-/// `None` when another session of the node adopted it first.
-fn adopt(c: &rusqlite::Connection, shared: &Shared, node: &NodeRow) -> Result<Option<NodeSpecRow>> {
+/// Adopts a node with NodeSpec generation 1 inside a caller's transaction
+/// (the event goes into `events`); `None` when another session of the node
+/// adopted it first.
+fn adopt(
+    c: &rusqlite::Connection,
+    shared: &Shared,
+    node: &NodeRow,
+    events: &mut Vec<StackEvent>,
+) -> Result<Option<NodeSpecRow>> {
     let now = now_ms();
     let spec = crate::spec::first(shared, &node.id, now);
     if !nodes::adopt(c, &node.id, now)? {
@@ -133,6 +151,7 @@ fn adopt(c: &rusqlite::Connection, shared: &Shared, node: &NodeRow) -> Result<Op
     }
     specs::insert(c, &spec)?;
     info!(node_id = %node.id, generation = 1, "adoption: node adopted");
+    events.push(StackEvent::Adopted { node_id: node.id.clone() });
     Ok(Some(spec))
 }
 

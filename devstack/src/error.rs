@@ -177,6 +177,48 @@ pub enum Error {
         /// How many are free.
         free: u32,
     },
+    /// No instance has this id.
+    #[error("unknown instance {instance_id}")]
+    UnknownInstance {
+        /// The instance id.
+        instance_id: String,
+    },
+    /// An instance request the stack does not place.
+    #[error("invalid instance: {reason}")]
+    InvalidInstance {
+        /// What is wrong.
+        reason: String,
+    },
+    /// No volume has this id.
+    #[error("unknown volume {volume_id}")]
+    UnknownVolume {
+        /// The volume id.
+        volume_id: String,
+    },
+    /// A volume request the stack refuses (a shrink, a host that is no VPS host).
+    #[error("invalid volume: {reason}")]
+    InvalidVolume {
+        /// What is wrong.
+        reason: String,
+    },
+    /// A volume an instance still attaches.
+    #[error("volume {volume_id} is attached to instance {instance_id}")]
+    VolumeInUse {
+        /// The volume id.
+        volume_id: String,
+        /// The instance that attaches it.
+        instance_id: String,
+    },
+    /// An instance ended in another state than the one awaited.
+    #[error("instance {instance_id} is {state}: {reason}")]
+    InstanceEnded {
+        /// The instance id.
+        instance_id: String,
+        /// Its state.
+        state: crate::store::instance_rows::InstanceState,
+        /// Its reason.
+        reason: String,
+    },
     /// No release has this version.
     #[error("unknown release {version}")]
     UnknownRelease {

@@ -1,7 +1,8 @@
 //! The plain-HTTP side of the stack: the well-known document that lets
 //! `bcd join --server URL` find the gateway and the join pins, and release
 //! downloads (`GET /releases/<version>/bcd-<os>-<arch>` and
-//! `GET /releases/<version>/manifest.dsse.json`). Plain HTTP is enough for
+//! `GET /releases/<version>/manifest.dsse.json`), and the OTLP receiver of
+//! node metrics (`POST /v1/metrics`, `crate::otlp`). Plain HTTP is enough for
 //! releases: bcd trusts only the signed manifest and the digest it names.
 
 use std::sync::Arc;
@@ -11,7 +12,7 @@ use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use serde_json::{Value, json};
 
 use crate::shared::Shared;
@@ -84,5 +85,6 @@ pub fn router(shared: Arc<Shared>) -> Router {
     Router::new()
         .route(WELL_KNOWN_PATH, get(|State(shared): State<Arc<Shared>>| async move { Json(well_known(&shared)) }))
         .route("/releases/{version}/{file}", get(release_file))
+        .route(crate::otlp::PATH, post(crate::otlp::receive))
         .with_state(shared)
 }

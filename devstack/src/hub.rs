@@ -26,8 +26,27 @@ pub enum Control {
     Replaced,
 }
 
+/// Which transport carries a session (docs/protocol.md, "WebSocket transport").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// `Gateway.Session` over gRPC.
+    Grpc,
+    /// `/v1/session` over a WebSocket on the HTTPS listener.
+    WebSocket,
+}
+
+impl std::fmt::Display for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Transport::Grpc => "grpc",
+            Transport::WebSocket => "websocket",
+        })
+    }
+}
+
 struct Handle {
     epoch: u64,
+    transport: Transport,
     tx: mpsc::UnboundedSender<Control>,
 }
 
@@ -45,9 +64,9 @@ impl Hub {
     }
 
     /// Registers the session `epoch` of a node; an older one is told to close.
-    pub fn register(&self, node_id: &str, epoch: u64) -> mpsc::UnboundedReceiver<Control> {
+    pub fn register(&self, node_id: &str, epoch: u64, transport: Transport) -> mpsc::UnboundedReceiver<Control> {
         let (tx, rx) = mpsc::unbounded_channel();
-        if let Some(old) = self.lock().insert(node_id.to_string(), Handle { epoch, tx }) {
+        if let Some(old) = self.lock().insert(node_id.to_string(), Handle { epoch, transport, tx }) {
             let _ = old.tx.send(Control::Replaced);
         }
         rx
@@ -76,6 +95,11 @@ impl Hub {
     /// The epoch of a node's live session.
     pub fn live_epoch(&self, node_id: &str) -> Option<u64> {
         self.lock().get(node_id).map(|h| h.epoch)
+    }
+
+    /// The transport of a node's live session.
+    pub fn live_transport(&self, node_id: &str) -> Option<Transport> {
+        self.lock().get(node_id).map(|h| h.transport)
     }
 
     /// How many sessions are live.

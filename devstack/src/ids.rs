@@ -44,6 +44,22 @@ pub fn ticket_id() -> String {
     prefixed("tkt_")
 }
 
+/// An instance id: `inst-` and 16 random hex digits (it names a libvirt
+/// domain and files on its host, so no underscore).
+pub fn instance_id() -> String {
+    prefixed("inst-")
+}
+
+/// A volume id: `vol-` and 16 random hex digits.
+pub fn volume_id() -> String {
+    prefixed("vol-")
+}
+
+/// A secret reference: `secret_` and 16 random hex digits.
+pub fn secret_id() -> String {
+    prefixed("secret_")
+}
+
 /// A pool id.
 pub fn pool_id() -> String {
     prefixed("pool_")

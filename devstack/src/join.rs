@@ -23,6 +23,7 @@ use tracing::{info, warn};
 
 use crate::clock::now_ms;
 use crate::error::Error;
+use crate::events::StackEvent;
 use crate::issuance;
 use crate::shared::Shared;
 use crate::status::{self, Code, refuse};
@@ -94,6 +95,12 @@ impl JoinService {
                     hostname = ?claims.hostname,
                     "join: node joined"
                 );
+                shared.publish(StackEvent::Joined {
+                    node_id: node_id.clone(),
+                    pool_id: token_row.pool_id.clone(),
+                    method: JoinMethod::Token,
+                    hostname: claims.hostname.clone(),
+                });
                 shared.bump();
                 envelope
             }

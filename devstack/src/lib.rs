@@ -1,12 +1,15 @@
 //! The dev control plane (docs/devstack.md): a JoinService (token and TPM
 //! joins) and a gateway (tonic over our own rustls acceptor, mTLS), a SQLite
-//! store with migrations, adoption, GPU reservations, releases and
-//! self-update, the well-known document and release downloads, run
+//! store with migrations, adoption, GPU reservations, VPS instances
+//! (placement, volumes, the secret broker, workload tokens), releases and
+//! self-update, the well-known document and release downloads, an HTTPS
+//! listener (the Session as a WebSocket, renewal, the OTLP receiver), run
 //! in-process by tests ([`DevStack`]) or by the `devstack serve` binary.
 //!
 //! The protocol contract it implements is docs/protocol.md, "The agent
 //! protocol". Every cryptographic object comes from `pki`.
 
+pub mod admin;
 mod adoption;
 pub mod client;
 mod clock;
@@ -14,16 +17,21 @@ mod commands;
 pub mod config;
 mod connections;
 mod error;
+mod events;
 mod gateway;
 mod http;
+mod https;
 mod hub;
 mod ids;
+mod instances;
 mod inventory;
 mod issuance;
 mod join;
 mod keys;
 mod limits;
 mod nodes;
+mod otlp;
+mod placement;
 mod pools;
 mod releases;
 mod reservations;
@@ -45,23 +53,29 @@ pub use commands::{Batch, BatchCommand, BatchSpec, CommandOptions, CommandOutcom
 pub use config::BcdConfigPaths;
 pub use connections::{ConnectionOptions, RETRY_AFTER_MS};
 pub use error::{Error, Result};
+pub use events::{EventSubscription, Published, RECENT, Received, StackEvent};
 pub use gateway::limit::MAX_MESSAGE_BYTES;
 pub use http::WELL_KNOWN_PATH;
+pub use hub::Transport;
+pub use instances::{InstanceRequest, UNSCHEDULABLE};
 pub use limits::NodeLimits;
 pub use nodes::JoinMark;
-pub use pools::{Acceptance, PoolSpec};
+pub use otlp::{Encoding as OtlpEncoding, OtlpExport, point_attribute, point_value};
+pub use placement::{FILTERS, Filter, Host, Request as PlacementRequest, Room};
+pub use pools::{Acceptance, KIND_GPU, KIND_VPS_HOST, PoolKind, PoolSpec};
 pub use releases::{ManifestOptions, Release, ReleaseKeys, UPGRADE_KIND, UpdatePins};
 pub use reservations::{ALLOCATION_GENERATION, ALLOCATION_MISMATCH};
 pub use sections::{SectionState, SectionStatus};
 pub use spec::SpecUpdate;
 pub use stack::{DevStack, DevStackOptions, Pins};
 pub use store::StoreLocation;
+pub use store::instance_rows::{InstanceDesired, InstanceRow, InstanceState, NodeLabelRow, VolumeRow, VolumeState};
 pub use store::rows::{
     CommandRow, CommandStatus, CommandUpdateRow, InventoryRow, JoinMethod, JoinTokenRow, NodeBindingRow, NodeCertRow,
     NodeJoinRow, NodeKeyLevel, NodeRow, NodeSessionRow, NodeSpecRow, NodeState, PoolRow, ReleaseArtifactRow,
     ReservationRow, ReservationState,
 };
-pub use tls::ALPN_H2;
+pub use tls::{ALPN_H2, ALPN_HTTP1};
 pub use tpm::{
     ChallengeSource, TPM_NOT_ALLOWED, TPM_SESSION_EXPIRED, TPM_SESSION_UNKNOWN, TpmAllow, TpmAttestorOptions,
 };
@@ -71,6 +85,7 @@ pub use tunnels::{
     TunnelOptions,
 };
 pub use view::StackView;
+pub use workload::{TOKEN_TTL_S, issuer as workload_issuer};
 
 /// The name the gateway's serving certificate is checked for.
 pub const SERVER_NAME: &str = "gw.dev.local";

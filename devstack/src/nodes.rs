@@ -10,8 +10,9 @@ use tracing::info;
 
 use crate::clock::now_ms;
 use crate::error::{Error, Result};
+use crate::events::StackEvent;
 use crate::gateway::handlers::{Effects, Event, EventHandler};
-use crate::hub::Control;
+use crate::hub::{Control, Transport};
 use crate::stack::DevStack;
 use crate::store::rows::{NodeCertRow, NodeRow, NodeSessionRow, NodeState};
 use crate::store::{certs, nodes, sessions};
@@ -57,6 +58,11 @@ impl StackView<'_> {
         self.hub().live_epoch(node_id)
     }
 
+    /// The transport of a node's live session, if it has one.
+    pub fn live_transport(&self, node_id: &str) -> Option<Transport> {
+        self.hub().live_transport(node_id)
+    }
+
     /// The row of a node's live session, if it has one.
     pub fn live_session(&self, node_id: &str) -> Option<NodeSessionRow> {
         let epoch = self.live_epoch(node_id)?;
@@ -98,6 +104,11 @@ impl DevStack {
     /// The epoch of a node's live session, if it has one.
     pub fn live_epoch(&self, node_id: &str) -> Option<u64> {
         self.shared().hub.live_epoch(node_id)
+    }
+
+    /// The transport of a node's live session, if it has one.
+    pub fn live_transport(&self, node_id: &str) -> Option<Transport> {
+        self.shared().hub.live_transport(node_id)
     }
 
     /// Waits until a node satisfies `predicate`; returns its row. Fails at
@@ -172,6 +183,7 @@ impl DevStack {
         })?;
         info!(node_id, certificates = n, "node revoked");
         shared.hub.send(node_id, Control::Revoke("the node's certificates were revoked".into()));
+        shared.publish(StackEvent::Revoked { node_id: node_id.to_string() });
         shared.bump();
         Ok(())
     }

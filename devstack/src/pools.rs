@@ -1,4 +1,5 @@
-//! Pools and join tokens: creating a pool with its acceptance rule, minting
+//! Pools and join tokens: creating a pool with its kind (GPU nodes or VPS
+//! hosts) and its acceptance rule, minting
 //! a join token (only its SHA-256 is stored, and it is never logged), and
 //! reading both back.
 
@@ -10,6 +11,7 @@ use tracing::info;
 use crate::adoption::{ACCEPTANCE_DIAG, ACCEPTANCE_NONE};
 use crate::clock::now_ms;
 use crate::error::{Error, Result};
+use crate::events::StackEvent;
 use crate::ids;
 use crate::stack::DevStack;
 use crate::store::rows::{JoinTokenRow, PoolRow};
@@ -26,6 +28,31 @@ pub enum Acceptance {
     None,
 }
 
+/// The stored kind of a GPU pool.
+pub const KIND_GPU: &str = "gpu";
+/// The stored kind of a VPS host pool.
+pub const KIND_VPS_HOST: &str = "vps-host";
+
+/// What a pool's nodes are for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PoolKind {
+    /// GPU nodes: reservations (the default).
+    #[default]
+    Gpu,
+    /// VPS hosts: placement puts instances on them.
+    VpsHost,
+}
+
+impl PoolKind {
+    /// The value stored in `pools.kind`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PoolKind::Gpu => KIND_GPU,
+            PoolKind::VpsHost => KIND_VPS_HOST,
+        }
+    }
+}
+
 /// A pool to create.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PoolSpec {
@@ -37,6 +64,8 @@ pub struct PoolSpec {
     pub expect_gpu_count: Option<u32>,
     /// The acceptance check.
     pub acceptance: Acceptance,
+    /// What its nodes are for.
+    pub kind: PoolKind,
 }
 
 impl StackView<'_> {
@@ -70,9 +99,11 @@ impl DevStack {
             }
             .to_string(),
             created_at_ms: now_ms(),
+            kind: spec.kind.as_str().to_string(),
         };
         self.shared().store.with(|c| pools::insert(c, &row))?;
-        info!(pool_id = %row.id, name = %row.name, expect_gpu_count = ?row.expect_gpu_count, "pool created");
+        info!(pool_id = %row.id, name = %row.name, kind = %row.kind, expect_gpu_count = ?row.expect_gpu_count, "pool created");
+        self.shared().publish(StackEvent::PoolCreated { pool_id: row.id.clone(), name: row.name.clone() });
         self.shared().bump();
         Ok(row.id)
     }
@@ -108,6 +139,12 @@ impl DevStack {
             tokens::insert(c, &row)
         })?;
         info!(token_id = %row.id, pool_id, max_uses, expires_at_ms = row.expires_at_ms, "join token minted");
+        self.shared().publish(StackEvent::TokenMinted {
+            token_id: row.id.clone(),
+            pool_id: pool_id.to_string(),
+            max_uses,
+            expires_at_ms: row.expires_at_ms,
+        });
         self.shared().bump();
         Ok(secret)
     }

@@ -232,6 +232,7 @@ fn publish(shared: &Shared, version: &str, sequence: u64, artifacts: &[(&str, &s
         Ok(())
     })?;
     tracing::info!(version, sequence, artifacts = rows.len(), signers = shared.keys.release.len(), "release published");
+    shared.publish(crate::events::StackEvent::ReleasePublished { version: version.to_string(), sequence });
     shared.bump();
     Ok(Release {
         version: version.to_string(),

@@ -17,6 +17,7 @@ use tracing::{debug, info, warn};
 
 use crate::clock::now_ms;
 use crate::error::{Error, Result};
+use crate::events::StackEvent;
 use crate::gateway::handlers::{Effects, Event, EventHandler};
 use crate::ids;
 use crate::shared::Shared;
@@ -30,6 +31,17 @@ use crate::view::StackView;
 pub const ALLOCATION_MISMATCH: &str = proto::refusal::Code::AllocationMismatch.as_str();
 /// The code of an AllocationBound for a generation before the hold's.
 pub const ALLOCATION_GENERATION: &str = proto::refusal::Code::AllocationGeneration.as_str();
+
+/// The event of a reservation that reached `state` (or, with the state
+/// unchanged, whose AllocationBound was refused for `reason`).
+fn changed(node_id: &str, reservation_id: &str, state: ReservationState, reason: &str) -> StackEvent {
+    StackEvent::Reservation {
+        node_id: node_id.to_string(),
+        reservation_id: reservation_id.to_string(),
+        state,
+        reason: reason.to_string(),
+    }
+}
 
 /// The holds of a node's spec: its pending and active reservations.
 fn holds(c: &Connection, node_id: &str) -> Result<Vec<proto::Hold>> {
@@ -87,6 +99,7 @@ fn reserve(shared: &Shared, node_id: &str, gpus: u32) -> Result<String> {
         Ok((spec, indexes))
     })?;
     info!(node_id, reservation_id = %id, gpu_indexes = ?indexes, generation = spec.generation, "reservation: hold sent");
+    shared.publish(changed(node_id, &id, ReservationState::Pending, ""));
     crate::spec::push(shared, &spec)?;
     Ok(id)
 }
@@ -106,6 +119,7 @@ fn release(shared: &Shared, reservation_id: &str) -> Result<u64> {
         respec(c, shared, &r.node_id)
     })?;
     info!(node_id = %spec.node_id, reservation_id, generation = spec.generation, "reservation: hold withdrawn");
+    shared.publish(changed(&spec.node_id, reservation_id, ReservationState::Releasing, ""));
     crate::spec::push(shared, &spec)?;
     Ok(spec.generation)
 }
@@ -161,7 +175,9 @@ impl EventHandler<proto::StatusReport> for Allocations {
             .take(limit)
             .map(|env| Bound::check(env, |e| event.verify_statement(e, pki::statement::verify_allocation_bound)))
             .collect();
-        let specs = apply_report(event.c, event.shared, node_id, &bound, &report.released, &report.failed)?;
+        let mut events = Vec::new();
+        let specs =
+            apply_report(event.c, event.shared, node_id, &bound, &report.released, &report.failed, &mut events)?;
         if !(bound.is_empty() && report.released.is_empty() && report.failed.is_empty()) {
             debug!(
                 node_id = %node_id,
@@ -171,13 +187,13 @@ impl EventHandler<proto::StatusReport> for Allocations {
                 "reservation: allocation reports applied"
             );
         }
-        Ok(Effects { specs, ..Effects::default() })
+        Ok(Effects { specs, events, ..Effects::default() })
     }
 }
 
 /// Applies a status report's allocation reports inside the event's
 /// transaction; returns the specs to send once committed (holds withdrawn
-/// after a failure).
+/// after a failure), and puts what changed into `events`.
 fn apply_report(
     c: &Connection,
     shared: &Shared,
@@ -185,6 +201,7 @@ fn apply_report(
     bound: &[Bound],
     released: &[proto::AllocationReleased],
     failed: &[proto::AllocationFailed],
+    events: &mut Vec<StackEvent>,
 ) -> Result<Vec<NodeSpecRow>> {
     let now = now_ms();
     let mut specs = Vec::new();
@@ -214,11 +231,13 @@ fn apply_report(
             Ok(a) => {
                 if rows::activate(c, &r.id, a.generation, &a.cdi_devices, &b.envelope, now)? {
                     info!(node_id, reservation_id = %r.id, generation = a.generation, "reservation: active");
+                    events.push(changed(node_id, &r.id, ReservationState::Active, ""));
                 }
             }
             Err(refusal) => {
                 warn!(node_id, reservation_id = %r.id, refusal = ?refusal, "reservation: AllocationBound refused");
                 rows::refuse(c, &r.id, &refusal)?;
+                events.push(changed(node_id, &r.id, r.state, &refusal));
             }
         }
     }
@@ -226,6 +245,7 @@ fn apply_report(
         match of_node(&rel.allocation_id)? {
             Some(r) if rows::finish_release(c, &r.id, now)? => {
                 info!(node_id, reservation_id = %r.id, "reservation: released");
+                events.push(changed(node_id, &r.id, ReservationState::Released, ""));
             }
             Some(r) => info!(node_id, reservation_id = %r.id, state = %r.state, "reservation: release report ignored"),
             None => warn!(node_id, allocation_id = ?rel.allocation_id, "reservation: released an unknown allocation"),
@@ -238,6 +258,7 @@ fn apply_report(
         };
         let Some(before) = rows::fail(c, &r.id, &f.reason, now)? else { continue };
         warn!(node_id, reservation_id = %r.id, reason = ?f.reason, "reservation: failed");
+        events.push(changed(node_id, &r.id, ReservationState::Failed, &f.reason));
         if matches!(before, ReservationState::Pending | ReservationState::Active) {
             let spec = respec(c, shared, node_id)?;
             rows::set_release_generation(c, &r.id, spec.generation)?;

@@ -1,6 +1,6 @@
 //! The state every part of a running stack shares: the store, the keys, the
-//! live sessions, the settings of this run, and the change notification that
-//! the `await_*` helpers wait on.
+//! live sessions, the settings of this run, the change notification that
+//! the `await_*` helpers wait on, and the event stream people watch.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -8,8 +8,10 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::error::{Error, Result};
+use crate::events::{EventBus, StackEvent};
 use crate::hub::Hub;
 use crate::keys::StackKeys;
+use crate::otlp::Exports;
 use crate::store::Store;
 use crate::tpm::TpmJoin;
 use crate::tunnels::TunnelOptions;
@@ -30,8 +32,12 @@ pub struct Settings {
     pub busy_retry: Duration,
     /// Drain's `retry_after_ms` at shutdown.
     pub drain_retry_after_ms: u32,
-    /// The HTTP side's base URL as nodes reach it (release downloads).
+    /// The HTTP side's base URL as nodes reach it (release downloads, the
+    /// OTLP receiver).
     pub http_base_url: String,
+    /// The HTTPS listener's base URL as nodes reach it (`https://host:port`:
+    /// the WebSocket session, `POST /v1/renew`).
+    pub https_base_url: String,
     /// How many release signatures bcd's `[update]` asks for.
     pub release_threshold: u32,
     /// The lowest release sequence bcd's `[update]` accepts.
@@ -58,8 +64,12 @@ pub struct Shared {
     pub settings: Settings,
     /// The TPM attestor, when the stack has one.
     pub tpm: Option<TpmJoin>,
+    /// The stack-wide event stream.
+    pub events: EventBus,
     /// The consoles' tunnels, opening and open.
     pub tunnels: Registry,
+    /// The OTLP exports received (kept for tests, in memory).
+    pub otlp: Exports,
     changed: watch::Sender<u64>,
     draining: AtomicBool,
 }
@@ -74,6 +84,8 @@ impl Shared {
             tunnels: Registry::new(settings.tunnels.clone()),
             settings,
             tpm,
+            events: EventBus::default(),
+            otlp: Exports::default(),
             changed: watch::channel(0).0,
             draining: AtomicBool::new(false),
         }
@@ -87,6 +99,18 @@ impl Shared {
     /// Whether the stack is shutting down.
     pub fn is_draining(&self) -> bool {
         self.draining.load(Ordering::SeqCst)
+    }
+
+    /// Publishes a committed change on the event stream.
+    pub fn publish(&self, event: StackEvent) {
+        self.events.publish(event);
+    }
+
+    /// Publishes committed changes on the event stream, in order.
+    pub fn publish_all(&self, events: impl IntoIterator<Item = StackEvent>) {
+        for event in events {
+            self.events.publish(event);
+        }
     }
 
     /// Tells every waiter that the store or the live sessions changed.
@@ -145,6 +169,7 @@ pub mod testing {
             expect_gpu_count: None,
             acceptance: acceptance.into(),
             created_at_ms: 0,
+            kind: crate::pools::KIND_GPU.into(),
         };
         shared.store.with(|c| pools::insert(c, &pool)).unwrap();
         let node = nodes::NewNode {
@@ -174,6 +199,7 @@ pub mod testing {
             busy_retry: Duration::from_millis(500),
             drain_retry_after_ms: 1000,
             http_base_url: "http://127.0.0.1:1".into(),
+            https_base_url: "https://127.0.0.1:1".into(),
             release_threshold: 2,
             release_min_sequence: 1,
             release_expiry: crate::releases::DEFAULT_EXPIRY,

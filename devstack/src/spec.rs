@@ -25,8 +25,16 @@ pub struct SpecUpdate {
     pub access: Option<proto::AccessSection>,
     /// A new trust bundle (a rotation), as signed by its approvers.
     pub trust_bundle: Option<pki::dsse::Envelope>,
+    /// A new telemetry section (docs/protocol.md, "Telemetry"); a section
+    /// with an empty endpoint stops the exports.
+    pub telemetry: Option<proto::TelemetrySection>,
     /// Send it unsigned even under signed intent (to test `signedSpecs`).
     pub unsigned: bool,
+    /// An instances section as given, instead of the one the stack builds
+    /// from its instances (to test bcd's refusals of a section placement
+    /// would never send, an unknown runtime say); the next change of an
+    /// instance or volume of the node rebuilds it.
+    pub instances: Option<proto::InstancesSection>,
 }
 
 /// A spec row for `spec`, signed unless the stack has no intent keys or
@@ -102,8 +110,14 @@ fn publish(shared: &Shared, node_id: &str, update: &SpecUpdate) -> Result<NodeSp
             if let Some(access) = &update.access {
                 spec.access = Some(access.clone());
             }
+            if let Some(telemetry) = &update.telemetry {
+                spec.telemetry = Some(telemetry.clone());
+            }
             if let Some(bundle) = &update.trust_bundle {
                 spec.trust = Some(proto::TrustSection { trust_bundle: Some(bundle.to_proto()) });
+            }
+            if let Some(instances) = &update.instances {
+                spec.instances = Some(instances.clone());
             }
             Ok(())
         })?;

@@ -56,6 +56,9 @@ pub struct DevStackOptions {
     pub gateway_port: u16,
     /// The HTTP port; 0 picks a free one.
     pub http_port: u16,
+    /// The HTTPS listener's port (the WebSocket session, `POST /v1/renew`);
+    /// 0 picks a free one.
+    pub https_port: u16,
     /// The host written into the gateway and release URLs (default:
     /// `listen_host`), for a node that reaches the stack by another address
     /// (a network namespace, WSL).
@@ -104,6 +107,7 @@ impl Default for DevStackOptions {
             listen_host: IpAddr::V4(Ipv4Addr::LOCALHOST),
             gateway_port: 0,
             http_port: 0,
+            https_port: 0,
             advertise_host: None,
             extra_dns_names: Vec::new(),
             extra_ips: Vec::new(),
@@ -157,6 +161,7 @@ pub struct DevStack {
     options: DevStackOptions,
     gateway_addr: SocketAddr,
     http_addr: SocketAddr,
+    https_addr: SocketAddr,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -189,7 +194,7 @@ async fn bind(host: IpAddr, port: u16) -> Result<TcpListener> {
 
 /// The settings of a run: the options, and the URLs nodes reach the
 /// listeners by (the advertised host, else the listening one).
-fn settings(options: &DevStackOptions, gateway_addr: SocketAddr, http_addr: SocketAddr) -> Settings {
+fn settings(options: &DevStackOptions, gateway_addr: SocketAddr, http_addr: SocketAddr, https_port: u16) -> Settings {
     let host = options.advertise_host.clone().unwrap_or_else(|| options.listen_host.to_string());
     Settings {
         trust_domain: options.trust_domain.clone(),
@@ -199,6 +204,7 @@ fn settings(options: &DevStackOptions, gateway_addr: SocketAddr, http_addr: Sock
         busy_retry: Duration::from_millis(u64::from(options.busy_retry_ms)),
         drain_retry_after_ms: options.drain_retry_after_ms,
         http_base_url: format!("http://{}:{}", host_for_url(&host), http_addr.port()),
+        https_base_url: format!("https://{}:{}", host_for_url(&host), https_port),
         release_threshold: options.release_threshold,
         release_min_sequence: options.release_min_sequence,
         release_expiry: options.release_expiry,
@@ -211,7 +217,7 @@ fn settings(options: &DevStackOptions, gateway_addr: SocketAddr, http_addr: Sock
 /// The gateway: our TLS acceptor and connection handling in front of
 /// tonic's routes (Join and Gateway).
 fn serve_gateway(shared: &Arc<Shared>, listener: TcpListener, stop: &watch::Sender<bool>) -> Result<JoinHandle<()>> {
-    let acceptor = tokio_rustls::TlsAcceptor::from(tls::server_config(&shared.keys)?);
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls::server_config(&shared.keys, tls::Alpn::GATEWAY)?);
     let join = proto::join_server::JoinServer::new(JoinService::new(shared.clone()))
         .max_decoding_message_size(limit::MAX_MESSAGE_BYTES);
     let gateway = proto::gateway_server::GatewayServer::new(GatewayService::new(shared.clone()))
@@ -240,9 +246,11 @@ impl DevStack {
         }
         let gateway_listener = bind(options.listen_host, options.gateway_port).await?;
         let http_listener = bind(options.listen_host, options.http_port).await?;
+        let https_listener = bind(options.listen_host, options.https_port).await?;
         let gateway_addr =
             gateway_listener.local_addr().map_err(|source| Error::Bind { addr: "gateway".into(), source })?;
         let http_addr = http_listener.local_addr().map_err(|source| Error::Bind { addr: "http".into(), source })?;
+        let https_addr = https_listener.local_addr().map_err(|source| Error::Bind { addr: "https".into(), source })?;
 
         let names = serving_names(&options);
         let keys = StackKeys::load_or_create(
@@ -253,14 +261,19 @@ impl DevStack {
             &options.release_keys,
             now,
         )?;
-        let settings = settings(&options, gateway_addr, http_addr);
+        let settings = settings(&options, gateway_addr, http_addr, https_addr.port());
         let tpm = options.tpm_attestor.clone().map(TpmJoin::new);
         let shared = Arc::new(Shared::new(store, keys, settings, tpm));
         let (stop, _) = watch::channel(false);
-        let tasks = vec![serve_gateway(&shared, gateway_listener, &stop)?, serve_http(&shared, http_listener, &stop)];
+        let tasks = vec![
+            serve_gateway(&shared, gateway_listener, &stop)?,
+            serve_http(&shared, http_listener, &stop),
+            crate::https::serve(&shared, https_listener, &stop)?,
+        ];
         info!(
             gateway = %shared.settings.gateway_url,
             http = %http_addr,
+            https = %shared.settings.https_base_url,
             serving_dns = ?names.dns,
             serving_ips = ?names.ips,
             signed_intent = shared.keys.intent.is_some(),
@@ -268,7 +281,7 @@ impl DevStack {
             store = ?options.store,
             "devstack: started"
         );
-        Ok(DevStack { shared, options, gateway_addr, http_addr, stop, tasks })
+        Ok(DevStack { shared, options, gateway_addr, http_addr, https_addr, stop, tasks })
     }
 
     /// The state the stack's parts share (for the domain modules' methods).
@@ -286,6 +299,7 @@ impl DevStack {
         DevStackOptions {
             gateway_port: self.gateway_addr.port(),
             http_port: self.http_addr.port(),
+            https_port: self.https_addr.port(),
             ..self.options.clone()
         }
     }
@@ -303,6 +317,23 @@ impl DevStack {
     /// The HTTP side's base URL (`http://host:port`).
     pub fn http_url(&self) -> String {
         format!("http://{}", self.http_addr)
+    }
+
+    /// The HTTPS listener's base URL as nodes reach it (`https://host:port`).
+    pub fn https_url(&self) -> &str {
+        &self.shared.settings.https_base_url
+    }
+
+    /// The HTTPS listener's address.
+    pub fn https_addr(&self) -> SocketAddr {
+        self.https_addr
+    }
+
+    /// The WebSocket session's URL (`wss://host:port/v1/session`), bcd's
+    /// `[websocket] url`.
+    pub fn websocket_url(&self) -> String {
+        let base = &self.shared.settings.https_base_url;
+        format!("wss://{}{}", base.trim_start_matches("https://"), crate::https::ws::PATH)
     }
 
     /// The URL of the well-known document.

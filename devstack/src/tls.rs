@@ -1,17 +1,21 @@
-//! The gateway's TLS: our own rustls configuration and handshake in front
-//! of tonic.
+//! The stack's TLS: our own rustls configuration and handshake in front of
+//! the gateway (tonic) and of the HTTPS listener (the WebSocket session,
+//! `POST /v1/renew`); `connections` serves what they accept.
 //!
-//! TLS 1.3 only, ALPN exactly `h2` (a connection that negotiated anything
-//! else, or nothing, is closed and logged). A client certificate is
-//! optional at the TLS layer, and any certificate is taken there once the
-//! client proved it holds its key (the handshake's signature): whether the
-//! stack issued it is the gateway's question (`gateway/auth`), which
-//! answers a foreign or expired certificate with a stable code
-//! (`Unauthenticated` `cert-unknown`, `PermissionDenied` `cert-validity`)
-//! a node can act on, where a TLS alert would say nothing. Each connection
-//! carries its peer chain to the handlers as [`PeerInfo`] in the request's
-//! extensions; handshake failures are logged and never reach tonic nor
-//! disturb other connections.
+//! TLS 1.3 only, one ALPN protocol per listener ([`Alpn`]): exactly `h2`
+//! for the gateway; `http/1.1`, or none at all, for the HTTPS listener (Go's
+//! HTTP client offers no ALPN for a WebSocket upgrade, and a client that
+//! offers none speaks HTTP/1.1). A connection that negotiated anything else
+//! is closed and logged. A client certificate is optional at the TLS layer,
+//! and any certificate is taken there once the client proved it holds its
+//! key (the handshake's signature): whether the stack issued it is the
+//! handlers' question (`gateway/auth`, for the gateway and the HTTPS
+//! listener alike), which answers a foreign or expired certificate with a
+//! stable code (`Unauthenticated` `cert-unknown`, `PermissionDenied`
+//! `cert-validity`) a node can act on, where a TLS alert would say nothing.
+//! Each connection carries its peer chain to the handlers as [`PeerInfo`]
+//! in the request's extensions; handshake failures are logged and never
+//! reach a server nor disturb other connections.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -33,6 +37,32 @@ use crate::keys::StackKeys;
 
 /// The only ALPN protocol the gateway speaks.
 pub const ALPN_H2: &[u8] = b"h2";
+/// The only ALPN protocol the HTTPS listener speaks (a WebSocket upgrade is
+/// an HTTP/1.1 request).
+pub const ALPN_HTTP1: &[u8] = b"http/1.1";
+
+/// What a listener accepts of the ALPN negotiation.
+#[derive(Clone, Copy, Debug)]
+pub struct Alpn {
+    /// The one protocol it offers.
+    pub protocol: &'static [u8],
+    /// Whether a client that offered no ALPN at all is accepted too.
+    pub or_none: bool,
+}
+
+impl Alpn {
+    /// The gateway's: `h2`, and nothing else.
+    pub const GATEWAY: Alpn = Alpn { protocol: ALPN_H2, or_none: false };
+    /// The HTTPS listener's: `http/1.1`, or no ALPN.
+    pub const HTTPS: Alpn = Alpn { protocol: ALPN_HTTP1, or_none: true };
+
+    fn accepts(&self, negotiated: Option<&[u8]>) -> bool {
+        match negotiated {
+            Some(p) => p == self.protocol,
+            None => self.or_none,
+        }
+    }
+}
 
 /// Installs rustls' ring provider as the process default. Harmless when one
 /// is already installed; the gateway also names ring explicitly, so a process
@@ -45,8 +75,8 @@ fn tls_err(e: impl std::fmt::Display) -> Error {
     Error::Tls { reason: e.to_string() }
 }
 
-/// The gateway's rustls configuration.
-pub fn server_config(keys: &StackKeys) -> Result<Arc<ServerConfig>> {
+/// The rustls configuration of a listener that speaks `alpn`.
+pub fn server_config(keys: &StackKeys, alpn: Alpn) -> Result<Arc<ServerConfig>> {
     use p256::pkcs8::EncodePrivateKey;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = RootCertStore::empty();
@@ -65,7 +95,7 @@ pub fn server_config(keys: &StackKeys) -> Result<Arc<ServerConfig>> {
         .with_client_cert_verifier(verifier)
         .with_single_cert(chain, key)
         .map_err(tls_err)?;
-    config.alpn_protocols = vec![ALPN_H2.to_vec()];
+    config.alpn_protocols = vec![alpn.protocol.to_vec()];
     Ok(Arc::new(config))
 }
 
@@ -139,12 +169,13 @@ pub struct PeerInfo {
 }
 
 /// One handshake within `timeout`; `None` (logged) for anything but a TLS
-/// 1.3 `h2` connection.
+/// 1.3 connection that negotiated `alpn`.
 pub(crate) async fn handshake(
     acceptor: &TlsAcceptor,
     tcp: TcpStream,
     addr: SocketAddr,
     timeout: Duration,
+    alpn: Alpn,
 ) -> Option<(TlsStream<TcpStream>, PeerInfo)> {
     let mut tls = match tokio::time::timeout(timeout, acceptor.accept(tcp)).await {
         Ok(Ok(tls)) => tls,
@@ -158,9 +189,10 @@ pub(crate) async fn handshake(
         }
     };
     let (_, session) = tls.get_ref();
-    if session.alpn_protocol() != Some(ALPN_H2) {
+    if !alpn.accepts(session.alpn_protocol()) {
         let offered = session.alpn_protocol().map(|p| String::from_utf8_lossy(p).into_owned());
-        warn!(peer = %addr, alpn = ?offered, "gateway: connection refused: the negotiated ALPN is not h2");
+        let wanted = String::from_utf8_lossy(alpn.protocol);
+        warn!(peer = %addr, alpn = ?offered, "tls: connection refused: the negotiated ALPN is not {wanted}");
         let _ = tls.shutdown().await;
         return None;
     }

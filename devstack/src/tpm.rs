@@ -17,6 +17,7 @@ use tracing::info;
 
 use crate::clock::now_ms;
 use crate::error::{Error, Result};
+use crate::events::StackEvent;
 use crate::join::internal;
 use crate::shared::Shared;
 use crate::stack::DevStack;
@@ -271,6 +272,12 @@ impl TpmJoin {
             serial = %cert.serial,
             "join: node joined with its TPM"
         );
+        shared.publish(StackEvent::Joined {
+            node_id: node_id.clone(),
+            pool_id: pool_id.clone(),
+            method: JoinMethod::Tpm,
+            hostname: claims.hostname.clone(),
+        });
         shared.bump();
         Ok(proto::JoinReply { reply: Some(proto::join_reply::Reply::Response(envelope.to_proto())) })
     }

@@ -14,6 +14,8 @@ use rusqlite::Connection;
 
 use crate::error::{Error, Result};
 use crate::hub::Hub;
+use crate::otlp::Exports;
+use crate::shared::Shared;
 use crate::stack::DevStack;
 
 /// What the stack knows at one instant: one consistent read of its store
@@ -26,13 +28,14 @@ use crate::stack::DevStack;
 pub struct StackView<'a> {
     c: &'a Connection,
     hub: &'a Hub,
+    otlp: &'a Exports,
     error: RefCell<Option<Error>>,
     note: RefCell<Option<String>>,
 }
 
 impl<'a> StackView<'a> {
-    fn new(c: &'a Connection, hub: &'a Hub) -> Self {
-        StackView { c, hub, error: RefCell::new(None), note: RefCell::new(None) }
+    fn new(c: &'a Connection, shared: &'a Shared) -> Self {
+        StackView { c, hub: &shared.hub, otlp: &shared.otlp, error: RefCell::new(None), note: RefCell::new(None) }
     }
 
     /// Runs a store read; on failure keeps the first error and answers the
@@ -55,6 +58,11 @@ impl<'a> StackView<'a> {
         self.hub
     }
 
+    /// The OTLP exports the stack received.
+    pub(crate) fn otlp(&self) -> &Exports {
+        self.otlp
+    }
+
     /// Records what the wait saw last; a wait that times out names it.
     pub fn note(&self, seen: impl std::fmt::Display) {
         *self.note.borrow_mut() = Some(seen.to_string());
@@ -75,7 +83,7 @@ impl DevStack {
     pub fn view<T>(&self, read: impl FnOnce(&StackView<'_>) -> T) -> Result<T> {
         let shared = self.shared();
         shared.store.with(|c| {
-            let view = StackView::new(c, &shared.hub);
+            let view = StackView::new(c, shared);
             let value = read(&view);
             view.finish(value).map(|(value, _)| value)
         })
@@ -104,7 +112,7 @@ impl DevStack {
                 },
                 || {
                     let (value, note) = shared.store.with(|c| {
-                        let view = StackView::new(c, &shared.hub);
+                        let view = StackView::new(c, shared);
                         let value = until(&view);
                         view.finish(value)
                     })?;

@@ -86,7 +86,7 @@ impl Envelope {
     /// Parses the JSON form.
     pub fn from_json(text: &str) -> Result<Self> {
         let malformed = |reason: String| Error::from(DsseError::Malformed { reason });
-        let json: JsonEnvelope = crate::json_object(text.as_bytes()).map_err(malformed)?;
+        let json: JsonEnvelope = crate::json::object(text.as_bytes()).map_err(malformed)?;
         let payload = b64::std_decode(&json.payload).ok_or_else(|| malformed("payload is not base64".into()))?;
         let signatures = json
             .signatures

@@ -57,7 +57,7 @@ pub fn open_token(
 ) -> Result<SealedTokenPayload> {
     let plain = jwe::open(join_encryption, &join_encryption.keyid(), sealed)?;
     let payload: SealedTokenPayload =
-        crate::json_object(&plain).map_err(|reason| JoinError::TokenPayload { reason })?;
+        crate::json::object(&plain).map_err(|reason| JoinError::TokenPayload { reason })?;
     if payload.csr != csr_pin {
         return Err(JoinError::TokenCsrMismatch { bound: payload.csr, presented: csr_pin.to_string() }.into());
     }

@@ -10,6 +10,10 @@
 //! five base64url parts and a JSON header (`jwe-malformed`), the profile
 //! (`jwe-header`), the kid (`jwe-kid`), the ephemeral key (`jwe-epk`), the
 //! part sizes (`jwe-malformed`), then unwrap and decryption (`jwe-decrypt`).
+//!
+//! Each primitive has its entry point, which opening goes through and the
+//! Wycheproof vectors test (`pki/tests/wycheproof.rs`): [`agree`] (ECDH),
+//! [`unwrap_key`] (AES key wrap) and [`decrypt_content`] (AES-GCM).
 
 use aes_gcm::aead::{Aead, KeyInit, Payload};
 use aes_gcm::{Aes256Gcm, Nonce};
@@ -71,6 +75,48 @@ fn kek(secret: &p256::SecretKey, public: &p256::PublicKey) -> [u8; 32] {
     concat_kdf(shared.raw_secret_bytes())
 }
 
+/// ECDH on P-256 with the sender's ephemeral key `epk`, an uncompressed SEC1
+/// point (`04 ‖ x ‖ y`, the header's `epk`): the shared secret Z, or
+/// `jwe-epk` when `epk` is not such a point on the curve.
+pub fn agree(recipient: &p256::SecretKey, epk: &[u8]) -> Result<[u8; 32]> {
+    if epk.len() != 65 || epk[0] != 4 {
+        return Err(JweError::Epk { reason: "not an uncompressed point".into() }.into());
+    }
+    let public =
+        p256::PublicKey::from_sec1_bytes(epk).map_err(|_| JweError::Epk { reason: "not a point on P-256".into() })?;
+    let shared = p256::ecdh::diffie_hellman(recipient.to_nonzero_scalar(), public.as_affine());
+    Ok((*shared.raw_secret_bytes()).into())
+}
+
+/// AES-256 key unwrap (RFC 3394) of the 40-byte encrypted key into the
+/// content key: `jwe-malformed` for other sizes, `jwe-decrypt` when the
+/// integrity check fails.
+pub fn unwrap_key(kek: &[u8], wrapped: &[u8]) -> Result<[u8; 32]> {
+    let kek: [u8; 32] = kek.try_into().map_err(|_| JweError::Malformed { reason: "the KEK is not 32 bytes".into() })?;
+    if wrapped.len() != 40 {
+        return Err(JweError::Malformed { reason: "the encrypted key is not 40 bytes".into() }.into());
+    }
+    let mut cek = [0u8; 32];
+    aes_kw::KwAes256::new(&kek.into()).unwrap_key(wrapped, &mut cek).map_err(|_| JweError::Decrypt)?;
+    Ok(cek)
+}
+
+/// A256GCM decryption of the content: a 32-byte key, a 12-byte IV and a
+/// 16-byte tag (`jwe-malformed` otherwise), `jwe-decrypt` when the tag does
+/// not verify.
+pub fn decrypt_content(cek: &[u8], iv: &[u8], ciphertext: &[u8], tag: &[u8], aad: &[u8]) -> Result<Vec<u8>> {
+    let malformed = |reason: &str| Error::from(JweError::Malformed { reason: reason.to_string() });
+    let cek: [u8; 32] = cek.try_into().map_err(|_| malformed("the content key is not 32 bytes"))?;
+    let iv: [u8; 12] = iv.try_into().map_err(|_| malformed("the IV is not 12 bytes"))?;
+    if tag.len() != 16 {
+        return Err(malformed("the tag is not 16 bytes"));
+    }
+    let sealed = [ciphertext, tag].concat();
+    Aes256Gcm::new(&cek.into())
+        .decrypt(&Nonce::from(iv), Payload { msg: &sealed, aad })
+        .map_err(|_| JweError::Decrypt.into())
+}
+
 /// The protected header, written as an exact string so the bytes are stable.
 fn header(epk: &p256::PublicKey, kid: &str) -> String {
     let (x, y) = pin::xy(epk);
@@ -121,7 +167,7 @@ pub fn open(recipient: &p256::SecretKey, kid: &str, compact: &str) -> Result<Vec
         .iter()
         .map(|p| b64::url_decode(p).ok_or_else(|| malformed("a part is not base64url")))
         .collect::<Result<_>>()?;
-    let header: Header = crate::json_object(&raw[0]).map_err(|_| malformed("the header is not a JSON object"))?;
+    let header: Header = crate::json::object(&raw[0]).map_err(|_| malformed("the header is not a JSON object"))?;
 
     let bad_header = |reason: &str| Error::from(JweError::Header { reason: reason.to_string() });
     if header.alg.as_deref() != Some(ALG) {
@@ -150,20 +196,13 @@ pub fn open(recipient: &p256::SecretKey, kid: &str, compact: &str) -> Result<Vec
     if wrapped.len() != 40 || iv.len() != 12 || tag.len() != 16 {
         return Err(malformed("a part has the wrong size"));
     }
-    let kek = kek(recipient, &epk);
-    let mut cek = [0u8; 32];
-    aes_kw::KwAes256::new(&kek.into()).unwrap_key(wrapped, &mut cek).map_err(|_| JweError::Decrypt)?;
-    let mut sealed = ciphertext.clone();
-    sealed.extend_from_slice(tag);
-    Aes256Gcm::new(&cek.into())
-        .decrypt(
-            &Nonce::try_from(iv.as_slice()).expect("the IV length was checked"),
-            Payload { msg: &sealed, aad: parts[0].as_bytes() },
-        )
-        .map_err(|_| JweError::Decrypt.into())
+    let kek = concat_kdf(&agree(recipient, &epk)?);
+    let cek = unwrap_key(&kek, wrapped)?;
+    decrypt_content(&cek, iv, ciphertext, tag, parts[0].as_bytes())
 }
 
-fn parse_epk(epk: Option<Epk>) -> Result<p256::PublicKey> {
+/// The header's ephemeral key as an uncompressed point, checked on the curve.
+fn parse_epk(epk: Option<Epk>) -> Result<Vec<u8>> {
     let bad = |reason: &str| Error::from(JweError::Epk { reason: reason.to_string() });
     let epk = epk.ok_or_else(|| bad("missing"))?;
     if epk.kty.as_deref() != Some("EC") || epk.crv.as_deref() != Some("P-256") {
@@ -176,7 +215,8 @@ fn parse_epk(epk: Option<Epk>) -> Result<p256::PublicKey> {
     let mut sec1 = vec![4u8];
     sec1.extend_from_slice(&x);
     sec1.extend_from_slice(&y);
-    p256::PublicKey::from_sec1_bytes(&sec1).map_err(|_| bad("not a point on P-256"))
+    p256::PublicKey::from_sec1_bytes(&sec1).map_err(|_| bad("not a point on P-256"))?;
+    Ok(sec1)
 }
 
 #[cfg(test)]

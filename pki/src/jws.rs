@@ -7,7 +7,7 @@
 //! (`jws-unknown-kid`), the signature (`jws-bad-signature`), the claims
 //! (`token-claims`), then `iss`, `aud`, `exp`, `iat` and, for tickets, `op`.
 
-use p256::ecdsa::signature::{Signer as _, Verifier as _};
+use p256::ecdsa::signature::Signer as _;
 use serde::{Deserialize, Serialize};
 
 use crate::error::JwsError;
@@ -92,7 +92,7 @@ fn verify<C: for<'de> Deserialize<'de>>(token: &str, trusted: &[p256::PublicKey]
         .iter()
         .map(|p| b64::url_decode(p).ok_or_else(|| malformed("a part is not base64url")))
         .collect::<Result<_>>()?;
-    let header: Header = crate::json_object(&raw[0]).map_err(|_| malformed("the header is not a JSON object"))?;
+    let header: Header = crate::json::object(&raw[0]).map_err(|_| malformed("the header is not a JSON object"))?;
     let alg = header.alg.unwrap_or_default();
     if alg != "ES256" {
         return Err(JwsError::Alg { found: alg }.into());
@@ -102,12 +102,11 @@ fn verify<C: for<'de> Deserialize<'de>>(token: &str, trusted: &[p256::PublicKey]
         .iter()
         .find(|k| crate::PublicKey::P256(**k).pin() == kid)
         .ok_or_else(|| JwsError::UnknownKid { kid: kid.clone() })?;
-    let sig = p256::ecdsa::Signature::from_slice(&raw[2]).map_err(|_| JwsError::BadSignature { kid: kid.clone() })?;
     let input = &token[..parts[0].len() + 1 + parts[1].len()];
-    p256::ecdsa::VerifyingKey::from(key)
-        .verify(input.as_bytes(), &sig)
-        .map_err(|_| JwsError::BadSignature { kid: kid.clone() })?;
-    crate::json_object(&raw[1]).map_err(|reason| JwsError::Claims { reason }.into())
+    if !crate::keys::verify_p1363(key, input.as_bytes(), &raw[2]) {
+        return Err(JwsError::BadSignature { kid }.into());
+    }
+    crate::json::object(&raw[1]).map_err(|reason| JwsError::Claims { reason }.into())
 }
 
 fn check_times(iat: i64, exp: i64, now_ms: i64) -> Result<()> {

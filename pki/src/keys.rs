@@ -18,10 +18,22 @@ pub const SALT: &[u8] = b"bc-fixtures/v1";
 
 /// The 32 output bytes of HKDF-SHA256 for one label.
 pub fn okm(seed: &str, label: &str) -> [u8; 32] {
-    let hk = Hkdf::<Sha256>::new(Some(SALT), seed.as_bytes());
-    let mut out = [0u8; 32];
-    hk.expand(label.as_bytes(), &mut out).expect("32 bytes is a valid HKDF-SHA256 output length");
-    out
+    let out = hkdf_sha256(seed.as_bytes(), SALT, label.as_bytes(), 32).expect("32 bytes is a valid HKDF-SHA256 length");
+    out.try_into().expect("32 bytes asked")
+}
+
+/// HKDF-SHA256 (RFC 5869): `len` bytes from `ikm`, `salt` and `info`, or
+/// `None` above 255 × 32 bytes. An empty salt is the RFC's default salt.
+pub fn hkdf_sha256(ikm: &[u8], salt: &[u8], info: &[u8], len: usize) -> Option<Vec<u8>> {
+    let mut out = vec![0u8; len];
+    Hkdf::<Sha256>::new(Some(salt), ikm).expand(info, &mut out).ok()?;
+    Some(out)
+}
+
+/// Whether `sig`, the 64-byte r‖s of IEEE P1363 (the form of ES256), is
+/// `key`'s ECDSA-SHA256 signature over `msg`.
+pub fn verify_p1363(key: &p256::PublicKey, msg: &[u8], sig: &[u8]) -> bool {
+    p256::ecdsa::Signature::from_slice(sig).is_ok_and(|s| p256::ecdsa::VerifyingKey::from(key).verify(msg, &s).is_ok())
 }
 
 /// The Ed25519 key of `label`.

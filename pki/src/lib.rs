@@ -18,6 +18,7 @@ pub mod dsse;
 pub mod error;
 pub mod intent;
 pub mod join;
+mod json;
 pub mod jwe;
 pub mod jws;
 pub mod keys;
@@ -35,17 +36,6 @@ pub use keys::{PublicKey, Signer};
 
 /// A result whose error is a [`pki::Error`](Error).
 pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-/// Parses a JSON object into `T`. serde's derived structs also accept a JSON
-/// array in field order; the formats here are objects only (as in Go), so an
-/// array, or any other JSON value, is refused.
-pub(crate) fn json_object<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> std::result::Result<T, String> {
-    let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
-    if !value.is_object() {
-        return Err("not a JSON object".to_string());
-    }
-    serde_json::from_value(value).map_err(|e| e.to_string())
-}
 
 /// Base64 helpers: standard with padding (DSSE, fixtures) and URL-safe without
 /// padding (JOSE, pins).

@@ -81,7 +81,7 @@ pub fn verify_manifest(env: &Envelope, policy: &Policy, now_ms: i64) -> Result<M
         Error::Dsse(DsseError::Threshold { valid, threshold }) => ReleaseError::Threshold { valid, threshold }.into(),
         other => other,
     })?;
-    let manifest: Manifest = crate::json_object(payload).map_err(|reason| ReleaseError::Malformed { reason })?;
+    let manifest = parse_manifest(payload)?;
     if manifest.sequence < policy.min_sequence {
         return Err(ReleaseError::Sequence { sequence: manifest.sequence, min_sequence: policy.min_sequence }.into());
     }
@@ -92,6 +92,12 @@ pub fn verify_manifest(env: &Envelope, policy: &Policy, now_ms: i64) -> Result<M
         return Err(ReleaseError::Expired { expires_at_ms: manifest.expires_at_ms, now_ms }.into());
     }
     Ok(manifest)
+}
+
+/// Parses a manifest's JSON, the signed payload (`release-malformed`): every
+/// member required, no other, strict JSON (docs/formats.md, "JSON").
+pub fn parse_manifest(payload: &[u8]) -> Result<Manifest> {
+    crate::json::object(payload).map_err(|reason| ReleaseError::Malformed { reason }.into())
 }
 
 /// The manifest's artifact for a platform.

@@ -429,7 +429,8 @@ pub struct Verified {
 }
 
 /// Checks that `leaf_der` was issued by the CA `ca_der` (signature, issuer
-/// name) and is valid at `now_ms`, and returns what it says.
+/// name, no critical extension outside [`UNDERSTOOD_EXTENSIONS`] in either)
+/// and is valid at `now_ms`, and returns what it says.
 pub fn verify_issued(leaf_der: &[u8], ca_der: &[u8], now_ms: i64) -> Result<Verified> {
     let malformed = |reason: String| Error::from(X509Error::CertMalformed { reason });
     let leaf = Certificate::from_der(leaf_der).map_err(|e| malformed(e.to_string()))?;
@@ -450,6 +451,13 @@ pub fn verify_issued(leaf_der: &[u8], ca_der: &[u8], now_ms: i64) -> Result<Veri
     p256::ecdsa::VerifyingKey::from(&ca_key)
         .verify(&tbs, &sig)
         .map_err(|_| X509Error::CertChain { reason: "signature does not verify under the CA key".into() })?;
+    for (cert, whose) in [(&leaf, "the certificate"), (&ca, "the CA")] {
+        if let Some(oid) = unknown_critical_extension(cert) {
+            return Err(
+                X509Error::CertChain { reason: format!("{whose} has an unknown critical extension {oid}") }.into()
+            );
+        }
+    }
     let issuer = describe(&ca)?;
     if !issuer.is_ca {
         return Err(X509Error::CertChain { reason: "the issuer is not a CA".into() }.into());
@@ -466,6 +474,29 @@ pub fn verify_issued(leaf_der: &[u8], ca_der: &[u8], now_ms: i64) -> Result<Veri
         }
     }
     Ok(verified)
+}
+
+/// The extensions a verifier here understands, and so the only ones a
+/// certificate may mark critical (RFC 5280, 4.2): subject key identifier,
+/// key usage, subject alternative name, basic constraints, authority key
+/// identifier and extended key usage. `daemon/internal/pki` has the same list.
+const UNDERSTOOD_EXTENSIONS: [der::asn1::ObjectIdentifier; 6] = [
+    const_oid::db::rfc5280::ID_CE_SUBJECT_KEY_IDENTIFIER,
+    const_oid::db::rfc5280::ID_CE_KEY_USAGE,
+    const_oid::db::rfc5280::ID_CE_SUBJECT_ALT_NAME,
+    const_oid::db::rfc5280::ID_CE_BASIC_CONSTRAINTS,
+    const_oid::db::rfc5280::ID_CE_AUTHORITY_KEY_IDENTIFIER,
+    const_oid::db::rfc5280::ID_CE_EXT_KEY_USAGE,
+];
+
+/// The first critical extension of `cert` outside [`UNDERSTOOD_EXTENSIONS`].
+fn unknown_critical_extension(cert: &Certificate) -> Option<der::asn1::ObjectIdentifier> {
+    cert.tbs_certificate()
+        .extensions()
+        .into_iter()
+        .flatten()
+        .find(|e| e.critical && !UNDERSTOOD_EXTENSIONS.contains(&e.extn_id))
+        .map(|e| e.extn_id)
 }
 
 /// What a certificate is presented for.
@@ -613,6 +644,37 @@ mod tests {
         )
         .unwrap();
         assert_eq!(verify_issued(&leaf, &other_ca, T0).unwrap_err().code(), "cert-chain");
+    }
+
+    /// A node certificate of the test CA carrying `extension`.
+    fn node_with(extension: rcgen::CustomExtension) -> (Vec<u8>, Vec<u8>) {
+        let (ca_key, ca_der) = ca();
+        let mut params = CertificateParams::default();
+        params.distinguished_name.push(DnType::CommonName, "node_1");
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        params.custom_extensions = vec![extension];
+        let validity = Validity { not_before_ms: T0, not_after_ms: T0 + NODE_CERT_VALIDITY_MS };
+        let key = keys::p256("s", "node/0").public_key();
+        (issue_leaf(&ca_key, &ca_der, &key, params, &[3], validity).unwrap(), ca_der)
+    }
+
+    #[test]
+    fn defect_11_an_unknown_critical_extension_is_refused() {
+        let mut unknown = rcgen::CustomExtension::from_oid_content(&[1, 3, 6, 1, 4, 1, 99999, 1], vec![0x05, 0x00]);
+        unknown.set_criticality(true);
+        let (leaf, ca_der) = node_with(unknown);
+        let err = verify_issued(&leaf, &ca_der, T0 + 1000).unwrap_err();
+        assert_eq!(err.code(), "cert-chain");
+        assert!(err.to_string().contains("unknown critical extension 1.3.6.1.4.1.99999.1"), "{err}");
+        // The same extension, not critical, is ignored.
+        let (leaf, ca_der) =
+            node_with(rcgen::CustomExtension::from_oid_content(&[1, 3, 6, 1, 4, 1, 99999, 1], vec![0x05, 0x00]));
+        verify_issued(&leaf, &ca_der, T0 + 1000).unwrap();
+        // A critical extension we understand (the subject directory attributes are not among them).
+        let mut sda = rcgen::CustomExtension::from_oid_content(&[2, 5, 29, 9], vec![0x30, 0x00]);
+        sda.set_criticality(true);
+        let (leaf, ca_der) = node_with(sda);
+        assert_eq!(verify_issued(&leaf, &ca_der, T0 + 1000).unwrap_err().code(), "cert-chain");
     }
 
     #[test]

@@ -1,7 +1,10 @@
 //! `cargo xtask …`: the project's commands.
 //!
-//! xtask links no system library, so it builds on a fresh machine; it
-//! installs the prerequisites first (`scripts/install-prereqs.sh`) and drives
+//! xtask links no system library, so it builds on a fresh machine. Every
+//! command that builds a crate linking one (the fixtures' tpm2-tss, through
+//! the harness's dev-dependencies too) installs the prerequisites first
+//! (`scripts/install-prereqs.sh`, one line of output), and its first Rust
+//! build shows what it compiles and how far it is ([`progress`]); it drives
 //! the other crates through `cargo`.
 
 use std::path::{Path, PathBuf};
@@ -11,7 +14,9 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use xshell::{Shell, cmd};
 
+mod fuzz;
 mod helper_e2e;
+mod progress;
 mod tidy;
 
 #[derive(Parser)]
@@ -47,6 +52,15 @@ enum Command {
     Ci,
     /// `bcd helper` as real root in private mount and net namespaces (TestHelperAsRoot); prints its wall time.
     HelperE2e,
+    /// Every fuzz target (cargo-fuzz on nightly, Go native), one after another, then the Rust/Go differential check.
+    Fuzz {
+        /// Seconds per target.
+        #[arg(long, default_value_t = 5, conflicts_with = "runs")]
+        time: u64,
+        /// Executions per target instead (a bench run: `--runs 10000000`).
+        #[arg(long)]
+        runs: Option<u64>,
+    },
     /// Print a benchmark figure.
     Bench {
         #[command(subcommand)]
@@ -83,6 +97,18 @@ enum Bench {
         #[arg(long, default_value = "native")]
         runner: String,
     },
+    /// Session setup and command round trip over gRPC and over the WebSocket, side by side (medians of N runs).
+    Transports {
+        /// Number of runs of each.
+        #[arg(long, default_value_t = 10)]
+        runs: usize,
+    },
+    /// VPS figures: medians of create_instance to running and delete_instance to deleted (N runs), and 50 instances on 5 `bcd sim` hosts.
+    Vps {
+        /// Number of runs.
+        #[arg(long, default_value_t = 10)]
+        runs: usize,
+    },
     /// Wall time of the TPM fixture regeneration (into a scratch directory) and of its check (medians of N runs).
     Tpm {
         /// Number of runs of each.
@@ -98,17 +124,53 @@ fn main() -> Result<()> {
     sh.change_dir(&root);
     match cli.command {
         Command::Codegen { check } => codegen(&sh, check),
-        Command::DaemonFixtures { check } => daemon_fixtures(&sh, check),
         Command::Prereqs => prereqs(&sh),
         Command::Ci => ci(&sh),
-        Command::HelperE2e => helper_e2e::run(&sh, &root, &target_dir()),
-        Command::DaemonTpmFixture { check } => daemon_tpm_fixture(&sh, check),
-        Command::Bench { what: Bench::FixturesCheck { runs } } => bench_fixtures_check(&sh, runs),
-        Command::Bench { what: Bench::Adoption { runs } } => bench_adoption(&sh, runs),
-        Command::Bench { what: Bench::E2e { runner } } => bench_e2e(&sh, &runner),
-        Command::Bench { what: Bench::Tpm { runs } } => bench_tpm(&sh, runs),
-        Command::Bench { what: Bench::Console { runs, runner } } => bench_console(&sh, runs, &runner),
+        // Each of these builds a crate that links a system library.
+        Command::DaemonFixtures { check } => prereqs(&sh).and_then(|()| daemon_fixtures(&sh, check)),
+        Command::HelperE2e => prereqs(&sh).and_then(|()| helper_e2e::run(&sh, &root, &target_dir())),
+        Command::DaemonTpmFixture { check } => prereqs(&sh).and_then(|()| daemon_tpm_fixture(&sh, check)),
+        Command::Bench { what } => prereqs(&sh).and_then(|()| bench(&sh, what)),
+        Command::Fuzz { time, runs } => prereqs(&sh)
+            .and_then(|()| fuzz::run(&sh, &root, runs.map_or(fuzz::Budget::Seconds(time), fuzz::Budget::Runs))),
     }
+}
+
+fn bench(sh: &Shell, what: Bench) -> Result<()> {
+    match what {
+        Bench::FixturesCheck { runs } => bench_fixtures_check(sh, runs),
+        Bench::Adoption { runs } => bench_scenario(sh, "bench::bench_time_from_node_start_to_adopted", runs, "native"),
+        Bench::E2e { runner } => bench_e2e(sh, &runner),
+        Bench::Tpm { runs } => bench_tpm(sh, runs),
+        Bench::Console { runs, runner } => {
+            bench_scenario(sh, "console::bench_console_open_and_keystroke_echo", runs, &runner)
+        }
+        Bench::Transports { runs } => bench_scenario(sh, "bench::bench_transports", runs, "native"),
+        Bench::Vps { runs } => bench_scenario(sh, "vps_bench::", runs, "native"),
+    }
+}
+
+/// Builds with progress on standard error (nothing when all is fresh).
+fn build_with_progress(label: &str, args: &[&str], tree: &[&str]) -> Result<()> {
+    progress::build(&root(), &cargo(), &progress::Build { label, args, tree })
+}
+
+/// The fixtures binary `bin`, built with progress.
+fn build_fixtures_bin(bin: &str) -> Result<()> {
+    build_with_progress(
+        &format!("fixtures ({bin})"),
+        &["build", "-p", "fixtures", "--bin", bin],
+        &["-p", "fixtures", "-e", "normal,build"],
+    )
+}
+
+/// The e2e scenarios' test binary, built with progress.
+fn build_e2e() -> Result<()> {
+    build_with_progress(
+        "the e2e scenarios (daemon-harness, bcd-e2e)",
+        &["test", "-p", "daemon-harness", "--features", "bcd-e2e", "--test", "e2e", "--no-run"],
+        &["-p", "daemon-harness", "--features", "bcd-e2e", "-e", "normal,build,dev"],
+    )
 }
 
 /// The workspace root.
@@ -127,6 +189,11 @@ fn check_flag(check: bool) -> Option<&'static str> {
 fn codegen(sh: &Shell, check: bool) -> Result<()> {
     let cargo = cargo();
     let flag = check_flag(check);
+    build_with_progress(
+        "proto-codegen",
+        &["build", "-p", "proto-codegen"],
+        &["-p", "proto-codegen", "-e", "normal,build"],
+    )?;
     cmd!(sh, "{cargo} run --quiet -p proto-codegen -- {flag...}").run()?;
     Ok(())
 }
@@ -134,6 +201,7 @@ fn codegen(sh: &Shell, check: bool) -> Result<()> {
 fn daemon_fixtures(sh: &Shell, check: bool) -> Result<()> {
     let cargo = cargo();
     let flag = check_flag(check);
+    build_fixtures_bin("daemon-fixtures")?;
     cmd!(sh, "{cargo} run --quiet -p fixtures --bin daemon-fixtures -- {flag...}").run()?;
     Ok(())
 }
@@ -144,6 +212,7 @@ fn daemon_fixtures(sh: &Shell, check: bool) -> Result<()> {
 fn daemon_tpm_fixture(sh: &Shell, check: bool) -> Result<()> {
     let cargo = cargo();
     let flag = check_flag(check);
+    build_fixtures_bin("daemon-tpm-fixture")?;
     cmd!(sh, "{cargo} run --quiet -p fixtures --bin daemon-tpm-fixture -- {flag...}")
         .env("TSS2_LOG", "all+none")
         .run()?;
@@ -175,8 +244,7 @@ fn timed(label: &str, runs: usize, mut f: impl FnMut() -> Result<()>) -> Result<
 }
 
 fn bench_tpm(sh: &Shell, runs: usize) -> Result<()> {
-    let cargo = cargo();
-    cmd!(sh, "{cargo} build --quiet -p fixtures --bin daemon-tpm-fixture").run()?;
+    build_fixtures_bin("daemon-tpm-fixture")?;
     let binary = target_dir().join("debug/daemon-tpm-fixture");
     let scratch = target_dir().join("bench-tpm/testdata");
     std::fs::create_dir_all(&scratch)?;
@@ -198,11 +266,19 @@ fn bench_tpm(sh: &Shell, runs: usize) -> Result<()> {
     Ok(())
 }
 
+/// Installs the missing Debian packages (as root; otherwise fails with the
+/// `apt-get` line to run) and the Go modules. The script says what it did in
+/// one line; `go mod download` prints nothing unless it fails.
 fn prereqs(sh: &Shell) -> Result<()> {
-    cmd!(sh, "bash scripts/install-prereqs.sh").run().context("installing prerequisites")?;
+    cmd!(sh, "bash scripts/install-prereqs.sh").quiet().run().context("installing prerequisites")?;
     let go_dir = root().join("daemon");
     let _dir = sh.push_dir(go_dir);
-    cmd!(sh, "go mod download").run().context("downloading Go modules")?;
+    cmd!(sh, "go mod download").quiet().run().context("downloading Go modules")?;
+    // cargo-fuzz, for `cargo xtask fuzz`, when the nightly toolchain is there.
+    let nightly = cmd!(sh, "cargo +nightly --version").quiet().ignore_stdout().ignore_stderr().run().is_ok();
+    if nightly && cmd!(sh, "cargo +nightly fuzz --version").quiet().ignore_stdout().ignore_stderr().run().is_err() {
+        cmd!(sh, "cargo install cargo-fuzz --locked").run().context("installing cargo-fuzz")?;
+    }
     Ok(())
 }
 
@@ -237,23 +313,34 @@ fn ci(sh: &Shell) -> Result<()> {
         Ok(cmd!(sh, "go vet -tags nonvml,helpere2e ./...").run()?)
     })?;
     step("cargo clippy -D warnings", || {
-        Ok(cmd!(
-            sh,
-            "{cargo} clippy --workspace --all-targets --features daemon-harness/bcd-e2e --quiet -- -D warnings"
+        build_with_progress(
+            "the workspace (clippy)",
+            &["clippy", "--workspace", "--all-targets", "--features", "daemon-harness/bcd-e2e", "--", "-D", "warnings"],
+            &["--workspace", "--features", "daemon-harness/bcd-e2e", "-e", "normal,build,dev"],
         )
-        .run()?)
     })?;
-    step("cargo test", || Ok(cmd!(sh, "{cargo} test --workspace --quiet").run()?))?;
+    step("cargo test", || {
+        build_with_progress(
+            "the workspace's tests",
+            &["test", "--workspace", "--no-run"],
+            &["--workspace", "-e", "normal,build,dev"],
+        )?;
+        Ok(cmd!(sh, "{cargo} test --workspace --quiet").run()?)
+    })?;
     step("go test (no tags, and the fakehw build)", || {
         let _dir = sh.push_dir(&daemon);
         cmd!(sh, "go test ./...").run()?;
         Ok(cmd!(sh, "go test -tags nonvml,fakehw ./...").run()?)
     })?;
     step("e2e: bcd against the dev stack (--features bcd-e2e)", || {
+        build_e2e()?;
         Ok(cmd!(sh, "{cargo} test -p daemon-harness --features bcd-e2e --test e2e --quiet").run()?)
     })?;
     step("helper-e2e: bcd helper as root in private namespaces", || helper_e2e::run(sh, &root(), &target_dir()))?;
     step("no process left behind by the e2e scenarios", no_leftover_processes)?;
+    step("fuzz smoke: every target for 5 s over its corpus, and the differential check", || {
+        fuzz::run(sh, &root(), fuzz::Budget::Seconds(5))
+    })?;
     step("codegen --check", || codegen(sh, true))?;
     step("daemon-fixtures --check", || daemon_fixtures(sh, true))?;
     println!("\nci: all steps passed in {:.1?}", started.elapsed());
@@ -261,9 +348,8 @@ fn ci(sh: &Shell) -> Result<()> {
 }
 
 fn bench_fixtures_check(sh: &Shell, runs: usize) -> Result<()> {
-    let cargo = cargo();
-    cmd!(sh, "{cargo} build --quiet -p fixtures --bin daemon-fixtures").run()?;
-    let binary = root().join("target/debug/daemon-fixtures");
+    build_fixtures_bin("daemon-fixtures")?;
+    let binary = target_dir().join("debug/daemon-fixtures");
     // One warm-up run builds the Go tool and fills the Go build cache.
     cmd!(sh, "{binary} --check").quiet().ignore_stdout().run()?;
     let mut times = Vec::new();
@@ -279,22 +365,20 @@ fn bench_fixtures_check(sh: &Shell, runs: usize) -> Result<()> {
     Ok(())
 }
 
-fn bench_adoption(sh: &Shell, runs: usize) -> Result<()> {
-    let cargo = cargo();
-    let runs = runs.to_string();
-    let _env = sh.push_env("BCD_BENCH_RUNS", &runs);
-    cmd!(sh, "{cargo} test --quiet -p daemon-harness --features bcd-e2e --test e2e -- --ignored --exact bench::bench_time_from_node_start_to_adopted --nocapture")
-        .run()?;
-    Ok(())
-}
-
-fn bench_console(sh: &Shell, runs: usize, runner: &str) -> Result<()> {
+/// Runs the ignored benchmark scenarios of the e2e suite whose names
+/// contain `filter`, one at a time (`BCD_BENCH_RUNS` runs each, bcd under
+/// `runner`); they print their own figures.
+fn bench_scenario(sh: &Shell, filter: &str, runs: usize, runner: &str) -> Result<()> {
     let cargo = cargo();
     let runs = runs.to_string();
     let _runs = sh.push_env("BCD_BENCH_RUNS", &runs);
     let _runner = sh.push_env("BCD_E2E_RUNNER", runner);
-    cmd!(sh, "{cargo} test --quiet -p daemon-harness --features bcd-e2e --test e2e -- --ignored --exact console::bench_console_open_and_keystroke_echo --nocapture")
-        .run()?;
+    build_e2e()?;
+    cmd!(
+        sh,
+        "{cargo} test --quiet -p daemon-harness --features bcd-e2e --test e2e -- --ignored --test-threads 1 {filter} --nocapture"
+    )
+    .run()?;
     Ok(())
 }
 
@@ -302,7 +386,7 @@ fn bench_e2e(sh: &Shell, runner: &str) -> Result<()> {
     let cargo = cargo();
     let _env = sh.push_env("BCD_E2E_RUNNER", runner);
     // Build first, so the figure is the suite's own time with binaries built.
-    cmd!(sh, "{cargo} test --quiet -p daemon-harness --features bcd-e2e --test e2e --no-run").run()?;
+    build_e2e()?;
     let started = Instant::now();
     let out = cmd!(sh, "{cargo} test --quiet -p daemon-harness --features bcd-e2e --test e2e -- --nocapture")
         .ignore_status()

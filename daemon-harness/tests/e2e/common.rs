@@ -77,6 +77,7 @@ impl Env {
                 gpu_model: None,
                 expect_gpu_count: expect_gpus,
                 acceptance: Acceptance::DiagNvml,
+                ..PoolSpec::default()
             })
             .await
             .expect("the pool is created")
@@ -137,6 +138,72 @@ impl Env {
     pub fn report(&self) {
         eprintln!("scenario {} ({}): {:.2?}", self.name, self.runner.name(), self.started.elapsed());
     }
+}
+
+/// How a node reaches the stack after [`Env::must_use_websocket`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transports {
+    /// Only the WebSocket: no `gateway_url`, a `[websocket] url`.
+    WebSocketOnly,
+    /// Both configured, the gRPC gateway unreachable (a closed port): bcd
+    /// falls back to the WebSocket.
+    UnreachableGrpcAndWebSocket,
+    /// Both configured and reachable: gRPC is used.
+    GrpcAndWebSocket,
+}
+
+impl Env {
+    /// Rewrites `node`'s config.toml for `transports` (the node must be
+    /// stopped): `gateway_url` kept, emptied or pointed at a closed port,
+    /// and a `[websocket]` table naming the stack's WebSocket session.
+    pub fn must_use_websocket(&self, node: &Node, transports: Transports) {
+        let path = node.config();
+        let text = std::fs::read_to_string(&path).expect("config.toml reads");
+        let gateway = match transports {
+            Transports::WebSocketOnly => String::new(),
+            Transports::UnreachableGrpcAndWebSocket => {
+                format!("https://{}:{}", self.runner.gateway_host(), closed_port())
+            }
+            Transports::GrpcAndWebSocket => self.stack.gateway_url().to_string(),
+        };
+        let mut out: Vec<String> = Vec::new();
+        let mut in_websocket = false;
+        for line in text.lines() {
+            let trimmed = line.trim();
+            if trimmed.starts_with('[') {
+                in_websocket = trimmed == "[websocket]";
+            }
+            if in_websocket {
+                continue;
+            }
+            match trimmed.split_once('=') {
+                Some((key, _)) if key.trim() == "gateway_url" => out.push(format!("gateway_url = \"{gateway}\"")),
+                _ => out.push(line.to_string()),
+            }
+        }
+        out.push(String::new());
+        out.push("[websocket]".into());
+        out.push(format!("url = \"{}\"", self.stack.websocket_url()));
+        std::fs::write(&path, out.join("\n") + "\n").expect("config.toml is rewritten");
+    }
+
+    /// Waits until `node_id` has a live session over `transport`; returns its epoch.
+    pub async fn await_transport(&self, node_id: &str, transport: devstack::Transport, min_epoch: u64) -> u64 {
+        self.stack
+            .await_until(format!("a {transport} session of {node_id}"), DEADLINE, |v| {
+                let (live, epoch) = (v.live_transport(node_id), v.live_epoch(node_id));
+                v.note(format_args!("{live:?} at epoch {epoch:?}"));
+                epoch.filter(|e| *e >= min_epoch && live == Some(transport))
+            })
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+}
+
+/// A loopback port nothing listens on (bound, then released).
+fn closed_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    listener.local_addr().expect("its address").port()
 }
 
 /// The node id bcd wrote into its config.toml.

@@ -15,7 +15,7 @@ import (
 	"bcd/internal/pki/interop"
 )
 
-const usage = `usage: bcd-fixtures COMMAND DIR
+const usage = `usage: bcd-fixtures COMMAND DIR | bcd-fixtures verdicts KIND FILE...
 
 DIR is the testdata directory.
 
@@ -29,6 +29,10 @@ Commands:
                or if an inventory golden file differs by a byte
   verify DIR   run every case of DIR/interop.json and DIR/release/release.json
                and re-produce their deterministic bytes; print one summary line
+  verdicts KIND FILE...
+               print "<file name>\t<verdict>" for each file, the verdict of the
+               parser KIND (dsse-json, jwe, jws, manifest, tpm-public): the Go
+               half of the fuzz corpora's differential check
 `
 
 // errUsage marks a command line that is not understood.
@@ -51,6 +55,9 @@ func run(args []string, stdout io.Writer) error {
 	if len(args) == 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
 		_, err := io.WriteString(stdout, usage)
 		return err
+	}
+	if len(args) >= 2 && args[0] == "verdicts" {
+		return verdicts(args[1], args[2:], stdout)
 	}
 	if len(args) != 2 {
 		return fmt.Errorf("%w: expected a command and a directory", errUsage)

@@ -1,6 +1,7 @@
 // bcd helper: the root helper of an unprivileged bcd (serve), and
 // `bcd helper install-script`, which renders the install script. A
-// helpere2e build also has `bcd helper call` (helper_e2e.go).
+// helpere2e build also has `bcd helper call` and `bcd helper vps-pass`
+// (helper_e2e.go).
 
 package main
 
@@ -45,6 +46,9 @@ Flags:
 // helperCall is `bcd helper call` (helpere2e builds only).
 var helperCall func(args []string, e env) int
 
+// helperVPSPass is `bcd helper vps-pass` (helpere2e builds only).
+var helperVPSPass func(args []string, e env) int
+
 // multiFlag collects a repeated flag.
 type multiFlag []string
 
@@ -56,6 +60,10 @@ func runHelper(args []string, e env) int {
 		switch args[0] {
 		case "install-script":
 			return runInstallScript(args[1:], e)
+		case "vps-pass":
+			if helperVPSPass != nil {
+				return helperVPSPass(args[1:], e)
+			}
 		case "call":
 			if helperCall != nil {
 				return helperCall(args[1:], e)

@@ -4,6 +4,12 @@
 // request to bcd helper with the JSON arguments read from standard input
 // and prints the response. TestHelperAsRoot runs it as the bcd user from
 // the installed slot, so the helper sees the node's own binary calling.
+//
+// `bcd helper vps-pass --config PATH` (helpere2e builds only): one pass of
+// the instances reconciler over the host runtimes of config.toml's
+// [instances] (through bcd helper), on the NodeSpec read from standard
+// input (protobuf JSON), printing the section's status and the instances'
+// and volumes' as JSON: the VPS host path of TestHelperAsRoot.
 
 package main
 
@@ -16,10 +22,19 @@ import (
 	"io"
 	"strings"
 
+	"bcd/internal/config"
+	"bcd/internal/converge"
 	"bcd/internal/helper"
+	"bcd/internal/instances"
+	"bcd/internal/machine"
+	"bcd/internal/proto/agentv1"
+	"google.golang.org/protobuf/encoding/protojson"
 )
 
-func init() { helperCall = runHelperCall }
+func init() {
+	helperCall = runHelperCall
+	helperVPSPass = runVPSPass
+}
 
 const helperCallUsage = `usage: bcd helper call [--socket PATH] OP < ARGS.json
 
@@ -58,4 +73,48 @@ func runHelperCall(args []string, e env) int {
 		return 1
 	}
 	return fail(e, "helper call", err)
+}
+
+func runVPSPass(args []string, e env) int {
+	fs := flag.NewFlagSet("helper vps-pass", flag.ContinueOnError)
+	configPath := fs.String("config", config.DefaultPath, "")
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
+		fmt.Fprint(e.stderr, "usage: bcd helper vps-pass [--config PATH] < SPEC.json\n")
+		return 2
+	}
+	c, err := config.Load(*configPath)
+	if err != nil {
+		return fail(e, "helper vps-pass", err)
+	}
+	vps, err := hostVPS(c, c.DataDir, logger(e))
+	if err != nil || vps == nil {
+		return fail(e, "helper vps-pass", fmt.Errorf("no [instances] in %s: %v", *configPath, err))
+	}
+	input, err := io.ReadAll(e.stdin)
+	if err != nil {
+		return fail(e, "helper vps-pass", err)
+	}
+	spec := &agentv1.NodeSpec{}
+	if err := protojson.Unmarshal(input, spec); err != nil {
+		return fail(e, "helper vps-pass", err)
+	}
+	r, err := instances.New(instances.Config{Runtimes: vps.Runtimes, Volumes: vps.Volumes,
+		Capacity: instances.CapacityOf(machine.NewHost()), Log: logger(e)})
+	if err != nil {
+		return fail(e, "helper vps-pass", err)
+	}
+	res, err := r.Reconcile(context.Background(), converge.Input{Spec: spec})
+	if err != nil {
+		return fail(e, "helper vps-pass", err)
+	}
+	rep := &agentv1.StatusReport{}
+	if err := r.Report(rep); err != nil {
+		return fail(e, "helper vps-pass", err)
+	}
+	statuses, _ := protojson.Marshal(&agentv1.StatusReport{Instances: rep.GetInstances(), Volumes: rep.GetVolumes()})
+	out, _ := json.Marshal(map[string]any{"state": res.State.String(), "reason": res.Reason, "message": res.Message,
+		"report": json.RawMessage(statuses)})
+	fmt.Fprintln(e.stdout, string(out))
+	return 0
 }

@@ -45,8 +45,12 @@ func runNode(args []string, e env) int {
 	}
 	device := newTPMDevice(c.DataDir, e.getenv, log)
 	defer device.Close()
+	vps, err := newVPS(c, c.DataDir, m, e.getenv, log)
+	if err != nil {
+		return fail(e, "node", err)
+	}
 	a, err := agent.New(withUpdate(agent.Options{Config: c, Machine: m, Version: version, AllowH2C: fakehwBuild, BackoffCap: k.backoffCap, Log: log,
-		TPM: device.Open, RenewAfter: k.renewAfter}, updater, log))
+		TPM: device.Open, RenewAfter: k.renewAfter, VPS: vps}, updater, log))
 	if err != nil {
 		return fail(e, "node", err)
 	}

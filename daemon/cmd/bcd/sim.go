@@ -104,8 +104,12 @@ func runSim(args []string, e env) int {
 		if err != nil {
 			return fail(e, "sim", err)
 		}
+		vps, err := newVPS(c, c.DataDir, m, e.getenv, log.With("sim", i))
+		if err != nil {
+			return fail(e, "sim", fmt.Errorf("agent %d: %w", i, err))
+		}
 		a, err := agent.New(agent.Options{Config: c, Machine: m, Version: version, AllowH2C: true, BackoffCap: k.backoffCap,
-			RenewAfter: k.renewAfter, Log: log.With("sim", i)})
+			RenewAfter: k.renewAfter, Log: log.With("sim", i), VPS: vps})
 		if err != nil {
 			return fail(e, "sim", fmt.Errorf("agent %d: %w", i, err))
 		}

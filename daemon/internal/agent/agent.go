@@ -1,10 +1,12 @@
 // Package agent is one node agent (`bcd node`, and each agent of `bcd
 // sim`): it loads the identity (re-verifying the JoinResponse), opens the
-// journal, and wires the session (session.GRPCDialer) to the dispatcher
+// journal, and wires the session (gRPC, the WebSocket, or gRPC falling back
+// to the WebSocket: dialer) to the dispatcher
 // (commands, cancel; the kinds it runs are registered in kinds.go), the
-// converger (desired state, one reconciler per NodeSpec section), the
-// consoles (tunnels.go: OpenTunnel through the frame handlers) and the
-// status socket. It ends on its
+// converger (desired state, one reconciler per NodeSpec section: telemetry,
+// and the instances section on a VPS host, vps.go), the consoles
+// (tunnels.go: OpenTunnel through the frame handlers) and the status
+// socket. It ends on its
 // context (exit 0), after a self-terminating command (exit 0: the
 // supervisor starts it again) or on revocation (exit 3). With an Updater
 // it runs daemon.upgrade, execs the new binary (Options.Exec), and at start
@@ -21,10 +23,12 @@ import (
 	"sync"
 	"time"
 
+	"bcd/internal/broker"
 	"bcd/internal/config"
 	"bcd/internal/converge"
 	"bcd/internal/dispatch"
 	"bcd/internal/identity"
+	"bcd/internal/instances"
 	"bcd/internal/intent"
 	"bcd/internal/journal"
 	"bcd/internal/machine"
@@ -32,6 +36,7 @@ import (
 	"bcd/internal/proto/agentv1"
 	"bcd/internal/session"
 	"bcd/internal/status"
+	"bcd/internal/telemetry"
 	"bcd/internal/tpm"
 	"bcd/internal/tunnel"
 	selfupdate "bcd/internal/update"
@@ -80,6 +85,8 @@ type Options struct {
 	// RenewAfter renews each certificate this long after taking it into
 	// use instead of at 2/3 of its validity (BCD_RENEW_AFTER; 0: the latter).
 	RenewAfter time.Duration
+	// VPS makes the node a VPS host (vps.go; nil: no instances section).
+	VPS *VPS
 }
 
 // ErrNeverConnects is every dial's error in the never-connecting build.
@@ -95,12 +102,15 @@ type Agent struct {
 	trust      *intent.Trust
 	dispatcher *dispatch.Dispatcher
 	converger  *converge.Converger
+	telemetry  *telemetry.Reconciler
 	session    *session.Session
 	reboot     chan string
 	exec       chan string
 	watch      *selfupdate.Watch
 	tunnels    *tunnel.Manager
 	frames     []FrameHandler
+	broker     *broker.Broker
+	instances  *instances.Reconciler
 	closeOnce  sync.Once
 }
 
@@ -142,15 +152,28 @@ func New(opts Options) (*Agent, error) {
 	a.frames = []FrameHandler{a.tunnels}
 	a.session = session.New(session.Config{
 		Dial:       a.dialer(),
-		Gateway:    c.GatewayURL,
+		Gateway:    gatewayName(c),
 		Journal:    j,
 		Handler:    a,
 		BackoffCap: opts.BackoffCap,
 		Log:        log,
 	})
+	if a.instances, err = a.newVPS(); err != nil {
+		j.Close()
+		return nil, err
+	}
+	var reconcilers []converge.Reconciler
+	tcfg := telemetry.Config{NodeID: id.NodeID, Version: opts.Version, Machine: opts.Machine, Log: log}
+	if a.instances != nil {
+		reconcilers = append(reconcilers, a.instances)
+		a.frames = append(a.frames, a.broker)
+		tcfg.Instances = a.instances
+	}
+	a.telemetry = telemetry.New(tcfg)
+	reconcilers = append(reconcilers, a.telemetry)
 	a.converger, err = converge.New(converge.Config{
 		NodeID: id.NodeID, Key: id.Key, Journal: j, Machine: opts.Machine, Trust: a.trust,
-		Notify: a.session.Notify, Log: log,
+		Notify: a.session.Notify, Log: log, Reconcilers: reconcilers,
 		Applied: func(generation uint64) { a.dispatcher.GenerationApplied(generation) },
 	})
 	if err != nil {
@@ -186,17 +209,42 @@ func (a *Agent) Close() {
 		if a.converger != nil {
 			a.converger.Stop()
 		}
+		a.telemetry.Stop()
 		a.journal.Close()
 	})
 }
 
-// dialer is the session's gRPC dialer, or one that always fails in the
-// never-connecting build.
+// FallbackConnectTimeout is how long the gRPC dial may take before the
+// session falls back to the WebSocket.
+const FallbackConnectTimeout = 10 * time.Second
+
+// dialer is the session's: gRPC (gateway_url), the WebSocket ([websocket]
+// url), or with both gRPC falling back to the WebSocket; one that always
+// fails in the never-connecting build.
 func (a *Agent) dialer() session.Dialer {
 	if a.opts.NeverConnect {
 		return func(context.Context) (session.Stream, func(), error) { return nil, nil, ErrNeverConnects }
 	}
-	return session.GRPCDialer(a.opts.Config, a.id, session.DialOptions{AllowH2C: a.opts.AllowH2C})
+	c := a.opts.Config
+	switch {
+	case c.UsesGRPC() && c.UsesWebsocket():
+		grpc := session.GRPCDialer(c, a.id, session.DialOptions{AllowH2C: a.opts.AllowH2C, ConnectTimeout: FallbackConnectTimeout})
+		return session.Fallback(a.log,
+			session.Transport{Name: "grpc", Dial: grpc},
+			session.Transport{Name: "websocket", Dial: session.WebsocketDialer(c, a.id)})
+	case c.UsesWebsocket():
+		return session.WebsocketDialer(c, a.id)
+	}
+	return session.GRPCDialer(c, a.id, session.DialOptions{AllowH2C: a.opts.AllowH2C})
+}
+
+// gatewayName names the gateway in logs and status: gateway_url, else the
+// WebSocket's url.
+func gatewayName(c *config.Config) string {
+	if c.UsesGRPC() {
+		return c.GatewayURL
+	}
+	return c.Websocket.URL
 }
 
 // Run runs the agent until ctx ends, a self-terminating command ran, or the
@@ -226,6 +274,9 @@ func (a *Agent) Run(ctx context.Context) (int, error) {
 		return ExitError, err
 	}
 	a.converger.Start()
+	if err := a.startVPS(ctx); err != nil {
+		return ExitError, fmt.Errorf("the instances: %w", err)
+	}
 	a.log.Info("node.starting", "node_id", a.id.NodeID, "boot_id", a.opts.Machine.BootID(), "journal_id", a.journal.ID(),
 		"version", a.opts.Version, "gateway", a.opts.Config.GatewayURL, "command_roots", len(a.trust.Roots()))
 	done := make(chan error, 1)
@@ -280,13 +331,17 @@ func (a *Agent) flushEvents(timeout time.Duration) {
 
 // Hello is the node's part of the Hello.
 func (a *Agent) Hello() *agentv1.Hello {
-	return &agentv1.Hello{
+	hello := &agentv1.Hello{
 		NodeId:            a.id.NodeID,
 		BootId:            a.opts.Machine.BootID(),
 		DaemonVersion:     a.opts.Version,
 		Capabilities:      Capabilities,
 		AppliedGeneration: a.converger.AppliedGeneration(),
 	}
+	if a.instances != nil {
+		hello.Drivers = a.instances.Drivers()
+	}
+	return hello
 }
 
 // Welcomed takes the lane credits and appends the status report.
@@ -350,7 +405,7 @@ func (a *Agent) Status() *status.Status {
 		DaemonVersion:     a.opts.Version,
 		BootID:            a.opts.Machine.BootID(),
 		JournalID:         a.journal.ID(),
-		Session:           status.Session{State: string(info.State), Epoch: info.Epoch, Gateway: info.Gateway, ConnectedAtMs: info.ConnectedAtMs, Refused: string(info.Refused)},
+		Session:           status.Session{State: string(info.State), Epoch: info.Epoch, Gateway: info.Gateway, ConnectedAtMs: info.ConnectedAtMs, Transport: info.Transport, Refused: string(info.Refused)},
 		AppliedGeneration: a.converger.AppliedGeneration(),
 		Commands:          status.Commands{Running: a.dispatcher.Running(), Done: done},
 	}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -56,12 +57,30 @@ type Config struct {
 	// Update is the [update] table of self-update, kept raw here and parsed by
 	// update.ParseConfig (docs/daemon.md, "config.toml").
 	Update map[string]any `toml:"update"`
-	// Websocket is the [websocket] table (a later issue).
-	Websocket map[string]any `toml:"websocket"`
+	// Websocket is the [websocket] table: the Session over a WebSocket and
+	// renewal over HTTPS, alone (no gateway_url) or as the fallback of the
+	// gRPC gateway (docs/protocol.md, "WebSocket transport").
+	Websocket Websocket `toml:"websocket"`
+	// Instances is the [instances] table (host builds: the VPS runtimes).
+	Instances *Instances `toml:"instances"`
 
 	// Path is the file this configuration was read from.
 	Path string `toml:"-"`
 }
+
+// Websocket is the [websocket] table.
+type Websocket struct {
+	// URL is the WebSocket session, wss://host:port/v1/session; renewal
+	// goes to https://host:port/v1/renew on the same listener.
+	URL string `toml:"url"`
+}
+
+// WebsocketPath and RenewPath are the dev stack's paths on its HTTPS
+// listener; RenewURL replaces the first with the second.
+const (
+	WebsocketPath = "/v1/session"
+	RenewPath     = "/v1/renew"
+)
 
 // Load reads and checks a configuration file.
 func Load(path string) (*Config, error) {
@@ -69,8 +88,23 @@ func Load(path string) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
+	return Parse(data, path)
+}
+
+// Parse reads and checks the bytes of a configuration file found at path
+// (relative data directories are resolved against it).
+func Parse(data []byte, path string) (*Config, error) {
 	c := &Config{}
-	if _, err := toml.Decode(string(data), c); err != nil {
+	md, err := toml.Decode(string(data), c)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrInvalid, path, err)
+	}
+	for _, key := range md.Undecoded() {
+		if len(key) > 0 && key[0] == "websocket" {
+			return nil, fmt.Errorf("%w: %s: [websocket] has unknown key %q", ErrInvalid, path, key.String())
+		}
+	}
+	if err := c.Websocket.check(); err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrInvalid, path, err)
 	}
 	c.Path = path
@@ -88,15 +122,54 @@ func Load(path string) (*Config, error) {
 	return c, nil
 }
 
+// check accepts an empty table or a wss:// URL with a host.
+func (w Websocket) check() error {
+	if w.URL == "" {
+		return nil
+	}
+	u, err := url.Parse(w.URL)
+	if err != nil {
+		return fmt.Errorf("[websocket] url %q: %w", w.URL, err)
+	}
+	if u.Scheme != "wss" || u.Host == "" {
+		return fmt.Errorf("[websocket] url %q is not wss://host[:port]/path", w.URL)
+	}
+	return nil
+}
+
+// UsesGRPC says whether the gRPC gateway is configured (gateway_url).
+func (c *Config) UsesGRPC() bool { return c.GatewayURL != "" }
+
+// UsesWebsocket says whether the WebSocket session is configured.
+func (c *Config) UsesWebsocket() bool { return c.Websocket.URL != "" }
+
+// RenewURL is POST /v1/renew on the WebSocket session's listener:
+// https://host:port/v1/renew for wss://host:port/v1/session (any other
+// path of the session is replaced the same way).
+func (c *Config) RenewURL() (string, error) {
+	u, err := url.Parse(c.Websocket.URL)
+	if err != nil || c.Websocket.URL == "" {
+		return "", fmt.Errorf("%w: no usable [websocket] url", ErrInvalid)
+	}
+	u.Scheme, u.Path, u.RawPath, u.RawQuery = "https", RenewPath, "", ""
+	return u.String(), nil
+}
+
 // JWKPath is where join-encryption.jwk sits: next to the configuration.
 func (c *Config) JWKPath() string { return filepath.Join(filepath.Dir(c.Path), JWKFileName) }
 
-// ServerName is the name the gateway's certificate is checked for.
+// ServerName is the name the gateway's certificate is checked for (the
+// WebSocket listener's too: it has the same serving certificate); by
+// default the host of gateway_url, or of the [websocket] url without one.
 func (c *Config) ServerName() string {
 	if c.GatewayServerName != "" {
 		return c.GatewayServerName
 	}
-	host := strings.TrimPrefix(strings.TrimPrefix(c.GatewayURL, "https://"), "http://")
+	gateway := c.GatewayURL
+	if gateway == "" {
+		gateway = strings.TrimPrefix(c.Websocket.URL, "wss://")
+	}
+	host := strings.TrimPrefix(strings.TrimPrefix(gateway, "https://"), "http://")
 	if i := strings.IndexByte(host, '/'); i >= 0 {
 		host = host[:i]
 	}
@@ -114,6 +187,12 @@ func Set(path string, values map[string]string, order []string) error {
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
+	return WriteFileAtomic(path, Update(data, values, order), 0o644)
+}
+
+// Update is Set on the bytes of a file: each key's line replaced, or added
+// (in order, then the rest) before the first table.
+func Update(data []byte, values map[string]string, order []string) []byte {
 	lines := strings.SplitAfter(string(data), "\n")
 	if len(lines) > 0 && lines[len(lines)-1] == "" {
 		lines = lines[:len(lines)-1]
@@ -149,7 +228,7 @@ func Set(path string, values map[string]string, order []string) error {
 		lines[firstTable-1] += "\n"
 	}
 	out := append(append(append([]string{}, lines[:firstTable]...), added...), lines[firstTable:]...)
-	return WriteFileAtomic(path, []byte(strings.Join(out, "")), 0o644)
+	return []byte(strings.Join(out, ""))
 }
 
 // Quote returns s as a TOML basic string.

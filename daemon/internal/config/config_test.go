@@ -70,3 +70,38 @@ func TestSetCreatesAFile(t *testing.T) {
 		t.Fatalf("got %q", got)
 	}
 }
+
+func TestTheWebsocketTable(t *testing.T) {
+	dir := t.TempDir()
+	load := func(text string) (*Config, error) {
+		path := filepath.Join(dir, FileName)
+		if err := os.WriteFile(path, []byte("data_dir = \"/d\"\n"+text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return Load(path)
+	}
+	c, err := load("[websocket]\nurl = \"wss://gw.example:8443/v1/session\"\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	renew, err := c.RenewURL()
+	if err != nil || renew != "https://gw.example:8443/v1/renew" {
+		t.Fatalf("renew URL %q, %v", renew, err)
+	}
+	if c.UsesGRPC() || !c.UsesWebsocket() || c.ServerName() != "gw.example" {
+		t.Fatalf("grpc %v, websocket %v, server name %q", c.UsesGRPC(), c.UsesWebsocket(), c.ServerName())
+	}
+	c, err = load("gateway_url = \"https://a:1\"\n[websocket]\nurl = \"wss://b:2/v1/session\"\n")
+	if err != nil || !c.UsesGRPC() || !c.UsesWebsocket() || c.ServerName() != "a" {
+		t.Fatalf("both: %+v, %v", c, err)
+	}
+	for name, text := range map[string]string{
+		"not wss":     "[websocket]\nurl = \"ws://b:2/v1/session\"\n",
+		"no host":     "[websocket]\nurl = \"wss:///v1/session\"\n",
+		"unknown key": "[websocket]\nurl = \"wss://b:2/v1/session\"\nproxy = \"x\"\n",
+	} {
+		if _, err := load(text); err == nil {
+			t.Errorf("%s: loaded", name)
+		}
+	}
+}

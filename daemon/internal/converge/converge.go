@@ -139,12 +139,20 @@ func inOrder(list []Reconciler) ([]Reconciler, error) {
 	return out, nil
 }
 
-// Start passes again, in the background, every section left PROGRESSING or
-// without a status for the applied generation.
+// Start resumes the sections that live in the process (Resumer) on the
+// applied spec, then passes again, in the background, every section left
+// PROGRESSING or without a status for the applied generation.
 func (c *Converger) Start() {
 	generation := c.AppliedGeneration()
 	if generation == 0 {
 		return
+	}
+	if spec := c.appliedSpec(); spec != nil {
+		for _, r := range c.reconcilers {
+			if resumer, ok := r.(Resumer); ok {
+				resumer.Resume(c.ctx, spec)
+			}
+		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -167,6 +175,24 @@ func (c *Converger) Stop() {
 	c.mu.Unlock()
 	c.cancel()
 	c.wg.Wait()
+}
+
+// Repass asks for a pass of section now, alone on the applied spec (a
+// reconciler whose world changed outside the spec: instances after a
+// restart or a reboot, a secret that came). Nothing happens before the
+// first spec, or for a section without a reconciler.
+func (c *Converger) Repass(section string) {
+	generation := c.AppliedGeneration()
+	if generation == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, r := range c.reconcilers {
+		if r.Section() == section {
+			c.armLocked(section, generation, 0)
+		}
+	}
 }
 
 // AppliedGeneration is the generation applied last.

@@ -57,6 +57,15 @@ type Reporter interface {
 	Report(r *agentv1.StatusReport) error
 }
 
+// Resumer is a Reconciler whose section lives in the process rather than on
+// disk (telemetry: an export schedule). Start hands it the applied spec, so
+// a restarted bcd takes up what the last process did without a pass: the
+// section's persisted status stands. A Reconcile that follows (a re-pass,
+// a new generation) decides as usual.
+type Resumer interface {
+	Resume(ctx context.Context, spec *agentv1.NodeSpec)
+}
+
 // Input is what a pass gives a reconciler.
 type Input struct {
 	// Spec is the verified spec being applied.

@@ -513,8 +513,8 @@ func (d *Dispatcher) begin(ctx context.Context, rec *journal.CommandRecord, cmd 
 		d.log.Error("dispatch.journal_failed", "command_id", rec.ID, "err", err)
 		return false
 	}
-	// The execution is counted before RUNNING goes out, so whoever sees
-	// RUNNING sees the count too.
+	// The execution is counted (fakehw fsyncs its counter) before RUNNING
+	// goes out, so whoever sees RUNNING sees the count too.
 	if err := d.cfg.Machine.Executed(rec.ID); err != nil {
 		d.log.Error("dispatch.counter_failed", "command_id", rec.ID, "err", err)
 	}

@@ -40,6 +40,9 @@ type Settings struct {
 	User string `toml:"user"`
 	// InstanceBridges are the bridges instance NICs may join.
 	InstanceBridges []string `toml:"instance_bridges"`
+	// VolumeDirs are where the volumes a domain may attach live (default
+	// /var/lib/bcd/volumes).
+	VolumeDirs []string `toml:"volume_dirs"`
 	// UnitDir is where host units are written (default /etc/systemd/system).
 	UnitDir string `toml:"unit_dir"`
 	// StateDir holds the helper's records and domain XML (default /var/lib/bcd-helper).
@@ -86,6 +89,12 @@ func LoadConfig(path string) (*Config, error) {
 
 func (c *Config) defaults() {
 	h := &c.Helper
+	if len(h.VolumeDirs) == 0 {
+		h.VolumeDirs = []string{"/var/lib/bcd/volumes"}
+	}
+	for i, d := range h.VolumeDirs {
+		h.VolumeDirs[i] = filepath.Clean(d)
+	}
 	for _, d := range []struct {
 		v   *string
 		def string

@@ -1,7 +1,9 @@
 // Instances: libvirt domains through virsh (domain.define renders the
-// domain XML itself from a few fields, never taking XML from the node, and
-// refuses a NIC on a bridge outside [helper] instance_bridges before the
-// domain exists; start, destroy, undefine by name), and cloud-hypervisor
+// domain XML itself from a few fields with runtime/plan, the renderer
+// fakehw's plans come from too, never taking XML from the node, and
+// refuses a NIC on a bridge outside [helper] instance_bridges, or a disk
+// outside [helper] volume_dirs, before the domain exists; start, destroy,
+// undefine and state by name), and cloud-hypervisor
 // taps made with ip tuntap, owned by the node's user and enslaved only to
 // an instance bridge (ch.taps), deleted by ch.taps.delete.
 
@@ -9,9 +11,7 @@ package helper
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/xml"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -22,13 +22,9 @@ import (
 	"strings"
 
 	"bcd/internal/config"
+	"bcd/internal/runtime"
+	"bcd/internal/runtime/plan"
 )
-
-// instanceID is what an instance id may look like.
-var instanceID = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
-
-// macAddr is a unicast MAC address.
-var macAddr = regexp.MustCompile(`^[0-9a-f][02468ace](:[0-9a-f]{2}){5}$`)
 
 // NIC is an instance's network interface.
 type NIC struct {
@@ -36,6 +32,20 @@ type NIC struct {
 	Bridge string `json:"bridge"`
 	// MAC is its address (optional).
 	MAC string `json:"mac,omitempty"`
+	// Tap, when set, is the instance's own tap for this NIC (made by
+	// ch.taps: it must be TapName(id, i)); the domain then uses it
+	// unmanaged instead of a tap libvirt makes on the bridge.
+	Tap string `json:"tap,omitempty"`
+}
+
+// Disk is a volume of the node attached to a domain.
+type Disk struct {
+	// Path is the volume's file, under one of [helper] volume_dirs.
+	Path string `json:"path"`
+	// Serial is what the guest sees.
+	Serial string `json:"serial,omitempty"`
+	// ReadOnly attaches it read-only.
+	ReadOnly bool `json:"read_only,omitempty"`
 }
 
 // DomainArgs are the domain.* arguments.
@@ -47,18 +57,40 @@ type DomainArgs struct {
 	MemoryBytes uint64 `json:"memory_bytes,omitempty"`
 	// NICs are its interfaces (domain.define, ch.taps).
 	NICs []NIC `json:"nics,omitempty"`
+	// Disks are its volumes (domain.define).
+	Disks []Disk `json:"disks,omitempty"`
+}
+
+// StateResult is domain.state's result: "absent", "defined" or "running".
+type StateResult struct {
+	State string `json:"state"`
+}
+
+// domainOf is the runtime.Domain the helper renders from the arguments.
+func domainOf(a *DomainArgs) *runtime.Domain {
+	d := &runtime.Domain{ID: a.ID, VCPUs: a.VCPUs, MemoryBytes: a.MemoryBytes}
+	for _, n := range a.NICs {
+		d.NICs = append(d.NICs, runtime.NIC{Bridge: n.Bridge, MAC: n.MAC, Tap: n.Tap})
+	}
+	for _, disk := range a.Disks {
+		d.Disks = append(d.Disks, runtime.Disk{Path: disk.Path, Serial: disk.Serial, ReadOnly: disk.ReadOnly})
+	}
+	return d
 }
 
 func (s *Server) checkInstance(a *DomainArgs, define bool) error {
-	if !instanceID.MatchString(a.ID) {
+	if !runtime.IDPattern.MatchString(a.ID) {
 		return refuse(CodeArgs, "instance id %q", a.ID)
 	}
-	if len(a.NICs) > 8 {
-		return refuse(CodeArgs, "%d NICs, at most 8", len(a.NICs))
+	if len(a.NICs) > plan.MaxNICs {
+		return refuse(CodeArgs, "%d NICs, at most %d", len(a.NICs), plan.MaxNICs)
 	}
-	for _, n := range a.NICs {
+	for i, n := range a.NICs {
 		if n.MAC != "" && !macAddr.MatchString(n.MAC) {
 			return refuse(CodeArgs, "MAC %q", n.MAC)
+		}
+		if n.Tap != "" && n.Tap != TapName(a.ID, i) {
+			return refuse(CodeArgs, "NIC %d: tap %q is not the instance's (%s)", i, n.Tap, TapName(a.ID, i))
 		}
 		if !slices.Contains(s.cfg.Helper.InstanceBridges, n.Bridge) {
 			if define {
@@ -67,11 +99,35 @@ func (s *Server) checkInstance(a *DomainArgs, define bool) error {
 			return refuse(CodeBridge, "ch.taps: %q is not an instance bridge of this host ([helper] instance_bridges)", n.Bridge)
 		}
 	}
-	if define && (a.VCPUs == 0 || a.VCPUs > 512 || a.MemoryBytes < 1<<20) {
-		return refuse(CodeArgs, "domain %s: %d vCPUs, %d bytes of memory", a.ID, a.VCPUs, a.MemoryBytes)
+	for _, disk := range a.Disks {
+		if !s.volumePath(disk.Path) {
+			return refuse(CodeArgs, "disk %q is not a file under [helper] volume_dirs %v", disk.Path, s.cfg.Helper.VolumeDirs)
+		}
+	}
+	if define {
+		if err := plan.Check(domainOf(a), s.cfg.Helper.InstanceBridges); err != nil {
+			return refuse(CodeArgs, "%s", strings.TrimPrefix(err.Error(), runtime.ErrInvalid.Error()+": "))
+		}
 	}
 	return nil
 }
+
+// volumePath says whether path is a clean absolute path strictly under
+// one of the volume directories.
+func (s *Server) volumePath(path string) bool {
+	if !filepath.IsAbs(path) || filepath.Clean(path) != path {
+		return false
+	}
+	for _, dir := range s.cfg.Helper.VolumeDirs {
+		if rel, err := filepath.Rel(dir, path); err == nil && rel != "." && !strings.HasPrefix(rel, "..") && !strings.Contains(rel, "/") {
+			return true
+		}
+	}
+	return false
+}
+
+// macAddr is a unicast MAC address.
+var macAddr = regexp.MustCompile(`^[0-9a-f][02468ace](:[0-9a-f]{2}){5}$`)
 
 // run runs a program (never a shell) and turns a failure into CodeCommand.
 func run(ctx context.Context, program string, args ...string) (string, error) {
@@ -80,51 +136,6 @@ func run(ctx context.Context, program string, args ...string) (string, error) {
 		return "", &Error{Code: CodeCommand, Reason: fmt.Sprintf("%s %s: %s", program, strings.Join(args, " "), strings.TrimSpace(string(out))), Err: err}
 	}
 	return string(out), nil
-}
-
-// domainXML renders a KVM domain with bridged virtio NICs.
-func domainXML(a *DomainArgs) ([]byte, error) {
-	type source struct {
-		Bridge string `xml:"bridge,attr"`
-	}
-	type mac struct {
-		Address string `xml:"address,attr"`
-	}
-	type model struct {
-		Type string `xml:"type,attr"`
-	}
-	type iface struct {
-		Type   string `xml:"type,attr"`
-		MAC    *mac   `xml:"mac,omitempty"`
-		Source source `xml:"source"`
-		Model  model  `xml:"model"`
-	}
-	type memory struct {
-		Unit  string `xml:"unit,attr"`
-		Value uint64 `xml:",chardata"`
-	}
-	type osType struct {
-		Arch  string `xml:"arch,attr"`
-		Value string `xml:",chardata"`
-	}
-	type domain struct {
-		XMLName    xml.Name `xml:"domain"`
-		Type       string   `xml:"type,attr"`
-		Name       string   `xml:"name"`
-		Memory     memory   `xml:"memory"`
-		VCPU       uint32   `xml:"vcpu"`
-		OS         osType   `xml:"os>type"`
-		Interfaces []iface  `xml:"devices>interface"`
-	}
-	d := domain{Type: "kvm", Name: "bcd-" + a.ID, Memory: memory{"KiB", a.MemoryBytes / 1024}, VCPU: a.VCPUs, OS: osType{"x86_64", "hvm"}}
-	for _, n := range a.NICs {
-		i := iface{Type: "bridge", Source: source{n.Bridge}, Model: model{"virtio"}}
-		if n.MAC != "" {
-			i.MAC = &mac{n.MAC}
-		}
-		d.Interfaces = append(d.Interfaces, i)
-	}
-	return xml.MarshalIndent(d, "", "  ")
 }
 
 func (s *Server) domain(ctx context.Context, req Request) (any, error) {
@@ -139,7 +150,7 @@ func (s *Server) domain(ctx context.Context, req Request) (any, error) {
 	virsh := s.cfg.Helper.Virsh
 	switch req.Op {
 	case OpDomainDefine:
-		data, err := domainXML(&a)
+		data, err := plan.Render(domainOf(&a))
 		if err != nil {
 			return nil, err
 		}
@@ -167,15 +178,31 @@ func (s *Server) domain(ctx context.Context, req Request) (any, error) {
 			return nil, err
 		}
 		_ = os.Remove(filepath.Join(s.cfg.Helper.StateDir, "domains", name+".xml"))
+	case OpDomainState:
+		return s.domainState(ctx, name)
 	}
 	s.log.Info("domain.done", "op", req.Op, "domain", name)
 	return map[string]string{"domain": name}, nil
 }
 
 // TapName is the tap of an instance's i-th NIC: bcdt<8 hex of SHA-256(id)>n<i>.
-func TapName(id string, i int) string {
-	sum := sha256.Sum256([]byte(id))
-	return "bcdt" + hex.EncodeToString(sum[:4]) + "n" + strconv.Itoa(i)
+func TapName(id string, i int) string { return runtime.TapName(id, i) }
+
+// domainState asks virsh for the domain's state: "absent" when virsh does
+// not know it, "running", else "defined".
+func (s *Server) domainState(ctx context.Context, name string) (any, error) {
+	out, err := run(ctx, s.cfg.Helper.Virsh, "domstate", name)
+	if err != nil {
+		var e *Error
+		if errors.As(err, &e) && strings.Contains(e.Reason, "failed to get domain") {
+			return &StateResult{State: string(runtime.Absent)}, nil
+		}
+		return nil, err
+	}
+	if strings.TrimSpace(out) == "running" {
+		return &StateResult{State: string(runtime.Running)}, nil
+	}
+	return &StateResult{State: string(runtime.Defined)}, nil
 }
 
 // TapsResult is ch.taps' result.
@@ -218,7 +245,7 @@ func (s *Server) chTapsDelete(ctx context.Context, req Request) (any, error) {
 	if err := decode(req, &a); err != nil {
 		return nil, err
 	}
-	if !instanceID.MatchString(a.ID) {
+	if !runtime.IDPattern.MatchString(a.ID) {
 		return nil, refuse(CodeArgs, "instance id %q", a.ID)
 	}
 	out, err := run(ctx, s.cfg.Helper.IP, "-o", "link", "show")

@@ -26,6 +26,7 @@ import (
 
 	"bcd/internal/pki"
 	"bcd/internal/proto/agentv1"
+	"bcd/internal/runtime/plan"
 	"bcd/internal/testlog"
 	"bcd/internal/update"
 	"bcd/internal/update/updatetest"
@@ -332,11 +333,42 @@ func TestDomainsThroughVirsh(t *testing.T) {
 	if got := r.callLog(t); got != want {
 		t.Fatalf("virsh calls:\n%s\nwant:\n%s", got, want)
 	}
-	xml, _ := domainXML(&vm)
-	for _, s := range []string{`<name>bcd-vm1</name>`, `<source bridge="bcbr0"></source>`, `<mac address="52:54:00:12:34:56"></mac>`, `<vcpu>2</vcpu>`} {
+	xml, _ := plan.Render(domainOf(&vm))
+	for _, s := range []string{`<name>bcd-vm1</name>`, `<source bridge="bcbr0"></source>`, `<mac address="52:54:00:12:34:56"></mac>`, `<vcpu placement="static">2</vcpu>`} {
 		if !strings.Contains(string(xml), s) {
 			t.Fatalf("domain XML lacks %s:\n%s", s, xml)
 		}
+	}
+	// A disk outside [helper] volume_dirs, or a tap that is not the
+	// instance's, is refused before virsh runs; domain.state reads virsh.
+	before := r.callLog(t)
+	outside := vm
+	outside.Disks = []Disk{{Path: "/etc/shadow"}}
+	wantRefused(t, Call(context.Background(), r.socket, OpDomainDefine, outside, nil), string(CodeArgs))
+	sneaky := vm
+	sneaky.Disks = []Disk{{Path: "/var/lib/bcd/volumes/../../../etc/shadow"}}
+	wantRefused(t, Call(context.Background(), r.socket, OpDomainDefine, sneaky, nil), string(CodeArgs))
+	otherTap := vm
+	otherTap.NICs = []NIC{{Bridge: "bcbr0", Tap: TapName("vm2", 0)}}
+	wantRefused(t, Call(context.Background(), r.socket, OpDomainDefine, otherTap, nil), string(CodeArgs))
+	if r.callLog(t) != before {
+		t.Fatal("virsh ran for a refused domain")
+	}
+	withDisk := vm
+	withDisk.NICs = []NIC{{Bridge: "bcbr0", Tap: TapName("vm1", 0)}}
+	withDisk.Disks = []Disk{{Path: "/var/lib/bcd/volumes/data.raw", Serial: "data"}}
+	if err := Call(context.Background(), r.socket, OpDomainDefine, withDisk, nil); err != nil {
+		t.Fatal(err)
+	}
+	xml, _ = os.ReadFile(xmlPath)
+	for _, s := range []string{`<source file="/var/lib/bcd/volumes/data.raw"></source>`, `<target dev="` + TapName("vm1", 0) + `" managed="no"></target>`} {
+		if !strings.Contains(string(xml), s) {
+			t.Fatalf("domain XML lacks %s:\n%s", s, xml)
+		}
+	}
+	st := &StateResult{}
+	if err := Call(context.Background(), r.socket, OpDomainState, DomainArgs{ID: "vm1"}, st); err != nil || st.State != "defined" {
+		t.Fatalf("domain.state: %v %+v", err, st)
 	}
 }
 

@@ -29,6 +29,7 @@ const (
 	OpDomainStart    = "domain.start"
 	OpDomainDestroy  = "domain.destroy"
 	OpDomainUndefine = "domain.undefine"
+	OpDomainState    = "domain.state"
 	OpChTaps         = "ch.taps"
 	OpChTapsDelete   = "ch.taps.delete"
 	OpUpdateState    = "update.state"

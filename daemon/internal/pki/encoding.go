@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -45,16 +46,16 @@ func encodeStd(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
 func encodeURL(b []byte) string { return base64.RawURLEncoding.EncodeToString(b) }
 
 // jsonObject holds the members of one JSON object, read the way serde reads
-// a struct: member names are exact (no case folding), a known member may not
-// appear twice, null counts as absent for optional members and as a type
-// error for required ones, and the text must be valid UTF-8.
+// a struct: member names are exact (no case folding), null counts as absent
+// for optional members and as a type error for required ones, and the text
+// must be strict JSON (see checkStrictJSON).
 type jsonObject map[string]json.RawMessage
 
 // parseObject reads data as exactly one JSON object. known lists the members
 // the caller reads; with denyUnknown, any other member is refused too.
 func parseObject(data []byte, denyUnknown bool, known ...string) (jsonObject, error) {
-	if !utf8.Valid(data) {
-		return nil, errors.New("not UTF-8")
+	if err := checkStrictJSON(data); err != nil {
+		return nil, err
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	tok, err := dec.Token()
@@ -82,9 +83,6 @@ func parseObject(data []byte, denyUnknown bool, known ...string) (jsonObject, er
 		if !isKnown {
 			continue
 		}
-		if _, dup := obj[name]; dup {
-			return nil, fmt.Errorf("duplicate member %q", name)
-		}
 		obj[name] = value
 	}
 	if _, err := dec.Token(); err != nil { // the closing brace
@@ -94,6 +92,102 @@ func parseObject(data []byte, denyUnknown bool, known ...string) (jsonObject, er
 		return nil, errors.New("trailing data after the JSON object")
 	}
 	return obj, nil
+}
+
+// maxJSONDepth is serde_json's recursion limit: the 128th nested array or
+// object is refused there, so it is here.
+const maxJSONDepth = 127
+
+// checkStrictJSON refuses what the Rust side's strict reader (pki/src/json.rs)
+// refuses and encoding/json would take: invalid UTF-8, a member name twice in
+// one object at any depth (docs/formats.md, "JSON"), nesting deeper than
+// serde_json's limit, a number out of float64's range, and an unpaired UTF-16
+// surrogate escape (encoding/json replaces it with U+FFFD).
+func checkStrictJSON(data []byte) error {
+	if !utf8.Valid(data) {
+		return errors.New("not UTF-8")
+	}
+	if err := checkSurrogates(data); err != nil {
+		return err
+	}
+	type frame struct {
+		names   map[string]bool // nil for an array
+		wantKey bool
+	}
+	var stack []frame
+	dec := json.NewDecoder(bytes.NewReader(data))
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		top := len(stack) - 1
+		if top >= 0 && stack[top].names != nil && stack[top].wantKey {
+			if name, ok := tok.(string); ok {
+				if stack[top].names[name] {
+					return fmt.Errorf("duplicate member %q", name)
+				}
+				stack[top].names[name] = true
+				stack[top].wantKey = false
+				continue
+			}
+		}
+		if top >= 0 && stack[top].names != nil {
+			stack[top].wantKey = true // this token is a member's value
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, frame{names: map[string]bool{}, wantKey: true})
+		case json.Delim('['):
+			stack = append(stack, frame{})
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:top]
+		}
+		if len(stack) > maxJSONDepth {
+			return errors.New("nested too deep")
+		}
+	}
+}
+
+// checkSurrogates refuses a \uD800-\uDBFF escape not followed by a
+// \uDC00-\uDFFF one, and a \uDC00-\uDFFF escape not preceded by one.
+func checkSurrogates(data []byte) error {
+	inString, high := false, false
+	for i := 0; i < len(data); i++ {
+		c := data[i]
+		if !inString {
+			inString = c == '"'
+			continue
+		}
+		switch {
+		case c == '"':
+			inString = false
+		case c == '\\' && i+1 < len(data) && data[i+1] == 'u' && i+5 < len(data):
+			v, err := strconv.ParseUint(string(data[i+2:i+6]), 16, 16)
+			if err != nil {
+				return nil // not a valid escape: the decoder refuses it
+			}
+			isHigh, isLow := v >= 0xD800 && v <= 0xDBFF, v >= 0xDC00 && v <= 0xDFFF
+			if high != isLow || (high && isHigh) {
+				return errors.New("unpaired surrogate escape")
+			}
+			high = isHigh
+			i += 5
+			continue
+		case c == '\\':
+			i++ // a one-character escape: skip the character
+		}
+		if high {
+			return errors.New("unpaired surrogate escape")
+		}
+	}
+	if high {
+		return errors.New("unpaired surrogate escape")
+	}
+	return nil
 }
 
 func contains(list []string, s string) bool {
@@ -117,6 +211,10 @@ func isNull(raw json.RawMessage) bool { return string(bytes.TrimSpace(raw)) == "
 func (o jsonObject) required(name string, v any) error {
 	if !o.present(name) {
 		return fmt.Errorf("missing member %q", name)
+	}
+	if _, ok := v.(*int64); ok && string(bytes.TrimSpace(o[name])) == "-0" {
+		// serde_json reads -0 as a float, which an integer member refuses.
+		return fmt.Errorf("member %q: -0 is not an integer", name)
 	}
 	if err := json.Unmarshal(o[name], v); err != nil {
 		return fmt.Errorf("member %q: %w", name, err)

@@ -31,7 +31,7 @@ func TestJSONObjectsAreReadAsSerdeReadsAStruct(t *testing.T) {
 	for text, ok := range map[string]bool{
 		`{"a":"x","b":1}`:          true,
 		` {"a":"x","z":[1,{}]} `:   true,  // unknown members are skipped
-		`{"z":1,"z":2}`:            true,  // even twice
+		`{"z":1,"z":2}`:            false, // an unknown member twice (defect 10)
 		`{"a":"x","a":"y"}`:        false, // a known member twice
 		`{"a":"x"} {}`:             false,
 		`["x",1]`:                  false,
@@ -64,6 +64,51 @@ func TestJSONObjectsAreReadAsSerdeReadsAStruct(t *testing.T) {
 		if obj.required("a", &n) == nil {
 			t.Errorf("%s decoded as an i64", text)
 		}
+	}
+}
+
+// TestDefect10DuplicateMembersAreRefusedAtAnyDepth: two members with one
+// name, anywhere in the document, refuse it, as pki/src/json.rs does; and
+// what serde_json refuses beyond encoding/json is refused too.
+func TestDefect10DuplicateMembersAreRefusedAtAnyDepth(t *testing.T) {
+	for _, text := range []string{
+		`{"a":1,"a":1}`,
+		`{"a":1,"z":2,"z":3}`,
+		`{"a":{"x":1,"x":2}}`,
+		`{"a":[{"y":[],"y":null}]}`,
+		`{"a":1,"\u0061":2}`,
+		`{"z":"\ud800"}`,       // a lone high surrogate
+		`{"z":"\udc00"}`,       // a lone low surrogate
+		`{"z":"\ud800\u0041"}`, // a high surrogate before another escape
+		`{"z":1e400}`,          // out of float64's range
+		`{"z":` + strings.Repeat("[", 127) + strings.Repeat("]", 127) + `}`, // 128 deep
+	} {
+		if _, err := parseObject([]byte(text), false, "a"); err == nil {
+			t.Errorf("%s was accepted", text)
+		}
+	}
+	for _, text := range []string{
+		`{"z":"\ud800\udc00","y":"\\u0041","x":1e-400}`,
+		`{"z":` + strings.Repeat("[", 126) + strings.Repeat("]", 126) + `}`,
+	} {
+		if _, err := parseObject([]byte(text), false, "a"); err != nil {
+			t.Errorf("%s: %v", text, err)
+		}
+	}
+	obj, err := parseObject([]byte(`{"a":-0}`), false, "a")
+	var n int64
+	if err != nil || obj.required("a", &n) == nil {
+		t.Errorf("-0 decoded as an integer (%v)", err)
+	}
+	// The sealed token of the review: two csr members.
+	payload := `{"token":"bc_jt_x","csr":"sha256:a","iat":1,"csr":"sha256:b"}`
+	if _, err := parseSealedTokenPayload([]byte(payload)); err == nil {
+		t.Error("a sealed token payload with two csr members was accepted")
+	}
+	// The manifest of the review: two sequence members.
+	manifest := `{"version":"0.9.0","sequence":1,"sequence":9,"artifacts":[]}`
+	if _, err := parseManifest([]byte(manifest)); err == nil {
+		t.Error("a manifest with two sequence members was accepted")
 	}
 }
 

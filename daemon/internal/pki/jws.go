@@ -152,13 +152,19 @@ func verifyES256(token string, trusted []*ecdsa.PublicKey) ([]byte, error) {
 	if key == nil {
 		return nil, refuse(CodeJWSUnknownKid, "kid %q is not trusted", kid)
 	}
-	sig := raw[2]
-	digest := sha256.Sum256([]byte(parts[0] + "." + parts[1]))
-	if len(sig) != 64 ||
-		!ecdsa.Verify(key, digest[:], new(big.Int).SetBytes(sig[:32]), new(big.Int).SetBytes(sig[32:])) {
+	if !verifyP1363(key, []byte(parts[0]+"."+parts[1]), raw[2]) {
 		return nil, refuse(CodeJWSBadSignature, "bad JWS signature by %s", kid)
 	}
 	return raw[1], nil
+}
+
+// verifyP1363 reports whether sig, the 64-byte r‖s of IEEE P1363 (the form
+// of ES256), is key's ECDSA-SHA256 signature over msg; the Rust side's
+// pki::keys::verify_p1363.
+func verifyP1363(key *ecdsa.PublicKey, msg, sig []byte) bool {
+	digest := sha256.Sum256(msg)
+	return len(sig) == 64 &&
+		ecdsa.Verify(key, digest[:], new(big.Int).SetBytes(sig[:32]), new(big.Int).SetBytes(sig[32:]))
 }
 
 // decodeClaims reads a claims object whose members are all required; other

@@ -26,7 +26,7 @@ const Salt = "bc-fixtures/v1"
 
 // OKM returns HKDF-SHA256(ikm = seed, salt = Salt, info = label, L = 32).
 func OKM(seed, label string) [32]byte {
-	out, err := hkdf.Key(sha256.New, []byte(seed), []byte(Salt), label, 32)
+	out, err := hkdfSHA256([]byte(seed), []byte(Salt), label, 32)
 	if err != nil {
 		// 32 bytes is far below HKDF-SHA256's limit of 255*32.
 		panic("pki: HKDF-SHA256 refused a 32-byte output: " + err.Error())
@@ -34,6 +34,12 @@ func OKM(seed, label string) [32]byte {
 	var okm [32]byte
 	copy(okm[:], out)
 	return okm
+}
+
+// hkdfSHA256 is HKDF-SHA256 (RFC 5869): n bytes from ikm, salt and info,
+// refused above 255 × 32 bytes; the Rust side's pki::keys::hkdf_sha256.
+func hkdfSHA256(ikm, salt []byte, info string, n int) ([]byte, error) {
+	return hkdf.Key(sha256.New, ikm, salt, info, n)
 }
 
 // DeriveEd25519 returns the Ed25519 key of label: OKM is its secret seed.

@@ -132,7 +132,8 @@ type CertificateInfo struct {
 // VerifyIssued checks that leafDER was issued by the CA caDER and is valid
 // at opts.At for opts.Usage, and returns what it says. Refusals, in this
 // order: cert-malformed (either does not parse, or the CA key is not P-256),
-// cert-chain (issuer name, signature algorithm, signature), cert-validity
+// cert-chain (issuer name, signature algorithm, signature, a critical
+// extension outside understoodExtensions in either), cert-validity
 // (outside notBefore..notAfter), cert-chain (the profile: CA:true for a CA,
 // not for a leaf), then whatever x509.Certificate.Verify refuses with the
 // CA as the only root and the usage's EKU (cert-validity for an expired
@@ -157,6 +158,14 @@ func VerifyIssued(leafDER, caDER []byte, opts VerifyOptions) (*CertificateInfo, 
 	}
 	if err := ca.CheckSignature(leaf.SignatureAlgorithm, leaf.RawTBSCertificate, leaf.Signature); err != nil {
 		return nil, refuseWith(CodeCertChain, err, "signature does not verify under the CA key")
+	}
+	for _, c := range []struct {
+		cert  *x509.Certificate
+		whose string
+	}{{leaf, "the certificate"}, {ca, "the CA"}} {
+		if oid := UnknownCriticalExtension(c.cert); oid != nil {
+			return nil, refuse(CodeCertChain, "%s has an unknown critical extension %v", c.whose, oid)
+		}
 	}
 	info, err := describe(leaf)
 	if err != nil {
@@ -228,6 +237,35 @@ func describe(cert *x509.Certificate) (*CertificateInfo, error) {
 }
 
 var oidSubjectAltName = asn1.ObjectIdentifier{2, 5, 29, 17}
+
+// understoodExtensions are the only extensions a certificate may mark
+// critical (RFC 5280, 4.2), the list of the Rust side's pki/src/x509.rs:
+// subject key identifier, key usage, subject alternative name, basic
+// constraints, authority key identifier and extended key usage. crypto/x509
+// understands more (name constraints, policies), which the Rust verifier
+// does not check, so both refuse them when critical.
+var understoodExtensions = []asn1.ObjectIdentifier{
+	{2, 5, 29, 14}, {2, 5, 29, 15}, {2, 5, 29, 17}, {2, 5, 29, 19}, {2, 5, 29, 35}, {2, 5, 29, 37},
+}
+
+// UnknownCriticalExtension returns the first critical extension of cert
+// outside understoodExtensions, or nil. The TPM attestor refuses EK
+// certificates and roots with one, as pki::x509::verify_issued does.
+func UnknownCriticalExtension(cert *x509.Certificate) asn1.ObjectIdentifier {
+	for _, ext := range cert.Extensions {
+		if !ext.Critical {
+			continue
+		}
+		understood := false
+		for _, oid := range understoodExtensions {
+			understood = understood || ext.Id.Equal(oid)
+		}
+		if !understood {
+			return ext.Id
+		}
+	}
+	return nil
+}
 
 // uriSANs returns the URI SANs exactly as written (crypto/x509 keeps them
 // only as parsed *url.URL values, whose String may differ).

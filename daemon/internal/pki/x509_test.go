@@ -5,9 +5,13 @@ package pki
 
 import (
 	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/asn1"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"math/big"
 	"os"
 	"testing"
 	"time"
@@ -81,6 +85,69 @@ func TestCertificateUsageAndNamesAreEnforced(t *testing.T) {
 		}
 		if err == nil && (len(info.IPs) != 1 || info.IPs[0].String() != "127.0.0.1") {
 			t.Errorf("%s: IPs %v", tc.name, info.IPs)
+		}
+	}
+}
+
+// TestDefect11UnknownCriticalExtensionsAreRefused: a critical extension
+// outside understoodExtensions, in the leaf or in the CA, is cert-chain, as
+// in pki/src/x509.rs; the same extension not critical is ignored.
+func TestDefect11UnknownCriticalExtensionsAreRefused(t *testing.T) {
+	at := time.Unix(1_767_225_600, 0)
+	caKey, leafKey := DeriveP256("s", "node-ca"), DeriveP256("s", "node/0")
+	unknown := pkix.Extension{Id: asn1.ObjectIdentifier{1, 3, 6, 1, 4, 1, 99999, 1}, Value: []byte{5, 0}}
+	issue := func(ca, leaf func(*x509.Certificate)) ([]byte, []byte) {
+		caTemplate := &x509.Certificate{
+			SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "bc node CA"},
+			NotBefore: at.Add(-time.Hour), NotAfter: at.Add(time.Hour),
+			IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+		}
+		ca(caTemplate)
+		caDER, err := x509.CreateCertificate(rand.Reader, caTemplate, caTemplate, &caKey.PublicKey, caKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leafTemplate := &x509.Certificate{
+			SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "node_0"},
+			NotBefore: at.Add(-time.Hour), NotAfter: at.Add(time.Hour),
+			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		}
+		leaf(leafTemplate)
+		parent, err := x509.ParseCertificate(caDER)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leafDER, err := x509.CreateCertificate(rand.Reader, leafTemplate, parent, &leafKey.PublicKey, caKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return leafDER, caDER
+	}
+	none := func(*x509.Certificate) {}
+	extend := func(critical bool) func(*x509.Certificate) {
+		return func(c *x509.Certificate) {
+			ext := unknown
+			ext.Critical = critical
+			c.ExtraExtensions = []pkix.Extension{ext}
+		}
+	}
+	opts := VerifyOptions{Usage: UsageClient, At: at}
+	leaf, ca := issue(none, extend(false))
+	if _, err := VerifyIssued(leaf, ca, opts); err != nil {
+		t.Fatalf("a non-critical unknown extension: %v", err)
+	}
+	// Name constraints: crypto/x509 understands them, the Rust side does not.
+	constrained := func(c *x509.Certificate) {
+		c.PermittedDNSDomainsCritical, c.PermittedDNSDomains = true, []string{"dev.local"}
+	}
+	for name, certs := range map[string][2]func(*x509.Certificate){
+		"leaf":             {none, extend(true)},
+		"CA":               {extend(true), none},
+		"name constraints": {constrained, none},
+	} {
+		leaf, ca := issue(certs[0], certs[1])
+		if _, err := VerifyIssued(leaf, ca, opts); !errors.Is(err, CodeCertChain) {
+			t.Errorf("%s: %v, want cert-chain", name, err)
 		}
 	}
 }

@@ -39,6 +39,8 @@ const (
 	CodeMessageMalformed Code = "message-malformed"
 	// CodeHelloExpected: The first frame of a session was not a Hello (or none came in time).
 	CodeHelloExpected Code = "hello-expected"
+	// CodeFrameMalformed: A WebSocket message that is not one binary protobuf frame of the session.
+	CodeFrameMalformed Code = "frame-malformed"
 	// CodeSessionReplaced: A newer session of the same node took over.
 	CodeSessionReplaced Code = "session-replaced"
 	// CodeLiveness: Nothing heard from the node for three heartbeat intervals.
@@ -73,10 +75,28 @@ const (
 	CodeInternal Code = "internal"
 )
 
+// The codes of domain "otlp": The dev stack's OTLP/HTTP receiver of node metrics.
+const (
+	// CodeOTLPMalformed: An export that does not decode as an OTLP ExportMetricsServiceRequest (HTTP 400).
+	CodeOTLPMalformed Code = "otlp-malformed"
+)
+
 // The codes of domain "reservation": Why the stack refused a node's AllocationBound (devstack reservations.last_refusal).
 const (
 	// CodeAllocationMismatch: The bound GPU indexes are not the held ones.
 	CodeAllocationMismatch Code = "allocation-mismatch"
 	// CodeAllocationGeneration: The hold was bound at a generation before the one that added it.
 	CodeAllocationGeneration Code = "allocation-generation"
+)
+
+// The codes of domain "instances": The dev stack's instances: placement, the workload issuer, the secret broker (devstack instances, placement, workload, secrets).
+const (
+	// CodeInstanceUnknown: No instance has this id.
+	CodeInstanceUnknown Code = "instance-unknown"
+	// CodeInstanceUnschedulable: No host of the pool passes placement's filters (kind, runtime label, room, volumes).
+	CodeInstanceUnschedulable Code = "instance-unschedulable"
+	// CodeInstanceInvalid: An instance or volume request the stack does not place (no vCPU, no memory, an unknown volume).
+	CodeInstanceInvalid Code = "instance-invalid"
+	// CodeWorkloadInstance: A workload token for an instance that is not running on the asking node.
+	CodeWorkloadInstance Code = "workload-instance"
 )

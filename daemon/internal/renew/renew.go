@@ -8,6 +8,11 @@
 // (identity.CommitRenewal). The session goes on; its next handshake
 // presents the new certificate. A failed renewal is retried with backoff
 // while the current certificate lasts.
+//
+// The call goes where the session goes (https.go): Gateway.Renew over gRPC
+// with gateway_url, POST /v1/renew on the HTTPS listener with only
+// [websocket] url, and with both, gRPC first and HTTPS when the gateway
+// cannot be reached (not when it refuses).
 package renew
 
 import (
@@ -21,6 +26,7 @@ import (
 	"bcd/internal/identity"
 	"bcd/internal/pki"
 	"bcd/internal/proto/agentv1"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
@@ -118,18 +124,11 @@ func Once(ctx context.Context, cfg Config) error {
 			}
 		}
 	}()
-	conn, err := identity.Dial(cfg.Config, identity.DialOptions{Identity: id, AllowH2C: cfg.AllowH2C})
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	reply, err := agentv1.NewGatewayClient(conn).Renew(cctx, &agentv1.RenewRequest{CsrDer: next.CSR, NodeKey: next.NodeKey})
+	req := &agentv1.RenewRequest{CsrDer: next.CSR, NodeKey: next.NodeKey}
+	reply, transport, err := call(cctx, cfg, req)
 	if err != nil {
-		if st, ok := status.FromError(err); ok {
-			return fmt.Errorf("%w: %s", ErrRefused, st.Message())
-		}
 		return err
 	}
 	if reply.GetResponse() == nil {
@@ -151,9 +150,53 @@ func Once(ctx context.Context, cfg Config) error {
 	}
 	committed = true
 	info, _ := pki.DescribeCertificate(response.GetCertificateChain()[0])
-	cfg.logger().Info("renew.renewed", "node_id", id.NodeID, "pin", next.Pin, "tpm", id.InTPM(),
+	cfg.logger().Info("renew.renewed", "node_id", id.NodeID, "pin", next.Pin, "tpm", id.InTPM(), "transport", transport,
 		"serial", fmt.Sprintf("%x", info.Serial), "not_after", info.Certificate.NotAfter.UTC().Format(time.RFC3339))
 	return nil
+}
+
+// call sends the RenewRequest where the configuration says, and names the
+// transport that answered.
+func call(ctx context.Context, cfg Config, req *agentv1.RenewRequest) (*agentv1.RenewReply, string, error) {
+	c := cfg.Config
+	if !c.UsesGRPC() {
+		reply, err := overHTTPS(ctx, cfg, req)
+		return reply, transportHTTPS, err
+	}
+	reply, err := overGRPC(ctx, cfg, req)
+	if err != nil && c.UsesWebsocket() && unreachable(err) {
+		cfg.logger().Warn("renew.fallback", "transport", transportHTTPS, "after", err.Error())
+		reply, err = overHTTPS(ctx, cfg, req)
+		return reply, transportHTTPS, err
+	}
+	return reply, transportGRPC, err
+}
+
+// overGRPC is Gateway.Renew with the current client certificate.
+func overGRPC(ctx context.Context, cfg Config, req *agentv1.RenewRequest) (*agentv1.RenewReply, error) {
+	conn, err := identity.Dial(cfg.Config, identity.DialOptions{Identity: cfg.Identity, AllowH2C: cfg.AllowH2C})
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	reply, err := agentv1.NewGatewayClient(conn).Renew(ctx, req)
+	if err != nil {
+		if st, ok := status.FromError(err); ok && st.Code() != codes.Unavailable && st.Code() != codes.DeadlineExceeded {
+			return nil, fmt.Errorf("%w: %s", ErrRefused, st.Message())
+		}
+		return nil, err
+	}
+	return reply, nil
+}
+
+// unreachable says whether a gRPC renewal failed for want of a gateway
+// (not a refusal).
+func unreachable(err error) bool {
+	if errors.Is(err, ErrRefused) {
+		return false
+	}
+	code := status.Code(err)
+	return code == codes.Unavailable || code == codes.DeadlineExceeded || code == codes.Unknown
 }
 
 func (cfg Config) logger() *slog.Logger {

@@ -72,6 +72,9 @@ type Stream interface {
 	CloseSend() error
 }
 
+// Transports name themselves (Info.Transport): a Stream may say which it is.
+type namedTransport interface{ Transport() string }
+
 // Dialer opens a Session stream; close releases its connection. GRPCDialer
 // (grpc.go) is the gRPC one over the node's mTLS identity.
 type Dialer func(ctx context.Context) (stream Stream, close func(), err error)
@@ -113,6 +116,8 @@ type Info struct {
 	// not one the gateway takes, so only a new join helps), "" once a
 	// Welcome was accepted or when the attempt ended otherwise.
 	Refused refusal.Code
+	// Transport is the connected stream's ("grpc", "websocket").
+	Transport string
 }
 
 // Config configures a session.
@@ -280,6 +285,8 @@ func (s *Session) setState(state State, epoch uint64, connectedAt int64) {
 	if state == Connected {
 		s.info.Epoch, s.info.ConnectedAtMs = epoch, connectedAt
 		s.info.Refused = ""
+	} else {
+		s.info.Transport = ""
 	}
 }
 
@@ -471,11 +478,16 @@ func (s *Session) connect(ctx context.Context) (welcomed bool, err error) {
 		return true, err
 	}
 	s.setState(Connected, w.GetSessionEpoch(), time.Now().UnixMilli())
+	transport := "unnamed"
+	if t, ok := stream.(namedTransport); ok {
+		transport = t.Transport()
+	}
 	s.mu.Lock()
 	s.connections++
+	s.info.Transport = transport
 	s.mu.Unlock()
 	interval := Heartbeat(w.GetHeartbeatIntervalMs())
-	s.log.Info("session.connected", "epoch", w.GetSessionEpoch(), "gateway", s.cfg.Gateway,
+	s.log.Info("session.connected", "epoch", w.GetSessionEpoch(), "gateway", s.cfg.Gateway, "transport", transport,
 		"heartbeat_ms", interval.Milliseconds(), "lane_credits", w.GetLaneCredits(), "acked_seq", w.GetAckedSeq())
 
 	// Control frames queued for an earlier connection are stale.

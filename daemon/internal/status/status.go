@@ -41,6 +41,9 @@ type Session struct {
 	// Refused is the code of the gateway refusal that ended the last
 	// attempt (for example cert-unknown, cert-validity), when one did.
 	Refused string `json:"refused,omitempty"`
+	// Transport is the connected session's: grpc or websocket (empty when
+	// not connected).
+	Transport string `json:"transport,omitempty"`
 }
 
 // Commands counts commands.

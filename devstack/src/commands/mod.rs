@@ -9,6 +9,7 @@ use prost::Message as _;
 
 use crate::clock::{now_ms, to_ms};
 use crate::error::{Error, Result};
+use crate::events::StackEvent;
 use crate::hub::Control;
 use crate::ids;
 use crate::shared::Shared;
@@ -189,6 +190,13 @@ pub fn announce(shared: &Shared, rows: &[CommandRow]) {
             batch = %row.batch,
             "command enqueued"
         );
+        shared.publish(StackEvent::Command {
+            node_id: row.node_id.clone(),
+            command_id: row.id.clone(),
+            kind: row.kind.clone(),
+            state: CommandStatus::Pending,
+            reason: String::new(),
+        });
         shared.hub.send(&row.node_id, Control::Wake);
     }
     shared.bump();

@@ -9,6 +9,7 @@ use prost::Message as _;
 use tracing::{info, warn};
 
 use crate::error::Result;
+use crate::events::StackEvent;
 use crate::gateway::handlers::{Effects, Event, EventHandler};
 use crate::status::Code;
 use crate::store::commands::{self, Outcome};
@@ -50,7 +51,14 @@ impl EventHandler<proto::CommandUpdate> for CommandUpdates {
             "session: command update"
         );
         let again = (checked.state == CommandStatus::Busy).then_some(event.shared.settings.busy_retry);
-        Ok(Effects { redeliver: vec![(id.clone(), again)], ..Effects::default() })
+        let changed = StackEvent::Command {
+            node_id: node_id.to_string(),
+            command_id: id.clone(),
+            kind: row.kind.clone(),
+            state: checked.state,
+            reason: checked.reason.clone(),
+        };
+        Ok(Effects { redeliver: vec![(id.clone(), again)], events: vec![changed], ..Effects::default() })
     }
 }
 

@@ -1,9 +1,9 @@
-//! The accept loops of the two listeners: each connection within the cap is
-//! served in its own task (the gateway's after its TLS handshake, bounded
-//! by `handshake_timeout`); beyond the cap the gateway answers up to
-//! `max_shed` more connections with `Unavailable` `connection-limit` (and a
-//! `retry-after-ms` hint) and the HTTP side answers `503`, and beyond those
-//! a connection is closed at accept.
+//! The accept loops of the three listeners: each connection within the cap
+//! is served in its own task (the gateway's and the HTTPS listener's after
+//! their TLS handshake, bounded by `handshake_timeout`); beyond the cap the
+//! gateway answers up to `max_shed` more connections with `Unavailable`
+//! `connection-limit` (and a `retry-after-ms` hint) and the HTTP sides
+//! answer `503`, and beyond those a connection is closed at accept.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -23,6 +23,7 @@ use super::serve::{self, Protocol, Serving};
 use super::track::{Open, TrackLayer};
 use super::{ConnectionOptions, RETRY_AFTER_MS, SHED_LIFETIME, SHUTDOWN_GRACE};
 use crate::status::{Code, refuse};
+use crate::tls::Alpn;
 
 /// What one listener serves.
 struct Listener<S> {
@@ -47,8 +48,8 @@ pub(crate) async fn gateway(
     accept(l, "gateway", move |tcp, addr, permit, l| {
         let acceptor = acceptor.clone();
         async move {
-            let Some((tls, info)) = crate::tls::handshake(&acceptor, tcp, addr, l.options.handshake_timeout).await
-            else {
+            let timeout = l.options.handshake_timeout;
+            let Some((tls, info)) = crate::tls::handshake(&acceptor, tcp, addr, timeout, Alpn::GATEWAY).await else {
                 return;
             };
             let (open, count) = Open::new();
@@ -113,6 +114,72 @@ pub(crate) async fn http(
                     let _ = tcp.shutdown().await;
                 })
                 .await;
+            }
+        }
+    })
+    .await
+}
+
+/// The HTTPS listener: TLS 1.3 `http/1.1` (or no ALPN) connections served
+/// with `router` (the WebSocket session, `POST /v1/renew`, OTLP), each
+/// request carrying its connection's [`crate::tls::PeerInfo`] as axum's `ConnectInfo`.
+/// Its cap is the HTTP side's (`http_max_connections`); beyond it a
+/// connection's first request is answered `503` `connection-limit`. A
+/// WebSocket leaves the cap and the idle deadline once upgraded: the
+/// session's liveness bounds it.
+pub(crate) async fn https(
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+    router: axum::Router,
+    options: ConnectionOptions,
+    stop: watch::Receiver<bool>,
+) {
+    let mut options = options;
+    options.max_connections = options.http_max_connections;
+    let l = Listener { listener, service: router, protocol: Protocol::Auto, options, stop };
+    let acceptor = Arc::new(acceptor);
+    accept(l, "https", move |tcp, addr, permit, l| {
+        let acceptor = acceptor.clone();
+        async move {
+            let timeout = l.options.handshake_timeout;
+            let Some((tls, info)) = crate::tls::handshake(&acceptor, tcp, addr, timeout, Alpn::HTTPS).await else {
+                return;
+            };
+            let (open, count) = Open::new();
+            let late = || (http::StatusCode::GATEWAY_TIMEOUT, "request-timeout").into_response();
+            match permit {
+                Permit::Held(_held) => {
+                    let service = ServiceBuilder::new()
+                        .layer(TrackLayer { open, timeout: l.options.request_timeout, late })
+                        .map_request(move |mut r: http::Request<hyper::body::Incoming>| {
+                            r.extensions_mut().insert(axum::extract::ConnectInfo(info.clone()));
+                            r.extensions_mut().insert(info.clone());
+                            r
+                        })
+                        .service(l.service.clone());
+                    serve::connection(tls, service, serving(&l, addr, count, None)).await;
+                }
+                Permit::Shed(_shed) => {
+                    let retry = l.options.shed_retry_after.as_secs().max(1);
+                    let shed = tower::service_fn(move |_: http::Request<hyper::body::Incoming>| async move {
+                        let body = format!(
+                            "{}: the dev stack holds as many connections as it allows\n",
+                            Code::ConnectionLimit
+                        );
+                        Ok::<_, Infallible>(
+                            (
+                                http::StatusCode::SERVICE_UNAVAILABLE,
+                                [(http::header::RETRY_AFTER, retry.to_string())],
+                                body,
+                            )
+                                .into_response(),
+                        )
+                    });
+                    let service = ServiceBuilder::new()
+                        .layer(TrackLayer { open, timeout: l.options.request_timeout, late })
+                        .service(shed);
+                    serve::connection(tls, service, serving(&l, addr, count, Some(SHED_LIFETIME))).await;
+                }
             }
         }
     })

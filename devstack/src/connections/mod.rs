@@ -16,7 +16,7 @@ mod accept;
 mod serve;
 mod track;
 
-pub(crate) use accept::{gateway, http};
+pub(crate) use accept::{gateway, http, https};
 
 use std::time::Duration;
 

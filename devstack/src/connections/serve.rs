@@ -62,7 +62,8 @@ where
         .keep_alive_interval(s.options.keepalive_interval)
         .keep_alive_timeout(s.options.keepalive_timeout);
     builder.http1().timer(TokioTimer::new()).header_read_timeout(s.options.request_timeout);
-    let conn = builder.serve_connection(TokioIo::new(io), TowerToHyperService::new(service));
+    // With upgrades: the HTTPS listener's WebSocket.
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), TowerToHyperService::new(service));
     tokio::pin!(conn);
     let deadline = s.first_request_only.map(|d| Instant::now() + d);
     let mut served = false;

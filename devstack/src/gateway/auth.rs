@@ -38,7 +38,13 @@ pub struct AuthedNode {
 
 /// Authenticates the caller of a gateway RPC.
 pub fn authenticate<T>(shared: &Shared, request: &Request<T>) -> Result<AuthedNode, Status> {
-    let info = request.extensions().get::<PeerInfo>();
+    authenticate_peer(shared, request.extensions().get::<PeerInfo>())
+}
+
+/// Authenticates the peer of a connection by the client certificate it
+/// presented during the TLS handshake: the same check for every transport
+/// (gRPC, the WebSocket session, `POST /v1/renew`).
+pub fn authenticate_peer(shared: &Shared, info: Option<&PeerInfo>) -> Result<AuthedNode, Status> {
     let peer = info.map(|i| i.remote_addr);
     let chain =
         info.and_then(|i| i.client_chain.clone()).ok_or_else(|| refuse(Code::CertUnknown, "no client certificate"))?;

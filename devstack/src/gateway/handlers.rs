@@ -16,6 +16,7 @@ use rusqlite::Connection;
 
 use super::auth::AuthedNode;
 use crate::error::Result;
+use crate::events::StackEvent;
 use crate::shared::Shared;
 use crate::store::certs;
 use crate::store::rows::NodeSpecRow;
@@ -102,18 +103,22 @@ pub struct RequestContext<'a> {
 }
 
 /// What a handler asks of the session once its event committed (or its
-/// request was answered): specs and frames to send, in order, and commands
-/// to deliver again.
+/// request was answered): events to publish, specs and frames to send, in
+/// order, and commands to deliver again.
 #[derive(Debug, Default)]
 #[must_use]
 pub struct Effects {
-    /// Specs to send to the node as DesiredState (first).
+    /// Specs to send as DesiredState (first): the session's node's on its
+    /// stream, another node's (an instance placed there) through the hub.
     pub specs: Vec<NodeSpecRow>,
     /// Frames to send to the node (after the specs).
     pub frames: Vec<proto::GatewayFrame>,
     /// Commands to deliver again after a delay (`Some`, a BUSY), or no
     /// longer (`None`).
     pub redeliver: Vec<(String, Option<Duration>)>,
+    /// What changed, for the stack's event stream (published first, once
+    /// the event committed).
+    pub events: Vec<StackEvent>,
 }
 
 impl Effects {
@@ -127,6 +132,7 @@ impl Effects {
         self.specs.extend(other.specs);
         self.frames.extend(other.frames);
         self.redeliver.extend(other.redeliver);
+        self.events.extend(other.events);
     }
 }
 
@@ -166,6 +172,7 @@ pub static HANDLERS: Handlers = Handlers {
         &crate::nodes::AppliedGeneration,
         &crate::reservations::Allocations,
         &crate::sections::Sections,
+        &crate::instances::Reports,
     ],
     command_update: &[&crate::commands::updates::CommandUpdates, &crate::adoption::AcceptanceCheck],
     spec_request: &crate::spec::SpecRequests,

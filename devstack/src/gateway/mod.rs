@@ -57,7 +57,8 @@ impl proto::gateway_server::Gateway for GatewayService {
             return Err(refuse(Code::Draining, "the dev stack is shutting down"));
         }
         let (tx, rx) = mpsc::channel(OUTBOUND_BUFFER);
-        tokio::spawn(session::run(self.shared.clone(), node, request.into_inner(), tx));
+        let transport = crate::hub::Transport::Grpc;
+        tokio::spawn(session::run(self.shared.clone(), node, transport, request.into_inner(), tx));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 

@@ -3,6 +3,13 @@
 //! every open one after the Welcome, BUSY ones again after a short delay),
 //! desired state, revocation and drain.
 //!
+//! The session is transport-neutral: it runs over any stream of decoded
+//! [`proto::NodeFrame`]s ([`Inbound`]: tonic's `Streaming` for
+//! `Gateway.Session`, the WebSocket's messages for `/v1/session`) and
+//! answers through [`Outbound`], whose `Err` is the refusal that ends it;
+//! each transport turns that into its own form (a gRPC status, a close
+//! frame).
+//!
 //! The session routes what the node sends to the features'
 //! handlers ([`super::handlers::HANDLERS`]): an event (StatusReport,
 //! CommandUpdate) is recorded once by node, journal and seq, its handlers
@@ -19,7 +26,8 @@ use proto::gateway_frame::Frame as Out;
 use proto::node_frame::Frame as In;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
-use tonic::{Status, Streaming};
+use tokio_stream::{Stream, StreamExt as _};
+use tonic::Status;
 use tracing::{debug, info, warn};
 
 use super::auth::AuthedNode;
@@ -29,15 +37,41 @@ use crate::adoption;
 use crate::clock::now_ms;
 use crate::commands::{delivery_frame, frame};
 use crate::error::Result;
-use crate::hub::Control;
+use crate::events::StackEvent;
+use crate::hub::{Control, Transport};
 use crate::shared::Shared;
 use crate::status::{Code, refuse};
 use crate::store::rows::{CommandRow, CommandStatus, NodeSessionRow, NodeSpecRow};
 use crate::store::sessions::NewSession;
 use crate::store::{commands, events, nodes, sessions, specs};
 
-/// The sending half of a session's response stream.
+/// The sending half of a session's response stream: frames, then at most
+/// one refusal.
 pub type Outbound = mpsc::Sender<Result<proto::GatewayFrame, Status>>;
+
+/// What a session reads: the node's frames as its transport decoded them;
+/// an `Err` is the transport's error (too large, malformed, a reset), the
+/// end of the stream the node's close.
+pub trait Inbound: Stream<Item = Result<proto::NodeFrame, Status>> + Unpin + Send {}
+
+impl<S: Stream<Item = Result<proto::NodeFrame, Status>> + Unpin + Send> Inbound for S {}
+
+/// The refusal an inbound error ends the session with, if it is one: the
+/// contract's `frame-too-large` for tonic's own "too large" status, any
+/// refusal a transport made itself (`frame-too-large`, `frame-malformed`)
+/// as it is, and a frame that does not decode (`InvalidArgument`
+/// `message-malformed`: never a clean end); `None` for a plain transport
+/// error (a reset).
+fn inbound_refusal(status: &Status) -> Option<Status> {
+    if limit::is_too_large(status) {
+        return Some(limit::too_large(status.message()));
+    }
+    if status.code() == tonic::Code::InvalidArgument {
+        return Some(status.clone());
+    }
+    let code = crate::status::code_of(status);
+    [Code::FrameTooLarge, Code::FrameMalformed].iter().any(|c| c.as_str() == code).then(|| status.clone())
+}
 
 /// Why a session ended.
 enum End {
@@ -52,7 +86,13 @@ enum End {
 }
 
 /// Runs a session until it ends; every exit path closes its row.
-pub async fn run(shared: Arc<Shared>, node: AuthedNode, mut inbound: Streaming<proto::NodeFrame>, out: Outbound) {
+pub async fn run(
+    shared: Arc<Shared>,
+    node: AuthedNode,
+    transport: Transport,
+    mut inbound: impl Inbound,
+    out: Outbound,
+) {
     let interval = shared.settings.heartbeat_interval;
     let hello = match first_frame(&mut inbound, interval * 3).await {
         Ok(hello) => hello,
@@ -69,7 +109,7 @@ pub async fn run(shared: Arc<Shared>, node: AuthedNode, mut inbound: Streaming<p
         let _ = out.send(Err(status)).await;
         return;
     }
-    let mut session = match Session::open(shared.clone(), node, &hello, out.clone()).await {
+    let mut session = match Session::open(shared.clone(), node, transport, &hello, out.clone()).await {
         Ok(session) => session,
         Err(status) => {
             let _ = out.send(Err(status)).await;
@@ -81,15 +121,14 @@ pub async fn run(shared: Arc<Shared>, node: AuthedNode, mut inbound: Streaming<p
 }
 
 /// Waits for the first frame, which must be a Hello.
-async fn first_frame(inbound: &mut Streaming<proto::NodeFrame>, wait: Duration) -> Result<proto::Hello, Status> {
+async fn first_frame(inbound: &mut impl Inbound, wait: Duration) -> Result<proto::Hello, Status> {
     let hello_expected = |detail: String| refuse(Code::HelloExpected, detail);
-    match tokio::time::timeout(wait, inbound.message()).await {
+    match tokio::time::timeout(wait, inbound.next()).await {
         Err(_) => Err(hello_expected(format!("no frame within {} ms", wait.as_millis()))),
-        Ok(Err(status)) if limit::is_too_large(&status) => Err(limit::too_large(status.message())),
-        Ok(Err(status)) => Err(status),
-        Ok(Ok(None)) => Err(hello_expected("the stream ended before a Hello".into())),
-        Ok(Ok(Some(proto::NodeFrame { frame: Some(In::Hello(hello)), .. }))) => Ok(hello),
-        Ok(Ok(Some(other))) => Err(hello_expected(format!("the first frame is {}", frame_name(&other)))),
+        Ok(Some(Err(status))) => Err(inbound_refusal(&status).unwrap_or(status)),
+        Ok(None) => Err(hello_expected("the stream ended before a Hello".into())),
+        Ok(Some(Ok(proto::NodeFrame { frame: Some(In::Hello(hello)), .. }))) => Ok(hello),
+        Ok(Some(Ok(other))) => Err(hello_expected(format!("the first frame is {}", frame_name(&other)))),
     }
 }
 
@@ -127,6 +166,7 @@ impl Session {
     async fn open(
         shared: Arc<Shared>,
         node: AuthedNode,
+        transport: Transport,
         hello: &proto::Hello,
         out: Outbound,
     ) -> Result<Session, Status> {
@@ -146,11 +186,12 @@ impl Session {
                     },
                 )?;
                 nodes::record_hello(c, &node.node_id, &hello.daemon_version, hello.applied_generation)?;
+                crate::instances::record_drivers(c, &node.node_id, &hello.drivers, now)?;
                 let acked = events::acked_seq(c, &node.node_id, &hello.journal_id)?;
                 Ok((row, acked))
             })
             .map_err(internal)?;
-        let control = shared.hub.register(&node.node_id, row.epoch);
+        let control = shared.hub.register(&node.node_id, row.epoch, transport);
         let interval = shared.settings.heartbeat_interval;
         let session =
             Session { shared, node, row, out, control, interval, last_heard: Instant::now(), busy: HashMap::new() };
@@ -163,6 +204,7 @@ impl Session {
             daemon_version = ?hello.daemon_version,
             acked_seq = acked,
             peer = ?session.node.peer,
+            %transport,
             "session: welcome"
         );
         let welcome = proto::Welcome {
@@ -174,6 +216,11 @@ impl Session {
         };
         // A node that is gone before its Welcome simply ends the session.
         let _ = session.send(frame(Out::Welcome(welcome))).await;
+        session.shared.publish(StackEvent::Connected {
+            node_id: session.node.node_id.clone(),
+            epoch: session.row.epoch,
+            daemon_version: hello.daemon_version.clone(),
+        });
         session.shared.bump();
         Ok(session)
     }
@@ -183,7 +230,7 @@ impl Session {
     }
 
     /// The session's main loop.
-    async fn serve(&mut self, inbound: &mut Streaming<proto::NodeFrame>) -> End {
+    async fn serve(&mut self, inbound: &mut impl Inbound) -> End {
         if let Err(end) = self.after_welcome().await {
             return end;
         }
@@ -194,19 +241,19 @@ impl Session {
             let liveness = self.last_heard + self.interval * 3;
             let next_busy = self.busy.values().min().copied();
             let step = tokio::select! {
-                message = inbound.message() => match message {
-                    Ok(Some(f)) => {
+                message = inbound.next() => match message {
+                    Some(Ok(f)) => {
                         self.last_heard = Instant::now();
                         self.on_frame(f).await
                     }
-                    Ok(None) => Err(End::Closed),
-                    Err(status) if limit::is_too_large(&status) => Err(End::Refuse(limit::too_large(status.message()))),
-                    // A frame that does not decode: refused with its code, never a clean end.
-                    Err(status) if status.code() == tonic::Code::InvalidArgument => Err(End::Refuse(status)),
-                    Err(status) => {
-                        debug!(node_id = %self.node.node_id, %status, "session: inbound stream error");
-                        Err(End::Gone)
-                    }
+                    None => Err(End::Closed),
+                    Some(Err(status)) => match inbound_refusal(&status) {
+                        Some(refusal) => Err(End::Refuse(refusal)),
+                        None => {
+                            debug!(node_id = %self.node.node_id, %status, "session: inbound stream error");
+                            Err(End::Gone)
+                        }
+                    },
                 },
                 control = self.control.recv() => match control {
                     Some(c) => self.on_control(c).await,
@@ -264,6 +311,16 @@ impl Session {
             self.send(delivery_frame(row).map_err(store_end)?).await?;
             self.shared.store.with(|c| commands::mark_delivered(c, &row.id, now_ms())).map_err(store_end)?;
             self.busy.remove(&row.id);
+            // A delivery again (after a BUSY, on a new session) changes no state.
+            if row.state == CommandStatus::Pending {
+                self.shared.publish(StackEvent::Command {
+                    node_id: row.node_id.clone(),
+                    command_id: row.id.clone(),
+                    kind: row.kind.clone(),
+                    state: CommandStatus::Delivered,
+                    reason: String::new(),
+                });
+            }
             debug!(node_id = %self.node.node_id, command_id = %row.id, kind = %row.kind, "session: command delivered");
         }
         if !rows.is_empty() {
@@ -398,8 +455,10 @@ impl Session {
         self.carry_out(effects).await
     }
 
-    /// Sends the specs, then the frames, and schedules the redeliveries.
+    /// Publishes the events, sends the specs, then the frames, and schedules
+    /// the redeliveries.
     async fn carry_out(&mut self, effects: Effects) -> Result<(), End> {
+        self.shared.publish_all(effects.events);
         for (id, again) in effects.redeliver {
             match again {
                 Some(after) => self.busy.insert(id, Instant::now() + after),
@@ -407,7 +466,11 @@ impl Session {
             };
         }
         for spec in &effects.specs {
-            self.send_spec(spec).await?;
+            if spec.node_id == self.node.node_id {
+                self.send_spec(spec).await?;
+            } else {
+                crate::spec::push(&self.shared, spec).map_err(store_end)?;
+            }
         }
         for f in effects.frames {
             self.send(f).await?;
@@ -429,6 +492,11 @@ impl Session {
             warn!(node_id = %node_id, error = %e, "session: could not record the disconnection");
         }
         self.shared.hub.unregister(node_id, self.row.epoch);
+        self.shared.publish(StackEvent::Disconnected {
+            node_id: node_id.clone(),
+            epoch: self.row.epoch,
+            reason: why.to_string(),
+        });
         self.shared.bump();
         if let End::Refuse(status) = end {
             let _ = self.out.send(Err(status)).await;

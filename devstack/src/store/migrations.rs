@@ -27,7 +27,8 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration { version: 4, name: "node bindings and joins", sql: V4 },
     Migration { version: 5, name: "releases", sql: V5 },
     Migration { version: 6, name: "node section status", sql: V6 },
-    Migration { version: 7, name: "join requests", sql: V7 },
+    Migration { version: 7, name: "instances, volumes, node labels, secrets", sql: V7 },
+    Migration { version: 8, name: "join requests", sql: V8 },
 ];
 
 const V1: &str = r#"
@@ -242,6 +243,62 @@ CREATE TABLE node_section_status (
 "#;
 
 const V7: &str = r#"
+ALTER TABLE pools ADD COLUMN kind TEXT NOT NULL DEFAULT 'gpu' CHECK (kind IN ('gpu', 'vps-host'));
+
+CREATE TABLE node_labels (
+    node_id TEXT NOT NULL REFERENCES nodes(id),
+    label TEXT NOT NULL,
+    value TEXT NOT NULL DEFAULT '',
+    updated_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (node_id, label)
+);
+
+CREATE TABLE instances (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    pool_id TEXT NOT NULL REFERENCES pools(id),
+    node_id TEXT REFERENCES nodes(id),
+    runtime TEXT NOT NULL,
+    vcpus INTEGER NOT NULL,
+    memory_bytes INTEGER NOT NULL,
+    desired TEXT NOT NULL CHECK (desired IN ('running', 'stopped', 'deleted')),
+    state TEXT NOT NULL CHECK (state IN ('unschedulable', 'pending', 'starting', 'running', 'stopped', 'failed', 'deleted')),
+    reason TEXT NOT NULL DEFAULT '',
+    spec BLOB NOT NULL,
+    pinned_node TEXT,
+    generation INTEGER,
+    delete_generation INTEGER,
+    created_at_ms INTEGER NOT NULL,
+    updated_at_ms INTEGER NOT NULL,
+    running_at_ms INTEGER,
+    deleted_at_ms INTEGER
+);
+CREATE INDEX instances_node ON instances(node_id, state);
+CREATE INDEX instances_pool ON instances(pool_id, state);
+
+CREATE TABLE volumes (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    node_id TEXT NOT NULL REFERENCES nodes(id),
+    size_bytes INTEGER NOT NULL,
+    desired TEXT NOT NULL CHECK (desired IN ('present', 'deleted')),
+    state TEXT NOT NULL CHECK (state IN ('pending', 'ready', 'failed', 'deleted')),
+    reason TEXT NOT NULL DEFAULT '',
+    generation INTEGER NOT NULL,
+    delete_generation INTEGER,
+    created_at_ms INTEGER NOT NULL,
+    deleted_at_ms INTEGER
+);
+CREATE INDEX volumes_node ON volumes(node_id, state);
+
+CREATE TABLE secrets (
+    id TEXT PRIMARY KEY,
+    value BLOB NOT NULL,
+    created_at_ms INTEGER NOT NULL
+);
+"#;
+
+const V8: &str = r#"
 CREATE TABLE join_requests (
     request_sha256 TEXT PRIMARY KEY,
     node_id TEXT NOT NULL REFERENCES nodes(id),
@@ -302,8 +359,10 @@ mod tests {
             "commands",
             "join_requests",
             "join_tokens",
+            "instances",
             "node_bindings",
             "node_certs",
+            "node_labels",
             "node_events",
             "node_joins",
             "node_section_status",
@@ -313,7 +372,9 @@ mod tests {
             "release_artifacts",
             "releases",
             "reservations",
+            "secrets",
             "settings",
+            "volumes",
         ] {
             assert!(tables.iter().any(|x| x == t), "{t} missing from {tables:?}");
         }

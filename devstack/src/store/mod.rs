@@ -18,19 +18,24 @@ pub mod bindings;
 pub mod certs;
 pub mod commands;
 pub mod events;
+pub mod instance_rows;
+pub mod instances;
 pub mod inventory;
 pub mod join_requests;
+pub mod labels;
 pub mod migrations;
 pub mod nodes;
 pub mod pools;
 pub mod releases;
 pub mod reservations;
 pub mod rows;
+pub mod secrets;
 pub mod sections;
 pub mod sessions;
 pub mod settings;
 pub mod specs;
 pub mod tokens;
+pub mod volumes;
 
 /// Where the store lives.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -69,6 +69,11 @@ pub fn get(c: &Connection, id: &str) -> Result<Option<NodeRow>> {
     optional(c.query_row(&format!("SELECT {COLUMNS} FROM nodes WHERE id = ?1"), [id], row), "read node")
 }
 
+/// The nodes of a pool, in join order.
+pub fn of_pool(c: &Connection, pool_id: &str) -> Result<Vec<NodeRow>> {
+    list(c, "WHERE pool_id = ?1", [pool_id])
+}
+
 /// Every node, in join order.
 pub fn all(c: &Connection) -> Result<Vec<NodeRow>> {
     list(c, "", [])

@@ -6,7 +6,7 @@ use super::optional;
 use super::rows::PoolRow;
 use crate::error::{Error, Result};
 
-const COLUMNS: &str = "id, name, gpu_model, expect_gpu_count, acceptance, created_at_ms";
+const COLUMNS: &str = "id, name, gpu_model, expect_gpu_count, acceptance, created_at_ms, kind";
 
 fn row(r: &Row<'_>) -> rusqlite::Result<PoolRow> {
     Ok(PoolRow {
@@ -16,14 +16,15 @@ fn row(r: &Row<'_>) -> rusqlite::Result<PoolRow> {
         expect_gpu_count: r.get(3)?,
         acceptance: r.get(4)?,
         created_at_ms: r.get(5)?,
+        kind: r.get(6)?,
     })
 }
 
 /// Inserts a pool.
 pub fn insert(c: &Connection, p: &PoolRow) -> Result<()> {
     c.execute(
-        &format!("INSERT INTO pools ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"),
-        params![p.id, p.name, p.gpu_model, p.expect_gpu_count, p.acceptance, p.created_at_ms],
+        &format!("INSERT INTO pools ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"),
+        params![p.id, p.name, p.gpu_model, p.expect_gpu_count, p.acceptance, p.created_at_ms, p.kind],
     )
     .map_err(Error::store("insert pool"))?;
     Ok(())

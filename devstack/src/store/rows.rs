@@ -150,6 +150,8 @@ pub struct PoolRow {
     pub acceptance: String,
     /// Creation time.
     pub created_at_ms: i64,
+    /// What its nodes are for: `gpu` (the default) or `vps-host`.
+    pub kind: String,
 }
 
 /// A join token as stored: its SHA-256 only, never the token.

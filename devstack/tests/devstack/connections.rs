@@ -70,6 +70,12 @@ async fn idle_connections_are_not_kept_forever() {
     slow.write_all(b"GET /.well-known/better-compute HTTP/1.1\r\nHost: x\r\n").await.unwrap();
     closed_within(&mut nothing, WAIT).await.expect("an idle HTTP connection was kept");
     closed_within(&mut slow, WAIT).await.expect("a half-sent HTTP request was kept");
+    // The HTTPS listener: TLS done, nothing sent.
+    let config = node::client_config(&stack, None, &[b"http/1.1"]);
+    let tcp = TcpStream::connect(stack.https_addr()).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from(devstack::SERVER_NAME).unwrap();
+    let mut https = tokio_rustls::TlsConnector::from(config).connect(name, tcp).await.unwrap();
+    closed_within(&mut https, WAIT).await.expect("an idle HTTPS connection was kept");
     // A real node still joins.
     let pool = stack.create_pool(devstack::PoolSpec { name: "p".into(), ..Default::default() }).await.unwrap();
     let token = stack.mint_join_token(&pool, 1, Duration::from_secs(60)).await.unwrap();
@@ -123,6 +129,19 @@ async fn a_connection_beyond_the_cap_is_shed_with_a_stable_code() {
     let mut c = TcpStream::connect(&http).await.unwrap();
     let mut answer = String::new();
     let _ = tokio::time::timeout(WAIT, c.read_to_string(&mut answer)).await;
+    assert!(answer.starts_with("HTTP/1.1 503") && answer.contains("connection-limit: "), "{answer}");
+    // The HTTPS listener has its own count, and sheds the same way.
+    let tls = || async {
+        let config = node::client_config(&stack, None, &[b"http/1.1"]);
+        let tcp = TcpStream::connect(stack.https_addr()).await.unwrap();
+        let name = rustls::pki_types::ServerName::try_from(devstack::SERVER_NAME).unwrap();
+        tokio_rustls::TlsConnector::from(config).connect(name, tcp).await.unwrap()
+    };
+    let (_d, _e) = (tls().await, tls().await);
+    let mut f = tls().await;
+    f.write_all(b"GET /v1/session HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    let mut answer = String::new();
+    let _ = tokio::time::timeout(WAIT, f.read_to_string(&mut answer)).await;
     assert!(answer.starts_with("HTTP/1.1 503") && answer.contains("connection-limit: "), "{answer}");
     stack.shutdown().await.unwrap();
 }

@@ -2,7 +2,9 @@
 //! in-process stack (no Go needed).
 
 mod connections;
+mod events;
 mod hardening;
+mod instances;
 mod intent;
 mod join;
 mod limits;
@@ -16,6 +18,7 @@ mod session;
 mod tls;
 mod tpm;
 mod tunnels;
+mod websocket;
 
 use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -96,6 +99,12 @@ fn api_futures_are_send(stack: &DevStack) {
     send(stack.await_daemon_version("node", "0.9.0", wait));
     send(stack.node_bindings("node"));
     send(stack.section_status("node", "instances"));
+    send(stack.create_instance("pool", devstack::InstanceRequest::default()));
+    send(stack.delete_instance("inst"));
+    send(stack.await_instance_state("inst", devstack::InstanceState::Running, wait));
+    send(stack.put_secret(b"s"));
+    send(stack.create_volume("node", 1));
+    send(stack.await_volume_state("vol", devstack::VolumeState::Ready, wait));
     send(stack.await_until("anything", wait, |v| v.section_status("node", "instances")));
     send(DevStack::start(DevStackOptions::memory()));
     send(stack.open_console("node", devstack::ConsoleSize::default()));

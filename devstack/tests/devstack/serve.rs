@@ -12,6 +12,7 @@ fn serve_writes_a_ready_config_and_never_prints_the_token() {
         .arg(dir.path())
         .args(["--signed-intent"])
         .env("RUST_LOG", "debug")
+        .env("DEVSTACK_ADMIN", dir.path().join("admin.json"))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -23,7 +23,7 @@ async fn closed_by_peer<S: tokio::io::AsyncRead + Unpin>(stream: &mut S) -> bool
 
 /// A certificate for `node_id` with `serial`, issued by a CA the stack
 /// never heard of that bears the node CA's own name.
-fn foreign_cert(node_id: &str, serial: &[u8]) -> ClientCert {
+pub(crate) fn foreign_cert(node_id: &str, serial: &[u8]) -> ClientCert {
     let now = node::devstack_now_ms();
     let ca_key = pki::keys::random_p256();
     let profile = pki::x509::CaProfile {

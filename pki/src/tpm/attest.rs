@@ -90,8 +90,15 @@ impl Attest {
         let tag = r.u16()?;
         let qualified_signer = r.tpm2b()?;
         let extra_data = r.tpm2b()?;
-        let clock_info =
-            ClockInfo { clock: r.u64()?, reset_count: r.u32()?, restart_count: r.u32()?, safe: r.u8()? != 0 };
+        let (clock, reset_count, restart_count) = (r.u64()?, r.u32()?, r.u32()?);
+        // TPMI_YES_NO is 0 or 1: any other byte would re-encode differently
+        // (found by fuzz/fuzz_targets/tpm_attest.rs; Go refuses it too).
+        let safe = match r.u8()? {
+            0 => false,
+            1 => true,
+            other => return Err(r.malformed(format!("clock safe {other}, not 0 or 1"))),
+        };
+        let clock_info = ClockInfo { clock, reset_count, restart_count, safe };
         let firmware_version = r.u64()?;
         let attested = match tag {
             ST_ATTEST_QUOTE => {

@@ -241,8 +241,8 @@ pub struct NodeSpec {
     pub holds: ::prost::alloc::vec::Vec<Hold>,
     #[prost(message, optional, tag = "4")]
     pub host: ::core::option::Option<HostSection>,
-    #[prost(message, repeated, tag = "5")]
-    pub instances: ::prost::alloc::vec::Vec<InstanceSpec>,
+    #[prost(message, optional, tag = "5")]
+    pub instances: ::core::option::Option<InstancesSection>,
     #[prost(message, optional, tag = "6")]
     pub telemetry: ::core::option::Option<TelemetrySection>,
     #[prost(message, optional, tag = "7")]
@@ -278,11 +278,26 @@ pub struct HostUnit {
     #[prost(bytes = "vec", tag = "2")]
     pub content: ::prost::alloc::vec::Vec<u8>,
 }
+/// The instances section: the VPS instances this node runs and the volumes
+/// they use (docs/protocol.md, "Instances"). A volume is listed here for as
+/// long as it exists; one that is no longer listed is destroyed once no
+/// instance has it open.
 #[allow(clippy::all)]
-#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct InstancesSection {
+    #[prost(message, repeated, tag = "1")]
+    pub instances: ::prost::alloc::vec::Vec<InstanceSpec>,
+    #[prost(message, repeated, tag = "2")]
+    pub volumes: ::prost::alloc::vec::Vec<VolumeSpec>,
+}
+/// One instance. Its runtime must be one the node advertises in its Hello
+/// (DriverManifest kind "runtime").
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, ::prost::Message)]
 pub struct InstanceSpec {
     #[prost(string, tag = "1")]
     pub id: ::prost::alloc::string::String,
+    /// "libvirt-kvm", "cloud-hypervisor"
     #[prost(string, tag = "2")]
     pub runtime: ::prost::alloc::string::String,
     #[prost(uint32, tag = "3")]
@@ -292,6 +307,46 @@ pub struct InstanceSpec {
     /// "running", "stopped"
     #[prost(string, tag = "5")]
     pub state: ::prost::alloc::string::String,
+    /// cloud-init user data, when it is not secret
+    #[prost(bytes = "vec", tag = "6")]
+    pub user_data: ::prost::alloc::vec::Vec<u8>,
+    /// a secret reference: the user data comes through the secret broker
+    #[prost(string, tag = "7")]
+    pub user_data_secret: ::prost::alloc::string::String,
+    #[prost(message, repeated, tag = "8")]
+    pub nics: ::prost::alloc::vec::Vec<InstanceNic>,
+    #[prost(message, repeated, tag = "9")]
+    pub volumes: ::prost::alloc::vec::Vec<VolumeAttachment>,
+}
+/// A NIC on a bridge of the host; the MAC is optional (unicast, lowercase).
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct InstanceNic {
+    #[prost(string, tag = "1")]
+    pub bridge: ::prost::alloc::string::String,
+    #[prost(string, tag = "2")]
+    pub mac: ::prost::alloc::string::String,
+}
+/// A volume of the section attached to an instance as a virtio disk.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct VolumeAttachment {
+    #[prost(string, tag = "1")]
+    pub volume_id: ::prost::alloc::string::String,
+    #[prost(string, tag = "2")]
+    pub serial: ::prost::alloc::string::String,
+    #[prost(bool, tag = "3")]
+    pub read_only: bool,
+}
+/// A volume of the host's volume store: created, or grown in place, to
+/// size_bytes when the store has room; never shrunk.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct VolumeSpec {
+    #[prost(string, tag = "1")]
+    pub id: ::prost::alloc::string::String,
+    #[prost(uint64, tag = "2")]
+    pub size_bytes: u64,
 }
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, ::prost::Message)]
@@ -639,6 +694,9 @@ pub struct StatusReport {
     /// one per NodeSpec section bcd reconciles
     #[prost(message, repeated, tag = "9")]
     pub sections: ::prost::alloc::vec::Vec<SectionStatus>,
+    /// the volumes of the instances section, and those bcd still holds
+    #[prost(message, repeated, tag = "10")]
+    pub volumes: ::prost::alloc::vec::Vec<VolumeStatus>,
 }
 /// How far bcd got with one section of the applied NodeSpec: each section's
 /// reconciler reports its own (trust, holds, host, instances, telemetry,
@@ -764,6 +822,10 @@ pub struct AllocationFailed {
     #[prost(string, tag = "2")]
     pub reason: ::prost::alloc::string::String,
 }
+/// What bcd observes of one instance of the applied spec (and of one it is
+/// still removing): state "pending", "starting", "running", "stopped" or
+/// "failed"; message says why for people and starts with a stable code when
+/// it is a refusal ("ResourcesExhausted: …"); never a secret.
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct InstanceStatus {
@@ -773,6 +835,15 @@ pub struct InstanceStatus {
     pub state: ::prost::alloc::string::String,
     #[prost(string, tag = "3")]
     pub message: ::prost::alloc::string::String,
+    /// the spec generation this status is for
+    #[prost(uint64, tag = "4")]
+    pub generation: u64,
+    #[prost(string, tag = "5")]
+    pub runtime: ::prost::alloc::string::String,
+    #[prost(uint32, tag = "6")]
+    pub vcpus: u32,
+    #[prost(uint64, tag = "7")]
+    pub memory_bytes: u64,
 }
 #[allow(clippy::all)]
 #[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
@@ -782,6 +853,24 @@ pub struct HostPressure {
     #[prost(uint32, tag = "2")]
     pub cpu_percent: u32,
 }
+/// One volume of the host's store: "ready" (created at size_bytes) or
+/// "failed" (message says why: "VolumeStoreFull: …"). A volume the spec no
+/// longer lists is reported until it is destroyed.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct VolumeStatus {
+    #[prost(string, tag = "1")]
+    pub id: ::prost::alloc::string::String,
+    #[prost(string, tag = "2")]
+    pub state: ::prost::alloc::string::String,
+    #[prost(uint64, tag = "3")]
+    pub size_bytes: u64,
+    #[prost(string, tag = "4")]
+    pub message: ::prost::alloc::string::String,
+}
+/// The host's volume store: total, what is left for new volumes and growth
+/// (total - reserved - committed), the reserve (5 %, at least 2 GiB) and the
+/// sizes of the volumes it holds.
 #[allow(clippy::all)]
 #[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct VolumeStorage {
@@ -791,6 +880,8 @@ pub struct VolumeStorage {
     pub available_bytes: u64,
     #[prost(uint64, tag = "3")]
     pub reserved_bytes: u64,
+    #[prost(uint64, tag = "4")]
+    pub committed_bytes: u64,
 }
 #[allow(clippy::all)]
 #[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]

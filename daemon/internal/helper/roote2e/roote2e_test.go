@@ -9,7 +9,8 @@
 // starts the helper exactly as its unit's ExecStart= says, and sends every
 // request as the bcd user from the installed slot (`bcd helper call`, a
 // helpere2e build): the peer check, host units, libvirt against a fake
-// virsh, real taps, and self-update of the root-owned slots.
+// virsh, real taps, an unprivileged bcd as a VPS host (vps_test.go), and
+// self-update of the root-owned slots.
 //
 // Inputs (environment): BCD_HELPER_E2E_BCD (the helpere2e build of bcd),
 // BCD_HELPER_E2E_SCRIPT (the rendered install script) and
@@ -243,12 +244,11 @@ func TestHelperAsRoot(t *testing.T) {
 	// The bridges: bcbr0 is an instance bridge, br-mgmt is not.
 	run(t, "ip", "link", "add", "bcbr0", "type", "bridge")
 	run(t, "ip", "link", "add", "br-mgmt", "type", "bridge")
-	// A fake virsh on the helper's PATH, logging its arguments.
+	// A fake virsh on the helper's PATH, logging its arguments and keeping
+	// each domain's state (vps.go).
 	fakebin := t.TempDir()
 	virshLog := filepath.Join(fakebin, "virsh.log")
-	if err := os.WriteFile(filepath.Join(fakebin, "virsh"), []byte("#!/bin/sh\necho \"$*\" >> "+virshLog+"\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	fakeVirsh(t, fakebin, virshLog)
 
 	// 2. The helper, started the way its unit starts it.
 	unit, _ := os.ReadFile(helper.HelperUnitPath)
@@ -393,6 +393,10 @@ func TestHelperAsRoot(t *testing.T) {
 		if out, err := exec.Command("ip", "link", "show", tap).CombinedOutput(); err == nil {
 			t.Fatalf("the tap remains: %s", out)
 		}
+	})
+
+	t.Run("vps host", func(t *testing.T) {
+		vpsHost(t, &node{t: t, uid: uid, gid: gid, bin: n.bin}, virshLog)
 	})
 
 	t.Run("self-update", func(t *testing.T) {

@@ -1289,7 +1289,7 @@ type NodeSpec struct {
 	Generation    uint64                 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
 	Holds         []*Hold                `protobuf:"bytes,3,rep,name=holds,proto3" json:"holds,omitempty"`
 	Host          *HostSection           `protobuf:"bytes,4,opt,name=host,proto3" json:"host,omitempty"`
-	Instances     []*InstanceSpec        `protobuf:"bytes,5,rep,name=instances,proto3" json:"instances,omitempty"`
+	Instances     *InstancesSection      `protobuf:"bytes,5,opt,name=instances,proto3" json:"instances,omitempty"`
 	Telemetry     *TelemetrySection      `protobuf:"bytes,6,opt,name=telemetry,proto3" json:"telemetry,omitempty"`
 	Daemon        *DaemonSection         `protobuf:"bytes,7,opt,name=daemon,proto3" json:"daemon,omitempty"`
 	Access        *AccessSection         `protobuf:"bytes,8,opt,name=access,proto3" json:"access,omitempty"`
@@ -1356,7 +1356,7 @@ func (x *NodeSpec) GetHost() *HostSection {
 	return nil
 }
 
-func (x *NodeSpec) GetInstances() []*InstanceSpec {
+func (x *NodeSpec) GetInstances() *InstancesSection {
 	if x != nil {
 		return x.Instances
 	}
@@ -1548,20 +1548,82 @@ func (x *HostUnit) GetContent() []byte {
 	return nil
 }
 
-type InstanceSpec struct {
+// The instances section: the VPS instances this node runs and the volumes
+// they use (docs/protocol.md, "Instances"). A volume is listed here for as
+// long as it exists; one that is no longer listed is destroyed once no
+// instance has it open.
+type InstancesSection struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Runtime       string                 `protobuf:"bytes,2,opt,name=runtime,proto3" json:"runtime,omitempty"`
-	Vcpus         uint32                 `protobuf:"varint,3,opt,name=vcpus,proto3" json:"vcpus,omitempty"`
-	MemoryBytes   uint64                 `protobuf:"varint,4,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
-	State         string                 `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"` // "running", "stopped"
+	Instances     []*InstanceSpec        `protobuf:"bytes,1,rep,name=instances,proto3" json:"instances,omitempty"`
+	Volumes       []*VolumeSpec          `protobuf:"bytes,2,rep,name=volumes,proto3" json:"volumes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
+func (x *InstancesSection) Reset() {
+	*x = InstancesSection{}
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InstancesSection) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InstancesSection) ProtoMessage() {}
+
+func (x *InstancesSection) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InstancesSection.ProtoReflect.Descriptor instead.
+func (*InstancesSection) Descriptor() ([]byte, []int) {
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *InstancesSection) GetInstances() []*InstanceSpec {
+	if x != nil {
+		return x.Instances
+	}
+	return nil
+}
+
+func (x *InstancesSection) GetVolumes() []*VolumeSpec {
+	if x != nil {
+		return x.Volumes
+	}
+	return nil
+}
+
+// One instance. Its runtime must be one the node advertises in its Hello
+// (DriverManifest kind "runtime").
+type InstanceSpec struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Id             string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Runtime        string                 `protobuf:"bytes,2,opt,name=runtime,proto3" json:"runtime,omitempty"` // "libvirt-kvm", "cloud-hypervisor"
+	Vcpus          uint32                 `protobuf:"varint,3,opt,name=vcpus,proto3" json:"vcpus,omitempty"`
+	MemoryBytes    uint64                 `protobuf:"varint,4,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	State          string                 `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`                                           // "running", "stopped"
+	UserData       []byte                 `protobuf:"bytes,6,opt,name=user_data,json=userData,proto3" json:"user_data,omitempty"`                     // cloud-init user data, when it is not secret
+	UserDataSecret string                 `protobuf:"bytes,7,opt,name=user_data_secret,json=userDataSecret,proto3" json:"user_data_secret,omitempty"` // a secret reference: the user data comes through the secret broker
+	Nics           []*InstanceNic         `protobuf:"bytes,8,rep,name=nics,proto3" json:"nics,omitempty"`
+	Volumes        []*VolumeAttachment    `protobuf:"bytes,9,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
 func (x *InstanceSpec) Reset() {
 	*x = InstanceSpec{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1573,7 +1635,7 @@ func (x *InstanceSpec) String() string {
 func (*InstanceSpec) ProtoMessage() {}
 
 func (x *InstanceSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1586,7 +1648,7 @@ func (x *InstanceSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceSpec.ProtoReflect.Descriptor instead.
 func (*InstanceSpec) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *InstanceSpec) GetId() string {
@@ -1624,6 +1686,202 @@ func (x *InstanceSpec) GetState() string {
 	return ""
 }
 
+func (x *InstanceSpec) GetUserData() []byte {
+	if x != nil {
+		return x.UserData
+	}
+	return nil
+}
+
+func (x *InstanceSpec) GetUserDataSecret() string {
+	if x != nil {
+		return x.UserDataSecret
+	}
+	return ""
+}
+
+func (x *InstanceSpec) GetNics() []*InstanceNic {
+	if x != nil {
+		return x.Nics
+	}
+	return nil
+}
+
+func (x *InstanceSpec) GetVolumes() []*VolumeAttachment {
+	if x != nil {
+		return x.Volumes
+	}
+	return nil
+}
+
+// A NIC on a bridge of the host; the MAC is optional (unicast, lowercase).
+type InstanceNic struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bridge        string                 `protobuf:"bytes,1,opt,name=bridge,proto3" json:"bridge,omitempty"`
+	Mac           string                 `protobuf:"bytes,2,opt,name=mac,proto3" json:"mac,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InstanceNic) Reset() {
+	*x = InstanceNic{}
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InstanceNic) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InstanceNic) ProtoMessage() {}
+
+func (x *InstanceNic) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InstanceNic.ProtoReflect.Descriptor instead.
+func (*InstanceNic) Descriptor() ([]byte, []int) {
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *InstanceNic) GetBridge() string {
+	if x != nil {
+		return x.Bridge
+	}
+	return ""
+}
+
+func (x *InstanceNic) GetMac() string {
+	if x != nil {
+		return x.Mac
+	}
+	return ""
+}
+
+// A volume of the section attached to an instance as a virtio disk.
+type VolumeAttachment struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	VolumeId      string                 `protobuf:"bytes,1,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	Serial        string                 `protobuf:"bytes,2,opt,name=serial,proto3" json:"serial,omitempty"`
+	ReadOnly      bool                   `protobuf:"varint,3,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeAttachment) Reset() {
+	*x = VolumeAttachment{}
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeAttachment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeAttachment) ProtoMessage() {}
+
+func (x *VolumeAttachment) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeAttachment.ProtoReflect.Descriptor instead.
+func (*VolumeAttachment) Descriptor() ([]byte, []int) {
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *VolumeAttachment) GetVolumeId() string {
+	if x != nil {
+		return x.VolumeId
+	}
+	return ""
+}
+
+func (x *VolumeAttachment) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
+func (x *VolumeAttachment) GetReadOnly() bool {
+	if x != nil {
+		return x.ReadOnly
+	}
+	return false
+}
+
+// A volume of the host's volume store: created, or grown in place, to
+// size_bytes when the store has room; never shrunk.
+type VolumeSpec struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	SizeBytes     uint64                 `protobuf:"varint,2,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeSpec) Reset() {
+	*x = VolumeSpec{}
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeSpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeSpec) ProtoMessage() {}
+
+func (x *VolumeSpec) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeSpec.ProtoReflect.Descriptor instead.
+func (*VolumeSpec) Descriptor() ([]byte, []int) {
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *VolumeSpec) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *VolumeSpec) GetSizeBytes() uint64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
 type TelemetrySection struct {
 	state              protoimpl.MessageState `protogen:"open.v1"`
 	OtlpEndpoint       string                 `protobuf:"bytes,1,opt,name=otlp_endpoint,json=otlpEndpoint,proto3" json:"otlp_endpoint,omitempty"`
@@ -1635,7 +1893,7 @@ type TelemetrySection struct {
 
 func (x *TelemetrySection) Reset() {
 	*x = TelemetrySection{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1647,7 +1905,7 @@ func (x *TelemetrySection) String() string {
 func (*TelemetrySection) ProtoMessage() {}
 
 func (x *TelemetrySection) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1660,7 +1918,7 @@ func (x *TelemetrySection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TelemetrySection.ProtoReflect.Descriptor instead.
 func (*TelemetrySection) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *TelemetrySection) GetOtlpEndpoint() string {
@@ -1694,7 +1952,7 @@ type Attribute struct {
 
 func (x *Attribute) Reset() {
 	*x = Attribute{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1706,7 +1964,7 @@ func (x *Attribute) String() string {
 func (*Attribute) ProtoMessage() {}
 
 func (x *Attribute) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1719,7 +1977,7 @@ func (x *Attribute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attribute.ProtoReflect.Descriptor instead.
 func (*Attribute) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Attribute) GetKey() string {
@@ -1746,7 +2004,7 @@ type DaemonSection struct {
 
 func (x *DaemonSection) Reset() {
 	*x = DaemonSection{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1758,7 +2016,7 @@ func (x *DaemonSection) String() string {
 func (*DaemonSection) ProtoMessage() {}
 
 func (x *DaemonSection) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1771,7 +2029,7 @@ func (x *DaemonSection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DaemonSection.ProtoReflect.Descriptor instead.
 func (*DaemonSection) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DaemonSection) GetVersion() string {
@@ -1798,7 +2056,7 @@ type AccessSection struct {
 
 func (x *AccessSection) Reset() {
 	*x = AccessSection{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1810,7 +2068,7 @@ func (x *AccessSection) String() string {
 func (*AccessSection) ProtoMessage() {}
 
 func (x *AccessSection) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1823,7 +2081,7 @@ func (x *AccessSection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AccessSection.ProtoReflect.Descriptor instead.
 func (*AccessSection) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *AccessSection) GetSshAuthorizedKeys() []string {
@@ -1849,7 +2107,7 @@ type TrustSection struct {
 
 func (x *TrustSection) Reset() {
 	*x = TrustSection{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1861,7 +2119,7 @@ func (x *TrustSection) String() string {
 func (*TrustSection) ProtoMessage() {}
 
 func (x *TrustSection) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1874,7 +2132,7 @@ func (x *TrustSection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrustSection.ProtoReflect.Descriptor instead.
 func (*TrustSection) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *TrustSection) GetTrustBundle() *Envelope {
@@ -1898,7 +2156,7 @@ type TrustBundle struct {
 
 func (x *TrustBundle) Reset() {
 	*x = TrustBundle{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1910,7 +2168,7 @@ func (x *TrustBundle) String() string {
 func (*TrustBundle) ProtoMessage() {}
 
 func (x *TrustBundle) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1923,7 +2181,7 @@ func (x *TrustBundle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrustBundle.ProtoReflect.Descriptor instead.
 func (*TrustBundle) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *TrustBundle) GetTrustDomain() string {
@@ -1980,7 +2238,7 @@ type Quorum struct {
 
 func (x *Quorum) Reset() {
 	*x = Quorum{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1992,7 +2250,7 @@ func (x *Quorum) String() string {
 func (*Quorum) ProtoMessage() {}
 
 func (x *Quorum) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2005,7 +2263,7 @@ func (x *Quorum) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Quorum.ProtoReflect.Descriptor instead.
 func (*Quorum) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Quorum) GetApprovers() []*PublicKey {
@@ -2047,7 +2305,7 @@ type QuorumTier struct {
 
 func (x *QuorumTier) Reset() {
 	*x = QuorumTier{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2059,7 +2317,7 @@ func (x *QuorumTier) String() string {
 func (*QuorumTier) ProtoMessage() {}
 
 func (x *QuorumTier) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2072,7 +2330,7 @@ func (x *QuorumTier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QuorumTier.ProtoReflect.Descriptor instead.
 func (*QuorumTier) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *QuorumTier) GetMinCommands() uint32 {
@@ -2103,7 +2361,7 @@ type BatchApproval struct {
 
 func (x *BatchApproval) Reset() {
 	*x = BatchApproval{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2115,7 +2373,7 @@ func (x *BatchApproval) String() string {
 func (*BatchApproval) ProtoMessage() {}
 
 func (x *BatchApproval) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2128,7 +2386,7 @@ func (x *BatchApproval) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchApproval.ProtoReflect.Descriptor instead.
 func (*BatchApproval) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *BatchApproval) GetBatchId() string {
@@ -2176,7 +2434,7 @@ type NodeStatement struct {
 
 func (x *NodeStatement) Reset() {
 	*x = NodeStatement{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2188,7 +2446,7 @@ func (x *NodeStatement) String() string {
 func (*NodeStatement) ProtoMessage() {}
 
 func (x *NodeStatement) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2201,7 +2459,7 @@ func (x *NodeStatement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatement.ProtoReflect.Descriptor instead.
 func (*NodeStatement) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *NodeStatement) GetNodeId() string {
@@ -2294,7 +2552,7 @@ type CommandResult struct {
 
 func (x *CommandResult) Reset() {
 	*x = CommandResult{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2306,7 +2564,7 @@ func (x *CommandResult) String() string {
 func (*CommandResult) ProtoMessage() {}
 
 func (x *CommandResult) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2319,7 +2577,7 @@ func (x *CommandResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandResult.ProtoReflect.Descriptor instead.
 func (*CommandResult) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CommandResult) GetCommandId() string {
@@ -2369,7 +2627,7 @@ type AllocationBound struct {
 
 func (x *AllocationBound) Reset() {
 	*x = AllocationBound{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[32]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2381,7 +2639,7 @@ func (x *AllocationBound) String() string {
 func (*AllocationBound) ProtoMessage() {}
 
 func (x *AllocationBound) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[32]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2394,7 +2652,7 @@ func (x *AllocationBound) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocationBound.ProtoReflect.Descriptor instead.
 func (*AllocationBound) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *AllocationBound) GetAllocationId() string {
@@ -2437,7 +2695,7 @@ type SecretRequest struct {
 
 func (x *SecretRequest) Reset() {
 	*x = SecretRequest{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[33]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2449,7 +2707,7 @@ func (x *SecretRequest) String() string {
 func (*SecretRequest) ProtoMessage() {}
 
 func (x *SecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[33]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2462,7 +2720,7 @@ func (x *SecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretRequest.ProtoReflect.Descriptor instead.
 func (*SecretRequest) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SecretRequest) GetRequestId() string {
@@ -2507,7 +2765,7 @@ type NodeFrame struct {
 
 func (x *NodeFrame) Reset() {
 	*x = NodeFrame{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[34]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2519,7 +2777,7 @@ func (x *NodeFrame) String() string {
 func (*NodeFrame) ProtoMessage() {}
 
 func (x *NodeFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[34]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2532,7 +2790,7 @@ func (x *NodeFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeFrame.ProtoReflect.Descriptor instead.
 func (*NodeFrame) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *NodeFrame) GetSeq() uint64 {
@@ -2711,7 +2969,7 @@ type GatewayFrame struct {
 
 func (x *GatewayFrame) Reset() {
 	*x = GatewayFrame{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[35]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2723,7 +2981,7 @@ func (x *GatewayFrame) String() string {
 func (*GatewayFrame) ProtoMessage() {}
 
 func (x *GatewayFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[35]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2736,7 +2994,7 @@ func (x *GatewayFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatewayFrame.ProtoReflect.Descriptor instead.
 func (*GatewayFrame) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GatewayFrame) GetSeq() uint64 {
@@ -2939,7 +3197,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[36]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2951,7 +3209,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[36]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2964,7 +3222,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{36}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Hello) GetNodeId() string {
@@ -3041,7 +3299,7 @@ type DriverManifest struct {
 
 func (x *DriverManifest) Reset() {
 	*x = DriverManifest{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[37]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3053,7 +3311,7 @@ func (x *DriverManifest) String() string {
 func (*DriverManifest) ProtoMessage() {}
 
 func (x *DriverManifest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[37]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3066,7 +3324,7 @@ func (x *DriverManifest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DriverManifest.ProtoReflect.Descriptor instead.
 func (*DriverManifest) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{37}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *DriverManifest) GetName() string {
@@ -3103,7 +3361,7 @@ type Welcome struct {
 
 func (x *Welcome) Reset() {
 	*x = Welcome{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[38]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3115,7 +3373,7 @@ func (x *Welcome) String() string {
 func (*Welcome) ProtoMessage() {}
 
 func (x *Welcome) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[38]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3128,7 +3386,7 @@ func (x *Welcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Welcome.ProtoReflect.Descriptor instead.
 func (*Welcome) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{38}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Welcome) GetSessionEpoch() uint64 {
@@ -3176,7 +3434,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[39]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3188,7 +3446,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[39]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3201,7 +3459,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{39}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Heartbeat) GetAtMs() int64 {
@@ -3228,7 +3486,7 @@ type Ping struct {
 
 func (x *Ping) Reset() {
 	*x = Ping{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[40]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3240,7 +3498,7 @@ func (x *Ping) String() string {
 func (*Ping) ProtoMessage() {}
 
 func (x *Ping) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[40]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3253,7 +3511,7 @@ func (x *Ping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ping.ProtoReflect.Descriptor instead.
 func (*Ping) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{40}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *Ping) GetNonce() uint64 {
@@ -3279,7 +3537,7 @@ type Pong struct {
 
 func (x *Pong) Reset() {
 	*x = Pong{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[41]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3291,7 +3549,7 @@ func (x *Pong) String() string {
 func (*Pong) ProtoMessage() {}
 
 func (x *Pong) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[41]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3304,7 +3562,7 @@ func (x *Pong) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pong.ProtoReflect.Descriptor instead.
 func (*Pong) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{41}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Pong) GetNonce() uint64 {
@@ -3324,7 +3582,7 @@ type CommandDelivery struct {
 
 func (x *CommandDelivery) Reset() {
 	*x = CommandDelivery{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[42]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3336,7 +3594,7 @@ func (x *CommandDelivery) String() string {
 func (*CommandDelivery) ProtoMessage() {}
 
 func (x *CommandDelivery) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[42]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3349,7 +3607,7 @@ func (x *CommandDelivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandDelivery.ProtoReflect.Descriptor instead.
 func (*CommandDelivery) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{42}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *CommandDelivery) GetCommand() *Envelope {
@@ -3379,7 +3637,7 @@ type CommandUpdate struct {
 
 func (x *CommandUpdate) Reset() {
 	*x = CommandUpdate{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[43]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3391,7 +3649,7 @@ func (x *CommandUpdate) String() string {
 func (*CommandUpdate) ProtoMessage() {}
 
 func (x *CommandUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[43]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3404,7 +3662,7 @@ func (x *CommandUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandUpdate.ProtoReflect.Descriptor instead.
 func (*CommandUpdate) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{43}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *CommandUpdate) GetCommandId() string {
@@ -3453,13 +3711,14 @@ type StatusReport struct {
 	VolumeStorage     *VolumeStorage         `protobuf:"bytes,7,opt,name=volume_storage,json=volumeStorage,proto3" json:"volume_storage,omitempty"`
 	AppliedGeneration uint64                 `protobuf:"varint,8,opt,name=applied_generation,json=appliedGeneration,proto3" json:"applied_generation,omitempty"`
 	Sections          []*SectionStatus       `protobuf:"bytes,9,rep,name=sections,proto3" json:"sections,omitempty"` // one per NodeSpec section bcd reconciles
+	Volumes           []*VolumeStatus        `protobuf:"bytes,10,rep,name=volumes,proto3" json:"volumes,omitempty"`  // the volumes of the instances section, and those bcd still holds
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
 
 func (x *StatusReport) Reset() {
 	*x = StatusReport{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[44]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3471,7 +3730,7 @@ func (x *StatusReport) String() string {
 func (*StatusReport) ProtoMessage() {}
 
 func (x *StatusReport) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[44]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3484,7 +3743,7 @@ func (x *StatusReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusReport.ProtoReflect.Descriptor instead.
 func (*StatusReport) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{44}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *StatusReport) GetInventory() []*InventorySection {
@@ -3550,6 +3809,13 @@ func (x *StatusReport) GetSections() []*SectionStatus {
 	return nil
 }
 
+func (x *StatusReport) GetVolumes() []*VolumeStatus {
+	if x != nil {
+		return x.Volumes
+	}
+	return nil
+}
+
 // How far bcd got with one section of the applied NodeSpec: each section's
 // reconciler reports its own (trust, holds, host, instances, telemetry,
 // daemon, access).
@@ -3566,7 +3832,7 @@ type SectionStatus struct {
 
 func (x *SectionStatus) Reset() {
 	*x = SectionStatus{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[45]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3578,7 +3844,7 @@ func (x *SectionStatus) String() string {
 func (*SectionStatus) ProtoMessage() {}
 
 func (x *SectionStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[45]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3591,7 +3857,7 @@ func (x *SectionStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SectionStatus.ProtoReflect.Descriptor instead.
 func (*SectionStatus) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{45}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *SectionStatus) GetSection() string {
@@ -3641,7 +3907,7 @@ type InventorySection struct {
 
 func (x *InventorySection) Reset() {
 	*x = InventorySection{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[46]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3653,7 +3919,7 @@ func (x *InventorySection) String() string {
 func (*InventorySection) ProtoMessage() {}
 
 func (x *InventorySection) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[46]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3666,7 +3932,7 @@ func (x *InventorySection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventorySection.ProtoReflect.Descriptor instead.
 func (*InventorySection) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{46}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *InventorySection) GetName() string {
@@ -3712,7 +3978,7 @@ type SystemInventory struct {
 
 func (x *SystemInventory) Reset() {
 	*x = SystemInventory{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[47]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3724,7 +3990,7 @@ func (x *SystemInventory) String() string {
 func (*SystemInventory) ProtoMessage() {}
 
 func (x *SystemInventory) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[47]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3737,7 +4003,7 @@ func (x *SystemInventory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SystemInventory.ProtoReflect.Descriptor instead.
 func (*SystemInventory) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{47}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *SystemInventory) GetHostname() string {
@@ -3829,7 +4095,7 @@ type GpuInventory struct {
 
 func (x *GpuInventory) Reset() {
 	*x = GpuInventory{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[48]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3841,7 +4107,7 @@ func (x *GpuInventory) String() string {
 func (*GpuInventory) ProtoMessage() {}
 
 func (x *GpuInventory) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[48]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3854,7 +4120,7 @@ func (x *GpuInventory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GpuInventory.ProtoReflect.Descriptor instead.
 func (*GpuInventory) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{48}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *GpuInventory) GetDriverVersion() string {
@@ -3900,7 +4166,7 @@ type Gpu struct {
 
 func (x *Gpu) Reset() {
 	*x = Gpu{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[49]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3912,7 +4178,7 @@ func (x *Gpu) String() string {
 func (*Gpu) ProtoMessage() {}
 
 func (x *Gpu) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[49]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3925,7 +4191,7 @@ func (x *Gpu) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Gpu.ProtoReflect.Descriptor instead.
 func (*Gpu) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{49}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *Gpu) GetIndex() uint32 {
@@ -3986,7 +4252,7 @@ type NetworkInventory struct {
 
 func (x *NetworkInventory) Reset() {
 	*x = NetworkInventory{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[50]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3998,7 +4264,7 @@ func (x *NetworkInventory) String() string {
 func (*NetworkInventory) ProtoMessage() {}
 
 func (x *NetworkInventory) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[50]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4011,7 +4277,7 @@ func (x *NetworkInventory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkInventory.ProtoReflect.Descriptor instead.
 func (*NetworkInventory) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{50}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *NetworkInventory) GetNics() []*Nic {
@@ -4033,7 +4299,7 @@ type Nic struct {
 
 func (x *Nic) Reset() {
 	*x = Nic{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[51]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4045,7 +4311,7 @@ func (x *Nic) String() string {
 func (*Nic) ProtoMessage() {}
 
 func (x *Nic) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[51]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4058,7 +4324,7 @@ func (x *Nic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Nic.ProtoReflect.Descriptor instead.
 func (*Nic) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{51}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *Nic) GetName() string {
@@ -4098,7 +4364,7 @@ type AllocationReleased struct {
 
 func (x *AllocationReleased) Reset() {
 	*x = AllocationReleased{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[52]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4110,7 +4376,7 @@ func (x *AllocationReleased) String() string {
 func (*AllocationReleased) ProtoMessage() {}
 
 func (x *AllocationReleased) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[52]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4123,7 +4389,7 @@ func (x *AllocationReleased) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocationReleased.ProtoReflect.Descriptor instead.
 func (*AllocationReleased) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{52}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *AllocationReleased) GetAllocationId() string {
@@ -4143,7 +4409,7 @@ type AllocationFailed struct {
 
 func (x *AllocationFailed) Reset() {
 	*x = AllocationFailed{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[53]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4155,7 +4421,7 @@ func (x *AllocationFailed) String() string {
 func (*AllocationFailed) ProtoMessage() {}
 
 func (x *AllocationFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[53]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4168,7 +4434,7 @@ func (x *AllocationFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocationFailed.ProtoReflect.Descriptor instead.
 func (*AllocationFailed) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{53}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *AllocationFailed) GetAllocationId() string {
@@ -4185,18 +4451,26 @@ func (x *AllocationFailed) GetReason() string {
 	return ""
 }
 
+// What bcd observes of one instance of the applied spec (and of one it is
+// still removing): state "pending", "starting", "running", "stopped" or
+// "failed"; message says why for people and starts with a stable code when
+// it is a refusal ("ResourcesExhausted: …"); never a secret.
 type InstanceStatus struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	State         string                 `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
 	Message       string                 `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	Generation    uint64                 `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"` // the spec generation this status is for
+	Runtime       string                 `protobuf:"bytes,5,opt,name=runtime,proto3" json:"runtime,omitempty"`
+	Vcpus         uint32                 `protobuf:"varint,6,opt,name=vcpus,proto3" json:"vcpus,omitempty"`
+	MemoryBytes   uint64                 `protobuf:"varint,7,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InstanceStatus) Reset() {
 	*x = InstanceStatus{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[54]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4208,7 +4482,7 @@ func (x *InstanceStatus) String() string {
 func (*InstanceStatus) ProtoMessage() {}
 
 func (x *InstanceStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[54]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4221,7 +4495,7 @@ func (x *InstanceStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceStatus.ProtoReflect.Descriptor instead.
 func (*InstanceStatus) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{54}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *InstanceStatus) GetId() string {
@@ -4245,6 +4519,34 @@ func (x *InstanceStatus) GetMessage() string {
 	return ""
 }
 
+func (x *InstanceStatus) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *InstanceStatus) GetRuntime() string {
+	if x != nil {
+		return x.Runtime
+	}
+	return ""
+}
+
+func (x *InstanceStatus) GetVcpus() uint32 {
+	if x != nil {
+		return x.Vcpus
+	}
+	return 0
+}
+
+func (x *InstanceStatus) GetMemoryBytes() uint64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
 type HostPressure struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	MemoryPercent uint32                 `protobuf:"varint,1,opt,name=memory_percent,json=memoryPercent,proto3" json:"memory_percent,omitempty"`
@@ -4255,7 +4557,7 @@ type HostPressure struct {
 
 func (x *HostPressure) Reset() {
 	*x = HostPressure{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[55]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4267,7 +4569,7 @@ func (x *HostPressure) String() string {
 func (*HostPressure) ProtoMessage() {}
 
 func (x *HostPressure) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[55]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4280,7 +4582,7 @@ func (x *HostPressure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostPressure.ProtoReflect.Descriptor instead.
 func (*HostPressure) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{55}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *HostPressure) GetMemoryPercent() uint32 {
@@ -4297,18 +4599,93 @@ func (x *HostPressure) GetCpuPercent() uint32 {
 	return 0
 }
 
+// One volume of the host's store: "ready" (created at size_bytes) or
+// "failed" (message says why: "VolumeStoreFull: …"). A volume the spec no
+// longer lists is reported until it is destroyed.
+type VolumeStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	State         string                 `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	SizeBytes     uint64                 `protobuf:"varint,3,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	Message       string                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeStatus) Reset() {
+	*x = VolumeStatus{}
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeStatus) ProtoMessage() {}
+
+func (x *VolumeStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeStatus.ProtoReflect.Descriptor instead.
+func (*VolumeStatus) Descriptor() ([]byte, []int) {
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *VolumeStatus) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *VolumeStatus) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *VolumeStatus) GetSizeBytes() uint64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *VolumeStatus) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+// The host's volume store: total, what is left for new volumes and growth
+// (total - reserved - committed), the reserve (5 %, at least 2 GiB) and the
+// sizes of the volumes it holds.
 type VolumeStorage struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	TotalBytes     uint64                 `protobuf:"varint,1,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"`
 	AvailableBytes uint64                 `protobuf:"varint,2,opt,name=available_bytes,json=availableBytes,proto3" json:"available_bytes,omitempty"`
 	ReservedBytes  uint64                 `protobuf:"varint,3,opt,name=reserved_bytes,json=reservedBytes,proto3" json:"reserved_bytes,omitempty"`
+	CommittedBytes uint64                 `protobuf:"varint,4,opt,name=committed_bytes,json=committedBytes,proto3" json:"committed_bytes,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
 
 func (x *VolumeStorage) Reset() {
 	*x = VolumeStorage{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[56]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4320,7 +4697,7 @@ func (x *VolumeStorage) String() string {
 func (*VolumeStorage) ProtoMessage() {}
 
 func (x *VolumeStorage) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[56]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4333,7 +4710,7 @@ func (x *VolumeStorage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeStorage.ProtoReflect.Descriptor instead.
 func (*VolumeStorage) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{56}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *VolumeStorage) GetTotalBytes() uint64 {
@@ -4357,6 +4734,13 @@ func (x *VolumeStorage) GetReservedBytes() uint64 {
 	return 0
 }
 
+func (x *VolumeStorage) GetCommittedBytes() uint64 {
+	if x != nil {
+		return x.CommittedBytes
+	}
+	return 0
+}
+
 type SpecRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	MinGeneration uint64                 `protobuf:"varint,1,opt,name=min_generation,json=minGeneration,proto3" json:"min_generation,omitempty"`
@@ -4366,7 +4750,7 @@ type SpecRequest struct {
 
 func (x *SpecRequest) Reset() {
 	*x = SpecRequest{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[57]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4378,7 +4762,7 @@ func (x *SpecRequest) String() string {
 func (*SpecRequest) ProtoMessage() {}
 
 func (x *SpecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[57]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4391,7 +4775,7 @@ func (x *SpecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpecRequest.ProtoReflect.Descriptor instead.
 func (*SpecRequest) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{57}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *SpecRequest) GetMinGeneration() uint64 {
@@ -4412,7 +4796,7 @@ type WorkloadTokenRequest struct {
 
 func (x *WorkloadTokenRequest) Reset() {
 	*x = WorkloadTokenRequest{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[58]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4424,7 +4808,7 @@ func (x *WorkloadTokenRequest) String() string {
 func (*WorkloadTokenRequest) ProtoMessage() {}
 
 func (x *WorkloadTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[58]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4437,7 +4821,7 @@ func (x *WorkloadTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkloadTokenRequest.ProtoReflect.Descriptor instead.
 func (*WorkloadTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{58}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *WorkloadTokenRequest) GetRequestId() string {
@@ -4470,7 +4854,7 @@ type EventAck struct {
 
 func (x *EventAck) Reset() {
 	*x = EventAck{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[59]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4482,7 +4866,7 @@ func (x *EventAck) String() string {
 func (*EventAck) ProtoMessage() {}
 
 func (x *EventAck) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[59]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4495,7 +4879,7 @@ func (x *EventAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventAck.ProtoReflect.Descriptor instead.
 func (*EventAck) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{59}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *EventAck) GetUpToSeq() uint64 {
@@ -4514,7 +4898,7 @@ type DesiredState struct {
 
 func (x *DesiredState) Reset() {
 	*x = DesiredState{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[60]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4526,7 +4910,7 @@ func (x *DesiredState) String() string {
 func (*DesiredState) ProtoMessage() {}
 
 func (x *DesiredState) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[60]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4539,7 +4923,7 @@ func (x *DesiredState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DesiredState.ProtoReflect.Descriptor instead.
 func (*DesiredState) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{60}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *DesiredState) GetSpec() *Envelope {
@@ -4559,7 +4943,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[61]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4571,7 +4955,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[61]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4584,7 +4968,7 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{61}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *Drain) GetReason() string {
@@ -4610,7 +4994,7 @@ type RevocationNotice struct {
 
 func (x *RevocationNotice) Reset() {
 	*x = RevocationNotice{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[62]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4622,7 +5006,7 @@ func (x *RevocationNotice) String() string {
 func (*RevocationNotice) ProtoMessage() {}
 
 func (x *RevocationNotice) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[62]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4635,7 +5019,7 @@ func (x *RevocationNotice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevocationNotice.ProtoReflect.Descriptor instead.
 func (*RevocationNotice) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{62}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *RevocationNotice) GetReason() string {
@@ -4654,7 +5038,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[63]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4666,7 +5050,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[63]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4679,7 +5063,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{63}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *Cancel) GetCommandId() string {
@@ -4700,7 +5084,7 @@ type SecretResponse struct {
 
 func (x *SecretResponse) Reset() {
 	*x = SecretResponse{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[64]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4712,7 +5096,7 @@ func (x *SecretResponse) String() string {
 func (*SecretResponse) ProtoMessage() {}
 
 func (x *SecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[64]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4725,7 +5109,7 @@ func (x *SecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretResponse.ProtoReflect.Descriptor instead.
 func (*SecretResponse) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{64}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *SecretResponse) GetRequestId() string {
@@ -4760,7 +5144,7 @@ type WorkloadTokenResponse struct {
 
 func (x *WorkloadTokenResponse) Reset() {
 	*x = WorkloadTokenResponse{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[65]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4772,7 +5156,7 @@ func (x *WorkloadTokenResponse) String() string {
 func (*WorkloadTokenResponse) ProtoMessage() {}
 
 func (x *WorkloadTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[65]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4785,7 +5169,7 @@ func (x *WorkloadTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkloadTokenResponse.ProtoReflect.Descriptor instead.
 func (*WorkloadTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{65}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *WorkloadTokenResponse) GetRequestId() string {
@@ -4821,7 +5205,7 @@ type OpenTunnel struct {
 
 func (x *OpenTunnel) Reset() {
 	*x = OpenTunnel{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[66]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4833,7 +5217,7 @@ func (x *OpenTunnel) String() string {
 func (*OpenTunnel) ProtoMessage() {}
 
 func (x *OpenTunnel) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[66]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4846,7 +5230,7 @@ func (x *OpenTunnel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenTunnel.ProtoReflect.Descriptor instead.
 func (*OpenTunnel) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{66}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *OpenTunnel) GetTunnelId() string {
@@ -4887,7 +5271,7 @@ type RenewRequest struct {
 
 func (x *RenewRequest) Reset() {
 	*x = RenewRequest{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[67]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4899,7 +5283,7 @@ func (x *RenewRequest) String() string {
 func (*RenewRequest) ProtoMessage() {}
 
 func (x *RenewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[67]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4912,7 +5296,7 @@ func (x *RenewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
 func (*RenewRequest) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{67}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *RenewRequest) GetCsrDer() []byte {
@@ -4938,7 +5322,7 @@ type RenewReply struct {
 
 func (x *RenewReply) Reset() {
 	*x = RenewReply{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[68]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4950,7 +5334,7 @@ func (x *RenewReply) String() string {
 func (*RenewReply) ProtoMessage() {}
 
 func (x *RenewReply) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[68]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4963,7 +5347,7 @@ func (x *RenewReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewReply.ProtoReflect.Descriptor instead.
 func (*RenewReply) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{68}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *RenewReply) GetResponse() *Envelope {
@@ -4990,7 +5374,7 @@ type TunnelFrame struct {
 
 func (x *TunnelFrame) Reset() {
 	*x = TunnelFrame{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[69]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5002,7 +5386,7 @@ func (x *TunnelFrame) String() string {
 func (*TunnelFrame) ProtoMessage() {}
 
 func (x *TunnelFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[69]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5015,7 +5399,7 @@ func (x *TunnelFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelFrame.ProtoReflect.Descriptor instead.
 func (*TunnelFrame) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{69}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *TunnelFrame) GetTunnelId() string {
@@ -5121,7 +5505,7 @@ type TerminalSize struct {
 
 func (x *TerminalSize) Reset() {
 	*x = TerminalSize{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[70]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5133,7 +5517,7 @@ func (x *TerminalSize) String() string {
 func (*TerminalSize) ProtoMessage() {}
 
 func (x *TerminalSize) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[70]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5146,7 +5530,7 @@ func (x *TerminalSize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminalSize.ProtoReflect.Descriptor instead.
 func (*TerminalSize) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{70}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *TerminalSize) GetRows() uint32 {
@@ -5261,15 +5645,15 @@ const file_bc_agent_v1_agent_proto_rawDesc = "" +
 	"\x05batch\x18\t \x01(\tR\x05batch\x12 \n" +
 	"\fissued_at_ms\x18\n" +
 	" \x01(\x03R\n" +
-	"issuedAtMs\"\xa9\x03\n" +
+	"issuedAtMs\"\xad\x03\n" +
 	"\bNodeSpec\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x02 \x01(\x04R\n" +
 	"generation\x12'\n" +
 	"\x05holds\x18\x03 \x03(\v2\x11.bc.agent.v1.HoldR\x05holds\x12,\n" +
-	"\x04host\x18\x04 \x01(\v2\x18.bc.agent.v1.HostSectionR\x04host\x127\n" +
-	"\tinstances\x18\x05 \x03(\v2\x19.bc.agent.v1.InstanceSpecR\tinstances\x12;\n" +
+	"\x04host\x18\x04 \x01(\v2\x18.bc.agent.v1.HostSectionR\x04host\x12;\n" +
+	"\tinstances\x18\x05 \x01(\v2\x1d.bc.agent.v1.InstancesSectionR\tinstances\x12;\n" +
 	"\ttelemetry\x18\x06 \x01(\v2\x1d.bc.agent.v1.TelemetrySectionR\ttelemetry\x122\n" +
 	"\x06daemon\x18\a \x01(\v2\x1a.bc.agent.v1.DaemonSectionR\x06daemon\x122\n" +
 	"\x06access\x18\b \x01(\v2\x1a.bc.agent.v1.AccessSectionR\x06access\x12/\n" +
@@ -5283,13 +5667,32 @@ const file_bc_agent_v1_agent_proto_rawDesc = "" +
 	"\x05units\x18\x01 \x03(\v2\x15.bc.agent.v1.HostUnitR\x05units\"8\n" +
 	"\bHostUnit\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
-	"\acontent\x18\x02 \x01(\fR\acontent\"\x87\x01\n" +
+	"\acontent\x18\x02 \x01(\fR\acontent\"~\n" +
+	"\x10InstancesSection\x127\n" +
+	"\tinstances\x18\x01 \x03(\v2\x19.bc.agent.v1.InstanceSpecR\tinstances\x121\n" +
+	"\avolumes\x18\x02 \x03(\v2\x17.bc.agent.v1.VolumeSpecR\avolumes\"\xb5\x02\n" +
 	"\fInstanceSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aruntime\x18\x02 \x01(\tR\aruntime\x12\x14\n" +
 	"\x05vcpus\x18\x03 \x01(\rR\x05vcpus\x12!\n" +
 	"\fmemory_bytes\x18\x04 \x01(\x04R\vmemoryBytes\x12\x14\n" +
-	"\x05state\x18\x05 \x01(\tR\x05state\"\xae\x01\n" +
+	"\x05state\x18\x05 \x01(\tR\x05state\x12\x1b\n" +
+	"\tuser_data\x18\x06 \x01(\fR\buserData\x12(\n" +
+	"\x10user_data_secret\x18\a \x01(\tR\x0euserDataSecret\x12,\n" +
+	"\x04nics\x18\b \x03(\v2\x18.bc.agent.v1.InstanceNicR\x04nics\x127\n" +
+	"\avolumes\x18\t \x03(\v2\x1d.bc.agent.v1.VolumeAttachmentR\avolumes\"7\n" +
+	"\vInstanceNic\x12\x16\n" +
+	"\x06bridge\x18\x01 \x01(\tR\x06bridge\x12\x10\n" +
+	"\x03mac\x18\x02 \x01(\tR\x03mac\"d\n" +
+	"\x10VolumeAttachment\x12\x1b\n" +
+	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x12\x16\n" +
+	"\x06serial\x18\x02 \x01(\tR\x06serial\x12\x1b\n" +
+	"\tread_only\x18\x03 \x01(\bR\breadOnly\";\n" +
+	"\n" +
+	"VolumeSpec\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x02 \x01(\x04R\tsizeBytes\"\xae\x01\n" +
 	"\x10TelemetrySection\x12#\n" +
 	"\rotlp_endpoint\x18\x01 \x01(\tR\fotlpEndpoint\x12,\n" +
 	"\x12export_interval_ms\x18\x02 \x01(\rR\x10exportIntervalMs\x12G\n" +
@@ -5425,7 +5828,7 @@ const file_bc_agent_v1_agent_proto_rawDesc = "" +
 	"\x05state\x18\x02 \x01(\x0e2\x19.bc.agent.v1.CommandStateR\x05state\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12-\n" +
 	"\x06result\x18\x04 \x01(\v2\x15.bc.agent.v1.EnvelopeR\x06result\x12\x13\n" +
-	"\x05at_ms\x18\x05 \x01(\x03R\x04atMs\"\x94\x04\n" +
+	"\x05at_ms\x18\x05 \x01(\x03R\x04atMs\"\xc9\x04\n" +
 	"\fStatusReport\x12;\n" +
 	"\tinventory\x18\x01 \x03(\v2\x1d.bc.agent.v1.InventorySectionR\tinventory\x127\n" +
 	"\vallocations\x18\x02 \x03(\v2\x15.bc.agent.v1.EnvelopeR\vallocations\x12;\n" +
@@ -5435,7 +5838,9 @@ const file_bc_agent_v1_agent_proto_rawDesc = "" +
 	"\bpressure\x18\x06 \x01(\v2\x19.bc.agent.v1.HostPressureR\bpressure\x12A\n" +
 	"\x0evolume_storage\x18\a \x01(\v2\x1a.bc.agent.v1.VolumeStorageR\rvolumeStorage\x12-\n" +
 	"\x12applied_generation\x18\b \x01(\x04R\x11appliedGeneration\x126\n" +
-	"\bsections\x18\t \x03(\v2\x1a.bc.agent.v1.SectionStatusR\bsections\"\xac\x01\n" +
+	"\bsections\x18\t \x03(\v2\x1a.bc.agent.v1.SectionStatusR\bsections\x123\n" +
+	"\avolumes\x18\n" +
+	" \x03(\v2\x19.bc.agent.v1.VolumeStatusR\avolumes\"\xac\x01\n" +
 	"\rSectionStatus\x12\x18\n" +
 	"\asection\x18\x01 \x01(\tR\asection\x12/\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x19.bc.agent.v1.SectionStateR\x05state\x12\x16\n" +
@@ -5489,20 +5894,33 @@ const file_bc_agent_v1_agent_proto_rawDesc = "" +
 	"\rallocation_id\x18\x01 \x01(\tR\fallocationId\"O\n" +
 	"\x10AllocationFailed\x12#\n" +
 	"\rallocation_id\x18\x01 \x01(\tR\fallocationId\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"P\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xc3\x01\n" +
 	"\x0eInstanceStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"V\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x04 \x01(\x04R\n" +
+	"generation\x12\x18\n" +
+	"\aruntime\x18\x05 \x01(\tR\aruntime\x12\x14\n" +
+	"\x05vcpus\x18\x06 \x01(\rR\x05vcpus\x12!\n" +
+	"\fmemory_bytes\x18\a \x01(\x04R\vmemoryBytes\"V\n" +
 	"\fHostPressure\x12%\n" +
 	"\x0ememory_percent\x18\x01 \x01(\rR\rmemoryPercent\x12\x1f\n" +
 	"\vcpu_percent\x18\x02 \x01(\rR\n" +
-	"cpuPercent\"\x80\x01\n" +
+	"cpuPercent\"m\n" +
+	"\fVolumeStatus\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x03 \x01(\x04R\tsizeBytes\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"\xa9\x01\n" +
 	"\rVolumeStorage\x12\x1f\n" +
 	"\vtotal_bytes\x18\x01 \x01(\x04R\n" +
 	"totalBytes\x12'\n" +
 	"\x0favailable_bytes\x18\x02 \x01(\x04R\x0eavailableBytes\x12%\n" +
-	"\x0ereserved_bytes\x18\x03 \x01(\x04R\rreservedBytes\"4\n" +
+	"\x0ereserved_bytes\x18\x03 \x01(\x04R\rreservedBytes\x12'\n" +
+	"\x0fcommitted_bytes\x18\x04 \x01(\x04R\x0ecommittedBytes\"4\n" +
 	"\vSpecRequest\x12%\n" +
 	"\x0emin_generation\x18\x01 \x01(\x04R\rminGeneration\"r\n" +
 	"\x14WorkloadTokenRequest\x12\x1d\n" +
@@ -5592,7 +6010,7 @@ func file_bc_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_bc_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_bc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 71)
+var file_bc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
 var file_bc_agent_v1_agent_proto_goTypes = []any{
 	(CommandState)(0),             // 0: bc.agent.v1.CommandState
 	(SectionState)(0),             // 1: bc.agent.v1.SectionState
@@ -5616,57 +6034,62 @@ var file_bc_agent_v1_agent_proto_goTypes = []any{
 	(*Hold)(nil),                  // 19: bc.agent.v1.Hold
 	(*HostSection)(nil),           // 20: bc.agent.v1.HostSection
 	(*HostUnit)(nil),              // 21: bc.agent.v1.HostUnit
-	(*InstanceSpec)(nil),          // 22: bc.agent.v1.InstanceSpec
-	(*TelemetrySection)(nil),      // 23: bc.agent.v1.TelemetrySection
-	(*Attribute)(nil),             // 24: bc.agent.v1.Attribute
-	(*DaemonSection)(nil),         // 25: bc.agent.v1.DaemonSection
-	(*AccessSection)(nil),         // 26: bc.agent.v1.AccessSection
-	(*TrustSection)(nil),          // 27: bc.agent.v1.TrustSection
-	(*TrustBundle)(nil),           // 28: bc.agent.v1.TrustBundle
-	(*Quorum)(nil),                // 29: bc.agent.v1.Quorum
-	(*QuorumTier)(nil),            // 30: bc.agent.v1.QuorumTier
-	(*BatchApproval)(nil),         // 31: bc.agent.v1.BatchApproval
-	(*NodeStatement)(nil),         // 32: bc.agent.v1.NodeStatement
-	(*CommandResult)(nil),         // 33: bc.agent.v1.CommandResult
-	(*AllocationBound)(nil),       // 34: bc.agent.v1.AllocationBound
-	(*SecretRequest)(nil),         // 35: bc.agent.v1.SecretRequest
-	(*NodeFrame)(nil),             // 36: bc.agent.v1.NodeFrame
-	(*GatewayFrame)(nil),          // 37: bc.agent.v1.GatewayFrame
-	(*Hello)(nil),                 // 38: bc.agent.v1.Hello
-	(*DriverManifest)(nil),        // 39: bc.agent.v1.DriverManifest
-	(*Welcome)(nil),               // 40: bc.agent.v1.Welcome
-	(*Heartbeat)(nil),             // 41: bc.agent.v1.Heartbeat
-	(*Ping)(nil),                  // 42: bc.agent.v1.Ping
-	(*Pong)(nil),                  // 43: bc.agent.v1.Pong
-	(*CommandDelivery)(nil),       // 44: bc.agent.v1.CommandDelivery
-	(*CommandUpdate)(nil),         // 45: bc.agent.v1.CommandUpdate
-	(*StatusReport)(nil),          // 46: bc.agent.v1.StatusReport
-	(*SectionStatus)(nil),         // 47: bc.agent.v1.SectionStatus
-	(*InventorySection)(nil),      // 48: bc.agent.v1.InventorySection
-	(*SystemInventory)(nil),       // 49: bc.agent.v1.SystemInventory
-	(*GpuInventory)(nil),          // 50: bc.agent.v1.GpuInventory
-	(*Gpu)(nil),                   // 51: bc.agent.v1.Gpu
-	(*NetworkInventory)(nil),      // 52: bc.agent.v1.NetworkInventory
-	(*Nic)(nil),                   // 53: bc.agent.v1.Nic
-	(*AllocationReleased)(nil),    // 54: bc.agent.v1.AllocationReleased
-	(*AllocationFailed)(nil),      // 55: bc.agent.v1.AllocationFailed
-	(*InstanceStatus)(nil),        // 56: bc.agent.v1.InstanceStatus
-	(*HostPressure)(nil),          // 57: bc.agent.v1.HostPressure
-	(*VolumeStorage)(nil),         // 58: bc.agent.v1.VolumeStorage
-	(*SpecRequest)(nil),           // 59: bc.agent.v1.SpecRequest
-	(*WorkloadTokenRequest)(nil),  // 60: bc.agent.v1.WorkloadTokenRequest
-	(*EventAck)(nil),              // 61: bc.agent.v1.EventAck
-	(*DesiredState)(nil),          // 62: bc.agent.v1.DesiredState
-	(*Drain)(nil),                 // 63: bc.agent.v1.Drain
-	(*RevocationNotice)(nil),      // 64: bc.agent.v1.RevocationNotice
-	(*Cancel)(nil),                // 65: bc.agent.v1.Cancel
-	(*SecretResponse)(nil),        // 66: bc.agent.v1.SecretResponse
-	(*WorkloadTokenResponse)(nil), // 67: bc.agent.v1.WorkloadTokenResponse
-	(*OpenTunnel)(nil),            // 68: bc.agent.v1.OpenTunnel
-	(*RenewRequest)(nil),          // 69: bc.agent.v1.RenewRequest
-	(*RenewReply)(nil),            // 70: bc.agent.v1.RenewReply
-	(*TunnelFrame)(nil),           // 71: bc.agent.v1.TunnelFrame
-	(*TerminalSize)(nil),          // 72: bc.agent.v1.TerminalSize
+	(*InstancesSection)(nil),      // 22: bc.agent.v1.InstancesSection
+	(*InstanceSpec)(nil),          // 23: bc.agent.v1.InstanceSpec
+	(*InstanceNic)(nil),           // 24: bc.agent.v1.InstanceNic
+	(*VolumeAttachment)(nil),      // 25: bc.agent.v1.VolumeAttachment
+	(*VolumeSpec)(nil),            // 26: bc.agent.v1.VolumeSpec
+	(*TelemetrySection)(nil),      // 27: bc.agent.v1.TelemetrySection
+	(*Attribute)(nil),             // 28: bc.agent.v1.Attribute
+	(*DaemonSection)(nil),         // 29: bc.agent.v1.DaemonSection
+	(*AccessSection)(nil),         // 30: bc.agent.v1.AccessSection
+	(*TrustSection)(nil),          // 31: bc.agent.v1.TrustSection
+	(*TrustBundle)(nil),           // 32: bc.agent.v1.TrustBundle
+	(*Quorum)(nil),                // 33: bc.agent.v1.Quorum
+	(*QuorumTier)(nil),            // 34: bc.agent.v1.QuorumTier
+	(*BatchApproval)(nil),         // 35: bc.agent.v1.BatchApproval
+	(*NodeStatement)(nil),         // 36: bc.agent.v1.NodeStatement
+	(*CommandResult)(nil),         // 37: bc.agent.v1.CommandResult
+	(*AllocationBound)(nil),       // 38: bc.agent.v1.AllocationBound
+	(*SecretRequest)(nil),         // 39: bc.agent.v1.SecretRequest
+	(*NodeFrame)(nil),             // 40: bc.agent.v1.NodeFrame
+	(*GatewayFrame)(nil),          // 41: bc.agent.v1.GatewayFrame
+	(*Hello)(nil),                 // 42: bc.agent.v1.Hello
+	(*DriverManifest)(nil),        // 43: bc.agent.v1.DriverManifest
+	(*Welcome)(nil),               // 44: bc.agent.v1.Welcome
+	(*Heartbeat)(nil),             // 45: bc.agent.v1.Heartbeat
+	(*Ping)(nil),                  // 46: bc.agent.v1.Ping
+	(*Pong)(nil),                  // 47: bc.agent.v1.Pong
+	(*CommandDelivery)(nil),       // 48: bc.agent.v1.CommandDelivery
+	(*CommandUpdate)(nil),         // 49: bc.agent.v1.CommandUpdate
+	(*StatusReport)(nil),          // 50: bc.agent.v1.StatusReport
+	(*SectionStatus)(nil),         // 51: bc.agent.v1.SectionStatus
+	(*InventorySection)(nil),      // 52: bc.agent.v1.InventorySection
+	(*SystemInventory)(nil),       // 53: bc.agent.v1.SystemInventory
+	(*GpuInventory)(nil),          // 54: bc.agent.v1.GpuInventory
+	(*Gpu)(nil),                   // 55: bc.agent.v1.Gpu
+	(*NetworkInventory)(nil),      // 56: bc.agent.v1.NetworkInventory
+	(*Nic)(nil),                   // 57: bc.agent.v1.Nic
+	(*AllocationReleased)(nil),    // 58: bc.agent.v1.AllocationReleased
+	(*AllocationFailed)(nil),      // 59: bc.agent.v1.AllocationFailed
+	(*InstanceStatus)(nil),        // 60: bc.agent.v1.InstanceStatus
+	(*HostPressure)(nil),          // 61: bc.agent.v1.HostPressure
+	(*VolumeStatus)(nil),          // 62: bc.agent.v1.VolumeStatus
+	(*VolumeStorage)(nil),         // 63: bc.agent.v1.VolumeStorage
+	(*SpecRequest)(nil),           // 64: bc.agent.v1.SpecRequest
+	(*WorkloadTokenRequest)(nil),  // 65: bc.agent.v1.WorkloadTokenRequest
+	(*EventAck)(nil),              // 66: bc.agent.v1.EventAck
+	(*DesiredState)(nil),          // 67: bc.agent.v1.DesiredState
+	(*Drain)(nil),                 // 68: bc.agent.v1.Drain
+	(*RevocationNotice)(nil),      // 69: bc.agent.v1.RevocationNotice
+	(*Cancel)(nil),                // 70: bc.agent.v1.Cancel
+	(*SecretResponse)(nil),        // 71: bc.agent.v1.SecretResponse
+	(*WorkloadTokenResponse)(nil), // 72: bc.agent.v1.WorkloadTokenResponse
+	(*OpenTunnel)(nil),            // 73: bc.agent.v1.OpenTunnel
+	(*RenewRequest)(nil),          // 74: bc.agent.v1.RenewRequest
+	(*RenewReply)(nil),            // 75: bc.agent.v1.RenewReply
+	(*TunnelFrame)(nil),           // 76: bc.agent.v1.TunnelFrame
+	(*TerminalSize)(nil),          // 77: bc.agent.v1.TerminalSize
 }
 var file_bc_agent_v1_agent_proto_depIdxs = []int32{
 	3,  // 0: bc.agent.v1.Envelope.signatures:type_name -> bc.agent.v1.Signature
@@ -5684,78 +6107,83 @@ var file_bc_agent_v1_agent_proto_depIdxs = []int32{
 	2,  // 12: bc.agent.v1.JoinTrust.trust_bundle:type_name -> bc.agent.v1.Envelope
 	19, // 13: bc.agent.v1.NodeSpec.holds:type_name -> bc.agent.v1.Hold
 	20, // 14: bc.agent.v1.NodeSpec.host:type_name -> bc.agent.v1.HostSection
-	22, // 15: bc.agent.v1.NodeSpec.instances:type_name -> bc.agent.v1.InstanceSpec
-	23, // 16: bc.agent.v1.NodeSpec.telemetry:type_name -> bc.agent.v1.TelemetrySection
-	25, // 17: bc.agent.v1.NodeSpec.daemon:type_name -> bc.agent.v1.DaemonSection
-	26, // 18: bc.agent.v1.NodeSpec.access:type_name -> bc.agent.v1.AccessSection
-	27, // 19: bc.agent.v1.NodeSpec.trust:type_name -> bc.agent.v1.TrustSection
+	22, // 15: bc.agent.v1.NodeSpec.instances:type_name -> bc.agent.v1.InstancesSection
+	27, // 16: bc.agent.v1.NodeSpec.telemetry:type_name -> bc.agent.v1.TelemetrySection
+	29, // 17: bc.agent.v1.NodeSpec.daemon:type_name -> bc.agent.v1.DaemonSection
+	30, // 18: bc.agent.v1.NodeSpec.access:type_name -> bc.agent.v1.AccessSection
+	31, // 19: bc.agent.v1.NodeSpec.trust:type_name -> bc.agent.v1.TrustSection
 	21, // 20: bc.agent.v1.HostSection.units:type_name -> bc.agent.v1.HostUnit
-	24, // 21: bc.agent.v1.TelemetrySection.resource_attributes:type_name -> bc.agent.v1.Attribute
-	2,  // 22: bc.agent.v1.TrustSection.trust_bundle:type_name -> bc.agent.v1.Envelope
-	4,  // 23: bc.agent.v1.TrustBundle.command_roots:type_name -> bc.agent.v1.PublicKey
-	29, // 24: bc.agent.v1.TrustBundle.quorum:type_name -> bc.agent.v1.Quorum
-	4,  // 25: bc.agent.v1.TrustBundle.tunnels_issuer:type_name -> bc.agent.v1.PublicKey
-	4,  // 26: bc.agent.v1.TrustBundle.workload_issuer:type_name -> bc.agent.v1.PublicKey
-	4,  // 27: bc.agent.v1.Quorum.approvers:type_name -> bc.agent.v1.PublicKey
-	30, // 28: bc.agent.v1.Quorum.tiers:type_name -> bc.agent.v1.QuorumTier
-	33, // 29: bc.agent.v1.NodeStatement.command_result:type_name -> bc.agent.v1.CommandResult
-	34, // 30: bc.agent.v1.NodeStatement.allocation_bound:type_name -> bc.agent.v1.AllocationBound
-	35, // 31: bc.agent.v1.NodeStatement.secret_request:type_name -> bc.agent.v1.SecretRequest
-	0,  // 32: bc.agent.v1.CommandResult.state:type_name -> bc.agent.v1.CommandState
-	38, // 33: bc.agent.v1.NodeFrame.hello:type_name -> bc.agent.v1.Hello
-	41, // 34: bc.agent.v1.NodeFrame.heartbeat:type_name -> bc.agent.v1.Heartbeat
-	45, // 35: bc.agent.v1.NodeFrame.command_update:type_name -> bc.agent.v1.CommandUpdate
-	46, // 36: bc.agent.v1.NodeFrame.status_report:type_name -> bc.agent.v1.StatusReport
-	59, // 37: bc.agent.v1.NodeFrame.spec_request:type_name -> bc.agent.v1.SpecRequest
-	2,  // 38: bc.agent.v1.NodeFrame.secret_request:type_name -> bc.agent.v1.Envelope
-	60, // 39: bc.agent.v1.NodeFrame.workload_token_request:type_name -> bc.agent.v1.WorkloadTokenRequest
-	61, // 40: bc.agent.v1.NodeFrame.event_ack:type_name -> bc.agent.v1.EventAck
-	43, // 41: bc.agent.v1.NodeFrame.pong:type_name -> bc.agent.v1.Pong
-	40, // 42: bc.agent.v1.GatewayFrame.welcome:type_name -> bc.agent.v1.Welcome
-	44, // 43: bc.agent.v1.GatewayFrame.command:type_name -> bc.agent.v1.CommandDelivery
-	62, // 44: bc.agent.v1.GatewayFrame.desired_state:type_name -> bc.agent.v1.DesiredState
-	42, // 45: bc.agent.v1.GatewayFrame.ping:type_name -> bc.agent.v1.Ping
-	63, // 46: bc.agent.v1.GatewayFrame.drain:type_name -> bc.agent.v1.Drain
-	64, // 47: bc.agent.v1.GatewayFrame.revocation_notice:type_name -> bc.agent.v1.RevocationNotice
-	65, // 48: bc.agent.v1.GatewayFrame.cancel:type_name -> bc.agent.v1.Cancel
-	66, // 49: bc.agent.v1.GatewayFrame.secret_response:type_name -> bc.agent.v1.SecretResponse
-	67, // 50: bc.agent.v1.GatewayFrame.workload_token_response:type_name -> bc.agent.v1.WorkloadTokenResponse
-	68, // 51: bc.agent.v1.GatewayFrame.open_tunnel:type_name -> bc.agent.v1.OpenTunnel
-	61, // 52: bc.agent.v1.GatewayFrame.event_ack:type_name -> bc.agent.v1.EventAck
-	39, // 53: bc.agent.v1.Hello.drivers:type_name -> bc.agent.v1.DriverManifest
-	2,  // 54: bc.agent.v1.CommandDelivery.command:type_name -> bc.agent.v1.Envelope
-	2,  // 55: bc.agent.v1.CommandDelivery.batch_approval:type_name -> bc.agent.v1.Envelope
-	0,  // 56: bc.agent.v1.CommandUpdate.state:type_name -> bc.agent.v1.CommandState
-	2,  // 57: bc.agent.v1.CommandUpdate.result:type_name -> bc.agent.v1.Envelope
-	48, // 58: bc.agent.v1.StatusReport.inventory:type_name -> bc.agent.v1.InventorySection
-	2,  // 59: bc.agent.v1.StatusReport.allocations:type_name -> bc.agent.v1.Envelope
-	54, // 60: bc.agent.v1.StatusReport.released:type_name -> bc.agent.v1.AllocationReleased
-	55, // 61: bc.agent.v1.StatusReport.failed:type_name -> bc.agent.v1.AllocationFailed
-	56, // 62: bc.agent.v1.StatusReport.instances:type_name -> bc.agent.v1.InstanceStatus
-	57, // 63: bc.agent.v1.StatusReport.pressure:type_name -> bc.agent.v1.HostPressure
-	58, // 64: bc.agent.v1.StatusReport.volume_storage:type_name -> bc.agent.v1.VolumeStorage
-	47, // 65: bc.agent.v1.StatusReport.sections:type_name -> bc.agent.v1.SectionStatus
-	1,  // 66: bc.agent.v1.SectionStatus.state:type_name -> bc.agent.v1.SectionState
-	51, // 67: bc.agent.v1.GpuInventory.gpus:type_name -> bc.agent.v1.Gpu
-	53, // 68: bc.agent.v1.NetworkInventory.nics:type_name -> bc.agent.v1.Nic
-	2,  // 69: bc.agent.v1.DesiredState.spec:type_name -> bc.agent.v1.Envelope
-	72, // 70: bc.agent.v1.OpenTunnel.size:type_name -> bc.agent.v1.TerminalSize
-	12, // 71: bc.agent.v1.RenewRequest.node_key:type_name -> bc.agent.v1.TpmCertification
-	2,  // 72: bc.agent.v1.RenewReply.response:type_name -> bc.agent.v1.Envelope
-	72, // 73: bc.agent.v1.TunnelFrame.resize:type_name -> bc.agent.v1.TerminalSize
-	5,  // 74: bc.agent.v1.Join.Join:input_type -> bc.agent.v1.JoinRequest
-	36, // 75: bc.agent.v1.Gateway.Session:input_type -> bc.agent.v1.NodeFrame
-	69, // 76: bc.agent.v1.Gateway.Renew:input_type -> bc.agent.v1.RenewRequest
-	71, // 77: bc.agent.v1.Gateway.Tunnel:input_type -> bc.agent.v1.TunnelFrame
-	13, // 78: bc.agent.v1.Join.Join:output_type -> bc.agent.v1.JoinReply
-	37, // 79: bc.agent.v1.Gateway.Session:output_type -> bc.agent.v1.GatewayFrame
-	70, // 80: bc.agent.v1.Gateway.Renew:output_type -> bc.agent.v1.RenewReply
-	71, // 81: bc.agent.v1.Gateway.Tunnel:output_type -> bc.agent.v1.TunnelFrame
-	78, // [78:82] is the sub-list for method output_type
-	74, // [74:78] is the sub-list for method input_type
-	74, // [74:74] is the sub-list for extension type_name
-	74, // [74:74] is the sub-list for extension extendee
-	0,  // [0:74] is the sub-list for field type_name
+	23, // 21: bc.agent.v1.InstancesSection.instances:type_name -> bc.agent.v1.InstanceSpec
+	26, // 22: bc.agent.v1.InstancesSection.volumes:type_name -> bc.agent.v1.VolumeSpec
+	24, // 23: bc.agent.v1.InstanceSpec.nics:type_name -> bc.agent.v1.InstanceNic
+	25, // 24: bc.agent.v1.InstanceSpec.volumes:type_name -> bc.agent.v1.VolumeAttachment
+	28, // 25: bc.agent.v1.TelemetrySection.resource_attributes:type_name -> bc.agent.v1.Attribute
+	2,  // 26: bc.agent.v1.TrustSection.trust_bundle:type_name -> bc.agent.v1.Envelope
+	4,  // 27: bc.agent.v1.TrustBundle.command_roots:type_name -> bc.agent.v1.PublicKey
+	33, // 28: bc.agent.v1.TrustBundle.quorum:type_name -> bc.agent.v1.Quorum
+	4,  // 29: bc.agent.v1.TrustBundle.tunnels_issuer:type_name -> bc.agent.v1.PublicKey
+	4,  // 30: bc.agent.v1.TrustBundle.workload_issuer:type_name -> bc.agent.v1.PublicKey
+	4,  // 31: bc.agent.v1.Quorum.approvers:type_name -> bc.agent.v1.PublicKey
+	34, // 32: bc.agent.v1.Quorum.tiers:type_name -> bc.agent.v1.QuorumTier
+	37, // 33: bc.agent.v1.NodeStatement.command_result:type_name -> bc.agent.v1.CommandResult
+	38, // 34: bc.agent.v1.NodeStatement.allocation_bound:type_name -> bc.agent.v1.AllocationBound
+	39, // 35: bc.agent.v1.NodeStatement.secret_request:type_name -> bc.agent.v1.SecretRequest
+	0,  // 36: bc.agent.v1.CommandResult.state:type_name -> bc.agent.v1.CommandState
+	42, // 37: bc.agent.v1.NodeFrame.hello:type_name -> bc.agent.v1.Hello
+	45, // 38: bc.agent.v1.NodeFrame.heartbeat:type_name -> bc.agent.v1.Heartbeat
+	49, // 39: bc.agent.v1.NodeFrame.command_update:type_name -> bc.agent.v1.CommandUpdate
+	50, // 40: bc.agent.v1.NodeFrame.status_report:type_name -> bc.agent.v1.StatusReport
+	64, // 41: bc.agent.v1.NodeFrame.spec_request:type_name -> bc.agent.v1.SpecRequest
+	2,  // 42: bc.agent.v1.NodeFrame.secret_request:type_name -> bc.agent.v1.Envelope
+	65, // 43: bc.agent.v1.NodeFrame.workload_token_request:type_name -> bc.agent.v1.WorkloadTokenRequest
+	66, // 44: bc.agent.v1.NodeFrame.event_ack:type_name -> bc.agent.v1.EventAck
+	47, // 45: bc.agent.v1.NodeFrame.pong:type_name -> bc.agent.v1.Pong
+	44, // 46: bc.agent.v1.GatewayFrame.welcome:type_name -> bc.agent.v1.Welcome
+	48, // 47: bc.agent.v1.GatewayFrame.command:type_name -> bc.agent.v1.CommandDelivery
+	67, // 48: bc.agent.v1.GatewayFrame.desired_state:type_name -> bc.agent.v1.DesiredState
+	46, // 49: bc.agent.v1.GatewayFrame.ping:type_name -> bc.agent.v1.Ping
+	68, // 50: bc.agent.v1.GatewayFrame.drain:type_name -> bc.agent.v1.Drain
+	69, // 51: bc.agent.v1.GatewayFrame.revocation_notice:type_name -> bc.agent.v1.RevocationNotice
+	70, // 52: bc.agent.v1.GatewayFrame.cancel:type_name -> bc.agent.v1.Cancel
+	71, // 53: bc.agent.v1.GatewayFrame.secret_response:type_name -> bc.agent.v1.SecretResponse
+	72, // 54: bc.agent.v1.GatewayFrame.workload_token_response:type_name -> bc.agent.v1.WorkloadTokenResponse
+	73, // 55: bc.agent.v1.GatewayFrame.open_tunnel:type_name -> bc.agent.v1.OpenTunnel
+	66, // 56: bc.agent.v1.GatewayFrame.event_ack:type_name -> bc.agent.v1.EventAck
+	43, // 57: bc.agent.v1.Hello.drivers:type_name -> bc.agent.v1.DriverManifest
+	2,  // 58: bc.agent.v1.CommandDelivery.command:type_name -> bc.agent.v1.Envelope
+	2,  // 59: bc.agent.v1.CommandDelivery.batch_approval:type_name -> bc.agent.v1.Envelope
+	0,  // 60: bc.agent.v1.CommandUpdate.state:type_name -> bc.agent.v1.CommandState
+	2,  // 61: bc.agent.v1.CommandUpdate.result:type_name -> bc.agent.v1.Envelope
+	52, // 62: bc.agent.v1.StatusReport.inventory:type_name -> bc.agent.v1.InventorySection
+	2,  // 63: bc.agent.v1.StatusReport.allocations:type_name -> bc.agent.v1.Envelope
+	58, // 64: bc.agent.v1.StatusReport.released:type_name -> bc.agent.v1.AllocationReleased
+	59, // 65: bc.agent.v1.StatusReport.failed:type_name -> bc.agent.v1.AllocationFailed
+	60, // 66: bc.agent.v1.StatusReport.instances:type_name -> bc.agent.v1.InstanceStatus
+	61, // 67: bc.agent.v1.StatusReport.pressure:type_name -> bc.agent.v1.HostPressure
+	63, // 68: bc.agent.v1.StatusReport.volume_storage:type_name -> bc.agent.v1.VolumeStorage
+	51, // 69: bc.agent.v1.StatusReport.sections:type_name -> bc.agent.v1.SectionStatus
+	62, // 70: bc.agent.v1.StatusReport.volumes:type_name -> bc.agent.v1.VolumeStatus
+	1,  // 71: bc.agent.v1.SectionStatus.state:type_name -> bc.agent.v1.SectionState
+	55, // 72: bc.agent.v1.GpuInventory.gpus:type_name -> bc.agent.v1.Gpu
+	57, // 73: bc.agent.v1.NetworkInventory.nics:type_name -> bc.agent.v1.Nic
+	2,  // 74: bc.agent.v1.DesiredState.spec:type_name -> bc.agent.v1.Envelope
+	77, // 75: bc.agent.v1.OpenTunnel.size:type_name -> bc.agent.v1.TerminalSize
+	12, // 76: bc.agent.v1.RenewRequest.node_key:type_name -> bc.agent.v1.TpmCertification
+	2,  // 77: bc.agent.v1.RenewReply.response:type_name -> bc.agent.v1.Envelope
+	77, // 78: bc.agent.v1.TunnelFrame.resize:type_name -> bc.agent.v1.TerminalSize
+	5,  // 79: bc.agent.v1.Join.Join:input_type -> bc.agent.v1.JoinRequest
+	40, // 80: bc.agent.v1.Gateway.Session:input_type -> bc.agent.v1.NodeFrame
+	74, // 81: bc.agent.v1.Gateway.Renew:input_type -> bc.agent.v1.RenewRequest
+	76, // 82: bc.agent.v1.Gateway.Tunnel:input_type -> bc.agent.v1.TunnelFrame
+	13, // 83: bc.agent.v1.Join.Join:output_type -> bc.agent.v1.JoinReply
+	41, // 84: bc.agent.v1.Gateway.Session:output_type -> bc.agent.v1.GatewayFrame
+	75, // 85: bc.agent.v1.Gateway.Renew:output_type -> bc.agent.v1.RenewReply
+	76, // 86: bc.agent.v1.Gateway.Tunnel:output_type -> bc.agent.v1.TunnelFrame
+	83, // [83:87] is the sub-list for method output_type
+	79, // [79:83] is the sub-list for method input_type
+	79, // [79:79] is the sub-list for extension type_name
+	79, // [79:79] is the sub-list for extension extendee
+	0,  // [0:79] is the sub-list for field type_name
 }
 
 func init() { file_bc_agent_v1_agent_proto_init() }
@@ -5772,12 +6200,12 @@ func file_bc_agent_v1_agent_proto_init() {
 		(*JoinReply_Challenge)(nil),
 		(*JoinReply_Response)(nil),
 	}
-	file_bc_agent_v1_agent_proto_msgTypes[30].OneofWrappers = []any{
+	file_bc_agent_v1_agent_proto_msgTypes[34].OneofWrappers = []any{
 		(*NodeStatement_CommandResult)(nil),
 		(*NodeStatement_AllocationBound)(nil),
 		(*NodeStatement_SecretRequest)(nil),
 	}
-	file_bc_agent_v1_agent_proto_msgTypes[34].OneofWrappers = []any{
+	file_bc_agent_v1_agent_proto_msgTypes[38].OneofWrappers = []any{
 		(*NodeFrame_Hello)(nil),
 		(*NodeFrame_Heartbeat)(nil),
 		(*NodeFrame_CommandUpdate)(nil),
@@ -5788,7 +6216,7 @@ func file_bc_agent_v1_agent_proto_init() {
 		(*NodeFrame_EventAck)(nil),
 		(*NodeFrame_Pong)(nil),
 	}
-	file_bc_agent_v1_agent_proto_msgTypes[35].OneofWrappers = []any{
+	file_bc_agent_v1_agent_proto_msgTypes[39].OneofWrappers = []any{
 		(*GatewayFrame_Welcome)(nil),
 		(*GatewayFrame_Command)(nil),
 		(*GatewayFrame_DesiredState)(nil),
@@ -5801,7 +6229,7 @@ func file_bc_agent_v1_agent_proto_init() {
 		(*GatewayFrame_OpenTunnel)(nil),
 		(*GatewayFrame_EventAck)(nil),
 	}
-	file_bc_agent_v1_agent_proto_msgTypes[69].OneofWrappers = []any{
+	file_bc_agent_v1_agent_proto_msgTypes[74].OneofWrappers = []any{
 		(*TunnelFrame_Ticket)(nil),
 		(*TunnelFrame_Data)(nil),
 		(*TunnelFrame_Resize)(nil),
@@ -5814,7 +6242,7 @@ func file_bc_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bc_agent_v1_agent_proto_rawDesc), len(file_bc_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   71,
+			NumMessages:   76,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -18,6 +18,7 @@ import (
 	"slices"
 	"time"
 
+	"bcd/internal/pki"
 	"github.com/google/go-tpm/tpm2"
 )
 
@@ -163,9 +164,13 @@ func verifyEKCertificate(der []byte, roots [][]byte, at time.Time) (*x509.Certif
 	if err != nil {
 		return nil, refuseWith(CodeEKCertificateChain, err, "the EK certificate does not parse")
 	}
+	if oid := pki.UnknownCriticalExtension(cert); oid != nil {
+		return nil, refuse(CodeEKCertificateChain, "the EK certificate has an unknown critical extension %v", oid)
+	}
 	pool := x509.NewCertPool()
 	for _, r := range roots {
-		if root, err := x509.ParseCertificate(r); err == nil {
+		// A root with an unknown critical extension verifies nothing, as in Rust.
+		if root, err := x509.ParseCertificate(r); err == nil && pki.UnknownCriticalExtension(root) == nil {
 			pool.AddCert(root)
 		}
 	}

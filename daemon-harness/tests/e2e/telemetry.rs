@@ -1,0 +1,152 @@
+//! Node metrics (docs/protocol.md, "Telemetry"): the NodeSpec telemetry
+//! section makes bcd export OTLP/JSON to the dev stack's receiver at once,
+//! then every interval; an unchanged section keeps the schedule, a changed
+//! interval restarts it (from sample 0: the same deterministic fakehw
+//! values again), an empty endpoint stops it. A captured export is also
+//! decoded by a second, independent decoder (Go's protojson into the OTLP
+//! proto types, `TestACapturedExportDecodes`).
+
+use std::collections::BTreeSet;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use daemon_harness::build::bcd_src;
+use devstack::{OtlpExport, SectionState, SpecUpdate, point_attribute, point_value};
+
+use crate::common::{DEADLINE, Env};
+
+/// The GPU metrics every export of a fakehw GPU machine carries.
+const GPU_SERIES: [&str; 5] =
+    ["bcd.gpu.utilization", "bcd.gpu.memory.used", "bcd.gpu.temperature", "bcd.gpu.power", "bcd.gpu.xid.active"];
+
+fn section(endpoint: &str, interval_ms: u32) -> SpecUpdate {
+    let attribute = proto::Attribute { key: "deployment.environment".into(), value: "e2e".into() };
+    SpecUpdate {
+        telemetry: Some(proto::TelemetrySection {
+            otlp_endpoint: endpoint.to_string(),
+            export_interval_ms: interval_ms,
+            resource_attributes: vec![attribute, proto::Attribute { key: "service.name".into(), value: "x".into() }],
+        }),
+        ..Default::default()
+    }
+}
+
+/// The utilization of every GPU, by index: what identifies a sample.
+fn utilization(export: &OtlpExport) -> Vec<(String, u64)> {
+    let points = export.points("bcd.gpu.utilization");
+    points
+        .iter()
+        .map(|p| (point_attribute(p, "gpu.index").unwrap_or_default(), point_value(p).unwrap().to_bits()))
+        .collect()
+}
+
+/// Waits for the telemetry section's status of `generation`.
+async fn await_section(env: &Env, id: &str, generation: u64) -> devstack::SectionStatus {
+    env.stack
+        .await_until(format!("the telemetry section of generation {generation}"), DEADLINE, |v| {
+            v.section_status(id, "telemetry").filter(|s| s.generation >= generation)
+        })
+        .await
+        .unwrap()
+}
+
+/// The second decoder: `go test` of the captured bytes.
+fn must_decode_with_protojson(node: &daemon_harness::node::Node, export: &OtlpExport, node_id: &str) {
+    let capture = node.dir().join("otlp-capture.json");
+    std::fs::write(&capture, &export.body).unwrap();
+    let out = Command::new("go")
+        .args(["test", "./internal/telemetry/", "-run", "^TestACapturedExportDecodes$", "-count=1", "-v"])
+        .current_dir(bcd_src())
+        .env("BCD_OTLP_CAPTURE", &capture)
+        .env("BCD_OTLP_CAPTURE_NODE", node_id)
+        .env("BCD_OTLP_CAPTURE_GPUS", "8")
+        .output()
+        .expect("go test runs");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && text.contains("--- PASS: TestACapturedExportDecodes"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_telemetry_section_exports_otlp_json_and_follows_its_changes() {
+    let Some(env) = Env::start("the_telemetry_section_exports_otlp_json_and_follows_its_changes").await else {
+        return;
+    };
+    let pool = env.must_create_pool("hgx", Some(8)).await;
+    let mut node = env.must_make_node("metrics", "hgx-h100").await;
+    let id = env.must_join_and_adopt(&mut node, &pool).await;
+    let version = env.stack.node_sessions(&id).await.unwrap().last().unwrap().daemon_version.clone();
+
+    // A 5 s interval and an extra resource attribute: an export at once.
+    let generation = env.stack.publish_spec(&id, section(&env.stack.otlp_url(), 5000)).await.unwrap();
+    let first = env.stack.await_export(&id, DEADLINE, |_| true).await.unwrap();
+    let attributes = first.resource_attributes();
+    let expected: Vec<(String, String)> = [
+        ("deployment.environment", "e2e"),
+        ("service.name", "bcd"),
+        ("service.version", version.as_str()),
+        ("bcd.node.id", id.as_str()),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    assert_eq!(attributes, expected, "the section's attributes, then bcd's, which win");
+    let gpus: BTreeSet<String> =
+        first.points("bcd.gpu.utilization").iter().filter_map(|p| point_attribute(p, "gpu.index")).collect();
+    assert_eq!(gpus.len(), 8, "all 8 GPUs: {gpus:?}");
+    for series in GPU_SERIES {
+        assert_eq!(first.points(series).len(), 8, "{series} for every GPU in {:?}", first.metric_names());
+    }
+    assert!(first.points("bcd.gpu.utilization").iter().all(|p| (0.0..=1.0).contains(&point_value(p).unwrap())));
+    // A fakehw bcd is a VPS host: it counts its instances, none here, and
+    // has no per-instance series.
+    let count: Vec<f64> = first.points("bcd.instances").iter().filter_map(|p| point_value(p)).collect();
+    assert_eq!(count, vec![0.0], "bcd.instances of a VPS host without instances");
+    assert!(first.points("bcd.instance.vcpu").is_empty(), "no per-instance series without instances");
+    let status = await_section(&env, &id, generation).await;
+    assert!(status.is(SectionState::Applied, "Applied") && status.message.contains("every 5s"), "{status:?}");
+    must_decode_with_protojson(&node, &first, &id);
+
+    // An unchanged section keeps its schedule: the next export is a later sample.
+    let access = proto::AccessSection { ssh_authorized_keys: vec![], console_users: vec!["ops".into()] };
+    let mark = env.stack.otlp_exports(&id).len();
+    let unchanged =
+        env.stack.publish_spec(&id, SpecUpdate { access: Some(access), ..Default::default() }).await.unwrap();
+    await_section(&env, &id, unchanged).await;
+    let later = after(&env, &id, mark).await;
+    assert_ne!(utilization(&later), utilization(&first), "an unchanged section restarted the schedule");
+
+    // A changed interval restarts it: at once, from sample 0 again.
+    let mark = env.stack.otlp_exports(&id).len();
+    let changed = env.stack.publish_spec(&id, section(&env.stack.otlp_url(), 6000)).await.unwrap();
+    let restarted = after(&env, &id, mark).await;
+    assert_eq!(utilization(&restarted), utilization(&first), "the restarted schedule starts at sample 0");
+    let status = await_section(&env, &id, changed).await;
+    assert!(status.message.contains("every 6s"), "{status:?}");
+
+    // An empty endpoint stops the exports.
+    let stopped = env.stack.publish_spec(&id, section("", 0)).await.unwrap();
+    await_section(&env, &id, stopped).await;
+    node.logs().await_line(DEADLINE, "telemetry.stopped").await.unwrap();
+    // Past the 6 s interval, nothing more came.
+    let mark = env.stack.otlp_exports(&id).len();
+    let quiet = env
+        .stack
+        .await_until("an export after the endpoint was emptied", Duration::from_secs(8), |v| {
+            v.otlp_exports(&id).into_iter().nth(mark)
+        })
+        .await;
+    assert!(quiet.is_err(), "an export after the endpoint was emptied: {:?}", quiet.map(|e| e.received_at_ms));
+    node.stop().await;
+    env.report();
+}
+
+/// The first export of `id` received after its first `mark` exports.
+async fn after(env: &Env, id: &str, mark: usize) -> Arc<OtlpExport> {
+    env.stack
+        .await_until(format!("an export of {id} after the {mark} first"), DEADLINE, |v| {
+            v.otlp_exports(id).into_iter().nth(mark)
+        })
+        .await
+        .unwrap()
+}

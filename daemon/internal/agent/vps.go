@@ -1,0 +1,65 @@
+// The agent as a VPS host (docs/daemon.md, "Instances"): with Options.VPS
+// it reconciles the instances section (internal/instances) over the given
+// runtimes and volume store, advertises each runtime in its Hello, routes
+// the secret broker's and the workload issuer's answers to
+// internal/broker, passes the section again at start (a restart or a
+// reboot may have stopped domains), and serves the metadata endpoint.
+
+package agent
+
+import (
+	"context"
+	"path/filepath"
+
+	"bcd/internal/broker"
+	"bcd/internal/converge"
+	"bcd/internal/instances"
+	"bcd/internal/metadata"
+	"bcd/internal/runtime"
+	"bcd/internal/volumes"
+)
+
+// VPS makes a node a VPS host.
+type VPS struct {
+	// Runtimes are the runtimes it has.
+	Runtimes []runtime.Runtime
+	// Volumes is its volume store (nil: none).
+	Volumes *volumes.Store
+	// Seeds serves the instances' seeds on the metadata endpoint (nil: none).
+	Seeds metadata.Seeds
+	// MetadataSocket serves the metadata endpoint on <data_dir>/metadata.sock
+	// (fakehw, where guests are simulated).
+	MetadataSocket bool
+}
+
+// newVPS makes the broker and the instances reconciler (nil without VPS).
+func (a *Agent) newVPS() (*instances.Reconciler, error) {
+	v := a.opts.VPS
+	if v == nil {
+		return nil, nil
+	}
+	a.broker = broker.New(broker.Config{NodeID: a.id.NodeID, Key: a.id.Key, BootID: a.opts.Machine.BootID,
+		Send: a.session.SendControl, Log: a.log})
+	r, err := instances.New(instances.Config{Runtimes: v.Runtimes, Volumes: v.Volumes, Secrets: a.broker,
+		Capacity: instances.CapacityOf(a.opts.Machine), Journal: a.journal, Log: a.log})
+	if err != nil {
+		return nil, err
+	}
+	a.broker.OnSecret(func() { a.converger.Repass(converge.SectionInstances) })
+	return r, nil
+}
+
+// startVPS passes the instances section again and serves the metadata
+// endpoint.
+func (a *Agent) startVPS(ctx context.Context) error {
+	if a.instances == nil {
+		return nil
+	}
+	a.converger.Repass(converge.SectionInstances)
+	if !a.opts.VPS.MetadataSocket {
+		return nil
+	}
+	h := metadata.Handler(metadata.Config{Instances: a.instances, Seeds: a.opts.VPS.Seeds, Tokens: a.broker,
+		Identify: metadata.ByHeader, Log: a.log})
+	return metadata.Serve(ctx, filepath.Join(a.opts.Config.DataDir, metadata.SocketName), h)
+}

@@ -1,0 +1,95 @@
+// Host admission and the section's result: a start is admitted only when
+// the host's vCPUs and memory (from the inventory), minus what the
+// running domains hold, cover the instance; an instance that does not fit
+// stays stopped with a message starting "ResourcesExhausted:", and the
+// section is PROGRESSING "Retrying" until a later pass admits it.
+
+package instances
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+
+	"bcd/internal/converge"
+	"bcd/internal/machine"
+	"bcd/internal/proto/agentv1"
+)
+
+// CapacityOf is the host's capacity from its inventory: a vCPU per core,
+// and its memory.
+func CapacityOf(m machine.Machine) func() (Capacity, error) {
+	return func() (Capacity, error) {
+		inv, err := m.Inventory()
+		if err != nil {
+			return Capacity{}, err
+		}
+		return Capacity{VCPUs: inv.System.GetCpuCores(), MemoryBytes: inv.System.GetMemoryBytes()}, nil
+	}
+}
+
+// admit returns why the host cannot start w now, or "".
+func (p *pass) admit(w *agentv1.InstanceSpec) string {
+	freeCPU := int64(p.capacity.VCPUs) - int64(p.held.VCPUs)
+	freeMem := int64(p.capacity.MemoryBytes) - int64(p.held.MemoryBytes)
+	if int64(w.GetVcpus()) <= freeCPU && int64(w.GetMemoryBytes()) <= freeMem {
+		return ""
+	}
+	return fmt.Sprintf("%s: this host cannot start %s now: it needs %d vCPUs and %s, %d vCPUs and %s are free",
+		ReasonResourcesExhausted, w.GetId(), w.GetVcpus(), bytes(int64(w.GetMemoryBytes())), max(freeCPU, 0), bytes(max(freeMem, 0)))
+}
+
+// bytes says a size for people.
+func bytes(n int64) string {
+	const gib = 1 << 30
+	if n%gib == 0 {
+		return fmt.Sprintf("%d GiB", n/gib)
+	}
+	return fmt.Sprintf("%.2f GiB", float64(n)/gib)
+}
+
+// result is the section's status after the pass.
+func (p *pass) result() converge.Result {
+	if len(p.failed) > 0 {
+		var msgs []string
+		for _, f := range p.failed {
+			msgs = append(msgs, f.message)
+		}
+		return converge.Result{State: agentv1.SectionState_SECTION_STATE_FAILED, Reason: p.failed[0].reason, Message: strings.Join(msgs, "; ")}
+	}
+	if len(p.exhausted) > 0 || len(p.retry) > 0 {
+		var msgs []string
+		if len(p.exhausted) > 0 {
+			sort.Strings(p.exhausted)
+			msgs = append(msgs, fmt.Sprintf("%s: this host cannot start %s now", ReasonResourcesExhausted, strings.Join(p.exhausted, ", ")))
+		}
+		for _, r := range p.retry {
+			msgs = append(msgs, r.message)
+		}
+		return converge.Result{State: agentv1.SectionState_SECTION_STATE_PROGRESSING, Reason: ReasonRetrying, Message: strings.Join(msgs, "; ")}
+	}
+	running := 0
+	for _, st := range p.statuses {
+		if st.GetState() == StateRunning {
+			running++
+		}
+	}
+	return converge.Result{State: agentv1.SectionState_SECTION_STATE_APPLIED, Reason: converge.ReasonApplied,
+		Message: fmt.Sprintf("%d instance(s), %d running; %d volume(s)", len(p.wanted), running, len(p.volumes))}
+}
+
+// names lists the runtimes this bcd has.
+func (r *Reconciler) names() string {
+	var names []string
+	for n := range r.runtimes {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	if len(names) == 0 {
+		return "no runtime"
+	}
+	return strings.Join(names, ", ")
+}
+
+func statFile(path string) (os.FileInfo, error) { return os.Stat(path) }

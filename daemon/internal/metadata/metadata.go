@@ -1,0 +1,159 @@
+// Package metadata is the instances' metadata endpoint (IMDS,
+// docs/daemon.md, "The metadata endpoint"): a guest asks it for a
+// workload token naming itself, and cloud-init reads its NoCloud seed
+// from it (the plan's SMBIOS serial points at /nocloud/). It answers only
+// for a running instance, and mints tokens through the session's
+// WorkloadTokenRequest (internal/broker).
+//
+// A request names its instance the way the transport identifies it: on a
+// host, the tap the guest's packet came through; in fakehw, where the
+// guest is simulated, the endpoint is served on a unix socket under the
+// data dir (<data_dir>/metadata.sock, 0600) and the simulated guest sets
+// the header Bcd-Instance. Tokens and user data are never logged.
+package metadata
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"bcd/internal/refusal"
+)
+
+// SocketName is the fakehw endpoint's socket in the data dir.
+const SocketName = "metadata.sock"
+
+// InstanceHeader names the instance of a request on the fakehw transport.
+const InstanceHeader = "Bcd-Instance"
+
+// Instances is what the endpoint asks about instances.
+type Instances interface {
+	// Running says whether the instance runs now.
+	Running(id string) bool
+}
+
+// Seeds reads an instance's NoCloud seed (a runtime that keeps seeds).
+type Seeds interface {
+	// Seed returns the instance's user-data and meta-data.
+	Seed(id string) (userData, metaData []byte, err error)
+}
+
+// Tokens mints workload tokens.
+type Tokens interface {
+	// WorkloadToken asks for a token naming instanceID for audience.
+	WorkloadToken(ctx context.Context, instanceID, audience string) (string, error)
+}
+
+// Config wires an endpoint.
+type Config struct {
+	Instances Instances
+	Seeds     Seeds
+	Tokens    Tokens
+	// Identify names a request's instance ("" when it names none).
+	Identify func(*http.Request) string
+	Log      *slog.Logger
+}
+
+// ByHeader identifies the instance by the Bcd-Instance header (fakehw).
+func ByHeader(r *http.Request) string { return r.Header.Get(InstanceHeader) }
+
+// Handler serves GET /v1/token?audience=…, GET /nocloud/user-data and
+// GET /nocloud/meta-data.
+func Handler(cfg Config) http.Handler {
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	mux := http.NewServeMux()
+	running := func(w http.ResponseWriter, r *http.Request) (string, bool) {
+		id := cfg.Identify(r)
+		if id == "" || !cfg.Instances.Running(id) {
+			log.Warn("metadata.refused", "instance", id, "path", r.URL.Path, "reason", "not a running instance of this node")
+			http.Error(w, "not a running instance of this node", http.StatusNotFound)
+			return "", false
+		}
+		return id, true
+	}
+	mux.HandleFunc("GET /v1/token", func(w http.ResponseWriter, r *http.Request) {
+		id, ok := running(w, r)
+		if !ok {
+			return
+		}
+		audience := r.URL.Query().Get("audience")
+		if audience == "" {
+			http.Error(w, "audience is required", http.StatusBadRequest)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), 15*time.Second)
+		defer cancel()
+		token, err := cfg.Tokens.WorkloadToken(ctx, id, audience)
+		if err != nil {
+			code := string(refusal.CodeOf(err))
+			log.Warn("metadata.token_failed", "instance", id, "audience", audience, "code", code, "err", err)
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		log.Info("metadata.token", "instance", id, "audience", audience)
+		w.Header().Set("Content-Type", "application/jwt")
+		fmt.Fprint(w, token)
+	})
+	seed := func(userData bool) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			id, ok := running(w, r)
+			if !ok || cfg.Seeds == nil {
+				if ok {
+					http.Error(w, "no seed here", http.StatusNotFound)
+				}
+				return
+			}
+			ud, md, err := cfg.Seeds.Seed(id)
+			if err != nil {
+				http.Error(w, "no seed", http.StatusNotFound)
+				return
+			}
+			w.Header().Set("Content-Type", "text/plain")
+			if userData {
+				_, _ = w.Write(ud)
+			} else {
+				_, _ = w.Write(md)
+			}
+			log.Info("metadata.seed", "instance", id, "user_data", userData)
+		}
+	}
+	mux.HandleFunc("GET /nocloud/user-data", seed(true))
+	mux.HandleFunc("GET /nocloud/meta-data", seed(false))
+	return mux
+}
+
+// Serve serves h on a unix socket at path (0600) until ctx ends.
+func Serve(ctx context.Context, path string, h http.Handler) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	old := syscall.Umask(0o177)
+	lis, err := net.Listen("unix", path)
+	syscall.Umask(old)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		shut, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shut)
+		_ = os.Remove(path)
+	}()
+	go func() { _ = srv.Serve(lis) }()
+	return nil
+}

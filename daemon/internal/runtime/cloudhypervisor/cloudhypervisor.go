@@ -1,0 +1,249 @@
+// Package cloudhypervisor is the cloud-hypervisor runtime of host builds:
+// bcd runs one cloud-hypervisor process per running domain, as its own
+// user in a session of its own (so it outlives a restart of bcd), on taps
+// bcd helper makes for it (ch.taps: owned by bcd's user and enslaved to
+// their bridge; ch.taps.delete removes them). A domain is its record and
+// seed (runtime/hostfiles); it runs while the process of its pid file is
+// that cloud-hypervisor. The guest finds its NoCloud seed through the
+// SMBIOS serial, as in a libvirt domain (runtime/plan.SeedURL).
+package cloudhypervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"bcd/internal/config"
+	"bcd/internal/helper"
+	"bcd/internal/runtime"
+	"bcd/internal/runtime/hostfiles"
+	"bcd/internal/runtime/libvirt"
+	"bcd/internal/runtime/plan"
+)
+
+// Options configure the runtime.
+type Options struct {
+	// Socket is bcd helper's socket (for the taps).
+	Socket string
+	// StateDir keeps the records, seeds, API sockets, pid files and logs.
+	StateDir string
+	// Binary is cloud-hypervisor; Firmware what it boots.
+	Binary, Firmware string
+	// Call reaches the helper (default helper.Call).
+	Call libvirt.Caller
+}
+
+// Runtime is cloud-hypervisor.
+type Runtime struct {
+	opts  Options
+	files *hostfiles.Files
+}
+
+var _ runtime.Runtime = (*Runtime)(nil)
+
+// New returns the runtime.
+func New(opts Options) *Runtime {
+	if opts.Call == nil {
+		opts.Call = helper.Call
+	}
+	return &Runtime{opts: opts, files: hostfiles.New(opts.StateDir, runtime.NameCloudHypervisor)}
+}
+
+// Name is cloud-hypervisor.
+func (r *Runtime) Name() string { return runtime.NameCloudHypervisor }
+
+// Version is the binary's name (its --version needs no KVM, but a Hello
+// should not wait for it).
+func (r *Runtime) Version() string { return filepath.Base(r.opts.Binary) }
+
+func (r *Runtime) path(id, ext string) string { return filepath.Join(r.files.Dir(), id+ext) }
+
+// Define checks the domain (libvirt's checks; the bridges are the
+// helper's to check), has the helper make its taps (a NIC on a bridge that
+// is not an instance bridge is refused there), writes its seed and
+// records it. The taps are made again at each start.
+func (r *Runtime) Define(ctx context.Context, d *runtime.Domain) error {
+	var bridges []string
+	for _, n := range d.NICs {
+		bridges = append(bridges, n.Bridge)
+	}
+	if err := plan.Check(d, bridges); err != nil {
+		return err
+	}
+	d.WithTaps()
+	if err := r.taps(ctx, d); err != nil {
+		if errors.Is(err, helper.CodeBridge) || errors.Is(err, helper.CodeArgs) {
+			return fmt.Errorf("%w: %s", runtime.ErrInvalid, err)
+		}
+		return err
+	}
+	if err := r.files.WriteSeed(d); err != nil {
+		return err
+	}
+	return r.files.Write(d)
+}
+
+// taps has the helper make the domain's taps.
+func (r *Runtime) taps(ctx context.Context, d *runtime.Domain) error {
+	if len(d.NICs) == 0 {
+		return nil
+	}
+	a := helper.DomainArgs{ID: d.ID}
+	for _, n := range d.NICs {
+		a.NICs = append(a.NICs, helper.NIC{Bridge: n.Bridge, MAC: n.MAC})
+	}
+	return r.opts.Call(ctx, r.opts.Socket, helper.OpChTaps, a, nil)
+}
+
+// Args is the command line of a domain.
+func (r *Runtime) Args(d *runtime.Domain) []string {
+	args := []string{
+		"--api-socket", "path=" + r.path(d.ID, ".sock"),
+		"--cpus", "boot=" + strconv.FormatUint(uint64(d.VCPUs), 10),
+		"--memory", "size=" + strconv.FormatUint(d.MemoryBytes/(1<<20), 10) + "M",
+		"--kernel", r.opts.Firmware,
+		"--platform", "serial_number=ds=nocloud;s=" + plan.SeedURL,
+		"--serial", "tty", "--console", "off",
+	}
+	for _, disk := range d.Disks {
+		spec := "path=" + disk.Path
+		if disk.ReadOnly {
+			spec += ",readonly=on"
+		}
+		if disk.Serial != "" {
+			spec += ",serial=" + disk.Serial
+		}
+		args = append(args, "--disk", spec)
+	}
+	for _, n := range d.NICs {
+		spec := "tap=" + n.Tap
+		if n.MAC != "" {
+			spec += ",mac=" + n.MAC
+		}
+		args = append(args, "--net", spec)
+	}
+	return args
+}
+
+// Start has the helper make the taps and starts cloud-hypervisor.
+func (r *Runtime) Start(ctx context.Context, id string) error {
+	rec, err := r.files.Read(id)
+	if err != nil {
+		return err
+	}
+	if rec == nil {
+		return fmt.Errorf("cloud-hypervisor: domain %s is not defined", id)
+	}
+	if r.pid(id) > 0 {
+		return nil
+	}
+	if err := r.taps(ctx, &rec.Domain); err != nil {
+		return err
+	}
+	logf, err := os.OpenFile(r.path(id, ".log"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	_ = os.Remove(r.path(id, ".sock"))
+	cmd := exec.Command(r.opts.Binary, r.Args(&rec.Domain)...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	go func() { _ = cmd.Wait() }()
+	return config.WriteFileAtomic(r.path(id, ".pid"), []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o600)
+}
+
+// pid is the running cloud-hypervisor of a domain (0: none): the pid
+// file's process, if it is this domain's (its command line names the
+// domain's API socket).
+func (r *Runtime) pid(id string) int {
+	data, err := os.ReadFile(r.path(id, ".pid"))
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil || pid <= 0 {
+		return 0
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil || !strings.Contains(string(cmdline), "path="+r.path(id, ".sock")) {
+		return 0
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err == nil {
+		if f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:])); len(f) > 0 && f[0] == "Z" {
+			return 0
+		}
+	}
+	return pid
+}
+
+// Stop ends cloud-hypervisor (SIGTERM, SIGKILL after 10 s).
+func (r *Runtime) Stop(ctx context.Context, id string) error {
+	pid := r.pid(id)
+	if pid == 0 {
+		return nil
+	}
+	_ = syscall.Kill(pid, syscall.SIGTERM)
+	deadline := time.Now().Add(10 * time.Second)
+	for r.pid(id) != 0 {
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			deadline = time.Now().Add(10 * time.Second)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	_ = os.Remove(r.path(id, ".pid"))
+	return nil
+}
+
+// Destroy stops the domain and removes its taps, record, seed and files.
+func (r *Runtime) Destroy(ctx context.Context, id string) error {
+	if !runtime.IDPattern.MatchString(id) {
+		return fmt.Errorf("%w: instance id %q", runtime.ErrInvalid, id)
+	}
+	if err := r.Stop(ctx, id); err != nil {
+		return err
+	}
+	if err := r.opts.Call(ctx, r.opts.Socket, helper.OpChTapsDelete, helper.DomainArgs{ID: id}, nil); err != nil {
+		return err
+	}
+	for _, ext := range []string{".sock", ".pid", ".log"} {
+		if err := os.Remove(r.path(id, ext)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	return r.files.Remove(id)
+}
+
+// Inspect says whether the domain is recorded and runs.
+func (r *Runtime) Inspect(_ context.Context, id string) (runtime.State, string, error) {
+	rec, err := r.files.Read(id)
+	if err != nil || rec == nil {
+		return runtime.Absent, "", err
+	}
+	if r.pid(id) > 0 {
+		return runtime.Running, rec.Fingerprint, nil
+	}
+	return runtime.Defined, rec.Fingerprint, nil
+}
+
+// List returns the recorded domains.
+func (r *Runtime) List(context.Context) ([]string, error) { return r.files.List() }
+
+// Seed reads an instance's seed.
+func (r *Runtime) Seed(id string) ([]byte, []byte, error) { return r.files.Seed(id) }

@@ -1,0 +1,69 @@
+// Tests of the cloud-hypervisor runtime with a stand-in binary (a shell
+// loop, so its command line stays its own): the command line, start as a
+// process of its own session, stop, and destroy with its taps.
+
+package cloudhypervisor
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"bcd/internal/helper"
+	"bcd/internal/runtime"
+)
+
+func TestDomainsAreCloudHypervisorProcesses(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "cloud-hypervisor")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\nwhile :; do sleep 1; done\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var ops []string
+	call := func(_ context.Context, _ string, op string, args, _ any) error {
+		ops = append(ops, op+" "+args.(helper.DomainArgs).ID)
+		return nil
+	}
+	r := New(Options{Socket: "unused", StateDir: filepath.Join(dir, "state"), Binary: bin, Firmware: "/fw", Call: call})
+	ctx := context.Background()
+	d := &runtime.Domain{ID: "vm1", VCPUs: 2, MemoryBytes: 2 << 30, NICs: []runtime.NIC{{Bridge: "bcbr0", MAC: "52:54:00:00:00:01"}},
+		Disks: []runtime.Disk{{Path: "/v/data.raw", Serial: "data", ReadOnly: true}}}
+	if err := r.Define(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	args := strings.Join(r.Args(d), " ")
+	for _, want := range []string{"--cpus boot=2", "--memory size=2048M", "--kernel /fw", "--disk path=/v/data.raw,readonly=on,serial=data",
+		"--net tap=" + runtime.TapName("vm1", 0) + ",mac=52:54:00:00:00:01", "serial_number=ds=nocloud;s=http://169.254.169.254/nocloud/"} {
+		if !strings.Contains(args, want) {
+			t.Fatalf("the command line lacks %q: %s", want, args)
+		}
+	}
+	if st, _, _ := r.Inspect(ctx, "vm1"); st != runtime.Defined {
+		t.Fatalf("defined: %s", st)
+	}
+	if err := r.Start(ctx, "vm1"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Stop(context.Background(), "vm1") })
+	if st, _, _ := r.Inspect(ctx, "vm1"); st != runtime.Running {
+		t.Fatalf("started: %s", st)
+	}
+	if err := r.Stop(ctx, "vm1"); err != nil {
+		t.Fatal(err)
+	}
+	if st, _, _ := r.Inspect(ctx, "vm1"); st != runtime.Defined {
+		t.Fatalf("stopped: %s", st)
+	}
+	if err := r.Destroy(ctx, "vm1"); err != nil {
+		t.Fatal(err)
+	}
+	if st, _, _ := r.Inspect(ctx, "vm1"); st != runtime.Absent {
+		t.Fatalf("destroyed: %s", st)
+	}
+	if !slices.Equal(ops, []string{"ch.taps vm1", "ch.taps vm1", "ch.taps.delete vm1"}) {
+		t.Fatalf("ops %v", ops)
+	}
+}

@@ -1,0 +1,249 @@
+// Package plan renders a runtime.Domain as the libvirt domain XML a host
+// defines with `virsh define` (bcd helper's domain.define) and that fakehw
+// writes to <data_dir>/fakehw-plans/<id>.xml: one renderer for both. The
+// document is built one element at a time, one function per element of
+// the domain (name, uuid, memory, vcpu, sysinfo, os, features, cpu, clock,
+// the lifecycle actions, and the devices: disks, interfaces, console, rng,
+// balloon), so that later elements (pinned NUMA-affine vCPUs in cputune
+// and numatune, huge pages in memoryBacking, GPU hostdevs) are one more
+// function each. Check says, before anything is rendered, why libvirt or
+// the host would refuse a domain.
+//
+// The guest finds its NoCloud seed through SMBIOS: the system serial is
+// "ds=nocloud;s=http://169.254.169.254/nocloud/", which cloud-init reads
+// as a seed URL on the metadata address (docs/daemon.md, "Instances").
+package plan
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/xml"
+	"fmt"
+	"regexp"
+	"slices"
+
+	"bcd/internal/runtime"
+)
+
+// SeedURL is where the guest's cloud-init finds its NoCloud seed.
+const SeedURL = "http://169.254.169.254/nocloud/"
+
+// Limits of a domain (libvirt's and the helper's).
+const (
+	MaxVCPUs    = 512
+	MinMemory   = 1 << 20
+	MaxNICs     = 8
+	MaxDisks    = 16
+	diskLetters = "abcdefghijklmnop"
+)
+
+// macAddr is a unicast MAC address.
+var macAddr = regexp.MustCompile(`^[0-9a-f][02468ace](:[0-9a-f]{2}){5}$`)
+
+// serialPattern is what a disk serial may be (libvirt: at most 20
+// characters of these).
+var serialPattern = regexp.MustCompile(`^[A-Za-z0-9_.+-]{0,20}$`)
+
+// Check returns why the domain would be refused (wrapping
+// runtime.ErrInvalid), or nil. bridges are the host's instance bridges.
+func Check(d *runtime.Domain, bridges []string) error {
+	invalid := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", runtime.ErrInvalid, fmt.Sprintf(format, args...))
+	}
+	if !runtime.IDPattern.MatchString(d.ID) {
+		return invalid("instance id %q", d.ID)
+	}
+	if d.VCPUs == 0 || d.VCPUs > MaxVCPUs {
+		return invalid("domain %s: %d vCPUs (1 to %d)", d.ID, d.VCPUs, MaxVCPUs)
+	}
+	if d.MemoryBytes < MinMemory {
+		return invalid("domain %s: %d bytes of memory (at least %d)", d.ID, d.MemoryBytes, MinMemory)
+	}
+	if len(d.NICs) > MaxNICs {
+		return invalid("domain %s: %d NICs, at most %d", d.ID, len(d.NICs), MaxNICs)
+	}
+	for _, n := range d.NICs {
+		if n.MAC != "" && !macAddr.MatchString(n.MAC) {
+			return invalid("domain %s: MAC %q", d.ID, n.MAC)
+		}
+		if !slices.Contains(bridges, n.Bridge) {
+			return invalid("domain: bridge %q is not an instance network", n.Bridge)
+		}
+	}
+	if len(d.Disks) > MaxDisks {
+		return invalid("domain %s: %d disks, at most %d", d.ID, len(d.Disks), MaxDisks)
+	}
+	for _, disk := range d.Disks {
+		if disk.Path == "" || !serialPattern.MatchString(disk.Serial) {
+			return invalid("domain %s: disk %q (serial %q)", d.ID, disk.Path, disk.Serial)
+		}
+	}
+	return nil
+}
+
+// Render returns the domain XML of d (Check it first).
+func Render(d *runtime.Domain) ([]byte, error) {
+	doc := &element{XMLName: xml.Name{Local: "domain"}, Attrs: attrs("type", "kvm")}
+	for _, part := range []func(*runtime.Domain) []*element{
+		name, uuid, memory, vcpu, sysinfo, osElement, features, cpu, clock, lifecycle, devices,
+	} {
+		doc.Children = append(doc.Children, part(d)...)
+	}
+	var buf bytes.Buffer
+	enc := xml.NewEncoder(&buf)
+	enc.Indent("", "  ")
+	if err := enc.Encode(doc); err != nil {
+		return nil, err
+	}
+	buf.WriteByte('\n')
+	return buf.Bytes(), nil
+}
+
+// DomainName is the libvirt name of an instance's domain.
+func DomainName(id string) string { return "bcd-" + id }
+
+func name(d *runtime.Domain) []*element { return []*element{text("name", DomainName(d.ID))} }
+
+// uuid derives the domain's UUID from its id, so that a redefinition keeps it.
+func uuid(d *runtime.Domain) []*element {
+	sum := sha256.Sum256([]byte("bcd-domain/v1\x00" + d.ID))
+	sum[6] = sum[6]&0x0f | 0x50 // version 5 style: name-based
+	sum[8] = sum[8]&0x3f | 0x80
+	u := fmt.Sprintf("%x-%x-%x-%x-%x", sum[0:4], sum[4:6], sum[6:8], sum[8:10], sum[10:16])
+	return []*element{text("uuid", u)}
+}
+
+func memory(d *runtime.Domain) []*element {
+	kib := fmt.Sprint(d.MemoryBytes / 1024)
+	return []*element{
+		text("memory", kib, "unit", "KiB"),
+		text("currentMemory", kib, "unit", "KiB"),
+	}
+}
+
+func vcpu(d *runtime.Domain) []*element {
+	return []*element{text("vcpu", fmt.Sprint(d.VCPUs), "placement", "static")}
+}
+
+// sysinfo carries the NoCloud seed URL as the SMBIOS system serial.
+func sysinfo(d *runtime.Domain) []*element {
+	entry := text("entry", "ds=nocloud;s="+SeedURL, "name", "serial")
+	return []*element{node("sysinfo", attrs("type", "smbios"), node("system", nil, entry))}
+}
+
+func osElement(d *runtime.Domain) []*element {
+	return []*element{node("os", nil,
+		text("type", "hvm", "arch", "x86_64", "machine", "q35"),
+		node("boot", attrs("dev", "hd")),
+		node("smbios", attrs("mode", "sysinfo")),
+	)}
+}
+
+func features(d *runtime.Domain) []*element {
+	return []*element{node("features", nil, node("acpi", nil), node("apic", nil))}
+}
+
+func cpu(d *runtime.Domain) []*element {
+	return []*element{node("cpu", attrs("mode", "host-passthrough", "check", "none"))}
+}
+
+func clock(d *runtime.Domain) []*element {
+	return []*element{node("clock", attrs("offset", "utc"))}
+}
+
+func lifecycle(d *runtime.Domain) []*element {
+	return []*element{text("on_poweroff", "destroy"), text("on_reboot", "restart"), text("on_crash", "destroy")}
+}
+
+func devices(d *runtime.Domain) []*element {
+	dev := node("devices", nil)
+	for _, part := range []func(*runtime.Domain) []*element{disks, interfaces, console, rng, balloon} {
+		dev.Children = append(dev.Children, part(d)...)
+	}
+	return []*element{dev}
+}
+
+// disks are the volumes as virtio disks vda, vdb, … in order.
+func disks(d *runtime.Domain) []*element {
+	var out []*element
+	for i, disk := range d.Disks {
+		e := node("disk", attrs("type", "file", "device", "disk"),
+			node("driver", attrs("name", "qemu", "type", "raw", "cache", "none", "io", "native")),
+			node("source", attrs("file", disk.Path)),
+			node("target", attrs("dev", "vd"+string(diskLetters[i]), "bus", "virtio")),
+		)
+		if disk.ReadOnly {
+			e.Children = append(e.Children, node("readonly", nil))
+		}
+		if disk.Serial != "" {
+			e.Children = append(e.Children, text("serial", disk.Serial))
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// interfaces are the NICs: the instance's own tap (made by bcd helper and
+// enslaved to its bridge), unmanaged by libvirt; a NIC without a tap joins
+// its bridge through a tap libvirt makes.
+func interfaces(d *runtime.Domain) []*element {
+	var out []*element
+	for _, n := range d.NICs {
+		var e *element
+		if n.Tap != "" {
+			e = node("interface", attrs("type", "ethernet"))
+		} else {
+			e = node("interface", attrs("type", "bridge"), node("source", attrs("bridge", n.Bridge)))
+		}
+		if n.MAC != "" {
+			e.Children = append(e.Children, node("mac", attrs("address", n.MAC)))
+		}
+		if n.Tap != "" {
+			e.Children = append(e.Children, node("target", attrs("dev", n.Tap, "managed", "no")))
+		}
+		e.Children = append(e.Children, node("model", attrs("type", "virtio")))
+		out = append(out, e)
+	}
+	return out
+}
+
+// console is a serial console on a pty (what a console tunnel attaches to).
+func console(d *runtime.Domain) []*element {
+	return []*element{
+		node("serial", attrs("type", "pty"), node("target", attrs("port", "0"))),
+		node("console", attrs("type", "pty"), node("target", attrs("type", "serial", "port", "0"))),
+	}
+}
+
+func rng(d *runtime.Domain) []*element {
+	return []*element{node("rng", attrs("model", "virtio"), text("backend", "/dev/urandom", "model", "random"))}
+}
+
+// balloon is the virtio memory balloon (its size policy comes later).
+func balloon(d *runtime.Domain) []*element {
+	return []*element{node("memballoon", attrs("model", "virtio"))}
+}
+
+// element is one XML element: attributes, text or children.
+type element struct {
+	XMLName  xml.Name
+	Attrs    []xml.Attr `xml:",attr"`
+	Text     string     `xml:",chardata"`
+	Children []*element
+}
+
+func attrs(kv ...string) []xml.Attr {
+	out := make([]xml.Attr, 0, len(kv)/2)
+	for i := 0; i+1 < len(kv); i += 2 {
+		out = append(out, xml.Attr{Name: xml.Name{Local: kv[i]}, Value: kv[i+1]})
+	}
+	return out
+}
+
+func node(name string, a []xml.Attr, children ...*element) *element {
+	return &element{XMLName: xml.Name{Local: name}, Attrs: a, Children: children}
+}
+
+func text(name, value string, kv ...string) *element {
+	return &element{XMLName: xml.Name{Local: name}, Attrs: attrs(kv...), Text: value}
+}

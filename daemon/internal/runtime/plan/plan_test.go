@@ -1,0 +1,92 @@
+// Tests of the domain XML: the elements and their order, the checks, and
+// (when virt-xml-validate is installed) libvirt's own schema.
+
+package plan
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"bcd/internal/runtime"
+)
+
+func domain() *runtime.Domain {
+	d := &runtime.Domain{ID: "vm1", VCPUs: 2, MemoryBytes: 1 << 30,
+		NICs:  []runtime.NIC{{Bridge: "bcbr0", MAC: "52:54:00:00:00:01"}, {Bridge: "bcbr0"}},
+		Disks: []runtime.Disk{{VolumeID: "data", Path: "/var/lib/bcd/volumes/data.raw", Serial: "data"}, {VolumeID: "ro", Path: "/var/lib/bcd/volumes/ro.raw", ReadOnly: true}}}
+	return d.WithTaps()
+}
+
+func TestRenderHasEveryElement(t *testing.T) {
+	data, err := Render(domain())
+	if err != nil {
+		t.Fatal(err)
+	}
+	xml := string(data)
+	for _, want := range []string{
+		`<domain type="kvm">`, `<name>bcd-vm1</name>`, `<memory unit="KiB">1048576</memory>`, `<vcpu placement="static">2</vcpu>`,
+		`<entry name="serial">ds=nocloud;s=http://169.254.169.254/nocloud/</entry>`, `<smbios mode="sysinfo">`,
+		`<source file="/var/lib/bcd/volumes/data.raw">`, `<target dev="vda" bus="virtio">`, `<serial>data</serial>`,
+		`<target dev="vdb" bus="virtio">`, `<readonly>`, `<interface type="ethernet">`, `<mac address="52:54:00:00:00:01">`,
+		`<target dev="` + runtime.TapName("vm1", 1) + `" managed="no">`, `<console type="pty">`,
+	} {
+		if !strings.Contains(xml, want) {
+			t.Errorf("the XML lacks %s:\n%s", want, xml)
+		}
+	}
+	again, _ := Render(domain())
+	if string(again) != xml {
+		t.Fatal("the XML is not stable")
+	}
+}
+
+func TestCheckRefusesWhatLibvirtWould(t *testing.T) {
+	bridges := []string{"bcbr0"}
+	if err := Check(domain(), bridges); err != nil {
+		t.Fatal(err)
+	}
+	for name, edit := range map[string]func(*runtime.Domain){
+		"zero vCPUs":  func(d *runtime.Domain) { d.VCPUs = 0 },
+		"no memory":   func(d *runtime.Domain) { d.MemoryBytes = 4096 },
+		"bad id":      func(d *runtime.Domain) { d.ID = "../etc" },
+		"bad MAC":     func(d *runtime.Domain) { d.NICs[0].MAC = "01:00:00:00:00:01" },
+		"mgmt bridge": func(d *runtime.Domain) { d.NICs[1].Bridge = "br-mgmt" },
+	} {
+		d := domain()
+		edit(d)
+		if err := Check(d, bridges); !errors.Is(err, runtime.ErrInvalid) {
+			t.Errorf("%s: %v, want ErrInvalid", name, err)
+		}
+	}
+	d := domain()
+	d.NICs[1].Bridge = "br-mgmt"
+	if err := Check(d, bridges); !strings.Contains(err.Error(), `domain: bridge "br-mgmt" is not an instance network`) {
+		t.Fatalf("%v", err)
+	}
+}
+
+// TestLibvirtSchemaAcceptsThePlan runs virt-xml-validate (Debian's
+// libvirt-clients) when it is installed.
+func TestLibvirtSchemaAcceptsThePlan(t *testing.T) {
+	validate, err := exec.LookPath("virt-xml-validate")
+	if err != nil {
+		t.Skip("virt-xml-validate is not installed (libvirt-clients)")
+	}
+	for _, d := range []*runtime.Domain{domain(), {ID: "bare", VCPUs: 1, MemoryBytes: 1 << 28}} {
+		data, err := Render(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(t.TempDir(), d.ID+".xml")
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command(validate, path, "domain").CombinedOutput(); err != nil {
+			t.Fatalf("virt-xml-validate refuses the plan: %v\n%s\n%s", err, out, data)
+		}
+	}
+}

@@ -1,0 +1,183 @@
+// Package runtime is the one interface every VPS runtime of bcd sits
+// behind (docs/daemon.md, "Instances"): define, start, stop and destroy a
+// domain, and say what state it is in. The instances reconciler
+// (internal/instances) drives it; the runtimes are runtime/fakehw (the
+// file-backed libvirt-kvm of fakehw builds), runtime/libvirt (virsh
+// through bcd helper) and runtime/cloudhypervisor (cloud-hypervisor with
+// taps from bcd helper). What a domain is made of is a Domain, which
+// runtime/plan renders as the libvirt domain XML.
+package runtime
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"regexp"
+	"time"
+)
+
+// The runtime names of the instances section (InstanceSpec.runtime), which
+// a node advertises as DriverManifest{name, kind: "runtime"} in its Hello.
+const (
+	NameLibvirtKVM      = "libvirt-kvm"
+	NameCloudHypervisor = "cloud-hypervisor"
+)
+
+// DriverKind is the DriverManifest kind of a runtime.
+const DriverKind = "runtime"
+
+// ErrInvalid marks a domain the runtime refuses before it changes anything
+// (libvirt would refuse its XML, a NIC is on a bridge that is not an
+// instance network). Its text says why.
+var ErrInvalid = errors.New("invalid domain")
+
+// IDPattern is what an instance id may look like (it names files, a
+// libvirt domain bcd-<id> and taps).
+var IDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+
+// State is a domain's state as the runtime sees it.
+type State string
+
+// The states.
+const (
+	// Absent is a domain the runtime does not have.
+	Absent State = "absent"
+	// Defined is a domain that is defined and not running (shut off, or
+	// not started since a reboot).
+	Defined State = "defined"
+	// Running is a running domain.
+	Running State = "running"
+)
+
+// Domain is what a runtime defines for one instance.
+type Domain struct {
+	// ID is the instance id; the libvirt domain is bcd-<id>.
+	ID string `json:"id"`
+	// VCPUs and MemoryBytes size it.
+	VCPUs       uint32 `json:"vcpus"`
+	MemoryBytes uint64 `json:"memory_bytes"`
+	// NICs are its network interfaces, in order.
+	NICs []NIC `json:"nics,omitempty"`
+	// Disks are its volumes, in order (vda, vdb, …).
+	Disks []Disk `json:"disks,omitempty"`
+	// SeedID names the seed's user data without holding it:
+	// "sha256:<hex>" of plain user data, "secret:<reference>" of a secret.
+	SeedID string `json:"seed_id,omitempty"`
+	// Seed is the instance's NoCloud seed: what its metadata endpoint
+	// serves as user-data and meta-data (written by the runtime with the
+	// domain, removed with it). It is not part of the fingerprint: SeedID
+	// and the meta data are.
+	Seed Seed `json:"-"`
+}
+
+// NIC is a network interface on a host bridge, through a tap.
+type NIC struct {
+	// Bridge is the host bridge it joins.
+	Bridge string `json:"bridge"`
+	// MAC is its address ("" lets the runtime choose).
+	MAC string `json:"mac,omitempty"`
+	// Tap is the tap device the runtime made for it (set by the runtime).
+	Tap string `json:"tap,omitempty"`
+}
+
+// Disk is a volume attached as a virtio disk.
+type Disk struct {
+	// VolumeID is the volume's id.
+	VolumeID string `json:"volume_id"`
+	// Path is the volume's file.
+	Path string `json:"path"`
+	// Serial is the serial the guest sees.
+	Serial string `json:"serial,omitempty"`
+	// ReadOnly attaches it read-only.
+	ReadOnly bool `json:"read_only,omitempty"`
+}
+
+// Seed is the NoCloud seed of an instance. UserData may be a secret: it
+// is never logged, and the runtime writes it 0600.
+type Seed struct {
+	UserData []byte
+	MetaData []byte
+}
+
+// Fingerprint identifies a domain's definition (everything but the seed's
+// user data, which may be secret: SeedID stands for it): a domain defined
+// with the same fingerprint is not defined again, so a secret is fetched
+// only for a new definition.
+func (d *Domain) Fingerprint() string {
+	data, _ := json.Marshal(d)
+	sum := sha256.Sum256(append(data, d.Seed.MetaData...))
+	return hex.EncodeToString(sum[:])
+}
+
+// Runtime defines, starts, stops and destroys domains. Every method is
+// idempotent: defining a domain already defined with the same fingerprint,
+// starting a running one, stopping a stopped one or destroying an absent
+// one changes nothing and succeeds.
+type Runtime interface {
+	// Name is the runtime's name (NameLibvirtKVM, …).
+	Name() string
+	// Version is what the Hello's DriverManifest says.
+	Version() string
+	// Define creates (or redefines) the domain with its seed and taps;
+	// ErrInvalid when the runtime would refuse it (nothing is left then).
+	Define(ctx context.Context, d *Domain) error
+	// Start starts a defined domain (its taps made again if a reboot took
+	// them).
+	Start(ctx context.Context, id string) error
+	// Stop powers a domain off and keeps it defined.
+	Stop(ctx context.Context, id string) error
+	// Destroy stops the domain if needed and removes it: its definition,
+	// its seed and its taps.
+	Destroy(ctx context.Context, id string) error
+	// Inspect says what the runtime has of a domain: its state and the
+	// fingerprint it was defined with ("" when absent).
+	Inspect(ctx context.Context, id string) (State, string, error)
+	// List returns the ids of every domain the runtime has.
+	List(ctx context.Context) ([]string, error)
+}
+
+// TapName is the tap of an instance's i-th NIC: bcdt<8 hex of
+// SHA-256(id)>n<i>, at most 15 bytes (an interface name). bcd helper makes
+// taps of this name only (ch.taps).
+func TapName(id string, i int) string {
+	sum := sha256.Sum256([]byte(id))
+	return "bcdt" + hex.EncodeToString(sum[:4]) + "n" + itoa(i)
+}
+
+func itoa(i int) string {
+	if i < 10 {
+		return string(rune('0' + i))
+	}
+	return itoa(i/10) + string(rune('0'+i%10))
+}
+
+// WithTaps sets each NIC's tap to TapName(d.ID, i).
+func (d *Domain) WithTaps() *Domain {
+	for i := range d.NICs {
+		d.NICs[i].Tap = TapName(d.ID, i)
+	}
+	return d
+}
+
+// Usage is what a running domain has used since it started: the live
+// counters telemetry exports (docs/protocol.md, "Telemetry").
+type Usage struct {
+	// CPUTime is the CPU time the guest used.
+	CPUTime time.Duration
+	// MemoryUsedBytes is the guest memory in use.
+	MemoryUsedBytes uint64
+	// DiskReadBytes and DiskWriteBytes are its block I/O so far.
+	DiskReadBytes, DiskWriteBytes uint64
+	// NetRxBytes and NetTxBytes are its network I/O so far.
+	NetRxBytes, NetTxBytes uint64
+}
+
+// UsageReader is a runtime that can read a running domain's usage. A
+// runtime without it reports none (the instance is still counted, with
+// its configured size).
+type UsageReader interface {
+	// Usage reads the usage of the running domain bcd-<id>.
+	Usage(ctx context.Context, id string) (Usage, error)
+}

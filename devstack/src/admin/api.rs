@@ -1,0 +1,265 @@
+//! The admin endpoint's wire types (docs/devstack.md, "The admin
+//! endpoint"): what each route takes and answers, as JSON. The server
+//! ([`super`]) and the client ([`super::client`]) share them, so the CLI
+//! and the endpoint cannot disagree on a field.
+
+use serde::{Deserialize, Serialize};
+
+/// The version prefix of every route.
+pub const PREFIX: &str = "/v1";
+
+/// A refusal: the HTTP status says what kind, `error` says it for people.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// What went wrong.
+    pub error: String,
+}
+
+/// `GET /v1/stack`: what the stack is.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StackInfo {
+    /// The gateway URL nodes dial.
+    pub gateway_url: String,
+    /// The well-known document's URL.
+    pub well_known_url: String,
+    /// The name the serving certificate is checked for.
+    pub server_name: String,
+    /// The serving CA's pin.
+    pub serving_ca_pin: String,
+    /// Whether commands and specs are signed.
+    pub signed_intent: bool,
+    /// Whether the JoinService has a TPM attestor.
+    pub tpm_attestor: bool,
+    /// The pools.
+    pub pools: Vec<PoolView>,
+    /// How many nodes are in each state (state, count).
+    pub nodes: Vec<(String, usize)>,
+    /// How many nodes have a live session.
+    pub connected: usize,
+}
+
+/// A pool.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolView {
+    /// `pool_…`.
+    pub id: String,
+    /// Its name.
+    pub name: String,
+    /// The GPU count its acceptance check expects, if any.
+    pub expect_gpus: Option<u32>,
+    /// `diag.nvml` or `none`.
+    pub acceptance: String,
+}
+
+/// One line of `devstack nodes`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeSummary {
+    /// `node_…`.
+    pub id: String,
+    /// Its pool's id.
+    pub pool_id: String,
+    /// Its pool's name.
+    pub pool: String,
+    /// `joined`, `accepting`, `adopted` or `rejected`.
+    pub state: String,
+    /// Why (a rejection reason, say), or empty.
+    pub reason: String,
+    /// The hostname it claimed.
+    pub hostname: String,
+    /// The daemon version of its last Hello.
+    pub daemon_version: String,
+    /// The epoch of its live session, if it has one.
+    pub session_epoch: Option<u64>,
+    /// The spec generation it applied.
+    pub applied_generation: u64,
+    /// The latest spec generation the stack made for it.
+    pub spec_generation: u64,
+    /// The GPUs of its `gpus` inventory section, if it reported one.
+    pub gpus: Option<u32>,
+    /// Join time.
+    pub created_at_ms: i64,
+    /// Adoption time.
+    pub adopted_at_ms: Option<i64>,
+}
+
+/// `GET /v1/nodes/{node}`: a node and what the stack knows of it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NodeDetail {
+    /// The node.
+    pub node: NodeSummary,
+    /// Its sessions, the newest last (at most the last 10).
+    pub sessions: Vec<SessionView>,
+    /// Its certificates.
+    pub certificates: Vec<CertView>,
+    /// Its inventory sections.
+    pub inventory: Vec<InventoryView>,
+    /// Its section statuses.
+    pub sections: Vec<SectionView>,
+    /// Its commands, the newest last (at most the last 20).
+    pub commands: Vec<CommandView>,
+    /// Its reservations.
+    pub reservations: Vec<ReservationView>,
+}
+
+/// A session.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionView {
+    /// Its epoch.
+    pub epoch: u64,
+    /// The daemon version of its Hello.
+    pub daemon_version: String,
+    /// The node's boot id.
+    pub boot_id: String,
+    /// When it was welcomed.
+    pub connected_at_ms: i64,
+    /// When it ended, if it did.
+    pub disconnected_at_ms: Option<i64>,
+}
+
+/// A certificate.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CertView {
+    /// Its serial (hex).
+    pub serial: String,
+    /// The certified key's pin.
+    pub spki_pin: String,
+    /// notAfter.
+    pub not_after_ms: i64,
+    /// When it was revoked, if it was.
+    pub revoked_at_ms: Option<i64>,
+}
+
+/// An inventory section.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InventoryView {
+    /// `system`, `gpus`, `network`.
+    pub name: String,
+    /// Its SHA-256.
+    pub sha256: String,
+    /// When it was last reported.
+    pub updated_at_ms: i64,
+}
+
+/// A section status.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SectionView {
+    /// The section.
+    pub section: String,
+    /// `applied`, `progressing`, `failed`, `unspecified`.
+    pub state: String,
+    /// Its reason.
+    pub reason: String,
+    /// Its message.
+    pub message: String,
+    /// The generation it is for.
+    pub generation: u64,
+}
+
+/// `POST /v1/tokens`: a join token to mint.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenRequest {
+    /// The pool, by id or name (default: the stack's default pool).
+    pub pool: Option<String>,
+    /// How many joins it allows.
+    pub uses: u32,
+    /// How long it works, in milliseconds.
+    pub ttl_ms: u64,
+}
+
+/// A minted token: where the stack wrote it (mode 0600), never the token.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenView {
+    /// The token's row id.
+    pub token_id: String,
+    /// Its pool's id.
+    pub pool_id: String,
+    /// Its pool's name.
+    pub pool: String,
+    /// How many joins it allows.
+    pub uses: u32,
+    /// When it stops working.
+    pub expires_at_ms: i64,
+    /// The file holding the token (readable by its owner only).
+    pub file: String,
+}
+
+/// `POST /v1/commands`: a command to enqueue.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CommandRequest {
+    /// The node: its id, a unique prefix of it, or its unique hostname.
+    pub node: String,
+    /// The kind (`diag.nvml`, …). `daemon.upgrade` with params
+    /// `{"version": V}` rolls out the published release V.
+    pub kind: String,
+    /// Its parameters (JSON).
+    pub params: serde_json::Value,
+}
+
+/// `POST /v1/commands/{id}/wait`: how long to wait for the end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaitRequest {
+    /// Milliseconds.
+    pub timeout_ms: u64,
+}
+
+/// A command and where it is.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CommandView {
+    /// `cmd_…`.
+    pub id: String,
+    /// The node.
+    pub node_id: String,
+    /// The kind.
+    pub kind: String,
+    /// `pending`, `delivered`, …, `succeeded`, `failed`, `expired`, `unsupported`.
+    pub state: String,
+    /// Whether the state is terminal.
+    pub done: bool,
+    /// The node's reason.
+    pub reason: String,
+    /// The verified result's output: JSON when it parses, else a string.
+    pub output: Option<serde_json::Value>,
+    /// Enqueue time.
+    pub created_at_ms: i64,
+    /// End time.
+    pub finished_at_ms: Option<i64>,
+    /// How many times it was sent.
+    pub deliveries: u32,
+}
+
+/// `POST /v1/reservations`: GPUs to book.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReserveRequest {
+    /// The node (as for commands).
+    pub node: String,
+    /// How many GPUs.
+    pub gpus: u32,
+}
+
+/// A reservation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReservationView {
+    /// `rsv_…`.
+    pub id: String,
+    /// The node.
+    pub node_id: String,
+    /// The GPU indexes held.
+    pub gpu_indexes: Vec<u32>,
+    /// `pending`, `active`, `releasing`, `released`, `failed`.
+    pub state: String,
+    /// The node's reason for a failure.
+    pub reason: String,
+    /// Why the last AllocationBound was refused, or empty.
+    pub last_refusal: String,
+    /// The spec generation that added the hold.
+    pub generation: u64,
+    /// The CDI devices the node bound.
+    pub cdi_devices: Vec<String>,
+}
+
+/// `POST /v1/nodes/{node}/revoke`'s answer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Revoked {
+    /// The node.
+    pub node_id: String,
+}

@@ -1,0 +1,80 @@
+//! `POST /v1/reservations`, `GET /v1/reservations/{id}`, `POST
+//! /v1/reservations/{id}/wait` and `POST /v1/reservations/{id}/release`:
+//! book GPUs of an adopted node as a hold, read a reservation, wait until
+//! the node bound it (or it ended), withdraw its hold (docs/protocol.md,
+//! "Reservations (holds)").
+
+use axum::Json;
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+
+use super::api::{self, ReservationView, ReserveRequest, WaitRequest};
+use super::{Answer, ApiError, resolve_node};
+use crate::store::rows::{ReservationRow, ReservationState};
+
+pub(super) fn routes() -> Router<super::State> {
+    Router::new()
+        .route(&format!("{}/reservations", api::PREFIX), post(reserve))
+        .route(&format!("{}/reservations/{{id}}", api::PREFIX), get(read))
+        .route(&format!("{}/reservations/{{id}}/wait", api::PREFIX), post(wait))
+        .route(&format!("{}/reservations/{{id}}/release", api::PREFIX), post(release))
+}
+
+/// A reservation as the API shows it.
+pub(super) fn view(r: ReservationRow) -> ReservationView {
+    ReservationView {
+        id: r.id,
+        node_id: r.node_id,
+        gpu_indexes: r.gpu_indexes,
+        state: r.state.to_string(),
+        reason: r.reason,
+        last_refusal: r.last_refusal,
+        generation: r.generation,
+        cdi_devices: r.cdi_devices,
+    }
+}
+
+fn reservation(s: &super::State, id: &str) -> Result<ReservationView, ApiError> {
+    s.stack
+        .view(|v| v.reservation(id))?
+        .map(view)
+        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no reservation {id}")))
+}
+
+async fn reserve(State(s): State<super::State>, Json(request): Json<ReserveRequest>) -> Answer<ReservationView> {
+    let node = resolve_node(&s.stack, &request.node)?;
+    let id = s.stack.reserve(&node.id, request.gpus).await?;
+    Ok(Json(reservation(&s, &id)?))
+}
+
+async fn read(State(s): State<super::State>, Path(id): Path<String>) -> Answer<ReservationView> {
+    Ok(Json(reservation(&s, &id)?))
+}
+
+async fn release(State(s): State<super::State>, Path(id): Path<String>) -> Answer<ReservationView> {
+    s.stack.release(&id).await?;
+    Ok(Json(reservation(&s, &id)?))
+}
+
+async fn wait(
+    State(s): State<super::State>,
+    Path(id): Path<String>,
+    Json(request): Json<WaitRequest>,
+) -> Answer<ReservationView> {
+    let timeout = std::time::Duration::from_millis(request.timeout_ms).min(super::MAX_WAIT);
+    let mut stop = s.stop.clone();
+    let bound = s.stack.await_until(format!("reservation {id} to be bound"), timeout, |v| {
+        let Some(row) = v.reservation(&id) else { return Some(None) };
+        v.note(format_args!("state {}", row.state));
+        (row.state == ReservationState::Active || row.state.is_terminal()).then_some(Some(row))
+    });
+    let row = tokio::select! {
+        row = bound => row?,
+        _ = stop.wait_for(|s| *s) => {
+            return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the dev stack is stopping"));
+        }
+    };
+    row.map(|r| Json(view(r))).ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no reservation {id}")))
+}

@@ -1,0 +1,318 @@
+//! `devstack serve`: a dev control plane on loopback for joining bcd by hand
+//! or by the dozen (docs/devstack.md, "devstack serve"). It prints the
+//! gateway URL, the well-known URL, the pins and where it wrote a ready
+//! `config.toml`, `join-encryption.jwk` and a join-token file (never the
+//! token itself); serves the admin endpoint the other subcommands talk to;
+//! with `--sim N` runs N simulated nodes ([`crate::sim`]); with `--tpm` a
+//! TPM attestor; with `--releases DIR` serves and signs the releases in DIR.
+//! SIGINT or SIGTERM stops the agents (their exit awaited), the admin
+//! endpoint (its files removed) and the stack (Drain to every session).
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use devstack::admin::{Admin, AdminOptions, discovery, releases};
+use devstack::{DevStack, DevStackOptions, PoolSpec, StoreLocation, TpmAllow, TpmAttestorOptions};
+use pki::tpm::attestor::NodeKeyPolicy;
+use tokio::sync::watch;
+
+use crate::sim::{Sim, SimSpec, Variant, stopped};
+
+/// The committed manufacturer root of the fakehw TPM's EK certificate.
+const EK_ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/tpm/ek-root.der");
+/// The committed swtpm state whose EK that root certifies.
+const TPM_STATE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/tpm/tpm2-00.permall");
+
+/// A committed file's path as a person reads it (without `..`).
+fn committed(path: &str) -> PathBuf {
+    Path::new(path).canonicalize().unwrap_or_else(|_| PathBuf::from(path))
+}
+
+/// `devstack serve`'s flags.
+#[derive(Args)]
+pub struct Serve {
+    /// Keep the store in memory; config, key and token files go to a
+    /// temporary directory that is printed (and removed at exit).
+    #[arg(long, conflicts_with = "data")]
+    memory: bool,
+    /// Keep the store in DIR/devstack.sqlite and write the bcd files under
+    /// DIR; a later run on the same DIR keeps the keys, pins and nodes.
+    #[arg(long, value_name = "DIR")]
+    data: Option<PathBuf>,
+    /// The gateway port (0 picks a free one).
+    #[arg(long, value_name = "P", default_value_t = 0)]
+    port: u16,
+    /// The HTTP port of the well-known document and the releases (0 picks a free one).
+    #[arg(long, value_name = "P", default_value_t = 0)]
+    http_port: u16,
+    /// The HTTPS port of the WebSocket session and `POST /v1/renew` (0
+    /// picks a free one).
+    #[arg(long, value_name = "P", default_value_t = 0)]
+    https_port: u16,
+    /// The address to listen on (the admin endpoint is on loopback only, always).
+    #[arg(long, value_name = "H", default_value = "127.0.0.1")]
+    host: IpAddr,
+    /// Sign commands and NodeSpecs with a command root, and hand joining
+    /// nodes the command roots and a signed trust bundle.
+    #[arg(long)]
+    signed_intent: bool,
+    /// The GPU count the pools' diag.nvml must report: the default pool's
+    /// (default: any) and, with --sim, the sim pool's (default: the variant's).
+    #[arg(long, value_name = "N")]
+    expect_gpus: Option<u32>,
+    /// How many joins the printed join token allows.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    token_uses: u32,
+    /// How long the printed join token works (`90s`, `30m`, `24h`, `7d`).
+    #[arg(long, value_name = "DURATION", default_value = "24h", value_parser = humantime::parse_duration)]
+    token_ttl: Duration,
+    /// Run N simulated bcd nodes (`bcd sim`, fakehw, built on first use) that
+    /// join the pool sim-<variant>; they stop with the stack.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    sim: Option<u32>,
+    /// The simulated machine: hgx-h100 (8 GPUs), hgx-h100-gpu-missing (7 of
+    /// 8: never adopted), l40s (4 GPUs), cpu (no GPU).
+    #[arg(long, value_enum, value_name = "V", default_value = "hgx-h100")]
+    sim_variant: Variant,
+    /// The first simulated node's fakehw seed (node i gets S+i).
+    #[arg(long, value_name = "S", default_value = "41")]
+    sim_seed: String,
+    /// A TPM attestor trusting the committed EK root (testdata/tpm/ek-root.der),
+    /// admitting every EK it certifies into the default pool: `bcd join
+    /// --attestor tpm` works by hand.
+    #[arg(long)]
+    tpm: bool,
+    /// Another EK root (DER) for --tpm.
+    #[arg(long, value_name = "FILE", requires = "tpm")]
+    tpm_ek_root: Option<PathBuf>,
+    /// The attestor's nodeKey policy: tpm, certified or any.
+    #[arg(long, value_name = "POLICY", default_value = "tpm", value_parser = parse_node_key)]
+    tpm_node_key: NodeKeyPolicy,
+    /// Serve and sign the releases in DIR (DIR/<version>/bcd-<os>-<arch>, an
+    /// optional DIR/<version>/sequence) and pin the release keys in the bcd
+    /// config's [update]; `devstack command NODE daemon.upgrade --params
+    /// '{"version":"V"}'` rolls one out.
+    #[arg(long, value_name = "DIR")]
+    releases: Option<PathBuf>,
+}
+
+fn parse_node_key(s: &str) -> Result<NodeKeyPolicy, String> {
+    match s {
+        "tpm" => Ok(NodeKeyPolicy::Tpm),
+        "certified" => Ok(NodeKeyPolicy::Certified),
+        "any" => Ok(NodeKeyPolicy::Any),
+        other => Err(format!("{other:?} is not tpm, certified or any")),
+    }
+}
+
+/// The name of the pool `serve` creates.
+const DEFAULT_POOL: &str = "default";
+/// The join token file, next to the bcd directory.
+const TOKEN_FILE: &str = "join-token";
+
+/// The TPM attestor of `--tpm`.
+fn tpm_attestor(args: &Serve) -> Result<Option<TpmAttestorOptions>> {
+    if !args.tpm {
+        return Ok(None);
+    }
+    let root = args.tpm_ek_root.clone().unwrap_or_else(|| committed(EK_ROOT));
+    let der = std::fs::read(&root).with_context(|| format!("read the EK root {}", root.display()))?;
+    let mut attestor = TpmAttestorOptions::new(vec![der], args.tpm_node_key);
+    attestor.allow.push(TpmAllow::any(DEFAULT_POOL));
+    Ok(Some(attestor))
+}
+
+/// The default pool, created on first use.
+async fn default_pool(stack: &DevStack, expect_gpus: Option<u32>) -> Result<String> {
+    Ok(match stack.pool_by_name(DEFAULT_POOL).await? {
+        Some(pool) => pool.id,
+        None => {
+            let spec = PoolSpec { name: DEFAULT_POOL.into(), expect_gpu_count: expect_gpus, ..PoolSpec::default() };
+            stack.create_pool(spec).await?
+        }
+    })
+}
+
+/// A stop flag that SIGINT or SIGTERM sets. It listens from now on (before
+/// anything is printed, so a signal sent as soon as the output appears stops
+/// the stack cleanly).
+fn stop_signals() -> Result<watch::Receiver<bool>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("listen for SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("listen for SIGINT")?;
+    let (tx, rx) = watch::channel(false);
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        let _ = tx.send(true);
+    });
+    Ok(rx)
+}
+
+pub async fn run(args: Serve, discovery_file: PathBuf) -> Result<ExitCode> {
+    let mut stop = stop_signals()?;
+    // With --memory the files live in a temporary directory kept until exit.
+    let (dir, temp) = match &args.data {
+        Some(dir) => (dir.clone(), None),
+        None => {
+            let temp =
+                tempfile::Builder::new().prefix("devstack-").tempdir().context("create a temporary directory")?;
+            (temp.path().to_path_buf(), Some(temp))
+        }
+    };
+    // The directory holds the store (every private key of the stack) and
+    // the token file: made owner-only when serve creates it.
+    if !dir.exists() {
+        let mut builder = std::fs::DirBuilder::new();
+        builder.recursive(true);
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+        builder.create(&dir).with_context(|| format!("create {}", dir.display()))?;
+    }
+    let store = if args.memory || args.data.is_none() {
+        StoreLocation::Memory
+    } else {
+        StoreLocation::File(dir.join("devstack.sqlite"))
+    };
+    let options = DevStackOptions {
+        store,
+        signed_intent: args.signed_intent,
+        listen_host: args.host,
+        gateway_port: args.port,
+        http_port: args.http_port,
+        https_port: args.https_port,
+        tpm_attestor: tpm_attestor(&args)?,
+        ..DevStackOptions::default()
+    };
+    let stack = Arc::new(DevStack::start(options).await.context("start the dev stack")?);
+    let admin = prepare(&stack, &args, &dir, &discovery_file).await?;
+
+    let code = run_until_stopped(&stack, &args, &dir, &mut stop).await?;
+    admin.shutdown().await;
+    match Arc::try_unwrap(stack) {
+        Ok(stack) => stack.shutdown().await.context("shut down")?,
+        // Invariant: the admin endpoint's requests end with it; a stack
+        // still shared is dropped (its servers abort) when the last one goes.
+        Err(_) => tracing::warn!("devstack: the stack is still shared at exit; not drained"),
+    }
+    drop(temp);
+    Ok(code)
+}
+
+/// Runs the simulated nodes (if asked) until SIGINT or SIGTERM, then stops
+/// them; a sim that ended by itself makes the exit code a failure.
+async fn run_until_stopped(
+    stack: &DevStack,
+    args: &Serve,
+    dir: &Path,
+    stop: &mut watch::Receiver<bool>,
+) -> Result<ExitCode> {
+    let Some(nodes) = args.sim else {
+        stopped(stop).await;
+        eprintln!("devstack: stopping");
+        return Ok(ExitCode::SUCCESS);
+    };
+    let spec = SimSpec { nodes, variant: args.sim_variant, seed: args.sim_seed.clone(), expect_gpus: args.expect_gpus };
+    let mut sim = tokio::select! {
+        sim = Sim::start(stack, dir, &spec) => sim?,
+        _ = stopped(stop) => {
+            eprintln!("devstack: stopping (before bcd sim started)");
+            return Ok(ExitCode::SUCCESS);
+        }
+    };
+    let watched = sim.watch(stack, stop).await;
+    if let Err(e) = &watched {
+        eprintln!("devstack: {e:#}");
+        eprintln!("devstack: still serving; stop with Ctrl-C");
+        stopped(stop).await;
+    }
+    eprintln!("devstack: stopping bcd sim, then the stack");
+    let status = sim.stop().await?;
+    eprintln!("devstack: bcd sim stopped ({status})");
+    Ok(if watched.is_ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// Everything before serving: the default pool, the join token file, the
+/// releases, the bcd configuration, the admin endpoint; prints where they are.
+async fn prepare(stack: &Arc<DevStack>, args: &Serve, dir: &Path, discovery_file: &Path) -> Result<Admin> {
+    let pool_id = default_pool(stack, args.expect_gpus).await?;
+    let token = stack.mint_join_token(&pool_id, args.token_uses, args.token_ttl).await?;
+    let token_path = dir.join(TOKEN_FILE);
+    discovery::write_private(&token_path, format!("{token}\n").as_bytes())
+        .with_context(|| format!("write {}", token_path.display()))?;
+    drop(token);
+    let mut published = Vec::new();
+    if let Some(releases_dir) = &args.releases {
+        published = releases::publish_new(stack, releases_dir)
+            .await
+            .with_context(|| format!("publish the releases of {}", releases_dir.display()))?;
+    }
+    let pins = args.releases.is_some().then(|| stack.release_keys());
+    let bcd_dir = dir.join("bcd");
+    let paths = stack.write_bcd_config_with(&bcd_dir, &bcd_dir, pins.as_ref()).await?;
+    let admin = Admin::serve(
+        stack.clone(),
+        AdminOptions {
+            discovery: discovery_file.to_path_buf(),
+            data_dir: dir.to_path_buf(),
+            default_pool: DEFAULT_POOL.into(),
+            releases: args.releases.clone(),
+        },
+    )
+    .await
+    .context("start the admin endpoint")?;
+
+    let pins = stack.pins();
+    let ttl = crate::table::duration(args.token_ttl);
+    println!("devstack is serving (stop with Ctrl-C)");
+    println!("  gateway:             {}", stack.gateway_url());
+    println!("  server name:         {}", stack.server_name());
+    println!("  well-known:          {}", stack.well_known_url());
+    println!("  websocket session:   {}", stack.websocket_url());
+    println!("  OTLP metrics:        {}", stack.otlp_url());
+    println!("  serving CA pin:      {}", pins.serving_ca);
+    println!("  join signing pin:    {}", pins.join_signing);
+    println!("  join encryption pin: {}", pins.join_encryption);
+    println!("  signed intent:       {}", args.signed_intent);
+    println!("  pool:                {DEFAULT_POOL} ({pool_id})");
+    println!("  data dir:            {}{}", dir.display(), if args.data.is_none() { " (temporary)" } else { "" });
+    println!("  bcd config:          {}", paths.config.display());
+    println!("  join encryption jwk: {}", paths.jwk.display());
+    println!("  join token file:     {} ({} uses, {ttl})", token_path.display(), args.token_uses);
+    println!("  admin endpoint:      {} (discovery file {})", admin.url(), admin.discovery_path().display());
+    if args.tpm {
+        let root = args.tpm_ek_root.clone().unwrap_or_else(|| committed(EK_ROOT));
+        println!("  TPM attestor:        EK root {}", root.display());
+    }
+    if let Some(releases_dir) = &args.releases {
+        let versions: Vec<String> =
+            published.iter().map(|r| format!("{} (sequence {})", r.version, r.sequence)).collect();
+        println!("  releases:            {} published from {}", versions.len(), releases_dir.display());
+        for v in versions {
+            println!("                       {v}");
+        }
+    }
+    println!();
+    println!(
+        "join a node: bcd join --token-file {} --config {}, then bcd node --config {}",
+        token_path.display(),
+        paths.config.display(),
+        paths.config.display()
+    );
+    if args.tpm {
+        println!(
+            "join with a TPM: BCD_FAKEHW_TPM_STATE={} bcd join --attestor tpm --config {} (a fakehw bcd)",
+            committed(TPM_STATE).display(),
+            paths.config.display()
+        );
+    }
+    println!("look around from another terminal: devstack nodes, devstack events --watch, devstack --help");
+    Ok(admin)
+}

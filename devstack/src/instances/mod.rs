@@ -1,0 +1,346 @@
+//! VPS instances (docs/devstack.md, "Instances"): the instances API
+//! (`create_instance`, `delete_instance`, `set_instance_state`,
+//! `instance`, `await_instance_state`), placement onto a host of a
+//! `vps-host` pool (`crate::placement`), the host's NodeSpec `instances`
+//! section rebuilt in the same transaction that changes an instance or a
+//! volume (as reservations do), the drivers a host announces in its Hello
+//! as labels, and the states its StatusReports move instances through
+//! (`report.rs`). Volumes are `volumes.rs`.
+//!
+//! States: `unschedulable` (no host passes placement; the reason names
+//! what refused it, and placement is tried again whenever a host of the
+//! pool reports), `pending` (in the host's spec), then what the host
+//! reports (`starting`, `running`, `stopped`, `failed`), and `deleted`
+//! once the host confirms the domain gone (a report at or after the
+//! generation without it, no longer listing it).
+
+mod report;
+mod volumes;
+
+use std::time::Duration;
+
+use rusqlite::Connection;
+use tracing::{info, warn};
+
+use crate::clock::now_ms;
+use crate::error::{Error, Result};
+use crate::ids;
+use crate::placement::{self, Request, Room};
+use crate::shared::Shared;
+use crate::stack::DevStack;
+use crate::store::instance_rows::{InstanceDesired, InstanceRow, InstanceState, NodeLabelRow};
+use crate::store::rows::NodeSpecRow;
+use crate::store::{instances as rows, labels, pools, secrets, volumes as volume_rows};
+use crate::view::StackView;
+
+pub use report::Reports;
+
+/// The code of an unschedulable instance's reason.
+pub const UNSCHEDULABLE: &str = proto::refusal::Code::InstanceUnschedulable.as_str();
+
+/// An instance to create.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct InstanceRequest {
+    /// Its runtime (`libvirt-kvm`, …): a host must announce it.
+    pub runtime: String,
+    /// vCPUs.
+    pub vcpus: u32,
+    /// Memory.
+    pub memory_bytes: u64,
+    /// Running (the default) or stopped.
+    pub state: InstanceDesired,
+    /// Cloud-init user data that is not secret.
+    pub user_data: Vec<u8>,
+    /// A secret (from [`DevStack::put_secret`]) holding the user data: the
+    /// host fetches it through the secret broker.
+    pub user_data_secret: Option<String>,
+    /// NICs.
+    pub nics: Vec<proto::InstanceNic>,
+    /// Volumes of the host it attaches (placement goes to their host).
+    pub volumes: Vec<proto::VolumeAttachment>,
+    /// Pin it to this host: placement's other filters still apply, room is
+    /// left to the host's own admission.
+    pub node: Option<String>,
+}
+
+/// A node's `instances` section: its instances and volumes that are not
+/// deleted.
+fn section(c: &Connection, node_id: &str) -> Result<proto::InstancesSection> {
+    let instances = rows::on_node(c, node_id)?
+        .into_iter()
+        .filter(|i| i.desired != InstanceDesired::Deleted)
+        .map(|i| proto::InstanceSpec { state: i.desired.as_str().to_string(), ..i.spec })
+        .collect();
+    let volumes = volume_rows::on_node(c, node_id)?
+        .into_iter()
+        .filter(|v| !v.deleting)
+        .map(|v| proto::VolumeSpec { id: v.id, size_bytes: v.size_bytes })
+        .collect();
+    Ok(proto::InstancesSection { instances, volumes })
+}
+
+/// The next spec generation of a node with its instances section rebuilt
+/// from the store.
+pub(crate) fn respec(c: &Connection, shared: &Shared, node_id: &str) -> Result<NodeSpecRow> {
+    let section = section(c, node_id)?;
+    crate::spec::next(c, shared, node_id, false, |spec| {
+        spec.instances = Some(section);
+        Ok(())
+    })
+}
+
+/// Records a Hello's runtime drivers as `bc.dev/driver.<name>` labels.
+pub(crate) fn record_drivers(c: &Connection, node_id: &str, drivers: &[proto::DriverManifest], now: i64) -> Result<()> {
+    let runtimes: Vec<(String, String)> =
+        drivers.iter().filter(|d| d.kind == "runtime").map(|d| (d.name.clone(), d.version.clone())).collect();
+    if labels::set_drivers(c, node_id, &runtimes, now)? {
+        info!(node_id, drivers = ?runtimes, "node: driver labels");
+    }
+    Ok(())
+}
+
+/// The placement request of an instance.
+fn request<'a>(pool: &'a crate::store::rows::PoolRow, row: &'a InstanceRow) -> Request<'a> {
+    Request {
+        pool,
+        runtime: &row.spec.runtime,
+        need: Room { vcpus: row.spec.vcpus as u64, memory_bytes: row.spec.memory_bytes },
+        volumes: row.spec.volumes.iter().map(|v| v.volume_id.clone()).collect(),
+        pinned: row.pinned_node.as_deref(),
+    }
+}
+
+/// Tries to place an inserted instance: on success it is `pending` in its
+/// host's next spec (returned), else `unschedulable` with the reason.
+fn try_place(c: &Connection, shared: &Shared, row: &InstanceRow) -> Result<Option<NodeSpecRow>> {
+    let pool = pools::get(c, &row.pool_id)?.ok_or_else(|| Error::UnknownPool { pool_id: row.pool_id.clone() })?;
+    let hosts = placement::hosts(c, &row.pool_id)?;
+    let now = now_ms();
+    match placement::choose(&request(&pool, row), &hosts) {
+        Ok(node_id) => {
+            rows::place(c, &row.id, &node_id, 0, now)?;
+            let spec = respec(c, shared, &node_id)?;
+            rows::place(c, &row.id, &node_id, spec.generation, now)?;
+            info!(instance_id = %row.id, node_id, generation = spec.generation, "instance: placed");
+            Ok(Some(spec))
+        }
+        Err(why) => {
+            let reason = format!("{UNSCHEDULABLE}: {why}");
+            if reason != row.reason {
+                warn!(instance_id = %row.id, %reason, "instance: unschedulable");
+            }
+            rows::set_unschedulable(c, &row.id, &reason, now)?;
+            Ok(None)
+        }
+    }
+}
+
+/// Places what can be placed of a pool's unschedulable instances, oldest
+/// first; returns the specs to send.
+pub(crate) fn reschedule(c: &Connection, shared: &Shared, pool_id: &str) -> Result<Vec<NodeSpecRow>> {
+    let mut specs = Vec::new();
+    for row in rows::unschedulable(c, pool_id)? {
+        if let Some(spec) = try_place(c, shared, &row)? {
+            specs.push(spec);
+        }
+    }
+    Ok(specs)
+}
+
+/// Checks a request before anything is stored.
+fn check(c: &Connection, request: &InstanceRequest) -> Result<()> {
+    let invalid = |reason: String| Err(Error::InvalidInstance { reason });
+    if request.runtime.is_empty() || request.vcpus == 0 || request.memory_bytes == 0 {
+        return invalid(format!(
+            "{}: runtime {:?}, {} vCPUs, {} bytes of memory",
+            proto::refusal::Code::InstanceInvalid,
+            request.runtime,
+            request.vcpus,
+            request.memory_bytes
+        ));
+    }
+    if request.state == InstanceDesired::Deleted {
+        return invalid("an instance is created running or stopped".into());
+    }
+    if let Some(secret) = &request.user_data_secret
+        && secrets::get(c, secret)?.is_none()
+    {
+        return invalid(format!("no secret {secret}"));
+    }
+    for a in &request.volumes {
+        match volume_rows::get(c, &a.volume_id)? {
+            Some(v) if !v.deleting => {}
+            _ => return Err(Error::UnknownVolume { volume_id: a.volume_id.clone() }),
+        }
+    }
+    Ok(())
+}
+
+/// Creates an instance and places it; returns its id.
+fn create(shared: &Shared, pool_id: &str, request: InstanceRequest) -> Result<String> {
+    let id = ids::instance_id();
+    let now = now_ms();
+    let spec = shared.store.tx(|c| {
+        if pools::get(c, pool_id)?.is_none() {
+            return Err(Error::UnknownPool { pool_id: pool_id.to_string() });
+        }
+        check(c, &request)?;
+        let row = InstanceRow {
+            id: id.clone(),
+            pool_id: pool_id.to_string(),
+            node_id: None,
+            desired: request.state,
+            state: InstanceState::Unschedulable,
+            reason: String::new(),
+            spec: proto::InstanceSpec {
+                id: id.clone(),
+                runtime: request.runtime.clone(),
+                vcpus: request.vcpus,
+                memory_bytes: request.memory_bytes,
+                state: request.state.as_str().to_string(),
+                user_data: request.user_data.clone(),
+                user_data_secret: request.user_data_secret.clone().unwrap_or_default(),
+                nics: request.nics.clone(),
+                volumes: request.volumes.clone(),
+            },
+            pinned_node: request.node.clone(),
+            generation: None,
+            delete_generation: None,
+            created_at_ms: now,
+            updated_at_ms: now,
+            running_at_ms: None,
+            deleted_at_ms: None,
+        };
+        rows::insert(c, &row)?;
+        try_place(c, shared, &row)
+    })?;
+    info!(instance_id = %id, pool_id, runtime = %request.runtime, vcpus = request.vcpus, "instance: created");
+    if let Some(spec) = spec {
+        crate::spec::push(shared, &spec)?;
+    }
+    shared.bump();
+    Ok(id)
+}
+
+/// Deletes an instance: out of its host's next spec (deleted once the host
+/// confirms), or deleted at once when it was never placed.
+fn delete(shared: &Shared, instance_id: &str) -> Result<()> {
+    let spec = shared.store.tx(|c| {
+        let row = rows::get(c, instance_id)?
+            .ok_or_else(|| Error::UnknownInstance { instance_id: instance_id.to_string() })?;
+        if row.desired == InstanceDesired::Deleted {
+            return Ok(None);
+        }
+        let Some(node_id) = row.node_id.clone() else {
+            rows::set_desired(c, instance_id, InstanceDesired::Deleted, &row.spec, None, now_ms())?;
+            rows::finish_delete(c, instance_id, now_ms())?;
+            return Ok(None);
+        };
+        rows::set_desired(c, instance_id, InstanceDesired::Deleted, &row.spec, None, now_ms())?;
+        let spec = respec(c, shared, &node_id)?;
+        rows::set_desired(c, instance_id, InstanceDesired::Deleted, &row.spec, Some(spec.generation), now_ms())?;
+        Ok(Some(spec))
+    })?;
+    info!(instance_id, generation = spec.as_ref().map(|s| s.generation), "instance: deleted");
+    if let Some(spec) = spec {
+        crate::spec::push(shared, &spec)?;
+    }
+    shared.bump();
+    Ok(())
+}
+
+/// Asks for a placed instance to run or to stop.
+fn set_state(shared: &Shared, instance_id: &str, desired: InstanceDesired) -> Result<()> {
+    if desired == InstanceDesired::Deleted {
+        return delete(shared, instance_id);
+    }
+    let spec = shared.store.tx(|c| {
+        let row = rows::get(c, instance_id)?
+            .ok_or_else(|| Error::UnknownInstance { instance_id: instance_id.to_string() })?;
+        if row.desired == InstanceDesired::Deleted {
+            return Err(Error::InstanceEnded { instance_id: row.id, state: row.state, reason: "deleted".into() });
+        }
+        rows::set_desired(c, instance_id, desired, &row.spec, None, now_ms())?;
+        row.node_id.as_deref().map(|node| respec(c, shared, node)).transpose()
+    })?;
+    if let Some(spec) = spec {
+        crate::spec::push(shared, &spec)?;
+    }
+    shared.bump();
+    Ok(())
+}
+
+impl StackView<'_> {
+    /// An instance.
+    pub fn instance(&self, instance_id: &str) -> Option<InstanceRow> {
+        self.read(|c| rows::get(c, instance_id))
+    }
+
+    /// Every instance, oldest first (deleted ones too).
+    pub fn instances(&self) -> Vec<InstanceRow> {
+        self.read(rows::all)
+    }
+
+    /// A node's labels.
+    pub fn node_labels(&self, node_id: &str) -> Vec<NodeLabelRow> {
+        self.read(|c| labels::of_node(c, node_id))
+    }
+}
+
+impl DevStack {
+    /// Creates an instance in a pool and places it on a host of the pool
+    /// (unschedulable when none passes placement); returns its id.
+    pub async fn create_instance(&self, pool_id: &str, request: InstanceRequest) -> Result<String> {
+        create(self.shared(), pool_id, request)
+    }
+
+    /// Deletes an instance (deleted once its host confirms the domain gone).
+    pub async fn delete_instance(&self, instance_id: &str) -> Result<()> {
+        delete(self.shared(), instance_id)
+    }
+
+    /// Asks for an instance to run or to stop.
+    pub async fn set_instance_state(&self, instance_id: &str, desired: InstanceDesired) -> Result<()> {
+        set_state(self.shared(), instance_id, desired)
+    }
+
+    /// An instance.
+    pub async fn instance(&self, instance_id: &str) -> Result<Option<InstanceRow>> {
+        self.view(|v| v.instance(instance_id))
+    }
+
+    /// Every instance, oldest first.
+    pub async fn instances(&self) -> Result<Vec<InstanceRow>> {
+        self.view(|v| v.instances())
+    }
+
+    /// A node's labels.
+    pub async fn node_labels(&self, node_id: &str) -> Result<Vec<NodeLabelRow>> {
+        self.view(|v| v.node_labels(node_id))
+    }
+
+    /// Waits until an instance is in `state`; fails at once when it is
+    /// deleted (and `deleted` is not awaited), or failed when `running` is.
+    pub async fn await_instance_state(
+        &self,
+        instance_id: &str,
+        state: InstanceState,
+        timeout: Duration,
+    ) -> Result<InstanceRow> {
+        let row = self
+            .await_until(format!("instance {instance_id} to be {state}"), timeout, |v| {
+                let Some(row) = v.instance(instance_id) else {
+                    return Some(Err(Error::UnknownInstance { instance_id: instance_id.to_string() }));
+                };
+                v.note(format_args!("state {}, reason {:?}", row.state, row.reason));
+                let ended = row.state == InstanceState::Deleted
+                    || (state == InstanceState::Running && row.state == InstanceState::Failed);
+                (row.state == state || ended).then_some(Ok(row))
+            })
+            .await??;
+        if row.state != state {
+            return Err(Error::InstanceEnded { instance_id: row.id, state: row.state, reason: row.reason });
+        }
+        Ok(row)
+    }
+}

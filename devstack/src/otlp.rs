@@ -1,0 +1,303 @@
+//! The OTLP/HTTP receiver of node metrics (docs/protocol.md, "Telemetry"):
+//! `POST /v1/metrics` on the HTTP side (and on the HTTPS listener), an
+//! `ExportMetricsServiceRequest` in its OTLP/JSON form (or binary protobuf),
+//! decoded with the `opentelemetry-proto` crate's own types, never by hand.
+//!
+//! Every export that decodes is kept in memory with the bytes received, for
+//! tests to read and await ([`DevStack::await_export`]); it names its node
+//! by the resource attribute `bcd.node.id`. One that does not decode is
+//! answered HTTP 400 with an OTLP `Status` (`otlp-malformed: …`) and logged
+//! by its size and where it broke, never with its body.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use axum::body::{Body, to_bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use opentelemetry_proto::tonic::collector::metrics::v1::{ExportMetricsServiceRequest, ExportMetricsServiceResponse};
+use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
+use opentelemetry_proto::tonic::metrics::v1::{Metric, NumberDataPoint, metric, number_data_point};
+use prost::Message as _;
+use tracing::{info, warn};
+
+use crate::clock::now_ms;
+use crate::error::Result;
+use crate::shared::Shared;
+use crate::stack::DevStack;
+use crate::status::Code;
+use crate::view::StackView;
+
+/// The receiver's path (OTLP/HTTP's default for metrics).
+pub const PATH: &str = "/v1/metrics";
+/// The largest export the receiver reads.
+pub const MAX_EXPORT_BYTES: usize = 4 * 1024 * 1024;
+/// The resource attribute that names the exporting node.
+pub const NODE_ID_ATTRIBUTE: &str = "bcd.node.id";
+
+/// How an export was encoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Encoding {
+    /// OTLP/JSON (`application/json`).
+    Json,
+    /// Binary protobuf (`application/x-protobuf`).
+    Protobuf,
+}
+
+/// One export the receiver took.
+#[derive(Clone, Debug)]
+pub struct OtlpExport {
+    /// The node its first resource names (`bcd.node.id`; empty when none).
+    pub node_id: String,
+    /// When the stack received it.
+    pub received_at_ms: i64,
+    /// How it was encoded.
+    pub encoding: Encoding,
+    /// The body exactly as received (for a second, independent decoder).
+    pub body: Vec<u8>,
+    /// The decoded request.
+    pub request: ExportMetricsServiceRequest,
+}
+
+impl OtlpExport {
+    /// The attributes of the first resource, as `(key, value)` strings
+    /// (non-string values in their JSON-ish form).
+    pub fn resource_attributes(&self) -> Vec<(String, String)> {
+        let Some(resource) = self.request.resource_metrics.first().and_then(|r| r.resource.as_ref()) else {
+            return Vec::new();
+        };
+        resource.attributes.iter().map(|kv| (kv.key.clone(), any_to_string(kv.value.as_ref()))).collect()
+    }
+
+    /// Every metric of the export named `name`.
+    pub fn metrics(&self, name: &str) -> Vec<&Metric> {
+        self.request
+            .resource_metrics
+            .iter()
+            .flat_map(|r| &r.scope_metrics)
+            .flat_map(|s| &s.metrics)
+            .filter(|m| m.name == name)
+            .collect()
+    }
+
+    /// The names of every metric of the export, in order.
+    pub fn metric_names(&self) -> Vec<String> {
+        let all = self.request.resource_metrics.iter().flat_map(|r| &r.scope_metrics).flat_map(|s| &s.metrics);
+        all.map(|m| m.name.clone()).collect()
+    }
+
+    /// The number data points of the gauge or sum `name`.
+    pub fn points(&self, name: &str) -> Vec<&NumberDataPoint> {
+        self.metrics(name)
+            .into_iter()
+            .flat_map(|m| match &m.data {
+                Some(metric::Data::Gauge(g)) => g.data_points.iter().collect::<Vec<_>>(),
+                Some(metric::Data::Sum(s)) => s.data_points.iter().collect(),
+                _ => Vec::new(),
+            })
+            .collect()
+    }
+}
+
+/// A data point's value as a float (an int as its value).
+pub fn point_value(point: &NumberDataPoint) -> Option<f64> {
+    match point.value? {
+        number_data_point::Value::AsDouble(d) => Some(d),
+        number_data_point::Value::AsInt(i) => Some(i as f64),
+    }
+}
+
+/// A data point's attribute `key`, as a string.
+pub fn point_attribute(point: &NumberDataPoint, key: &str) -> Option<String> {
+    point.attributes.iter().find(|kv| kv.key == key).map(|kv| any_to_string(kv.value.as_ref()))
+}
+
+fn any_to_string(value: Option<&opentelemetry_proto::tonic::common::v1::AnyValue>) -> String {
+    match value.and_then(|v| v.value.as_ref()) {
+        Some(AnyValue::StringValue(s)) => s.clone(),
+        Some(AnyValue::IntValue(i)) => i.to_string(),
+        Some(AnyValue::DoubleValue(d)) => d.to_string(),
+        Some(AnyValue::BoolValue(b)) => b.to_string(),
+        Some(other) => format!("{other:?}"),
+        None => String::new(),
+    }
+}
+
+/// The exports received, in order.
+#[derive(Default)]
+pub struct Exports {
+    list: Mutex<Vec<Arc<OtlpExport>>>,
+}
+
+impl Exports {
+    fn lock(&self) -> MutexGuard<'_, Vec<Arc<OtlpExport>>> {
+        // Exports are only pushed whole under the lock: a poisoned lock
+        // still holds a consistent list.
+        self.list.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The exports of `node_id`, in the order received.
+    pub fn of_node(&self, node_id: &str) -> Vec<Arc<OtlpExport>> {
+        self.lock().iter().filter(|e| e.node_id == node_id).cloned().collect()
+    }
+
+    fn push(&self, export: OtlpExport) {
+        self.lock().push(Arc::new(export));
+    }
+}
+
+/// Why an export was refused.
+struct Malformed {
+    /// The answer's message (`otlp-malformed: …`).
+    message: String,
+    /// What the log says: where it broke, never the body.
+    log: String,
+}
+
+fn decode(encoding: Encoding, body: &[u8]) -> std::result::Result<ExportMetricsServiceRequest, Malformed> {
+    match encoding {
+        Encoding::Json => serde_json::from_slice(body).map_err(|e| Malformed {
+            message: format!("{}: not an OTLP/JSON ExportMetricsServiceRequest: {e}", Code::OtlpMalformed),
+            log: format!("{:?} error at line {} column {}", e.classify(), e.line(), e.column()),
+        }),
+        Encoding::Protobuf => ExportMetricsServiceRequest::decode(body).map_err(|e| Malformed {
+            message: format!("{}: not a protobuf ExportMetricsServiceRequest: {e}", Code::OtlpMalformed),
+            log: "a protobuf decode error".to_string(),
+        }),
+    }
+}
+
+/// The node an export names: `bcd.node.id` of its first resource.
+fn node_of(request: &ExportMetricsServiceRequest) -> String {
+    let attributes = request.resource_metrics.first().and_then(|r| r.resource.as_ref()).map(|r| &r.attributes);
+    attributes
+        .and_then(|a| a.iter().find(|kv| kv.key == NODE_ID_ATTRIBUTE))
+        .map(|kv| any_to_string(kv.value.as_ref()))
+        .unwrap_or_default()
+}
+
+/// An OTLP `Status` answer (OTLP/HTTP's error body) with `status`.
+fn refusal(status: StatusCode, message: String) -> Response {
+    let body = serde_json::json!({ "code": 3, "message": message });
+    (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+}
+
+/// `POST /v1/metrics`.
+pub async fn receive(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Body) -> Response {
+    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let encoding = match content_type.split(';').next().unwrap_or("").trim() {
+        "application/json" => Encoding::Json,
+        "application/x-protobuf" => Encoding::Protobuf,
+        other => {
+            warn!(content_type = other, "otlp: export refused: neither application/json nor application/x-protobuf");
+            let message = format!("{}: content type {other:?} is not an OTLP encoding", Code::OtlpMalformed);
+            return refusal(StatusCode::UNSUPPORTED_MEDIA_TYPE, message);
+        }
+    };
+    let Ok(bytes) = to_bytes(body, MAX_EXPORT_BYTES).await else {
+        warn!(limit = MAX_EXPORT_BYTES, "otlp: export refused: unreadable or above the size limit");
+        let message = format!("{}: an export above {MAX_EXPORT_BYTES} bytes", Code::OtlpMalformed);
+        return refusal(StatusCode::PAYLOAD_TOO_LARGE, message);
+    };
+    let request = match decode(encoding, &bytes) {
+        Ok(request) => request,
+        Err(malformed) => {
+            warn!(size = bytes.len(), ?encoding, error = %malformed.log, "otlp: malformed export refused");
+            return refusal(StatusCode::BAD_REQUEST, malformed.message);
+        }
+    };
+    let node_id = node_of(&request);
+    let metrics: usize = request.resource_metrics.iter().flat_map(|r| &r.scope_metrics).map(|s| s.metrics.len()).sum();
+    info!(node_id = %node_id, size = bytes.len(), metrics, ?encoding, "otlp: export received");
+    shared.otlp.push(OtlpExport { node_id, received_at_ms: now_ms(), encoding, body: bytes.to_vec(), request });
+    shared.bump();
+    let reply = ExportMetricsServiceResponse { partial_success: None };
+    match encoding {
+        Encoding::Json => ([(header::CONTENT_TYPE, "application/json")], "{}").into_response(),
+        Encoding::Protobuf => {
+            ([(header::CONTENT_TYPE, "application/x-protobuf")], reply.encode_to_vec()).into_response()
+        }
+    }
+}
+
+impl StackView<'_> {
+    /// The OTLP exports of a node, in the order received.
+    pub fn otlp_exports(&self, node_id: &str) -> Vec<Arc<OtlpExport>> {
+        self.otlp().of_node(node_id)
+    }
+}
+
+impl DevStack {
+    /// The OTLP/HTTP metrics endpoint as nodes reach it (`http://host:port/v1/metrics`).
+    pub fn otlp_url(&self) -> String {
+        format!("{}{PATH}", self.shared().settings.http_base_url)
+    }
+
+    /// The OTLP exports of a node received so far.
+    pub fn otlp_exports(&self, node_id: &str) -> Vec<Arc<OtlpExport>> {
+        self.shared().otlp.of_node(node_id)
+    }
+
+    /// Waits for an export of `node_id` for which `matches` holds (the first
+    /// such, in the order received), for at most `timeout`.
+    pub async fn await_export(
+        &self,
+        node_id: &str,
+        timeout: Duration,
+        matches: impl Fn(&OtlpExport) -> bool + Send + Sync,
+    ) -> Result<Arc<OtlpExport>> {
+        self.await_until(format!("an OTLP export of node {node_id}"), timeout, |v| {
+            let exports = v.otlp_exports(node_id);
+            v.note(format_args!("{} exports", exports.len()));
+            exports.into_iter().find(|e| matches(e))
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXPORT: &str = r#"{"resourceMetrics":[{"resource":{"attributes":[
+        {"key":"service.name","value":{"stringValue":"bcd"}},
+        {"key":"bcd.node.id","value":{"stringValue":"node_1"}}]},
+      "scopeMetrics":[{"scope":{"name":"bcd"},"metrics":[
+        {"name":"bcd.gpu.utilization","unit":"1","gauge":{"dataPoints":[
+          {"attributes":[{"key":"gpu.index","value":{"intValue":"3"}}],"timeUnixNano":"1700000000000000000","asDouble":0.5}]}},
+        {"name":"bcd.gpu.memory.used","unit":"By","gauge":{"dataPoints":[
+          {"timeUnixNano":"1700000000000000000","asInt":"1073741824"}]}},
+        {"name":"bcd.instance.cpu.time","unit":"s","sum":{"aggregationTemporality":2,"isMonotonic":true,"dataPoints":[
+          {"startTimeUnixNano":"1","timeUnixNano":"2","asDouble":1.5}]}}]}]}]}"#;
+
+    #[test]
+    fn an_otlp_json_export_decodes_with_the_crates_types() {
+        let request = decode(Encoding::Json, EXPORT.as_bytes()).ok().expect("the export decodes");
+        assert_eq!(node_of(&request), "node_1");
+        let export = OtlpExport {
+            node_id: "node_1".into(),
+            received_at_ms: 0,
+            encoding: Encoding::Json,
+            body: EXPORT.as_bytes().to_vec(),
+            request,
+        };
+        assert_eq!(export.metric_names(), ["bcd.gpu.utilization", "bcd.gpu.memory.used", "bcd.instance.cpu.time"]);
+        let gpu = export.points("bcd.gpu.utilization");
+        assert_eq!((point_value(gpu[0]), point_attribute(gpu[0], "gpu.index")), (Some(0.5), Some("3".into())));
+        assert_eq!(gpu[0].time_unix_nano, 1_700_000_000_000_000_000);
+        assert_eq!(point_value(export.points("bcd.gpu.memory.used")[0]), Some(1073741824.0));
+        let Some(metric::Data::Sum(sum)) = &export.metrics("bcd.instance.cpu.time")[0].data else { panic!("a sum") };
+        assert!(sum.is_monotonic && sum.aggregation_temporality == 2);
+        assert_eq!(export.resource_attributes()[0], ("service.name".into(), "bcd".into()));
+    }
+
+    #[test]
+    fn a_malformed_export_is_refused_and_logged_without_its_body() {
+        let body = br#"{"resourceMetrics":[{"scopeMetrics":"SECRET-LOOKING-BODY"}]}"#;
+        let Err(malformed) = decode(Encoding::Json, body) else { panic!("refused") };
+        assert!(malformed.message.starts_with("otlp-malformed: "), "{}", malformed.message);
+        assert!(!malformed.log.contains("SECRET"), "{}", malformed.log);
+        assert!(decode(Encoding::Protobuf, b"\xff\xff\xff").is_err());
+    }
+}

@@ -1,0 +1,97 @@
+//! The `volumes` table: volumes of a host's store, and what the host
+//! reported about them.
+
+use rusqlite::{Connection, Row, params};
+
+use super::instance_rows::{VolumeRow, VolumeState};
+use super::{enum_col, optional};
+use crate::error::{Error, Result};
+
+const COLUMNS: &str =
+    "id, node_id, size_bytes, desired, state, reason, generation, delete_generation, created_at_ms, deleted_at_ms";
+
+fn row(r: &Row<'_>) -> rusqlite::Result<VolumeRow> {
+    let desired: String = r.get(3)?;
+    Ok(VolumeRow {
+        id: r.get(0)?,
+        node_id: r.get(1)?,
+        size_bytes: r.get::<_, i64>(2)? as u64,
+        deleting: desired == "deleted",
+        state: enum_col(r, 4)?,
+        reason: r.get(5)?,
+        generation: r.get(6)?,
+        delete_generation: r.get(7)?,
+        created_at_ms: r.get(8)?,
+        deleted_at_ms: r.get(9)?,
+    })
+}
+
+fn list(c: &Connection, where_clause: &str, args: impl rusqlite::Params) -> Result<Vec<VolumeRow>> {
+    let mut stmt = c
+        .prepare(&format!("SELECT {COLUMNS} FROM volumes {where_clause} ORDER BY seq"))
+        .map_err(Error::store("list volumes"))?;
+    let rows = stmt.query_map(args, row).map_err(Error::store("list volumes"))?;
+    rows.collect::<rusqlite::Result<_>>().map_err(Error::store("list volumes"))
+}
+
+/// Inserts a volume (`pending`).
+pub fn insert(c: &Connection, id: &str, node_id: &str, size_bytes: u64, generation: u64, now: i64) -> Result<()> {
+    c.execute(
+        "INSERT INTO volumes (id, node_id, size_bytes, desired, state, generation, created_at_ms)
+         VALUES (?1, ?2, ?3, 'present', 'pending', ?4, ?5)",
+        params![id, node_id, size_bytes as i64, generation, now],
+    )
+    .map_err(Error::store("insert volume"))?;
+    Ok(())
+}
+
+/// A volume by id.
+pub fn get(c: &Connection, id: &str) -> Result<Option<VolumeRow>> {
+    optional(c.query_row(&format!("SELECT {COLUMNS} FROM volumes WHERE id = ?1"), [id], row), "read volume")
+}
+
+/// Every volume, oldest first.
+pub fn all(c: &Connection) -> Result<Vec<VolumeRow>> {
+    list(c, "", [])
+}
+
+/// A node's volumes that are not deleted.
+pub fn on_node(c: &Connection, node_id: &str) -> Result<Vec<VolumeRow>> {
+    list(c, "WHERE node_id = ?1 AND state != 'deleted'", [node_id])
+}
+
+/// Grows a volume.
+pub fn resize(c: &Connection, id: &str, size_bytes: u64) -> Result<()> {
+    c.execute("UPDATE volumes SET size_bytes = ?2 WHERE id = ?1", params![id, size_bytes as i64])
+        .map_err(Error::store("resize volume"))?;
+    Ok(())
+}
+
+/// Takes a volume out of its host's spec at `generation`.
+pub fn start_delete(c: &Connection, id: &str, generation: u64) -> Result<()> {
+    c.execute("UPDATE volumes SET desired = 'deleted', delete_generation = ?2 WHERE id = ?1", params![id, generation])
+        .map_err(Error::store("delete volume"))?;
+    Ok(())
+}
+
+/// Records what the host reported; true when it changed.
+pub fn report(c: &Connection, id: &str, state: VolumeState, reason: &str) -> Result<bool> {
+    let n = c
+        .execute(
+            "UPDATE volumes SET state = ?2, reason = ?3 WHERE id = ?1 AND state != 'deleted' AND (state != ?2 OR reason != ?3)",
+            params![id, state.as_str(), reason],
+        )
+        .map_err(Error::store("record volume state"))?;
+    Ok(n > 0)
+}
+
+/// Marks a volume deleted.
+pub fn finish_delete(c: &Connection, id: &str, now: i64) -> Result<bool> {
+    let n = c
+        .execute(
+            "UPDATE volumes SET state = 'deleted', deleted_at_ms = ?2 WHERE id = ?1 AND state != 'deleted'",
+            params![id, now],
+        )
+        .map_err(Error::store("finish volume delete"))?;
+    Ok(n > 0)
+}

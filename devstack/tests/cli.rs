@@ -1,0 +1,327 @@
+//! The `devstack` command line as a person uses it, in two "terminals":
+//! `devstack serve --memory --sim 3` as a child process (a real fakehw `bcd
+//! sim`, so Go is needed: without it the scenario skips locally and fails
+//! under `CI=true`), and the admin subcommands against it (`nodes --json`,
+//! `command … diag.nvml --wait`, `events --watch`); then SIGINT, a clean
+//! exit, and nothing left behind. Without a stack, or with a wrong token,
+//! every subcommand fails with a sentence that says so.
+
+use std::io::{BufRead as _, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::time::{Duration, Instant};
+
+use devstack::admin::api::{CommandView, NodeSummary};
+
+/// How long the first start may take: it may build bcd from a cold Go cache.
+const FIRST_START: Duration = Duration::from_secs(600);
+/// How long anything else may take.
+const DEADLINE: Duration = Duration::from_secs(60);
+
+fn devstack() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_devstack"))
+}
+
+/// Whether Go is on PATH; without it the scenario skips, except under CI.
+fn require_go(scenario: &str) -> bool {
+    let ok = Command::new("go").arg("version").output().is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "{scenario}: Go is not on PATH (CI=true)");
+        eprintln!("{scenario} skipped: Go is not on PATH");
+    }
+    ok
+}
+
+/// The lines a child writes to one of its pipes, as they come.
+fn lines(pipe: impl Read + Send + 'static) -> Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(pipe).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Reads lines until one satisfies `what`; fails at the deadline (or at
+/// the end of the output) with everything read so far.
+fn await_line(rx: &Receiver<String>, seen: &mut Vec<String>, within: Duration, what: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + within;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => {
+                seen.push(line.clone());
+                if what(&line) {
+                    return line;
+                }
+            }
+            Err(e) => panic!("no such line ({e}); read so far:\n{}", seen.join("\n")),
+        }
+    }
+}
+
+/// Waits for a child's exit within the deadline.
+fn await_exit(child: &mut Child, within: Duration) -> ExitStatus {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "the process did not exit within {within:?}");
+        // A child's exit has no notification we can await here: poll it
+        // with a short step under the deadline.
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn sigint(child: &Child) {
+    // SAFETY: a signal to our own child.
+    assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) }, 0);
+}
+
+/// Fails if a process still runs with `dir` in its command line.
+fn assert_no_process_under(dir: &Path) {
+    let needle = dir.to_string_lossy().into_owned();
+    let mut left = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if cmdline.contains(&needle) {
+            left.push(format!("{}: {cmdline}", entry.file_name().to_string_lossy()));
+        }
+    }
+    assert!(left.is_empty(), "processes left behind: {left:?}");
+}
+
+/// A child process killed (and reaped) if the test ends before it does,
+/// so a failing test leaves nothing running.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if self.0.try_wait().ok().flatten().is_none() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+impl std::ops::Deref for Reaped {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Reaped {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+/// A `devstack serve` child and what it printed.
+struct Serve {
+    child: Reaped,
+    stdout: Receiver<String>,
+    stderr: Receiver<String>,
+    printed: Vec<String>,
+    logged: Vec<String>,
+    admin: PathBuf,
+}
+
+impl Serve {
+    fn start(args: &[&str], admin: &Path) -> Serve {
+        let mut child = devstack()
+            .arg("serve")
+            .args(args)
+            .env("DEVSTACK_ADMIN", admin)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = lines(child.stdout.take().unwrap());
+        let stderr = lines(child.stderr.take().unwrap());
+        Serve {
+            child: Reaped(child),
+            stdout,
+            stderr,
+            printed: Vec::new(),
+            logged: Vec::new(),
+            admin: admin.to_path_buf(),
+        }
+    }
+
+    /// The data directory it printed (once it printed its block).
+    fn await_data_dir(&mut self) -> PathBuf {
+        let line = await_line(&self.stdout, &mut self.printed, DEADLINE, |l| l.trim_start().starts_with("data dir:"));
+        let path = line.split_once(':').unwrap().1.trim().trim_end_matches(" (temporary)");
+        await_line(&self.stdout, &mut self.printed, DEADLINE, |l| l.starts_with("look around"));
+        PathBuf::from(path)
+    }
+
+    /// Runs a client subcommand against this stack.
+    fn cli(&self, args: &[&str]) -> std::process::Output {
+        devstack().args(args).env("DEVSTACK_ADMIN", &self.admin).output().unwrap()
+    }
+}
+
+fn text(out: &[u8]) -> String {
+    String::from_utf8_lossy(out).into_owned()
+}
+
+#[test]
+fn serve_sim_adopts_three_nodes_and_the_cli_drives_them_until_sigint() {
+    let scenario = "serve_sim_adopts_three_nodes_and_the_cli_drives_them_until_sigint";
+    if !require_go(scenario) {
+        return;
+    }
+    let started = Instant::now();
+    let home = tempfile::tempdir().unwrap();
+    let admin = home.path().join("admin.json");
+    let mut serve = Serve::start(&["--memory", "--sim", "3"], &admin);
+    let data_dir = serve.await_data_dir();
+    assert!(data_dir.is_dir(), "{data_dir:?}");
+
+    // Terminal 1: the progress lines.
+    let joined = await_line(&serve.stderr, &mut serve.logged, FIRST_START, |l| l.starts_with("Joined "));
+    assert!(joined.starts_with("Joined 3 simulated hgx-h100 node(s) into pool_"), "{joined}");
+    await_line(&serve.stderr, &mut serve.logged, DEADLINE, |l| l == "3 simulated node(s) adopted");
+
+    // Terminal 2: the nodes, a watcher, a command.
+    let out = serve.cli(&["nodes", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let nodes: Vec<NodeSummary> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(nodes.len(), 3, "{nodes:?}");
+    for n in &nodes {
+        assert_eq!((n.state.as_str(), n.pool.as_str(), n.gpus), ("adopted", "sim-hgx-h100", Some(8)), "{n:?}");
+        assert!(n.session_epoch.is_some() && n.applied_generation >= 1, "{n:?}");
+    }
+    let table = serve.cli(&["nodes"]);
+    assert!(text(&table.stdout).ends_with("3 node(s): 3 adopted\n"), "{}", text(&table.stdout));
+
+    let mut watcher = Reaped(
+        devstack().args(["events", "--watch"]).env("DEVSTACK_ADMIN", &admin).stdout(Stdio::piped()).spawn().unwrap(),
+    );
+    let events = lines(watcher.stdout.take().unwrap());
+    let mut watched = Vec::new();
+    // The kept events come first: the three joins and adoptions.
+    let mut adopted = std::collections::BTreeSet::new();
+    while adopted.len() < nodes.len() {
+        let line = await_line(&events, &mut watched, DEADLINE, |l| l.contains(r#""event":"adopted""#));
+        let event: serde_json::Value = serde_json::from_str(&line).unwrap();
+        adopted.insert(event["node_id"].as_str().unwrap().to_string());
+    }
+    assert_eq!(adopted, nodes.iter().map(|n| n.id.clone()).collect());
+
+    let target = &nodes[1].id;
+    let out = serve.cli(&["command", &target[..12], "diag.nvml", "--wait", "--json"]);
+    assert!(out.status.success(), "{}{}", text(&out.stdout), text(&out.stderr));
+    let command: CommandView = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((command.node_id.as_str(), command.state.as_str()), (target.as_str(), "succeeded"));
+    assert_eq!(command.output.as_ref().and_then(|o| o["gpus"].as_u64()), Some(8), "{command:?}");
+    let ended = await_line(&events, &mut watched, DEADLINE, |l| l.contains(&command.id) && l.contains("succeeded"));
+    let ended: serde_json::Value = serde_json::from_str(&ended).unwrap();
+    assert_eq!(ended["event"], "command");
+    let seqs: Vec<u64> = watched
+        .iter()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["seq"].as_u64().unwrap())
+        .collect();
+    assert!(seqs.windows(2).all(|w| w[1] > w[0]), "events in order: {seqs:?}");
+
+    // SIGINT stops the agents, the endpoint and the stack; the watcher's
+    // stream ends with the stack.
+    let token = std::fs::read_to_string(devstack::admin::discovery::token_path(&admin)).unwrap();
+    sigint(&serve.child);
+    let status = await_exit(&mut serve.child, DEADLINE);
+    assert!(status.success(), "devstack serve exited {status:?}; stderr:\n{}", serve.logged.join("\n"));
+    assert!(await_exit(&mut watcher, DEADLINE).success(), "events --watch ends with the stack");
+    while let Ok(line) = serve.stderr.recv_timeout(DEADLINE) {
+        serve.logged.push(line);
+    }
+    let logged = serve.logged.join("\n");
+    assert!(logged.contains("bcd sim stopped (exit status: 0)"), "{logged}");
+    assert!(!data_dir.exists(), "the temporary directory {data_dir:?} is gone");
+    assert!(!admin.exists() && !devstack::admin::discovery::token_path(&admin).exists(), "the admin files are gone");
+    assert_no_process_under(&data_dir);
+    for output in [serve.printed.join("\n"), logged, watched.join("\n")] {
+        assert!(!output.contains(token.trim()), "the admin token was printed");
+    }
+    let after = serve.cli(&["nodes"]);
+    assert!(!after.status.success());
+    assert!(text(&after.stderr).contains("no dev stack is running"), "{}", text(&after.stderr));
+    eprintln!("scenario {scenario}: {:.2?}", started.elapsed());
+}
+
+#[test]
+fn without_a_stack_or_with_a_wrong_token_every_subcommand_says_so() {
+    let home = tempfile::tempdir().unwrap();
+    let admin = home.path().join("admin.json");
+    let subcommands: [&[&str]; 9] = [
+        &["status"],
+        &["nodes"],
+        &["node", "node_x"],
+        &["token", "--uses", "2"],
+        &["command", "node_x", "diag.nvml"],
+        &["reserve", "node_x", "--gpus", "1"],
+        &["release", "rsv_x"],
+        &["revoke", "node_x"],
+        &["events", "--watch"],
+    ];
+    for args in subcommands {
+        let help = devstack().args(args).arg("--help").output().unwrap();
+        assert!(help.status.success() && text(&help.stdout).contains("Usage: devstack"), "{args:?} --help");
+        let out = devstack().args(args).env("DEVSTACK_ADMIN", &admin).output().unwrap();
+        assert!(!out.status.success(), "{args:?} without a stack");
+        let said = text(&out.stderr);
+        assert!(
+            said.starts_with("devstack: no dev stack is running:") && said.contains("admin.json"),
+            "{args:?}: {said}"
+        );
+    }
+
+    let mut serve = Serve::start(&["--memory"], &admin);
+    let data_dir = serve.await_data_dir();
+    let token_file = devstack::admin::discovery::token_path(&admin);
+    let token = std::fs::read_to_string(&token_file).unwrap();
+    let out = serve.cli(&["nodes"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "no nodes yet (join one: devstack token, then bcd join)\n");
+
+    // A minted token goes to a private file, never to the output.
+    let out = serve.cli(&["token", "--uses", "4", "--ttl", "30m", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let minted: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((minted["uses"].as_u64(), minted["pool"].as_str()), (Some(4), Some("default")));
+    let secret = std::fs::read_to_string(minted["file"].as_str().unwrap()).unwrap();
+    assert!(secret.starts_with("bc_jt_") && !text(&out.stdout).contains(secret.trim()));
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        for file in [&token_file, &PathBuf::from(minted["file"].as_str().unwrap())] {
+            assert_eq!(std::fs::metadata(file).unwrap().permissions().mode() & 0o777, 0o600, "{file:?}");
+        }
+    }
+    let unknown = serve.cli(&["node", "node_nope"]);
+    assert!(!unknown.status.success());
+    assert_eq!(text(&unknown.stderr), "devstack: no node is named \"node_nope\" (by id, id prefix or hostname)\n");
+
+    // A discovery file that names the same endpoint with another token.
+    let forged = home.path().join("forged.json");
+    let mut discovery = devstack::admin::discovery::read(&admin).unwrap();
+    discovery.token_file = home.path().join("wrong-token");
+    std::fs::write(&discovery.token_file, "bc_admin_wrong\n").unwrap();
+    std::fs::write(&forged, serde_json::to_vec(&discovery).unwrap()).unwrap();
+    let refused = devstack().args(["--admin-file"]).arg(&forged).arg("nodes").output().unwrap();
+    assert!(!refused.status.success());
+    let said = text(&refused.stderr);
+    assert!(said.contains("refused the admin token in") && said.contains("wrong-token"), "{said}");
+    assert!(!said.contains("bc_admin_wrong") && !said.contains(token.trim()), "no token in the message: {said}");
+
+    sigint(&serve.child);
+    assert!(await_exit(&mut serve.child, DEADLINE).success());
+    assert!(!data_dir.exists() && !admin.exists() && !token_file.exists());
+}
