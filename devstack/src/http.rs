@@ -43,28 +43,34 @@ pub fn well_known(shared: &Shared) -> Value {
     })
 }
 
-/// One file of a release: an artifact's bytes or the signed manifest.
+/// One file of a release: an artifact's bytes or the signed manifest. The
+/// version and file name come URL-decoded from the client: they are logged
+/// only escaped (`?`), never as the refusal's text, so no request can forge
+/// a log line.
 async fn release_file(State(shared): State<Arc<Shared>>, Path((version, file)): Path<(String, String)>) -> Response {
-    let not_found = |what: String| {
-        tracing::warn!(version = %version, file = %file, "http: release download refused: {what}");
-        (StatusCode::NOT_FOUND, what).into_response()
+    let not_found = |what: &str| {
+        tracing::warn!(version = ?version, file = ?file, "http: release download refused: {what}");
+        (StatusCode::NOT_FOUND, what.to_string()).into_response()
     };
+    if !crate::releases::valid_version(&version) {
+        return not_found("no such release");
+    }
     if file == "manifest.dsse.json" {
         return match shared.store.with(|c| releases::get(c, &version)) {
             Ok(Some(row)) => ([(header::CONTENT_TYPE, "application/json")], row.envelope).into_response(),
-            Ok(None) => not_found(format!("no release {version}")),
+            Ok(None) => not_found("no such release"),
             Err(e) => internal(e),
         };
     }
     let Some((os, arch)) = file.strip_prefix("bcd-").and_then(|p| p.split_once('-')) else {
-        return not_found(format!("no file {file}"));
+        return not_found("no such file");
     };
     match shared.store.with(|c| releases::artifact_bytes(c, &version, os, arch)) {
         Ok(Some(bytes)) => {
-            tracing::info!(version = %version, os, arch, size = bytes.len(), "http: release artifact served");
+            tracing::info!(version = %version, os = ?os, arch = ?arch, size = bytes.len(), "http: release artifact served");
             ([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response()
         }
-        Ok(None) => not_found(format!("no artifact {os}/{arch} in release {version}")),
+        Ok(None) => not_found("no such artifact in the release"),
         Err(e) => internal(e),
     }
 }

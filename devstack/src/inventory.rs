@@ -1,13 +1,17 @@
 //! A node's inventory (docs/protocol.md, "Inventory"): the report part that
 //! stores each section whose SHA-256 matches its content (and refuses the
-//! others), and the reads of the stored sections.
+//! others, and those beyond the node's limit of sections: a plain name, at
+//! most `NodeLimits::inventory_sections` names), and the reads of the
+//! stored sections.
 
 use sha2::{Digest, Sha256};
 use tracing::{debug, warn};
 
 use crate::error::Result;
 use crate::gateway::handlers::{Effects, Event, EventHandler};
+use crate::limits;
 use crate::stack::DevStack;
+use crate::status::Code;
 use crate::store::inventory;
 use crate::store::rows::InventoryRow;
 use crate::view::StackView;
@@ -18,20 +22,36 @@ pub struct Inventory;
 impl EventHandler<proto::StatusReport> for Inventory {
     fn record(&self, event: &Event<'_>, report: &proto::StatusReport) -> Result<Effects> {
         let node_id = event.node_id();
+        let limit = event.shared.settings.limits.inventory_sections;
+        let mut kept = inventory::names(event.c, node_id)?;
         let mut stored = 0;
         for section in &report.inventory {
+            if !limits::valid_name(&section.name) || !limits::admits(&kept, &section.name, limit) {
+                warn!(
+                    node_id = %node_id,
+                    code = %Code::ReportLimit,
+                    section = ?section.name,
+                    kept = kept.len(),
+                    limit,
+                    "session: inventory section refused: not a plain name, or beyond the node's limit of sections"
+                );
+                continue;
+            }
             let actual = hex::encode(Sha256::digest(&section.content));
             if actual != section.sha256 {
                 warn!(
                     node_id = %node_id,
-                    section = %section.name,
-                    claimed = %section.sha256,
+                    section = ?section.name,
+                    claimed = ?section.sha256,
                     actual = %actual,
                     "session: inventory section refused: its sha256 does not match its content"
                 );
                 continue;
             }
             inventory::upsert(event.c, node_id, &section.name, &section.sha256, &section.content, event.now_ms)?;
+            if !kept.contains(&section.name) {
+                kept.push(section.name.clone());
+            }
             stored += 1;
         }
         if !report.inventory.is_empty() {

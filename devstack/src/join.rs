@@ -8,8 +8,12 @@
 //! `csr-signature`), the sealed token (`jwe-*`, `token-payload`,
 //! `token-csr-mismatch`), the token by SHA-256 (`token-unknown`), its expiry
 //! (`token-expired`), its pool (`pool-unknown`), its uses (`token-exhausted`,
-//! counted atomically with the node's creation). No token, sealed or plain,
-//! ever reaches a log.
+//! counted atomically with the node's creation). The sealed token's `iat`
+//! must be within an hour before now and ten minutes after it
+//! (`token-stale`, `token-not-yet-valid`), and the same request again (the
+//! same sealed token with the same CSR: a retry or a replay) is answered the
+//! node and certificate it was answered before, spending no use. No token,
+//! sealed or plain, ever reaches a log.
 
 use std::sync::Arc;
 
@@ -25,7 +29,7 @@ use crate::shared::Shared;
 use crate::status::{self, Code, refuse};
 use crate::store::nodes::NewNode;
 use crate::store::rows::{JoinMethod, JoinTokenRow, NodeCertRow, NodeJoinRow, NodeKeyLevel};
-use crate::store::{bindings, certs, nodes, pools, tokens};
+use crate::store::{bindings, certs, join_requests, nodes, pools, tokens};
 use crate::{ids, tls::PeerInfo};
 
 /// The JoinService.
@@ -43,7 +47,7 @@ impl JoinService {
         let shared = &self.shared;
         let now = now_ms();
         let csr = pki::x509::parse_csr(&token.csr_der).map_err(|e| status::from_pki(&e))?;
-        let payload = pki::join::open_token(&shared.keys.join_encryption, &token.sealed_token, &csr.pin).map_err(
+        let payload = pki::join::open_token(&shared.keys.join_encryption, &token.sealed_token, &csr.pin, now).map_err(
             |e| match e {
                 // The decoder's message may quote the sealed payload: keep it out.
                 pki::Error::Join(pki::JoinError::TokenPayload { .. }) => {
@@ -70,49 +74,103 @@ impl JoinService {
                 format!("pool {} of join token {} does not exist", token_row.pool_id, token_row.id),
             ));
         }
+        let sha256 = request_sha256(token);
+        // The same request again is answered from the store before anything
+        // is issued (record_join checks again, for two at once).
+        if let Some((node_id, response)) = shared.store.with(|c| join_requests::get(c, &sha256)).map_err(internal)? {
+            return answered_again(&token_row, &node_id, &response);
+        }
         let node_id = ids::node_id();
         let cert = issuance::issue(shared, &node_id, &csr, None, now).map_err(internal)?;
-        let created = record_join(shared, &token_row, &node_id, &cert, claims, now).map_err(internal)?;
-        if !created {
-            return Err(refuse(
-                Code::TokenExhausted,
-                format!("join token {} has no use left ({} allowed)", token_row.id, token_row.max_uses),
-            ));
-        }
         let envelope = issuance::signed_response(shared, &node_id, &token_row.pool_id, &cert, now);
-        info!(
-            node_id = %node_id,
-            pool_id = %token_row.pool_id,
-            token_id = %token_row.id,
-            serial = %cert.serial,
-            hostname = %claims.hostname,
-            "join: node joined"
-        );
-        shared.publish(StackEvent::Joined {
-            node_id: node_id.clone(),
-            pool_id: token_row.pool_id.clone(),
-            method: JoinMethod::Token,
-            hostname: claims.hostname.clone(),
-        });
-        shared.bump();
+        let request = JoinRequestKey { sha256, response: envelope.to_json() };
+        let recorded = record_join(shared, &token_row, &request, &node_id, &cert, claims, now).map_err(internal)?;
+        let envelope = match recorded {
+            Recorded::Joined => {
+                info!(
+                    node_id = %node_id,
+                    pool_id = %token_row.pool_id,
+                    token_id = %token_row.id,
+                    serial = %cert.serial,
+                    hostname = ?claims.hostname,
+                    "join: node joined"
+                );
+                shared.publish(StackEvent::Joined {
+                    node_id: node_id.clone(),
+                    pool_id: token_row.pool_id.clone(),
+                    method: JoinMethod::Token,
+                    hostname: claims.hostname.clone(),
+                });
+                shared.bump();
+                envelope
+            }
+            Recorded::Again { node_id, response } => return answered_again(&token_row, &node_id, &response),
+            Recorded::Exhausted => {
+                return Err(refuse(
+                    Code::TokenExhausted,
+                    format!("join token {} has no use left ({} allowed)", token_row.id, token_row.max_uses),
+                ));
+            }
+        };
         Ok(proto::JoinReply { reply: Some(proto::join_reply::Reply::Response(envelope.to_proto())) })
     }
 }
 
+/// The answer to a token join request answered before: the stored response.
+fn answered_again(token: &JoinTokenRow, node_id: &str, response: &str) -> Result<proto::JoinReply, Status> {
+    info!(node_id = %node_id, token_id = %token.id, "join: the same request again, answered as before");
+    let envelope =
+        pki::dsse::Envelope::from_json(response).map_err(|e| internal(Error::pki("read a stored join response")(e)))?;
+    Ok(proto::JoinReply { reply: Some(proto::join_reply::Reply::Response(envelope.to_proto())) })
+}
+
+/// A token join request, as the JoinService remembers it.
+struct JoinRequestKey {
+    /// [`request_sha256`].
+    sha256: String,
+    /// The signed JoinResponse it is answered (DSSE JSON).
+    response: String,
+}
+
+/// The key of a token join request: SHA-256 of its sealed token and its
+/// CSR, so that the same bytes are the same request.
+fn request_sha256(token: &proto::TokenJoin) -> String {
+    let mut h = Sha256::new();
+    h.update((token.sealed_token.len() as u64).to_be_bytes());
+    h.update(token.sealed_token.as_bytes());
+    h.update(&token.csr_der);
+    hex::encode(h.finalize())
+}
+
+/// What recording a token join did.
+enum Recorded {
+    /// A new node.
+    Joined,
+    /// The same request was answered before: this node and response.
+    Again { node_id: String, response: String },
+    /// The token had no use left; nothing written.
+    Exhausted,
+}
+
 /// Creates the node of a token join, its certificate and join rows, in one
-/// transaction with the token's use; false (nothing written) when the token
-/// had no use left.
+/// transaction with the token's use, unless the same request was answered
+/// before (then nothing is written and no use is spent) or the token has no
+/// use left.
 fn record_join(
     shared: &Shared,
     token: &JoinTokenRow,
+    request: &JoinRequestKey,
     node_id: &str,
     cert: &NodeCertRow,
     claims: &proto::NodeClaims,
     now: i64,
-) -> Result<bool, Error> {
+) -> Result<Recorded, Error> {
     shared.store.tx(|c| {
+        if let Some((node_id, response)) = join_requests::get(c, &request.sha256)? {
+            return Ok(Recorded::Again { node_id, response });
+        }
         if !tokens::use_once(c, &token.id, now)? {
-            return Ok(false);
+            return Ok(Recorded::Exhausted);
         }
         nodes::insert(
             c,
@@ -138,7 +196,8 @@ fn record_join(
                 at_ms: now,
             },
         )?;
-        Ok(true)
+        join_requests::insert(c, &request.sha256, node_id, &request.response, now)?;
+        Ok(Recorded::Joined)
     })
 }
 
@@ -147,8 +206,15 @@ fn no_attestor() -> Status {
 }
 
 /// An internal failure as a status (the detail is the stack's own error,
-/// which never holds a secret).
+/// which never holds a secret). A number the store cannot hold (an unsigned
+/// value above 2^63-1, say an event seq of 2^63) came from the caller: that
+/// is its malformed input, `message-malformed`, not the stack failing.
 pub fn internal(e: Error) -> Status {
+    if let Error::Store { context, source: rusqlite::Error::ToSqlConversionFailure(reason) } = &e {
+        let status = refuse(Code::MessageMalformed, format!("a number out of range ({context}: {reason})"));
+        tracing::warn!(message = status.message(), "refused: a number out of the store's range");
+        return status;
+    }
     tracing::error!(error = %e, "internal error");
     refuse(Code::Internal, e)
 }

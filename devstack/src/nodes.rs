@@ -1,6 +1,7 @@
 //! Nodes and their sessions as the in-process API sees them: the node rows
 //! and their certificates, joins in order ([`JoinMark`]), waits on a node's
-//! state and on its live session, revocation and injected frames; and the
+//! state and on its live session, revocation, drill certificates and
+//! injected frames; and the
 //! applied generation a StatusReport carries (a report part).
 
 use std::time::Duration;
@@ -185,6 +186,22 @@ impl DevStack {
         shared.publish(StackEvent::Revoked { node_id: node_id.to_string() });
         shared.bump();
         Ok(())
+    }
+
+    /// Issues and stores another certificate of a known node for `csr_der`,
+    /// as the stack would have issued it at `issued_at_ms` (24 hours of
+    /// validity from a minute before): a drill's expired or not-yet-valid
+    /// certificate. The node's other certificates stay as they are.
+    pub async fn issue_node_cert_at(&self, node_id: &str, csr_der: &[u8], issued_at_ms: i64) -> Result<NodeCertRow> {
+        let shared = self.shared();
+        let csr = pki::x509::parse_csr(csr_der).map_err(Error::pki("parse a CSR"))?;
+        if shared.store.with(|c| nodes::get(c, node_id))?.is_none() {
+            return Err(Error::UnknownNode { node_id: node_id.to_string() });
+        }
+        let row = crate::issuance::issue(shared, node_id, &csr, None, issued_at_ms)?;
+        shared.store.with(|c| certs::insert(c, &row, now_ms()))?;
+        info!(node_id, serial = %row.serial, not_after_ms = row.not_after_ms, "node certificate issued (drill)");
+        Ok(row)
     }
 
     /// Sends a frame as is into a node's live session (tests inject unsigned

@@ -21,6 +21,8 @@ use crate::view::StackView;
 pub const UPGRADE_KIND: &str = "daemon.upgrade";
 /// The default number of release signatures bcd's `[update]` asks for.
 pub const DEFAULT_THRESHOLD: u32 = 2;
+/// How long a published manifest stays good by default (30 days).
+pub const DEFAULT_EXPIRY: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// Where the stack's release keys come from.
 #[derive(Clone, Default, PartialEq, Eq)]
@@ -79,6 +81,7 @@ impl UpdatePins {
             keys: self.keys.clone(),
             threshold: self.threshold as usize,
             min_sequence: self.min_sequence,
+            installed_sequence: 0,
         }
     }
 }
@@ -108,6 +111,9 @@ pub struct ManifestOptions {
     pub sequence: Option<u64>,
     /// Claim a digest that is not the artifacts' (`release-digest`).
     pub wrong_digest: bool,
+    /// Claim this expiry instead of the release's (`release-expired` for
+    /// one in the past).
+    pub expires_at_ms: Option<i64>,
 }
 
 /// The path of an artifact on the HTTP listener.
@@ -121,7 +127,7 @@ pub fn manifest_path(version: &str) -> String {
 }
 
 /// Whether `s` may be a version (letters, digits, `.`, `_`, `+`, `-`).
-fn valid_version(s: &str) -> bool {
+pub(crate) fn valid_version(s: &str) -> bool {
     !s.is_empty() && s.len() <= 64 && s.chars().all(|c| c.is_ascii_alphanumeric() || "._+-".contains(c))
 }
 
@@ -140,11 +146,18 @@ fn pins(shared: &Shared) -> UpdatePins {
     }
 }
 
-/// The manifest of stored artifacts.
-fn manifest(shared: &Shared, version: &str, sequence: u64, artifacts: &[ReleaseArtifactRow]) -> pki::release::Manifest {
+/// The manifest of stored artifacts, good until `expires_at_ms`.
+fn manifest(
+    shared: &Shared,
+    version: &str,
+    sequence: u64,
+    expires_at_ms: i64,
+    artifacts: &[ReleaseArtifactRow],
+) -> pki::release::Manifest {
     pki::release::Manifest {
         version: version.to_string(),
         sequence,
+        expires_at_ms,
         artifacts: artifacts
             .iter()
             .map(|a| pki::release::Artifact {
@@ -197,14 +210,16 @@ fn publish(shared: &Shared, version: &str, sequence: u64, artifacts: &[(&str, &s
     }
     stored.sort_by(|(a, _), (b, _)| (&a.os, &a.arch).cmp(&(&b.os, &b.arch)));
     let rows: Vec<ReleaseArtifactRow> = stored.iter().map(|(r, _)| r.clone()).collect();
-    let manifest = manifest(shared, version, sequence, &rows);
+    let now = now_ms();
+    let expires_at_ms = now.saturating_add(shared.settings.release_expiry.as_millis() as i64);
+    let manifest = manifest(shared, version, sequence, expires_at_ms, &rows);
     let envelope = sign(shared, &manifest, None);
     let row = ReleaseRow {
         version: version.to_string(),
         sequence,
         manifest: serde_json::to_vec(&manifest).unwrap_or_default(),
         envelope: envelope.to_json(),
-        created_at_ms: now_ms(),
+        created_at_ms: now,
     };
     shared.store.tx(|c| {
         if release_rows::get(c, version)?.is_some() {
@@ -240,10 +255,16 @@ fn get(shared: &Shared, version: &str) -> Result<Release> {
         key: version.to_string(),
         reason: e.to_string(),
     })?;
+    // The manifest as published (its expiry); a row from before manifests
+    // expired is rebuilt from its artifacts, good from its publication.
+    let published = serde_json::from_slice::<pki::release::Manifest>(&row.manifest).unwrap_or_else(|_| {
+        let expires = row.created_at_ms.saturating_add(shared.settings.release_expiry.as_millis() as i64);
+        manifest(shared, version, row.sequence, expires, &artifacts)
+    });
     Ok(Release {
         version: row.version,
         sequence: row.sequence,
-        manifest: manifest(shared, version, row.sequence, &artifacts),
+        manifest: published,
         envelope,
         manifest_url: format!("{}{}", shared.settings.http_base_url, manifest_path(version)),
     })
@@ -258,6 +279,9 @@ fn manifest_with(shared: &Shared, version: &str, options: &ManifestOptions) -> R
     let mut manifest = release.manifest;
     if let Some(sequence) = options.sequence {
         manifest.sequence = sequence;
+    }
+    if let Some(expires_at_ms) = options.expires_at_ms {
+        manifest.expires_at_ms = expires_at_ms;
     }
     if options.wrong_digest {
         for a in &mut manifest.artifacts {
@@ -325,7 +349,8 @@ impl DevStack {
     }
 
     /// A release's manifest signed as `options` say: fewer keys, another
-    /// sequence, a wrong digest (the published manifest by default).
+    /// sequence, a wrong digest, another expiry (the published manifest by
+    /// default).
     pub async fn release_manifest(&self, version: &str, options: &ManifestOptions) -> Result<pki::dsse::Envelope> {
         manifest_with(self.shared(), version, options)
     }

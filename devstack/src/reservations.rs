@@ -158,12 +158,23 @@ pub struct Allocations;
 
 impl EventHandler<proto::StatusReport> for Allocations {
     fn record(&self, event: &Event<'_>, report: &proto::StatusReport) -> Result<Effects> {
+        let node_id = event.node_id();
+        let limit = event.shared.settings.limits.statements_per_report;
+        if report.allocations.len() > limit {
+            warn!(
+                node_id,
+                code = %crate::status::Code::ReportLimit,
+                statements = report.allocations.len(),
+                limit,
+                "reservation: statements beyond the report's limit neither verified nor applied"
+            );
+        }
         let bound: Vec<Bound> = report
             .allocations
             .iter()
+            .take(limit)
             .map(|env| Bound::check(env, |e| event.verify_statement(e, pki::statement::verify_allocation_bound)))
             .collect();
-        let node_id = event.node_id();
         let mut events = Vec::new();
         let specs =
             apply_report(event.c, event.shared, node_id, &bound, &report.released, &report.failed, &mut events)?;
@@ -224,7 +235,7 @@ fn apply_report(
                 }
             }
             Err(refusal) => {
-                warn!(node_id, reservation_id = %r.id, %refusal, "reservation: AllocationBound refused");
+                warn!(node_id, reservation_id = %r.id, refusal = ?refusal, "reservation: AllocationBound refused");
                 rows::refuse(c, &r.id, &refusal)?;
                 events.push(changed(node_id, &r.id, r.state, &refusal));
             }
@@ -237,16 +248,16 @@ fn apply_report(
                 events.push(changed(node_id, &r.id, ReservationState::Released, ""));
             }
             Some(r) => info!(node_id, reservation_id = %r.id, state = %r.state, "reservation: release report ignored"),
-            None => warn!(node_id, allocation_id = %rel.allocation_id, "reservation: released an unknown allocation"),
+            None => warn!(node_id, allocation_id = ?rel.allocation_id, "reservation: released an unknown allocation"),
         }
     }
     for f in failed {
         let Some(r) = of_node(&f.allocation_id)? else {
-            warn!(node_id, allocation_id = %f.allocation_id, "reservation: failure of an unknown allocation");
+            warn!(node_id, allocation_id = ?f.allocation_id, "reservation: failure of an unknown allocation");
             continue;
         };
         let Some(before) = rows::fail(c, &r.id, &f.reason, now)? else { continue };
-        warn!(node_id, reservation_id = %r.id, reason = %f.reason, "reservation: failed");
+        warn!(node_id, reservation_id = %r.id, reason = ?f.reason, "reservation: failed");
         events.push(changed(node_id, &r.id, ReservationState::Failed, &f.reason));
         if matches!(before, ReservationState::Pending | ReservationState::Active) {
             let spec = respec(c, shared, node_id)?;

@@ -13,7 +13,9 @@ use tracing::{debug, warn};
 
 use crate::error::Result;
 use crate::gateway::handlers::{Effects, Event, EventHandler};
+use crate::limits;
 use crate::stack::DevStack;
+use crate::status::Code;
 use crate::store::sections;
 use crate::view::StackView;
 
@@ -99,16 +101,30 @@ impl SectionStatus {
 }
 
 /// The report part that stores section statuses (the latest report wins,
-/// per section; sections a report does not name keep their status).
+/// per section; sections a report does not name keep their status; a name
+/// that is not plain, or beyond `NodeLimits::section_statuses` names, is
+/// refused `report-limit`).
 pub struct Sections;
 
 impl EventHandler<proto::StatusReport> for Sections {
     fn record(&self, event: &Event<'_>, report: &proto::StatusReport) -> Result<Effects> {
         let node_id = event.node_id();
+        let limit = event.shared.settings.limits.section_statuses;
+        let mut kept = sections::names(event.c, node_id)?;
         for s in &report.sections {
-            if s.section.is_empty() {
-                warn!(node_id = %node_id, state = s.state, "session: section status without a section name ignored");
+            if !limits::valid_name(&s.section) || !limits::admits(&kept, &s.section, limit) {
+                warn!(
+                    node_id = %node_id,
+                    code = %Code::ReportLimit,
+                    section = ?s.section,
+                    kept = kept.len(),
+                    limit,
+                    "session: section status refused: not a plain name, or beyond the node's limit of sections"
+                );
                 continue;
+            }
+            if !kept.contains(&s.section) {
+                kept.push(s.section.clone());
             }
             let status = SectionStatus {
                 node_id: node_id.to_string(),
@@ -122,9 +138,9 @@ impl EventHandler<proto::StatusReport> for Sections {
             sections::upsert(event.c, &status)?;
             debug!(
                 node_id = %node_id,
-                section = %status.section,
+                section = ?status.section,
                 state = %status.state,
-                reason = %status.reason,
+                reason = ?status.reason,
                 generation = status.generation,
                 "section status"
             );

@@ -42,8 +42,14 @@ pub struct Settings {
     pub release_threshold: u32,
     /// The lowest release sequence bcd's `[update]` accepts.
     pub release_min_sequence: u64,
+    /// How long a published release's manifest stays good (`expires_at_ms`).
+    pub release_expiry: Duration,
     /// The consoles' tunnels.
     pub tunnels: TunnelOptions,
+    /// What one node may make the stack store and compute.
+    pub limits: crate::limits::NodeLimits,
+    /// The connection caps and deadlines of both listeners.
+    pub connections: crate::connections::ConnectionOptions,
 }
 
 /// What the parts of a stack share.
@@ -196,7 +202,10 @@ pub mod testing {
             https_base_url: "https://127.0.0.1:1".into(),
             release_threshold: 2,
             release_min_sequence: 1,
+            release_expiry: crate::releases::DEFAULT_EXPIRY,
             tunnels: Default::default(),
+            limits: Default::default(),
+            connections: Default::default(),
         };
         Shared::new(store, keys, settings, None)
     }

@@ -19,13 +19,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tokio_stream::StreamExt as _;
-use tokio_stream::wrappers::ReceiverStream;
 use tracing::{info, warn};
 
 use crate::clock::now_ms;
+use crate::connections::ConnectionOptions;
 use crate::error::{Error, Result};
 use crate::gateway::{GatewayService, limit};
 use crate::hub::Control;
@@ -37,7 +36,7 @@ use crate::store::sessions;
 use crate::store::{Store, StoreLocation};
 use crate::tpm::{TpmAttestorOptions, TpmJoin};
 use crate::tunnels::TunnelOptions;
-use crate::{http, tls};
+use crate::{connections, http, tls};
 
 /// How long shutdown waits for sessions to drain and servers to stop.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -84,12 +83,20 @@ pub struct DevStackOptions {
     pub release_threshold: u32,
     /// The lowest release sequence bcd's `[update]` accepts (default 1).
     pub release_min_sequence: u64,
+    /// How long a published release's manifest stays good: its
+    /// `expires_at_ms` is the publication time plus this (default 30 days).
+    pub release_expiry: Duration,
     /// The TPM attestor of the JoinService; without one a TPM join is
     /// refused `method-unsupported`.
     pub tpm_attestor: Option<TpmAttestorOptions>,
     /// The consoles' tunnels: the per-node limit, the open timeout, the
     /// tickets' lifetime.
     pub tunnels: TunnelOptions,
+    /// What one node may make the stack store and compute: inventory
+    /// sections, section statuses, statements per report, renewals per hour.
+    pub limits: crate::limits::NodeLimits,
+    /// The connection caps and deadlines of both listeners.
+    pub connections: ConnectionOptions,
 }
 
 impl Default for DevStackOptions {
@@ -112,8 +119,11 @@ impl Default for DevStackOptions {
             release_keys: ReleaseKeys::Generated,
             release_threshold: crate::releases::DEFAULT_THRESHOLD,
             release_min_sequence: 1,
+            release_expiry: crate::releases::DEFAULT_EXPIRY,
             tpm_attestor: None,
             tunnels: TunnelOptions::default(),
+            limits: crate::limits::NodeLimits::default(),
+            connections: ConnectionOptions::default(),
         }
     }
 }
@@ -197,45 +207,30 @@ fn settings(options: &DevStackOptions, gateway_addr: SocketAddr, http_addr: Sock
         https_base_url: format!("https://{}:{}", host_for_url(&host), https_port),
         release_threshold: options.release_threshold,
         release_min_sequence: options.release_min_sequence,
+        release_expiry: options.release_expiry,
         tunnels: options.tunnels.clone(),
+        limits: options.limits.clone(),
+        connections: options.connections.clone(),
     }
 }
 
-/// The gateway: our TLS acceptor feeding tonic (Join and Gateway); returns
-/// its tasks.
-fn serve_gateway(
-    shared: &Arc<Shared>,
-    listener: TcpListener,
-    stop: &watch::Sender<bool>,
-) -> Result<Vec<JoinHandle<()>>> {
+/// The gateway: our TLS acceptor and connection handling in front of
+/// tonic's routes (Join and Gateway).
+fn serve_gateway(shared: &Arc<Shared>, listener: TcpListener, stop: &watch::Sender<bool>) -> Result<JoinHandle<()>> {
     let acceptor = tokio_rustls::TlsAcceptor::from(tls::server_config(&shared.keys, tls::Alpn::GATEWAY)?);
-    let (conn_tx, conn_rx) = mpsc::channel(16);
-    let accept = tokio::spawn(tls::accept_loop(listener, acceptor, tls::Alpn::GATEWAY, conn_tx, stop.subscribe()));
-    let incoming = ReceiverStream::new(conn_rx).map(Ok::<_, std::io::Error>);
     let join = proto::join_server::JoinServer::new(JoinService::new(shared.clone()))
         .max_decoding_message_size(limit::MAX_MESSAGE_BYTES);
     let gateway = proto::gateway_server::GatewayServer::new(GatewayService::new(shared.clone()))
         .max_decoding_message_size(limit::MAX_MESSAGE_BYTES);
-    let router =
-        tonic::transport::Server::builder().layer(limit::FrameLimitLayer).add_service(join).add_service(gateway);
-    let signal = stopped(stop.subscribe());
-    let serve = tokio::spawn(async move {
-        if let Err(e) = router.serve_with_incoming_shutdown(incoming, signal).await {
-            warn!(error = %e, "devstack: gateway server stopped");
-        }
-    });
-    Ok(vec![accept, serve])
+    let routes = tonic::service::Routes::new(join).add_service(gateway).prepare();
+    let options = shared.settings.connections.clone();
+    Ok(tokio::spawn(connections::gateway(listener, acceptor, routes, options, stop.subscribe())))
 }
 
 /// The HTTP side (well-known document, release downloads).
 fn serve_http(shared: &Arc<Shared>, listener: TcpListener, stop: &watch::Sender<bool>) -> JoinHandle<()> {
-    let app = http::router(shared.clone());
-    let signal = stopped(stop.subscribe());
-    tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(signal).await {
-            warn!(error = %e, "devstack: HTTP server stopped");
-        }
-    })
+    let router = http::router(shared.clone());
+    tokio::spawn(connections::http(listener, router, shared.settings.connections.clone(), stop.subscribe()))
 }
 
 impl DevStack {
@@ -270,9 +265,11 @@ impl DevStack {
         let tpm = options.tpm_attestor.clone().map(TpmJoin::new);
         let shared = Arc::new(Shared::new(store, keys, settings, tpm));
         let (stop, _) = watch::channel(false);
-        let mut tasks = serve_gateway(&shared, gateway_listener, &stop)?;
-        tasks.push(serve_http(&shared, http_listener, &stop));
-        tasks.extend(crate::https::serve(&shared, https_listener, &stop)?);
+        let tasks = vec![
+            serve_gateway(&shared, gateway_listener, &stop)?,
+            serve_http(&shared, http_listener, &stop),
+            crate::https::serve(&shared, https_listener, &stop)?,
+        ];
         info!(
             gateway = %shared.settings.gateway_url,
             http = %http_addr,
@@ -436,9 +433,4 @@ impl Drop for DevStack {
             task.abort();
         }
     }
-}
-
-/// A future that completes once `stop` turns true.
-async fn stopped(mut stop: watch::Receiver<bool>) {
-    let _ = stop.wait_for(|s| *s).await;
 }

@@ -1,32 +1,35 @@
-//! The gateway's TLS: our own rustls acceptor in front of tonic, and in
-//! front of the HTTPS listener (the WebSocket session, `POST /v1/renew`).
+//! The stack's TLS: our own rustls configuration and handshake in front of
+//! the gateway (tonic) and of the HTTPS listener (the WebSocket session,
+//! `POST /v1/renew`); `connections` serves what they accept.
 //!
 //! TLS 1.3 only, one ALPN protocol per listener ([`Alpn`]): exactly `h2`
 //! for the gateway; `http/1.1`, or none at all, for the HTTPS listener (Go's
 //! HTTP client offers no ALPN for a WebSocket upgrade, and a client that
 //! offers none speaks HTTP/1.1). A connection that negotiated anything else
-//! is closed and logged; client certificates optional at
-//! the TLS layer but verified against the node CA when presented. Each
-//! accepted connection carries its verified peer chain to the handlers as
-//! tonic `ConnectInfo` ([`PeerInfo`]); handshake failures are logged and
-//! never reach tonic nor disturb other connections.
+//! is closed and logged. A client certificate is optional at the TLS layer,
+//! and any certificate is taken there once the client proved it holds its
+//! key (the handshake's signature): whether the stack issued it is the
+//! handlers' question (`gateway/auth`, for the gateway and the HTTPS
+//! listener alike), which answers a foreign or expired certificate with a
+//! stable code (`Unauthenticated` `cert-unknown`, `PermissionDenied`
+//! `cert-validity`) a node can act on, where a TLS alert would say nothing.
+//! Each connection carries its peer chain to the handlers as [`PeerInfo`]
+//! in the request's extensions; handshake failures are logged and never
+//! reach a server nor disturb other connections.
 
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::client::danger::HandshakeSignatureValid;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, UnixTime};
 use rustls::server::WebPkiClientVerifier;
-use rustls::{RootCertStore, ServerConfig};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch};
-use tokio::task::JoinSet;
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::{DigitallySignedStruct, DistinguishedName, RootCertStore, ServerConfig, SignatureScheme};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
-use tonic::transport::server::Connected;
 use tracing::{debug, warn};
 
 use crate::error::{Error, Result};
@@ -60,8 +63,6 @@ impl Alpn {
         }
     }
 }
-/// How long a client may take to finish its handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Installs rustls' ring provider as the process default. Harmless when one
 /// is already installed; the gateway also names ring explicitly, so a process
@@ -80,10 +81,11 @@ pub fn server_config(keys: &StackKeys, alpn: Alpn) -> Result<Arc<ServerConfig>> 
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = RootCertStore::empty();
     roots.add(CertificateDer::from(keys.node_ca_der.clone())).map_err(tls_err)?;
-    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+    let webpki = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
         .allow_unauthenticated()
         .build()
         .map_err(tls_err)?;
+    let verifier = Arc::new(DeferredClientVerifier { webpki });
     let chain = vec![CertificateDer::from(keys.gateway_der.clone()), CertificateDer::from(keys.serving_ca_der.clone())];
     let key_der = keys.gateway_key.to_pkcs8_der().map_err(tls_err)?;
     let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key_der.as_bytes().to_vec()));
@@ -97,112 +99,92 @@ pub fn server_config(keys: &StackKeys, alpn: Alpn) -> Result<Arc<ServerConfig>> 
     Ok(Arc::new(config))
 }
 
+/// A client verifier that asks a client for its certificate (hinting the
+/// node CA), checks the handshake's signature with the certificate's key,
+/// and leaves whether the certificate is one the stack issued to the
+/// gateway's authentication.
+#[derive(Debug)]
+struct DeferredClientVerifier {
+    /// The node CA's verifier, for the hints and the signature checks.
+    webpki: Arc<dyn ClientCertVerifier>,
+}
+
+impl ClientCertVerifier for DeferredClientVerifier {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        self.webpki.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> std::result::Result<ClientCertVerified, rustls::Error> {
+        if let Err(e) = self.webpki.verify_client_cert(end_entity, intermediates, now) {
+            debug!(error = %e, "gateway: a client certificate the node CA does not vouch for (the gateway refuses it)");
+        }
+        Ok(ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        self.webpki.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        self.webpki.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.webpki.supported_verify_schemes()
+    }
+}
+
 /// What the handlers learn about a connection.
 #[derive(Clone, Debug)]
 pub struct PeerInfo {
     /// The client's address.
     pub remote_addr: SocketAddr,
-    /// The client's certificate chain (DER, leaf first), verified against the
-    /// node CA during the handshake; `None` when it presented none.
+    /// The client's certificate chain (DER, leaf first) as presented, its
+    /// key proven by the handshake (not yet that the stack issued it: see
+    /// `gateway/auth`); `None` when it presented none.
     pub client_chain: Option<Arc<Vec<Vec<u8>>>>,
 }
 
-/// An accepted TLS connection that negotiated its listener's protocol.
-pub struct TlsConn {
-    inner: TlsStream<TcpStream>,
-    info: PeerInfo,
-}
-
-impl Connected for TlsConn {
-    type ConnectInfo = PeerInfo;
-    fn connect_info(&self) -> PeerInfo {
-        self.info.clone()
-    }
-}
-
-impl AsyncRead for TlsConn {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for TlsConn {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
-    }
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
-    }
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-}
-
-impl TlsConn {
-    /// What the handlers learn about this connection.
-    pub fn info(&self) -> &PeerInfo {
-        &self.info
-    }
-}
-
-/// Accepts TCP connections until `stop` turns true, handshakes each in its
-/// own task (which must negotiate `alpn`), and hands the good ones to the
-/// server through `tx`.
-pub async fn accept_loop(
-    listener: TcpListener,
-    acceptor: TlsAcceptor,
+/// One handshake within `timeout`; `None` (logged) for anything but a TLS
+/// 1.3 connection that negotiated `alpn`.
+pub(crate) async fn handshake(
+    acceptor: &TlsAcceptor,
+    tcp: TcpStream,
+    addr: SocketAddr,
+    timeout: Duration,
     alpn: Alpn,
-    tx: mpsc::Sender<TlsConn>,
-    mut stop: watch::Receiver<bool>,
-) {
-    let mut handshakes = JoinSet::new();
-    loop {
-        tokio::select! {
-            _ = async { let _ = stop.wait_for(|s| *s).await; } => break,
-            Some(_) = handshakes.join_next(), if !handshakes.is_empty() => {}
-            accepted = listener.accept() => match accepted {
-                Ok((tcp, addr)) => {
-                    let (acceptor, tx) = (acceptor.clone(), tx.clone());
-                    handshakes.spawn(async move {
-                        if let Some(conn) = handshake(acceptor, tcp, addr, alpn).await {
-                            // The receiver is gone only when the server stopped.
-                            let _ = tx.send(conn).await;
-                        }
-                    });
-                }
-                Err(e) => {
-                    warn!(error = %e, "gateway: accept failed");
-                    // A full file table makes accept fail at once; do not spin.
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            },
-        }
-    }
-    handshakes.abort_all();
-}
-
-/// One handshake; `None` (logged) for anything but a TLS 1.3 connection
-/// that negotiated `alpn`.
-async fn handshake(acceptor: TlsAcceptor, tcp: TcpStream, addr: SocketAddr, alpn: Alpn) -> Option<TlsConn> {
-    let _ = tcp.set_nodelay(true);
-    let mut tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+) -> Option<(TlsStream<TcpStream>, PeerInfo)> {
+    let mut tls = match tokio::time::timeout(timeout, acceptor.accept(tcp)).await {
         Ok(Ok(tls)) => tls,
         Ok(Err(e)) => {
             warn!(peer = %addr, error = %e, "gateway: TLS handshake refused");
             return None;
         }
         Err(_) => {
-            warn!(peer = %addr, "gateway: TLS handshake timed out");
+            warn!(peer = %addr, timeout_ms = timeout.as_millis() as u64, "gateway: TLS handshake timed out");
             return None;
         }
     };
@@ -218,5 +200,5 @@ async fn handshake(acceptor: TlsAcceptor, tcp: TcpStream, addr: SocketAddr, alpn
         .peer_certificates()
         .map(|certs| Arc::new(certs.iter().map(|c| c.as_ref().to_vec()).collect::<Vec<_>>()));
     debug!(peer = %addr, client_cert = client_chain.is_some(), "gateway: TLS connection accepted");
-    Some(TlsConn { inner: tls, info: PeerInfo { remote_addr: addr, client_chain } })
+    Some((tls, PeerInfo { remote_addr: addr, client_chain }))
 }

@@ -52,7 +52,7 @@ pub fn verdict(kind: &str, data: &[u8]) -> String {
             let key = pki::keys::p256(SEED, "join-encryption");
             outcome(
                 text.map_err(|e| pki::JweError::Malformed { reason: e.to_string() }.into())
-                    .and_then(|t| pki::join::open_token(&key, t, &csr_pin())),
+                    .and_then(|t| pki::join::open_token(&key, t, &csr_pin(), AS_OF_MS)),
             )
         }
         "jws" => {
@@ -66,7 +66,7 @@ pub fn verdict(kind: &str, data: &[u8]) -> String {
             let (a, b) = (pki::keys::ed25519(SEED, "release/0"), pki::keys::ed25519(SEED, "release/1"));
             let env = Envelope::sign(proto::payload_type::RELEASE, data.to_vec(), &[&a, &b]);
             let policy = release::Policy { keys: vec![a.public_key(), b.public_key()], threshold: 2, min_sequence: 5 };
-            outcome(release::verify_manifest(&env, &policy))
+            outcome(release::verify_manifest(&env, &policy, AS_OF_MS))
         }
         "tpm-public" => {
             let certified =

@@ -326,6 +326,16 @@ pub enum JoinError {
         /// The pin of the CSR presented with it.
         presented: String,
     },
+    /// The sealed token was sealed too long ago.
+    #[error("sealed at {iat}, more than {max_age_s} s before now ({now})")]
+    TokenStale {
+        /// Its `iat` (Unix seconds).
+        iat: i64,
+        /// The time of the check (Unix seconds).
+        now: i64,
+        /// The oldest accepted age.
+        max_age_s: i64,
+    },
     /// The JoinResponse answers another CSR.
     #[error("join response for CSR {found}, expected {expected}")]
     ResponseCsr {
@@ -342,6 +352,7 @@ impl JoinError {
         match self {
             JoinError::TokenPayload { .. } => Code::TokenPayload,
             JoinError::TokenCsrMismatch { .. } => Code::TokenCsrMismatch,
+            JoinError::TokenStale { .. } => Code::TokenStale,
             JoinError::ResponseCsr { .. } => Code::JoinResponseCsr,
         }
     }
@@ -577,6 +588,22 @@ pub enum ReleaseError {
         /// The pinned lowest sequence.
         min_sequence: u64,
     },
+    /// The release's sequence is below the highest installed one.
+    #[error("release sequence {sequence} is below the installed {installed}")]
+    Rollback {
+        /// The manifest's sequence.
+        sequence: u64,
+        /// The highest sequence installed.
+        installed: u64,
+    },
+    /// The manifest is past its expiry.
+    #[error("release manifest expired at {expires_at_ms}, now is {now_ms}")]
+    Expired {
+        /// The manifest's `expires_at_ms`.
+        expires_at_ms: i64,
+        /// The time of the check.
+        now_ms: i64,
+    },
     /// No artifact for this platform.
     #[error("no artifact for {os}/{arch}")]
     MissingArtifact {
@@ -610,6 +637,8 @@ impl ReleaseError {
             ReleaseError::Threshold { .. } => Code::ReleaseThreshold,
             ReleaseError::Malformed { .. } => Code::ReleaseMalformed,
             ReleaseError::Sequence { .. } => Code::ReleaseSequence,
+            ReleaseError::Rollback { .. } => Code::ReleaseRollback,
+            ReleaseError::Expired { .. } => Code::ReleaseExpired,
             ReleaseError::MissingArtifact { .. } => Code::ReleaseMissingArtifact,
             ReleaseError::Digest { .. } => Code::ReleaseDigest,
             ReleaseError::Size { .. } => Code::ReleaseSize,
@@ -781,6 +810,6 @@ mod tests {
         assert!(Error::is_code("dsse-unsigned") && Error::is_code("node-key-not-csr"));
         assert!(!Error::is_code("token-unknown") && !Error::is_code("update-pending") && !Error::is_code("nope"));
         let pki = proto::refusal::TABLE.iter().filter(|c| c.domain().owner() == "pki").count();
-        assert_eq!(pki, 68, "a pki code was added to or removed from proto/refusals.toml: add its variant too");
+        assert_eq!(pki, 71, "a pki code was added to or removed from proto/refusals.toml: add its variant too");
     }
 }

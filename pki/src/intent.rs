@@ -96,11 +96,23 @@ pub fn approver_keys(quorum: Option<&proto::Quorum>) -> Result<Vec<PublicKey>> {
     quorum.map(|q| q.approvers.iter().map(PublicKey::from_proto).collect()).unwrap_or_else(|| Ok(Vec::new()))
 }
 
-/// Checks that a bundle's own quorum can be met.
+/// Checks that a bundle's own quorum can be met: a threshold of at least 1
+/// and at most its approvers (`trust-invalid`), each approver a key that
+/// parses (`bad-public-key`: a key that cannot verify cannot approve).
 pub fn check_quorum(bundle: &proto::TrustBundle) -> Result<()> {
     let (threshold, approvers) = bundle.quorum.as_ref().map(|q| (q.threshold, q.approvers.len())).unwrap_or((0, 0));
     if threshold == 0 || threshold as usize > approvers {
         return Err(IntentError::TrustInvalid { threshold, approvers }.into());
+    }
+    approver_keys(bundle.quorum.as_ref()).map(|_| ())
+}
+
+/// Checks that every other key of a bundle parses (`bad-public-key`): its
+/// command roots, and its tunnels and workload issuers when it names them.
+pub fn check_bundle_keys(bundle: &proto::TrustBundle) -> Result<()> {
+    let issuers = bundle.tunnels_issuer.iter().chain(bundle.workload_issuer.iter());
+    for key in bundle.command_roots.iter().chain(issuers) {
+        PublicKey::from_proto(key)?;
     }
     Ok(())
 }
@@ -108,8 +120,10 @@ pub fn check_quorum(bundle: &proto::TrustBundle) -> Result<()> {
 /// Decides whether to take a newer trust bundle. It must be signed by at least
 /// `threshold` of the *current* approvers (`trust-quorum`), be for the same
 /// trust domain (`trust-domain`), not roll the sequence back
-/// (`trust-rollback`), and have a quorum that can be met (`trust-invalid`).
-/// The same sequence is accepted only for the same bytes (a re-delivery).
+/// (`trust-rollback`), have a quorum that can be met (`trust-invalid`), and
+/// hold only keys that parse (`bad-public-key`: approvers, command roots,
+/// issuers). The same sequence is accepted only for the same bytes (a
+/// re-delivery).
 pub fn accept_trust_bundle(current: &proto::TrustBundle, env: &Envelope) -> Result<proto::TrustBundle> {
     let approvers = approver_keys(current.quorum.as_ref())?;
     let threshold = current.quorum.as_ref().map(|q| q.threshold as usize).unwrap_or(0).max(1);
@@ -130,6 +144,7 @@ pub fn accept_trust_bundle(current: &proto::TrustBundle, env: &Envelope) -> Resu
         return Err(IntentError::TrustRollback { current: current.sequence, found: next.sequence }.into());
     }
     check_quorum(&next)?;
+    check_bundle_keys(&next)?;
     Ok(next)
 }
 

@@ -4,12 +4,14 @@
 //! The sealed token is a JWE (see [`crate::jwe`]) whose payload is
 //! `{"token":…,"csr":<the CSR's SPKI pin>,"iat":<Unix seconds>}`; the pin
 //! binds it to one CSR, so a copy presented with another CSR is refused
-//! (`token-csr-mismatch`).
+//! (`token-csr-mismatch`), and `iat` bounds how long a copy is good: at most
+//! [`IAT_MAX_AGE_S`] before the check (`token-stale`) and at most
+//! [`IAT_MAX_SKEW_S`] after it (`token-not-yet-valid`).
 
 use serde::{Deserialize, Serialize};
 
 use crate::dsse::{self, Envelope};
-use crate::error::JoinError;
+use crate::error::{JoinError, JwsError};
 use crate::{PublicKey, Result, Signer, jwe};
 
 /// The payload of a sealed join token.
@@ -36,13 +38,35 @@ pub fn seal_token(
     jwe::seal(join_encryption, &kid, &serde_json::to_vec(&payload).expect("the payload serializes"), rnd)
 }
 
-/// Opens a sealed join token presented with the CSR whose pin is `csr_pin`.
-pub fn open_token(join_encryption: &p256::SecretKey, sealed: &str, csr_pin: &str) -> Result<SealedTokenPayload> {
+/// How long before the check a sealed token's `iat` may be (1 hour): a
+/// node seals its token right before it joins, and an unjoined node's clock
+/// may be off by this much.
+pub const IAT_MAX_AGE_S: i64 = 3600;
+/// How far after the check a sealed token's `iat` may be (10 minutes).
+pub const IAT_MAX_SKEW_S: i64 = 600;
+
+/// Opens a sealed join token presented with the CSR whose pin is `csr_pin`,
+/// at `now_ms`: the JWE (`jwe-*`), the payload (`token-payload`), the
+/// binding (`token-csr-mismatch`), then `iat` (`token-stale`,
+/// `token-not-yet-valid`).
+pub fn open_token(
+    join_encryption: &p256::SecretKey,
+    sealed: &str,
+    csr_pin: &str,
+    now_ms: i64,
+) -> Result<SealedTokenPayload> {
     let plain = jwe::open(join_encryption, &join_encryption.keyid(), sealed)?;
     let payload: SealedTokenPayload =
         crate::json::object(&plain).map_err(|reason| JoinError::TokenPayload { reason })?;
     if payload.csr != csr_pin {
         return Err(JoinError::TokenCsrMismatch { bound: payload.csr, presented: csr_pin.to_string() }.into());
+    }
+    let now = now_ms.div_euclid(1000);
+    if payload.iat < now.saturating_sub(IAT_MAX_AGE_S) {
+        return Err(JoinError::TokenStale { iat: payload.iat, now, max_age_s: IAT_MAX_AGE_S }.into());
+    }
+    if payload.iat > now.saturating_add(IAT_MAX_SKEW_S) {
+        return Err(JwsError::NotYetValid { iat: payload.iat, now }.into());
     }
     Ok(payload)
 }
@@ -72,8 +96,17 @@ mod tests {
     fn a_sealed_token_opens_only_with_its_csr() {
         let key = keys::p256("s", "join-encryption");
         let sealed = seal_token(&key.public_key(), "bc_jt_1", "sha256:csr", 10, &jwe::SealRandomness::seeded("s", "t"));
-        assert_eq!(open_token(&key, &sealed, "sha256:csr").unwrap().token, "bc_jt_1");
-        assert_eq!(open_token(&key, &sealed, "sha256:other").unwrap_err().code(), "token-csr-mismatch");
+        let rnd = || jwe::SealRandomness::seeded("s", "t");
+        assert_eq!(open_token(&key, &sealed, "sha256:csr", 10_000).unwrap().token, "bc_jt_1");
+        assert_eq!(open_token(&key, &sealed, "sha256:other", 10_000).unwrap_err().code(), "token-csr-mismatch");
+        // iat 10 s: good up to an hour later, not after.
+        assert!(open_token(&key, &sealed, "sha256:csr", (10 + IAT_MAX_AGE_S) * 1000).is_ok());
+        assert_eq!(
+            open_token(&key, &sealed, "sha256:csr", (11 + IAT_MAX_AGE_S) * 1000).unwrap_err().code(),
+            "token-stale"
+        );
+        let future = seal_token(&key.public_key(), "bc_jt_1", "sha256:csr", 10 + IAT_MAX_SKEW_S + 1, &rnd());
+        assert_eq!(open_token(&key, &future, "sha256:csr", 10_000).unwrap_err().code(), "token-not-yet-valid");
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //! The code under `gen/` is generated from `proto/bc/agent/v1/agent.proto` by
 //! `cargo xtask codegen` and committed; `cargo xtask codegen --check` (and the
 //! `proto-codegen` crate's test) fails when it drifts from the `.proto` file.
-//! The tonic services are behind the `grpc` feature (on by default).
+//! The tonic services are behind the `grpc` feature (on by default), and
+//! decode with [`codec::StrictCodec`]: a message that does not decode is
+//! refused `InvalidArgument` `message-malformed`, not `Internal`.
 //! [`refusal`] holds the refusal codes of `proto/refusals.toml`, generated
 //! the same way.
 
@@ -15,6 +17,8 @@ pub mod agent {
 
 pub use agent::*;
 
+#[cfg(feature = "grpc")]
+pub mod codec;
 pub mod refusal;
 
 /// DSSE payload types of the signed objects (docs/formats.md, "Payload types").

@@ -2,9 +2,10 @@
 //! 0.9.0 is published by the dev stack (artifact over HTTP, manifest signed by
 //! the release keys bcd pins in `[update]`); a `daemon.upgrade` rollout stages
 //! it in slot b behind the entrypoint and execs it, and its Welcome confirms
-//! it. Refusals (under threshold, lower sequence, another digest) fail the
-//! command with their code and swap nothing; a build that never connects is
-//! rolled back to slot a.
+//! it, and a signed release of a lower sequence is then refused as a
+//! downgrade. Refusals (under threshold, lower sequence, another digest, an
+//! expired manifest) fail the command with their code and swap nothing; a
+//! build that never connects is rolled back to slot a.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -62,6 +63,16 @@ async fn daemon_upgrade_swaps_to_slot_b_and_is_confirmed_by_its_welcome() {
     assert!(!slots.join("upgrade.json").exists(), "upgrade.json is gone");
     let status = node.await_status(DEADLINE, "0.9.0 connected", |s| s["daemonVersion"] == "0.9.0").await.unwrap();
     assert_eq!(status["session"]["state"], "connected");
+
+    // A signed release of a lower sequence than the installed one is a
+    // downgrade: refused before anything is downloaded, nothing swapped.
+    let older = build_bcd(&BuildOptions::fakehw()).unwrap();
+    env.stack.publish_release("0.5.0", 6, &[("linux", "amd64", &std::fs::read(&older).unwrap())]).await.unwrap();
+    let downgrade = env.stack.rollout_upgrade(&id, "0.5.0").await.unwrap();
+    let refused = env.stack.await_command(&downgrade, DEADLINE).await.unwrap();
+    assert_eq!(refused.state, CommandStatus::Failed, "{refused:?}");
+    assert!(refused.reason.starts_with("release-rollback: "), "{refused:?}");
+    assert_eq!(current_slot(&slots), "bcd-b", "still on the installed release");
     node.stop().await;
     env.report();
 }
@@ -78,6 +89,7 @@ async fn daemon_upgrade_refuses_bad_manifests_and_swaps_nothing() {
         ("release-threshold", ManifestOptions { signers: Some(1), ..Default::default() }),
         ("release-sequence", ManifestOptions { sequence: Some(min_sequence.saturating_sub(1)), ..Default::default() }),
         ("release-digest", ManifestOptions { wrong_digest: true, ..Default::default() }),
+        ("release-expired", ManifestOptions { expires_at_ms: Some(1_000), ..Default::default() }),
     ];
     for (code, options) in cases {
         let cmd = env.stack.rollout_upgrade_with(&id, "0.9.0", &options).await.unwrap();

@@ -53,7 +53,7 @@ func verdict(kind string, data []byte) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		_, err = pki.OpenJoinToken(pki.DeriveP256(verdictSeed, "join-encryption"), string(data), csr.Pin())
+		_, err = pki.OpenJoinToken(pki.DeriveP256(verdictSeed, "join-encryption"), string(data), csr.Pin(), time.UnixMilli(verdictAsOfMs))
 		return verdictOf(err), nil
 	case "jws":
 		issuer := []*ecdsa.PublicKey{&pki.DeriveP256(verdictSeed, "tunnels-issuer").PublicKey}
@@ -74,7 +74,7 @@ func verdict(kind string, data []byte) (string, error) {
 			}
 			keys = append(keys, pub)
 		}
-		_, err = pki.VerifyManifest(env, pki.ReleasePolicy{Keys: keys, Threshold: 2, MinSequence: 5})
+		_, err = pki.VerifyManifest(env, pki.ReleasePolicy{Keys: keys, Threshold: 2, MinSequence: 5}, time.UnixMilli(verdictAsOfMs))
 		return verdictOf(err), nil
 	case "tpm-public":
 		_, err := attestor.VerifyKeyCertification(data, make([]byte, 32), &attestor.CertifiedKey{Public: data})

@@ -123,3 +123,26 @@ func TestARefusedJoinSaysWhyInOneLine(t *testing.T) {
 		t.Fatalf("last line %q", lines[len(lines)-1])
 	}
 }
+
+func TestATokenLargerThan64KiBOnStandardInputIsRefusedNotCut(t *testing.T) {
+	g := testgw.Start(t, testgw.Options{})
+	g.AddToken(cliToken)
+	dir := t.TempDir()
+	path := g.WriteConfig(t, dir)
+	// The real token, then 3 MB more: cut at 64 KiB it would be another token.
+	huge := cliToken + strings.Repeat("x", 3<<20)
+	for _, args := range [][]string{{"join", "--config", path}, {"join", "--config", path, "--token-file", filepath.Join(dir, "token")}} {
+		writeFile(t, filepath.Join(dir, "token"), huge)
+		var out, errOut testlog.Buffer
+		code := run(args, cliEnv(context.Background(), huge, &out, &errOut))
+		if code != 1 || !strings.Contains(errOut.String(), "larger than 65536 bytes") || strings.Contains(errOut.String(), cliToken) {
+			t.Fatalf("%v: exit %d, stderr %q", args, code, errOut.String())
+		}
+	}
+	if data, _ := os.ReadFile(path); strings.Contains(string(data), "node_id") {
+		t.Fatal("a refused token joined the node")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "token")); err != nil {
+		t.Fatal("the token file of a refused join was removed")
+	}
+}

@@ -117,21 +117,32 @@ func runJoin(args []string, e env) int {
 	return 0
 }
 
-// readToken reads the token from file, or from stdin when file is "".
+// MaxTokenBytes is the largest join token bcd reads; a larger one is
+// refused, never cut.
+const MaxTokenBytes = 64 << 10
+
+// readToken reads the token from file, or from stdin when file is "". A
+// token larger than MaxTokenBytes is an error: cutting it would send
+// another token than the one given.
 func readToken(file string, stdin io.Reader) (string, error) {
+	from := "standard input"
 	if file != "" {
-		data, err := os.ReadFile(file)
+		f, err := os.Open(file)
 		if err != nil {
 			return "", fmt.Errorf("the token file: %w", err)
 		}
-		return string(data), nil
+		defer f.Close()
+		stdin, from = f, "the token file"
 	}
 	if stdin == nil {
 		return "", join.ErrNoToken
 	}
-	data, err := io.ReadAll(io.LimitReader(stdin, 64<<10))
+	data, err := io.ReadAll(io.LimitReader(stdin, MaxTokenBytes+1))
 	if err != nil {
-		return "", fmt.Errorf("reading the token from standard input: %w", err)
+		return "", fmt.Errorf("reading the token from %s: %w", from, err)
+	}
+	if len(data) > MaxTokenBytes {
+		return "", fmt.Errorf("the token on %s is larger than %d bytes; nothing was sent", from, MaxTokenBytes)
 	}
 	return string(data), nil
 }

@@ -47,8 +47,12 @@ func runStatus(args []string, e env) int {
 	if err := json.Unmarshal(data, &s); err != nil {
 		return fail(e, "status", err)
 	}
-	fmt.Fprintf(e.stdout, "node %s (bcd %s)\nsession %s, epoch %d, gateway %s\nboot %s, journal %s\napplied generation %d\ncommands: %d running, %d done\n",
-		s.NodeID, s.DaemonVersion, s.Session.State, s.Session.Epoch, s.Session.Gateway, s.BootID, s.JournalID,
+	refused := ""
+	if s.Session.Refused != "" {
+		refused = ", refused " + s.Session.Refused
+	}
+	fmt.Fprintf(e.stdout, "node %s (bcd %s)\nsession %s%s, epoch %d, gateway %s\nboot %s, journal %s\napplied generation %d\ncommands: %d running, %d done\n",
+		s.NodeID, s.DaemonVersion, s.Session.State, refused, s.Session.Epoch, s.Session.Gateway, s.BootID, s.JournalID,
 		s.AppliedGeneration, s.Commands.Running, s.Commands.Done)
 	return 0
 }

@@ -405,7 +405,7 @@ func (a *Agent) Status() *status.Status {
 		DaemonVersion:     a.opts.Version,
 		BootID:            a.opts.Machine.BootID(),
 		JournalID:         a.journal.ID(),
-		Session:           status.Session{State: string(info.State), Epoch: info.Epoch, Gateway: info.Gateway, ConnectedAtMs: info.ConnectedAtMs, Transport: info.Transport},
+		Session:           status.Session{State: string(info.State), Epoch: info.Epoch, Gateway: info.Gateway, ConnectedAtMs: info.ConnectedAtMs, Transport: info.Transport, Refused: string(info.Refused)},
 		AppliedGeneration: a.converger.AppliedGeneration(),
 		Commands:          status.Commands{Running: a.dispatcher.Running(), Done: done},
 	}

@@ -34,6 +34,8 @@ var cases = []testCase{
 	{"join/exhausted-token", refusal.CodeTokenExhausted, tokenJoin(func(t *Tokens) string { return t.Exhausted })},
 	{"join/expired-token", pki.CodeTokenExpired, tokenJoin(func(t *Tokens) string { return t.Expired })},
 	{"join/token-for-another-csr", pki.CodeTokenCSRMismatch, otherCSR},
+	{"join/token-sealed-in-1970", pki.CodeTokenStale, sealedAt(func() int64 { return 0 })},
+	{"join/token-sealed-in-the-future", pki.CodeTokenNotYetValid, sealedAt(func() int64 { return time.Now().Add(24 * time.Hour).Unix() })},
 	{"join/malformed-csr", pki.CodeCSRMalformed, malformedCSR},
 	{"join/no-method", refusal.CodeMethodMissing, join(&agentv1.JoinRequest{})},
 	{"join/tpm-round1-without-attestor", refusal.CodeMethodUnsupported, join(&agentv1.JoinRequest{
@@ -43,6 +45,7 @@ var cases = []testCase{
 	{"join/oversized", refusal.CodeFrameTooLarge, join(&agentv1.JoinRequest{
 		Method: &agentv1.JoinRequest_Token{Token: &agentv1.TokenJoin{SealedToken: "x", CsrDer: make([]byte, oversized)}}})},
 	{"session/no-client-certificate", refusal.CodeCertUnknown, session(nil, hello(func(t *Target) string { return t.Joined.NodeID }))},
+	{"session/foreign-ca-certificate", refusal.CodeCertUnknown, session(foreign, hello(func(t *Target) string { return t.Joined.NodeID }))},
 	{"session/revoked-certificate", refusal.CodeCertRevoked, session(revoked, hello(func(t *Target) string { return t.Revoked.NodeID }))},
 	{"session/heartbeat-before-hello", refusal.CodeHelloExpected, session(joined, func(*Target) *agentv1.NodeFrame {
 		return &agentv1.NodeFrame{Frame: &agentv1.NodeFrame_Heartbeat{Heartbeat: &agentv1.Heartbeat{AtMs: 1}}}
@@ -54,6 +57,7 @@ var cases = []testCase{
 		return f
 	})},
 	{"renew/no-client-certificate", refusal.CodeCertUnknown, renew(nil, validCSR)},
+	{"renew/foreign-ca-certificate", refusal.CodeCertUnknown, renew(foreign, validCSR)},
 	{"renew/revoked-certificate", refusal.CodeCertRevoked, renew(revoked, validCSR)},
 	{"renew/malformed-csr", pki.CodeCSRMalformed, renew(joined, func() []byte { return []byte("not a CSR") })},
 	{"tunnel/unknown-tunnel", refusal.CodeTunnelUnknown, tunnel},
@@ -122,6 +126,21 @@ func otherCSR(ctx context.Context, e *env) error {
 		return err
 	}
 	return e.sealedJoin(ctx, e.t.Tokens.Valid, pin, other)
+}
+
+// sealedAt joins with a valid token sealed, to its own CSR, at iat().
+func sealedAt(iat func() int64) func(context.Context, *env) error {
+	return func(ctx context.Context, e *env) error {
+		der, pin, err := csr()
+		if err != nil {
+			return err
+		}
+		sealed, err := pki.SealJoinToken(e.joinKey, e.t.Tokens.Valid, pin, iat())
+		if err != nil {
+			return err
+		}
+		return join(&agentv1.JoinRequest{Method: &agentv1.JoinRequest_Token{Token: &agentv1.TokenJoin{SealedToken: sealed, CsrDer: der}}})(ctx, e)
+	}
 }
 
 // malformedCSR presents a valid token with bytes that are no CSR.

@@ -258,3 +258,53 @@ func TestATrustRotationNeedsTheCurrentApprovers(t *testing.T) {
 		t.Fatal("the rotation was not persisted")
 	}
 }
+
+func TestAnApprovedTrustBundleWithABadKeyIsRefusedAndTheNodeStillStarts(t *testing.T) {
+	dir := t.TempDir()
+	r := newRig(t, dir, true, "")
+	// Well-formed-looking, properly approved, but a command root whose
+	// SPKI does not parse (its keyid is a pin all the same).
+	next := bundle(2)
+	garbage := []byte("not a SubjectPublicKeyInfo")
+	next.CommandRoots = append(next.CommandRoots, &agentv1.PublicKey{Keyid: pki.PinSPKI(garbage), SpkiDer: garbage})
+	payload, _ := proto.Marshal(next)
+	env := &pki.Envelope{PayloadType: pki.PayloadTypeTrustBundle, Payload: payload}
+	for _, k := range approvers {
+		one, _ := pki.SignEnvelope(nil, pki.PayloadTypeTrustBundle, payload, k)
+		env.Signatures = append(env.Signatures, one.Signatures...)
+	}
+	s := spec(1)
+	s.Trust = &agentv1.TrustSection{TrustBundle: env.Proto()}
+	if ok, _ := r.c.Apply(desired(s, root)); !ok {
+		t.Fatal("the spec itself should still apply")
+	}
+	if r.trust.Bundle().GetSequence() != 1 || !strings.Contains(r.logs.String(), "bad-public-key") {
+		t.Fatalf("a bundle with a bad key was taken (sequence %d): %s", r.trust.Bundle().GetSequence(), r.logs.String())
+	}
+	status := r.lastReport(t).GetSections()[0]
+	if status.GetSection() != SectionTrust || status.GetReason() != ReasonRotationRefused || !strings.HasPrefix(status.GetMessage(), "bad-public-key: ") {
+		t.Fatalf("trust status %v", status)
+	}
+	if r.j.Get("trust_bundle") != nil {
+		t.Fatal("the refused bundle was kept in the journal")
+	}
+	// A journal that holds such a bundle (written before every key was
+	// checked) does not stop the node from starting: it is dropped.
+	data, _ := proto.Marshal(next)
+	r.j.Put("trust_bundle", data)
+	again, err := intent.New(r.j, []*pki.PublicKey{pub(root)}, bundle(1), "test.local", "", nil)
+	if err != nil {
+		t.Fatalf("restart on a journal with a bad bundle: %v", err)
+	}
+	if again.Bundle().GetSequence() != 1 || r.j.Get("trust_bundle") != nil {
+		t.Fatalf("restart kept the bad bundle (sequence %d)", again.Bundle().GetSequence())
+	}
+}
+
+func TestCheckQuorumRefusesAnApproverWhoseKeyDoesNotParse(t *testing.T) {
+	b := bundle(2)
+	b.Quorum.Approvers[1] = &agentv1.PublicKey{Keyid: "sha256:00", SpkiDer: []byte{1, 2, 3}}
+	if err := pki.CheckQuorum(b); pki.CodeOf(err) != pki.CodeBadPublicKey {
+		t.Fatalf("CheckQuorum: %v", err)
+	}
+}

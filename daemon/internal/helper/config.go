@@ -50,6 +50,12 @@ type Settings struct {
 	// CommandRootsDir holds the PEM public keys that sign host units
 	// (default /etc/bcd-helper/command-roots).
 	CommandRootsDir string `toml:"command_roots_dir"`
+	// NodeID is this host's node id: host.apply takes only specs for it.
+	// Without it the helper reads node_id from NodeConfig at each apply.
+	NodeID string `toml:"node_id"`
+	// NodeConfig is the node's config.toml, where a join wrote node_id
+	// (default /etc/bcd/config.toml).
+	NodeConfig string `toml:"node_config"`
 	// Virsh, IP and Systemctl are the programs run (looked up on PATH;
 	// defaults virsh, ip, systemctl).
 	Virsh     string `toml:"virsh"`
@@ -95,6 +101,7 @@ func (c *Config) defaults() {
 	}{
 		{&h.Socket, "/run/bcd-helper/helper.sock"}, {&h.User, "bcd"}, {&h.UnitDir, "/etc/systemd/system"},
 		{&h.StateDir, "/var/lib/bcd-helper"}, {&h.CommandRootsDir, "/etc/bcd-helper/command-roots"},
+		{&h.NodeConfig, "/etc/bcd/config.toml"},
 		{&h.Virsh, "virsh"}, {&h.IP, "ip"}, {&h.Systemctl, "systemctl"},
 	} {
 		if *d.v == "" {

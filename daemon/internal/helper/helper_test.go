@@ -79,7 +79,10 @@ fi
 if [ "$1 $2" = "link delete" ]; then exit 1; fi
 `)
 	up := &update.Config{Threshold: 2, MinSequence: 5, Dir: r.slots, Staged: r.staged, ReleaseKeys: r.rel.SPKIs(), ReleaseKeyPins: r.rel.Pins()}
-	toml := "[helper]\nsocket = \"" + r.socket + "\"\ninstance_bridges = [\"bcbr0\"]\nunit_dir = \"" + filepath.Join(dir, "units") +
+	nodeConfig := filepath.Join(dir, "node", "config.toml")
+	os.MkdirAll(filepath.Dir(nodeConfig), 0o700)
+	os.WriteFile(nodeConfig, []byte("# The node's config.toml, after its join.\ndata_dir = \"data\"\nnode_id = \"node_1\"\n"), 0o600)
+	toml := "[helper]\nsocket = \"" + r.socket + "\"\nnode_config = \"" + nodeConfig + "\"\ninstance_bridges = [\"bcbr0\"]\nunit_dir = \"" + filepath.Join(dir, "units") +
 		"\"\nstate_dir = \"" + filepath.Join(dir, "state") + "\"\ncommand_roots_dir = \"" + roots + "\"\nvirsh = \"" + filepath.Join(dir, "virsh") +
 		"\"\nip = \"" + filepath.Join(dir, "ip") + "\"\n\n" + up.String()
 	path := filepath.Join(dir, "helper.toml")
@@ -242,9 +245,14 @@ func TestSelfUpdateUnderTheHelper(t *testing.T) {
 	}
 }
 
-// spec signs a NodeSpec with the host units.
+// spec signs a NodeSpec of node_1 with the host units.
 func spec(t *testing.T, generation uint64, key ed25519.PrivateKey, units ...*agentv1.HostUnit) json.RawMessage {
-	payload, _ := proto.Marshal(&agentv1.NodeSpec{NodeId: "node_1", Generation: generation, Host: &agentv1.HostSection{Units: units}})
+	return specFor(t, "node_1", generation, key, units...)
+}
+
+// specFor signs a NodeSpec of nodeID with the host units.
+func specFor(t *testing.T, nodeID string, generation uint64, key ed25519.PrivateKey, units ...*agentv1.HostUnit) json.RawMessage {
+	payload, _ := proto.Marshal(&agentv1.NodeSpec{NodeId: nodeID, Generation: generation, Host: &agentv1.HostSection{Units: units}})
 	env := &pki.Envelope{PayloadType: pki.PayloadTypeNodeSpec, Payload: payload, Signatures: []pki.Signature{}}
 	if key != nil {
 		var err error
@@ -435,4 +443,33 @@ func TestTheInstallScript(t *testing.T) {
 	if err != nil || strings.Contains(root2, "useradd") || !strings.Contains(root2, "User=root") {
 		t.Fatalf("the root install: %v\n%s", err, root2)
 	}
+}
+
+func TestHostApplyRefusesASpecSignedForAnotherNode(t *testing.T) {
+	r := newRig(t, nil)
+	hp := &agentv1.HostUnit{Name: "bcd-hugepages.service", Content: []byte("[Service]\nExecStart=/bin/true\n")}
+	apply := func(raw json.RawMessage) (*HostResult, error) {
+		res := &HostResult{}
+		return res, Call(context.Background(), r.socket, OpHostApply, map[string]json.RawMessage{"spec": raw}, res)
+	}
+	units := filepath.Join(r.dir, "units")
+	// Another node's spec, properly signed, at a huge generation: refused,
+	// nothing written, and this node's own specs still apply.
+	_, err := apply(specFor(t, "node_other", 1<<40, commandRoot, hp))
+	wantRefused(t, err, "spec-wrong-node")
+	if entries, _ := os.ReadDir(units); len(entries) != 0 {
+		t.Fatalf("another node's spec wrote %v", entries)
+	}
+	if _, err := apply(spec(t, 2, commandRoot, hp)); err != nil {
+		t.Fatalf("this node's own spec after another's: %v", err)
+	}
+	// Without a node id the helper applies nothing.
+	os.WriteFile(filepath.Join(r.dir, "node", "config.toml"), []byte("data_dir = \"data\"\n"), 0o600)
+	_, err = apply(spec(t, 3, commandRoot, hp))
+	wantRefused(t, err, string(CodeNodeUnknown))
+	// A link is not read (the bcd user writes that file).
+	os.Remove(filepath.Join(r.dir, "node", "config.toml"))
+	os.Symlink(filepath.Join(r.dir, "helper.toml"), filepath.Join(r.dir, "node", "config.toml"))
+	_, err = apply(spec(t, 3, commandRoot, hp))
+	wantRefused(t, err, string(CodeNodeUnknown))
 }

@@ -1,7 +1,9 @@
 // Host units: host.apply takes a NodeSpec envelope signed by a command root
 // of the helper's command_roots_dir (PEM public keys, root's and neither
 // group- nor world-writable), refuses an unsigned or tampered one (pki's
-// DSSE codes) and a generation below the last applied (host-generation),
+// DSSE codes), one for another node than this host's (spec-wrong-node; the
+// node id is [helper] node_id, else the node's config.toml's, else
+// host-node-unknown) and a generation below the last applied (host-generation),
 // writes the host section's units into unit_dir (names bcd-*.service and
 // kin only: host-unit-name), removes the units of the last apply that are
 // gone, and reloads systemd when it runs.
@@ -26,6 +28,7 @@ import (
 	"bcd/internal/config"
 	"bcd/internal/pki"
 	"bcd/internal/proto/agentv1"
+	"github.com/BurntSushi/toml"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -110,6 +113,13 @@ func (s *Server) hostApply(ctx context.Context, req Request) (any, error) {
 	if err := proto.Unmarshal(payload, spec); err != nil {
 		return nil, refuse(CodeArgs, "the spec does not decode: %v", err)
 	}
+	nodeID, err := s.hostNodeID()
+	if err != nil {
+		return nil, err
+	}
+	if spec.GetNodeId() != nodeID {
+		return nil, refuse(pki.CodeSpecWrongNode, "spec for node %q, this host is %q", spec.GetNodeId(), nodeID)
+	}
 	statePath := filepath.Join(s.cfg.Helper.StateDir, "host-units.json")
 	state := hostState{}
 	if data, err := os.ReadFile(statePath); err == nil {
@@ -165,4 +175,41 @@ func (s *Server) hostApply(ctx context.Context, req Request) (any, error) {
 	}
 	s.log.Info("host.applied", "generation", res.Generation, "written", res.Written, "removed", res.Removed, "reloaded", res.Reloaded)
 	return res, nil
+}
+
+// maxNodeConfig is the most of the node's config.toml the helper reads.
+const maxNodeConfig = 1 << 20
+
+// hostNodeID is this host's node id: [helper] node_id, else node_id of
+// the node's config.toml (a regular file, not a link: the bcd user writes
+// it, so its content is never echoed), else host-node-unknown.
+func (s *Server) hostNodeID() (string, error) {
+	if id := s.cfg.Helper.NodeID; id != "" {
+		return id, nil
+	}
+	path := s.cfg.Helper.NodeConfig
+	unknown := func(why string) (string, error) {
+		return "", refuse(CodeNodeUnknown, "no [helper] node_id, and %s %s", path, why)
+	}
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return unknown("cannot be read")
+	}
+	if !fi.Mode().IsRegular() || fi.Size() > maxNodeConfig {
+		return unknown("is not a regular file of at most 1 MiB")
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return unknown("cannot be read")
+	}
+	var node struct {
+		NodeID string `toml:"node_id"`
+	}
+	if _, err := toml.Decode(string(data), &node); err != nil {
+		return unknown("does not parse as TOML")
+	}
+	if node.NodeID == "" {
+		return unknown("has no node_id (the node has not joined)")
+	}
+	return node.NodeID, nil
 }

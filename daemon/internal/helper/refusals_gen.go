@@ -23,6 +23,8 @@ const (
 	CodeGeneration Code = "host-generation"
 	// CodeNoRoots: No command root is configured, so nothing is applied.
 	CodeNoRoots Code = "host-no-command-roots"
+	// CodeNodeUnknown: The helper does not know this host's node id ([helper] node_id, or node_id in the node's config.toml), so it applies no spec.
+	CodeNodeUnknown Code = "host-node-unknown"
 )
 
 // The codes of domain "instance": The helper's instance operations: domains and taps (daemon/internal/helper).

@@ -26,6 +26,8 @@ type State struct {
 	Pending *update.Record `json:"pending,omitempty"`
 	// Failed lists the releases recorded as failed.
 	Failed []update.Release `json:"failed"`
+	// Installed is the confirmed release of the highest sequence, if any.
+	Installed *update.Release `json:"installed,omitempty"`
 }
 
 // versionArgs names a version (confirm, settle).
@@ -59,7 +61,11 @@ func (s *Server) update(req Request) (any, error) {
 		if failed == nil {
 			failed = []update.Release{}
 		}
-		return &State{Current: current, Entrypoint: s.slots.Entrypoint(), Pending: pending, Failed: failed}, nil
+		installed, err := s.slots.Installed()
+		if err != nil {
+			return nil, err
+		}
+		return &State{Current: current, Entrypoint: s.slots.Entrypoint(), Pending: pending, Failed: failed, Installed: installed}, nil
 	case OpUpdatePrepare:
 		var a prepareArgs
 		if err := decode(req, &a); err != nil {
@@ -137,6 +143,15 @@ func (c *Client) Pending() (*update.Record, error) {
 		return nil, err
 	}
 	return st.Pending, nil
+}
+
+// Installed is the helper's installed.json.
+func (c *Client) Installed() (*update.Release, error) {
+	st, err := c.State()
+	if err != nil {
+		return nil, err
+	}
+	return st.Installed, nil
 }
 
 // Prepare asks update.prepare.

@@ -49,19 +49,46 @@ func New(j *journal.Journal, roots []*pki.PublicKey, bundle *agentv1.TrustBundle
 		t.trustDomain = bundle.GetTrustDomain()
 	}
 	if j != nil {
-		if data := j.Get(stateKey); data != nil {
-			stored := &agentv1.TrustBundle{}
-			if err := proto.Unmarshal(data, stored); err != nil {
-				return nil, fmt.Errorf("the journal's trust bundle: %w", err)
-			}
-			if bundle == nil || stored.GetSequence() >= bundle.GetSequence() {
-				if err := t.take(stored); err != nil {
-					return nil, err
-				}
-			}
-		}
+		t.restore(j.Get(stateKey), bundle)
 	}
 	return t, nil
+}
+
+// restore takes the rotated bundle kept in the journal, when it is not
+// older than the JoinResponse's. One that does not decode or whose keys do
+// not parse (a journal written before every key was checked) is logged
+// trust.ignored and dropped: the node starts on the JoinResponse's trust
+// instead of not starting at all.
+func (t *Trust) restore(data []byte, joined *agentv1.TrustBundle) {
+	if data == nil {
+		return
+	}
+	stored := &agentv1.TrustBundle{}
+	err := proto.Unmarshal(data, stored)
+	if err == nil {
+		err = CheckStored(stored)
+	}
+	if err == nil && joined != nil && stored.GetSequence() < joined.GetSequence() {
+		return
+	}
+	if err == nil {
+		err = t.take(stored)
+	}
+	if err != nil {
+		t.log.Warn("trust.ignored", "code", string(pki.CodeOf(err)), "reason", "the journal's trust bundle: "+err.Error())
+		if perr := t.journal.Put(stateKey, nil); perr != nil {
+			t.log.Error("trust.persist_failed", "err", perr)
+		}
+	}
+}
+
+// CheckStored checks a bundle's keys as a rotation would (the quorum and
+// every key).
+func CheckStored(b *agentv1.TrustBundle) error {
+	if err := pki.CheckQuorum(b); err != nil {
+		return err
+	}
+	return pki.CheckBundleKeys(b)
 }
 
 func (t *Trust) take(b *agentv1.TrustBundle) error {
@@ -123,16 +150,20 @@ func (t *Trust) Rotate(env *agentv1.Envelope) bool {
 	if proto.Equal(next, t.bundle) {
 		return false
 	}
+	// Parse first, persist second: a bundle is kept only once it is usable,
+	// so a restart never meets one it cannot take.
+	previous, previousRoots := t.bundle, t.roots
+	if err := t.take(next); err != nil {
+		t.log.Warn("trust.ignored", "code", string(pki.CodeOf(err)), "reason", err.Error())
+		return false
+	}
 	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(next)
 	if err == nil && t.journal != nil {
 		err = t.journal.Put(stateKey, data)
 	}
 	if err != nil {
+		t.bundle, t.roots = previous, previousRoots
 		t.log.Error("trust.persist_failed", "err", err)
-		return false
-	}
-	if err := t.take(next); err != nil {
-		t.log.Warn("trust.ignored", "reason", err.Error())
 		return false
 	}
 	t.log.Info("trust.rotated", "sequence", next.GetSequence(), "command_roots", len(t.roots),

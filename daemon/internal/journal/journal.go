@@ -36,6 +36,11 @@ const (
 // ErrLocked means another process holds the journal.
 var ErrLocked = errors.New("journal is locked by another process (is another bcd running on this data dir?)")
 
+// ErrAckBeyond means an ack names a seq this journal never appended: it
+// changes nothing (an ack for events never sent must not drop the unsent
+// ones).
+var ErrAckBeyond = errors.New("ack beyond the last event appended")
+
 var (
 	bucketMeta     = []byte("meta")
 	bucketEvents   = []byte("events")
@@ -47,6 +52,7 @@ var (
 	keyEventCount = []byte("event_count")
 	keyEventBytes = []byte("event_bytes")
 	keyMark       = []byte("server_time_mark_ms")
+	keyMarkHeard  = []byte("server_time_mark_heard_ms")
 	keyGeneration = []byte("applied_generation")
 	keySpec       = []byte("applied_spec")
 	keyLastAcked  = []byte("last_acked_seq")
@@ -273,10 +279,14 @@ func (j *Journal) Append(frame *agentv1.NodeFrame) (uint64, error) {
 	return seq, err
 }
 
-// Ack drops every event with seq ≤ upTo.
+// Ack drops every event with seq ≤ upTo. An upTo beyond the last event
+// appended is ErrAckBeyond and changes nothing.
 func (j *Journal) Ack(upTo uint64) error {
 	return j.Update(func(t *Tx) error {
 		meta, events := t.tx.Bucket(bucketMeta), t.tx.Bucket(bucketEvents)
+		if next := max(u64(meta.Get(keyNextSeq)), 1); upTo >= next {
+			return fmt.Errorf("%w: ack of %d, last event %d", ErrAckBeyond, upTo, next-1)
+		}
 		count, size := u64(meta.Get(keyEventCount)), u64(meta.Get(keyEventBytes))
 		c := events.Cursor()
 		for k, v := c.First(); k != nil && u64(k) <= upTo; k, v = c.First() {
@@ -430,15 +440,24 @@ func (j *Journal) Sweep() (int, error) {
 
 // Mark returns the server-time mark (0 before any Welcome).
 func (j *Journal) Mark() int64 {
-	var mark int64
-	_ = j.db.View(func(tx *bolt.Tx) error {
-		mark = int64(u64(tx.Bucket(bucketMeta).Get(keyMark)))
-		return nil
-	})
+	mark, _ := j.MarkHeard()
 	return mark
 }
 
-// AdvanceMark sets the mark to max(mark, serverTimeMs) and returns it.
+// MarkHeard returns the mark and when, on the local clock, it last moved
+// (Unix ms; 0 when unknown: before any Welcome, or a journal written before
+// this was kept).
+func (j *Journal) MarkHeard() (mark, heardAtMs int64) {
+	_ = j.db.View(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		mark, heardAtMs = int64(u64(meta.Get(keyMark))), int64(u64(meta.Get(keyMarkHeard)))
+		return nil
+	})
+	return mark, heardAtMs
+}
+
+// AdvanceMark sets the mark to max(mark, serverTimeMs) and returns it; when
+// it moves, the local time is kept with it (MarkHeard).
 func (j *Journal) AdvanceMark(serverTimeMs int64) (int64, error) {
 	var mark int64
 	err := j.Update(func(t *Tx) error {
@@ -448,6 +467,9 @@ func (j *Journal) AdvanceMark(serverTimeMs int64) (int64, error) {
 			return nil
 		}
 		mark = serverTimeMs
+		if err := putU64(meta, keyMarkHeard, uint64(max(j.now().UnixMilli(), 0))); err != nil {
+			return err
+		}
 		return putU64(meta, keyMark, uint64(mark))
 	})
 	return mark, err

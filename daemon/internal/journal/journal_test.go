@@ -179,3 +179,39 @@ func TestATransactionIsAllOrNothing(t *testing.T) {
 		t.Fatal("the event survived a failed transaction")
 	}
 }
+
+func TestAnAckBeyondTheLastEventChangesNothing(t *testing.T) {
+	j := open(t, filepath.Join(t.TempDir(), "journal.db"), Options{})
+	for i := 1; i <= 3; i++ {
+		j.Append(heartbeat(int64(i)))
+	}
+	if err := j.Ack(1 << 60); !errors.Is(err, ErrAckBeyond) {
+		t.Fatalf("ack of 2^60: %v", err)
+	}
+	if err := j.Ack(4); !errors.Is(err, ErrAckBeyond) {
+		t.Fatalf("ack of the next seq: %v", err)
+	}
+	if n, _ := j.EventStats(); n != 3 || j.LastAcked() != 0 {
+		t.Fatalf("%d events kept, last acked %d", n, j.LastAcked())
+	}
+	if err := j.Ack(3); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := j.EventStats(); n != 0 {
+		t.Fatalf("%d events kept after ack 3", n)
+	}
+}
+
+func TestTheMarkKeepsWhenItWasHeard(t *testing.T) {
+	now := time.UnixMilli(1_700_000_000_000)
+	j := open(t, filepath.Join(t.TempDir(), "journal.db"), Options{Now: func() time.Time { return now }})
+	if mark, at := j.MarkHeard(); mark != 0 || at != 0 {
+		t.Fatalf("fresh journal: mark %d heard at %d", mark, at)
+	}
+	j.AdvanceMark(5000)
+	now = now.Add(time.Minute)
+	j.AdvanceMark(4000) // does not move: the time is kept
+	if mark, at := j.MarkHeard(); mark != 5000 || at != 1_700_000_000_000 {
+		t.Fatalf("mark %d heard at %d", mark, at)
+	}
+}

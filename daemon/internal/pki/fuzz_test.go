@@ -138,7 +138,7 @@ func FuzzJWE(f *testing.F) {
 	recipient := DeriveP256(fuzzSeed, "join-encryption")
 	csrPin := mustPublic(f, &DeriveP256(fuzzSeed, "node/0").PublicKey).Pin()
 	f.Fuzz(func(t *testing.T, data []byte) {
-		payload, err := OpenJoinToken(recipient, string(data), csrPin)
+		payload, err := OpenJoinToken(recipient, string(data), csrPin, time.UnixMilli(fuzzAsOfMs))
 		mustBeRefusal(t, err)
 		if err != nil {
 			return

@@ -129,11 +129,31 @@ func ApproverKeys(quorum *agentv1.Quorum) ([]*PublicKey, error) {
 }
 
 // CheckQuorum refuses a bundle whose own quorum cannot be met: threshold 0
-// or above its number of approvers (trust-invalid).
+// or above its number of approvers (trust-invalid), or an approver whose key
+// does not parse (bad-public-key): a key that cannot verify cannot approve.
 func CheckQuorum(bundle *agentv1.TrustBundle) error {
 	threshold, approvers := bundle.GetQuorum().GetThreshold(), len(bundle.GetQuorum().GetApprovers())
 	if threshold == 0 || int(threshold) > approvers {
 		return refuse(CodeTrustInvalid, "invalid quorum: threshold %d of %d approver(s)", threshold, approvers)
+	}
+	_, err := ApproverKeys(bundle.GetQuorum())
+	return err
+}
+
+// CheckBundleKeys refuses a bundle any of whose other keys does not parse
+// (bad-public-key): its command roots, and its tunnels and workload
+// issuers when it names them.
+func CheckBundleKeys(bundle *agentv1.TrustBundle) error {
+	keys := append([]*agentv1.PublicKey(nil), bundle.GetCommandRoots()...)
+	for _, issuer := range []*agentv1.PublicKey{bundle.GetTunnelsIssuer(), bundle.GetWorkloadIssuer()} {
+		if issuer != nil {
+			keys = append(keys, issuer)
+		}
+	}
+	for _, msg := range keys {
+		if _, err := PublicKeyFromProto(msg); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -143,8 +163,9 @@ func CheckQuorum(bundle *agentv1.TrustBundle) error {
 // (trust-quorum; dsse-bad-signature for a current approver's signature that
 // fails), decode (payload-malformed), be for the same trust domain
 // (trust-domain), not roll the sequence back (trust-rollback; the same
-// sequence only for the same bundle, a re-delivery), and have a quorum that
-// can be met (trust-invalid).
+// sequence only for the same bundle, a re-delivery), have a quorum that
+// can be met (trust-invalid), and hold only keys that parse
+// (bad-public-key: approvers, command roots, issuers).
 func AcceptTrustBundle(current *agentv1.TrustBundle, env *Envelope) (*agentv1.TrustBundle, error) {
 	approvers, err := ApproverKeys(current.GetQuorum())
 	if err != nil {
@@ -168,6 +189,9 @@ func AcceptTrustBundle(current *agentv1.TrustBundle, env *Envelope) (*agentv1.Tr
 			next.GetSequence(), current.GetSequence())
 	}
 	if err := CheckQuorum(next); err != nil {
+		return nil, err
+	}
+	if err := CheckBundleKeys(next); err != nil {
 		return nil, err
 	}
 	return next, nil

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"crypto/ecdsa"
 	"encoding/json"
+	"time"
 
 	"bcd/internal/proto/agentv1"
 )
@@ -38,10 +39,18 @@ func SealJoinToken(joinEncryption *ecdsa.PublicKey, token, csrPin string, iat in
 	return SealJWE(joinEncryption, payload.JSON())
 }
 
+// How far a sealed token's iat may be from the check, as the Rust side's
+// pki::join: at most an hour before (token-stale), at most ten minutes after
+// (token-not-yet-valid).
+const (
+	IATMaxAge  = time.Hour
+	IATMaxSkew = 10 * time.Minute
+)
+
 // OpenJoinToken opens a sealed join token presented with the CSR whose pin
-// is csrPin: the JWE checks (jwe-*), the payload (token-payload), then the
-// binding (token-csr-mismatch).
-func OpenJoinToken(joinEncryption *ecdsa.PrivateKey, sealed, csrPin string) (*SealedTokenPayload, error) {
+// is csrPin, at now: the JWE checks (jwe-*), the payload (token-payload), the
+// binding (token-csr-mismatch), then iat (token-stale, token-not-yet-valid).
+func OpenJoinToken(joinEncryption *ecdsa.PrivateKey, sealed, csrPin string, now time.Time) (*SealedTokenPayload, error) {
 	plain, err := OpenJWE(joinEncryption, sealed)
 	if err != nil {
 		return nil, err
@@ -53,6 +62,13 @@ func OpenJoinToken(joinEncryption *ecdsa.PrivateKey, sealed, csrPin string) (*Se
 	}
 	if payload.CSR != csrPin {
 		return nil, refuse(CodeTokenCSRMismatch, "sealed token bound to %s, presented with %s", payload.CSR, csrPin)
+	}
+	nowS := now.Unix() // rounded down, as Rust's div_euclid
+	if maxAge := int64(IATMaxAge / time.Second); payload.IAT < nowS-maxAge {
+		return nil, refuse(CodeTokenStale, "sealed at %d, more than %d s before now (%d)", payload.IAT, maxAge, nowS)
+	}
+	if payload.IAT > nowS+int64(IATMaxSkew/time.Second) {
+		return nil, refuse(CodeTokenNotYetValid, "issued at %d, after now (%d)", payload.IAT, nowS)
 	}
 	return payload, nil
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestSealedJWEsOpenOnlyForTheirRecipient(t *testing.T) {
@@ -75,15 +76,15 @@ func TestJoinTokensAreBoundToTheirCSR(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p, err := OpenJoinToken(key, sealed, "sha256:csr"); err != nil || p.Token != "bc_jt_1" || p.IAT != 10 {
+	if p, err := OpenJoinToken(key, sealed, "sha256:csr", time.Unix(10, 0)); err != nil || p.Token != "bc_jt_1" || p.IAT != 10 {
 		t.Fatalf("open: %+v %v", p, err)
 	}
-	if _, err := OpenJoinToken(key, sealed, "sha256:other"); !errors.Is(err, CodeTokenCSRMismatch) {
+	if _, err := OpenJoinToken(key, sealed, "sha256:other", time.Unix(10, 0)); !errors.Is(err, CodeTokenCSRMismatch) {
 		t.Fatalf("another CSR: %v", err)
 	}
 	for _, payload := range []string{`{"token":"t","csr":"c"}`, `{"token":"t","csr":"c","iat":1.5}`, `{"token":null,"csr":"c","iat":1}`} {
 		bad, _ := SealJWE(&key.PublicKey, []byte(payload))
-		_, err := OpenJoinToken(key, bad, "c")
+		_, err := OpenJoinToken(key, bad, "c", time.Unix(10, 0))
 		if !errors.Is(err, CodeTokenPayload) || strings.Contains(err.Error(), "t\"") {
 			t.Errorf("%s: %v", payload, err)
 		}

@@ -59,7 +59,7 @@ const (
 	CodeTokenAudience Code = "token-audience"
 	// CodeTokenExpired: The token expired (a JWS token's exp, or a join token's expiry at the JoinService).
 	CodeTokenExpired Code = "token-expired"
-	// CodeTokenNotYetValid: The token was issued in the future.
+	// CodeTokenNotYetValid: The token was issued in the future (a JWS token's iat, or a sealed join token's beyond the JoinService's skew).
 	CodeTokenNotYetValid Code = "token-not-yet-valid"
 	// CodeTicketOp: An exec ticket for another operation than console.
 	CodeTicketOp Code = "ticket-op"
@@ -71,6 +71,8 @@ const (
 	CodeTokenPayload Code = "token-payload"
 	// CodeTokenCSRMismatch: The sealed token is bound to another CSR than the one presented.
 	CodeTokenCSRMismatch Code = "token-csr-mismatch"
+	// CodeTokenStale: The sealed join token was sealed longer ago than the JoinService accepts (its iat is more than an hour before now): seal it again.
+	CodeTokenStale Code = "token-stale"
 	// CodeJoinResponseCSR: The JoinResponse answers another CSR.
 	CodeJoinResponseCSR Code = "join-response-csr"
 )
@@ -135,6 +137,10 @@ const (
 	CodeReleaseMalformed Code = "release-malformed"
 	// CodeReleaseSequence: The release's sequence is below the lowest acceptable one.
 	CodeReleaseSequence Code = "release-sequence"
+	// CodeReleaseRollback: The release's sequence is below the highest one installed (a downgrade).
+	CodeReleaseRollback Code = "release-rollback"
+	// CodeReleaseExpired: The release manifest is past its expires_at_ms (a frozen or stale release).
+	CodeReleaseExpired Code = "release-expired"
 	// CodeReleaseMissingArtifact: The release has no artifact for this platform.
 	CodeReleaseMissingArtifact Code = "release-missing-artifact"
 	// CodeReleaseDigest: The artifact's bytes have another SHA-256 than the manifest says.

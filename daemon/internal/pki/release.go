@@ -1,10 +1,13 @@
 // Release manifests (docs/formats.md, "Releases"): JSON in a DSSE envelope signed by
-// release keys, checked against bcd's [update] pins. Checks, in the order of
-// the Rust side's pki/src/release.rs: the signatures (dsse-bad-signature for
-// a pinned key whose signature fails, release-threshold for too few pinned
-// signers), the JSON (release-malformed), the sequence (release-sequence),
-// the artifact for this platform (release-missing-artifact), then its size
-// (release-size) and digest (release-digest).
+// release keys, checked against bcd's [update] pins, the highest sequence
+// installed and the time of the check. Checks, in the order of the Rust
+// side's pki/src/release.rs: the signatures (dsse-bad-signature for a pinned
+// key whose signature fails, release-threshold for too few pinned signers),
+// the JSON (release-malformed), the sequence (release-sequence below the
+// pinned minimum, release-rollback below the highest installed), the expiry
+// (release-expired), the artifact for this platform
+// (release-missing-artifact), then its size (release-size) and digest
+// (release-digest).
 
 package pki
 
@@ -12,14 +15,18 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"time"
 )
 
 // Manifest is a release manifest.
 type Manifest struct {
 	// Version is the daemon version.
 	Version string `json:"version"`
-	// Sequence orders releases; bcd refuses one below its lowest acceptable.
+	// Sequence orders releases; bcd refuses one below its lowest
+	// acceptable, or below the highest it installed.
 	Sequence uint64 `json:"sequence"`
+	// ExpiresAtMs is when the manifest stops being good (Unix ms).
+	ExpiresAtMs int64 `json:"expires_at_ms"`
 	// Artifacts has one entry per platform.
 	Artifacts []Artifact `json:"artifacts"`
 }
@@ -46,10 +53,14 @@ type ReleasePolicy struct {
 	Threshold int
 	// MinSequence is the lowest acceptable sequence.
 	MinSequence uint64
+	// InstalledSequence is the highest sequence installed (0: none yet);
+	// a release below it is a rollback.
+	InstalledSequence uint64
 }
 
-// VerifyManifest verifies a manifest's signatures and sequence and returns it.
-func VerifyManifest(env *Envelope, policy ReleasePolicy) (*Manifest, error) {
+// VerifyManifest verifies a manifest's signatures, sequence and expiry at
+// now, and returns it.
+func VerifyManifest(env *Envelope, policy ReleasePolicy, now time.Time) (*Manifest, error) {
 	threshold := max(policy.Threshold, 1)
 	valid, err := env.verifyCount(PayloadTypeRelease, policy.Keys, threshold)
 	if err != nil {
@@ -63,18 +74,25 @@ func VerifyManifest(env *Envelope, policy ReleasePolicy) (*Manifest, error) {
 		return nil, refuse(CodeReleaseSequence, "release sequence %d is below the lowest acceptable %d",
 			manifest.Sequence, policy.MinSequence)
 	}
+	if manifest.Sequence < policy.InstalledSequence {
+		return nil, refuse(CodeReleaseRollback, "release sequence %d is below the installed %d",
+			manifest.Sequence, policy.InstalledSequence)
+	}
+	if nowMs := now.UnixMilli(); nowMs >= manifest.ExpiresAtMs {
+		return nil, refuse(CodeReleaseExpired, "release manifest expired at %d, now is %d", manifest.ExpiresAtMs, nowMs)
+	}
 	return manifest, nil
 }
 
 // parseManifest reads the manifest JSON: every member required, no others.
 func parseManifest(data []byte) (*Manifest, error) {
-	obj, err := parseObject(data, true, "version", "sequence", "artifacts")
+	obj, err := parseObject(data, true, "version", "sequence", "expires_at_ms", "artifacts")
 	if err != nil {
 		return nil, err
 	}
 	m := &Manifest{}
 	var artifacts []json.RawMessage
-	if err := obj.requiredAll(map[string]any{"version": &m.Version, "sequence": &m.Sequence, "artifacts": &artifacts}); err != nil {
+	if err := obj.requiredAll(map[string]any{"version": &m.Version, "sequence": &m.Sequence, "expires_at_ms": &m.ExpiresAtMs, "artifacts": &artifacts}); err != nil {
 		return nil, err
 	}
 	m.Artifacts = make([]Artifact, 0, len(artifacts))
@@ -116,10 +134,10 @@ func (a *Artifact) Check(data []byte) error {
 	return nil
 }
 
-// VerifyRelease checks everything at once: the manifest, the platform's
-// artifact and its bytes.
-func VerifyRelease(env *Envelope, policy ReleasePolicy, os, arch string, data []byte) (*Manifest, error) {
-	manifest, err := VerifyManifest(env, policy)
+// VerifyRelease checks everything at once, at now: the manifest, the
+// platform's artifact and its bytes.
+func VerifyRelease(env *Envelope, policy ReleasePolicy, os, arch string, data []byte, now time.Time) (*Manifest, error) {
+	manifest, err := VerifyManifest(env, policy, now)
 	if err != nil {
 		return nil, err
 	}

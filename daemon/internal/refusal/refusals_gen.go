@@ -35,6 +35,8 @@ const (
 	CodeNodeMismatch Code = "node-mismatch"
 	// CodeFrameTooLarge: A message above the 1 MiB decoding limit.
 	CodeFrameTooLarge Code = "frame-too-large"
+	// CodeMessageMalformed: A request or frame (Join, Session, Renew, Tunnel) that does not decode as its protobuf message (a bad varint, a string that is not UTF-8), or a number out of the stack's range (an event seq above 2^63-1).
+	CodeMessageMalformed Code = "message-malformed"
 	// CodeHelloExpected: The first frame of a session was not a Hello (or none came in time).
 	CodeHelloExpected Code = "hello-expected"
 	// CodeFrameMalformed: A WebSocket message that is not one binary protobuf frame of the session.
@@ -45,6 +47,10 @@ const (
 	CodeLiveness Code = "liveness"
 	// CodeDraining: The stack is shutting down and opens no session.
 	CodeDraining Code = "draining"
+	// CodeConnectionLimit: The gateway holds as many connections as it allows: this one is answered only with this refusal (and a retry-after-ms hint) and closed.
+	CodeConnectionLimit Code = "connection-limit"
+	// CodeRequestTimeout: A request that did not arrive whole and get its answer within the gateway's request deadline (30 s by default).
+	CodeRequestTimeout Code = "request-timeout"
 	// CodeTunnelUnknown: A Tunnel call for no tunnel the stack asked this node to open (an unknown or another node's tunnel id, or a first frame with neither ticket nor close reason).
 	CodeTunnelUnknown Code = "tunnel-unknown"
 	// CodeTunnelTicket: The node's first Tunnel frame carries another ticket than the one minted for that tunnel.
@@ -59,6 +65,10 @@ const (
 	CodeWorkloadUnsupported Code = "workload-unsupported"
 	// CodeSecretUnknown: The gateway holds no such secret (a SecretReply error).
 	CodeSecretUnknown Code = "secret-unknown"
+	// CodeReportLimit: A StatusReport beyond a per-node limit of the stack (inventory sections, section statuses, statements per report): the excess is not stored.
+	CodeReportLimit Code = "report-limit"
+	// CodeRenewLimit: The node renewed its certificate as often as the stack allows in the last hour (60 by default).
+	CodeRenewLimit Code = "renew-limit"
 	// CodeResultUnverified: A command result whose node signature does not verify: the command ends FAILED.
 	CodeResultUnverified Code = "result-unverified"
 	// CodeInternal: The stack failed on its own (its store, its keys); the detail never holds a secret.

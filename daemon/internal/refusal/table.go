@@ -7,6 +7,7 @@ package refusal
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -66,4 +67,25 @@ func StatusOf(err error) error {
 		return status.Error(codes.Internal, string(CodeInternal)+": "+err.Error())
 	}
 	return status.Error(e.Code.GRPC(), e.Error())
+}
+
+// CodeOfStatus returns the code a gRPC status error carries by contract
+// (its message is "<code>: <detail>"), also wrapped, or "" when err holds
+// no status or its message starts with no code of the table.
+func CodeOfStatus(err error) Code {
+	// The innermost status's own message: status.FromError would give a
+	// wrapped one the whole chain's text.
+	var grpcErr interface{ GRPCStatus() *status.Status }
+	if !errors.As(err, &grpcErr) {
+		return ""
+	}
+	st := grpcErr.GRPCStatus()
+	if st == nil || st.Code() == codes.OK {
+		return ""
+	}
+	head, _, _ := strings.Cut(st.Message(), ":")
+	if _, known := byCode[Code(head)]; !known {
+		return ""
+	}
+	return Code(head)
 }

@@ -49,3 +49,23 @@ func TestStatusesComeFromTheTable(t *testing.T) {
 		t.Fatalf("status %v", st)
 	}
 }
+
+// CodeOfStatus reads the code of a "<code>: <detail>" status and nothing else.
+func TestCodeOfStatusReadsTheContractsPrefix(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want Code
+	}{
+		{Status(CodeCertUnknown, "no certificate %s", "x"), CodeCertUnknown},
+		{status.Error(codes.PermissionDenied, "cert-validity: expired"), "cert-validity"},
+		{status.Error(codes.Unavailable, "not-a-code: x"), ""},
+		{status.Error(codes.Unavailable, "connection refused"), ""},
+		{errors.New("cert-unknown: not a status"), ""},
+		{fmt.Errorf("before the Welcome: %w", Status(CodeCertUnknown, "x")), CodeCertUnknown},
+		{nil, ""},
+	} {
+		if got := CodeOfStatus(c.err); got != c.want {
+			t.Errorf("CodeOfStatus(%v) = %q, want %q", c.err, got, c.want)
+		}
+	}
+}

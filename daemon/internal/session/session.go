@@ -1,9 +1,11 @@
 // Package session runs bcd's side of Gateway.Session (docs/protocol.md,
 // "Session"): Hello from the journal, the Welcome and its 5-minute rule,
-// the server-time mark that only moves forward (on Welcome and Ping),
-// acks and the resend of unacked events, heartbeats at the Welcome's
-// interval, Pong, liveness (3 silent intervals drop the stream), full-jitter
-// reconnect, Drain (redial after exactly retry_after_ms) and revocation.
+// the server-time mark that only moves forward (on Welcome and Ping) and
+// never by a time too far ahead of what bcd expects, acks (only of events
+// sent) and the resend of unacked events, heartbeats at the Welcome's
+// interval (held to MinHeartbeat–MaxHeartbeat), Pong, liveness (3 silent
+// intervals drop the stream), full-jitter reconnect, Drain (redial after
+// exactly retry_after_ms, at most MaxDrainRetryWait) and revocation.
 // What the frames mean (commands, desired state, cancel) is the Handler's.
 package session
 
@@ -19,6 +21,7 @@ import (
 	"time"
 
 	"bcd/internal/journal"
+	"bcd/internal/pki"
 	"bcd/internal/proto/agentv1"
 	"bcd/internal/refusal"
 	"google.golang.org/grpc/status"
@@ -26,6 +29,22 @@ import (
 
 // MaxWelcomeRewind is how far before the mark a Welcome's server time may be.
 const MaxWelcomeRewind = 5 * time.Minute
+
+// MaxServerTimeAhead is how far a server time may be ahead of what bcd
+// expects of the gateway's clock (the later of its own clock and the mark
+// plus the time since it was heard) and still be heard. It equals
+// MaxWelcomeRewind, so no server time bcd takes can put an honest Welcome
+// more than 5 minutes before the mark.
+const MaxServerTimeAhead = MaxWelcomeRewind
+
+// The bounds bcd holds a Welcome's heartbeat interval and a Drain's
+// retry_after_ms to (docs/daemon.md, "Session behaviour").
+const (
+	DefaultHeartbeat  = 5 * time.Second
+	MinHeartbeat      = 100 * time.Millisecond
+	MaxHeartbeat      = 5 * time.Minute
+	MaxDrainRetryWait = 5 * time.Minute
+)
 
 // The reconnect backoff of the contract.
 const (
@@ -92,6 +111,11 @@ type Info struct {
 	Epoch         uint64
 	Gateway       string
 	ConnectedAtMs int64
+	// Refused is the code of the gateway's refusal that ended the last
+	// attempt (cert-unknown and cert-validity: the node's certificate is
+	// not one the gateway takes, so only a new join helps), "" once a
+	// Welcome was accepted or when the attempt ended otherwise.
+	Refused refusal.Code
 	// Transport is the connected stream's ("grpc", "websocket").
 	Transport string
 }
@@ -194,9 +218,41 @@ func (s *Session) ServerNow() time.Time {
 	return time.UnixMilli(max(now, mark))
 }
 
-func (s *Session) heardServerTime(ms int64) {
+// expected is what bcd expects of the gateway's clock now, from the
+// mark and when it was heard (0 when it has no expectation: before any
+// Welcome, or a mark kept without its local time).
+func (s *Session) expected() int64 {
+	mark, heardAt := s.cfg.Journal.MarkHeard()
+	if mark <= 0 || heardAt <= 0 {
+		return 0
+	}
+	return mark + max(time.Now().UnixMilli()-heardAt, 0)
+}
+
+// plausible says whether a server time may be heard: it is at most
+// MaxServerTimeAhead after the later of bcd's own clock and expected (an
+// expectation of 0 bounds nothing). A server time behind bcd's clock is
+// always plausible: the mark is not clamped to bcd's clock, so a control
+// plane whose clock is far behind bcd's (a simulated one) is followed.
+func plausible(ms, expected int64) bool {
+	if expected <= 0 {
+		return true
+	}
+	return ms <= max(time.Now().UnixMilli(), expected)+MaxServerTimeAhead.Milliseconds()
+}
+
+// heardServerTime takes a server time into the mark and the estimate of
+// the gateway's clock, unless it is too far ahead of expected (then it is
+// logged session.server_time_ignored and changes nothing); it reports
+// whether it was taken.
+func (s *Session) heardServerTime(frame string, ms, expected int64) bool {
 	if ms <= 0 {
-		return
+		return false
+	}
+	if !plausible(ms, expected) {
+		s.log.Warn("session.server_time_ignored", "frame", frame, "server_time_ms", ms, "expected_ms", expected,
+			"tolerance_ms", MaxServerTimeAhead.Milliseconds())
+		return false
 	}
 	if _, err := s.cfg.Journal.AdvanceMark(ms); err != nil {
 		s.log.Error("session.mark_failed", "err", err)
@@ -204,6 +260,22 @@ func (s *Session) heardServerTime(ms int64) {
 	s.mu.Lock()
 	s.serverMs, s.serverAt = ms, time.Now()
 	s.mu.Unlock()
+	return true
+}
+
+// Heartbeat is the interval a Welcome's heartbeat_interval_ms asks for,
+// held to [MinHeartbeat, MaxHeartbeat] (DefaultHeartbeat for 0).
+func Heartbeat(ms uint32) time.Duration {
+	if ms == 0 {
+		return DefaultHeartbeat
+	}
+	return min(max(time.Duration(ms)*time.Millisecond, MinHeartbeat), MaxHeartbeat)
+}
+
+// DrainWait is how long a Drain's retry_after_ms makes bcd wait, held to
+// at most MaxDrainRetryWait.
+func DrainWait(ms uint32) time.Duration {
+	return min(time.Duration(ms)*time.Millisecond, MaxDrainRetryWait)
 }
 
 func (s *Session) setState(state State, epoch uint64, connectedAt int64) {
@@ -212,9 +284,17 @@ func (s *Session) setState(state State, epoch uint64, connectedAt int64) {
 	s.info.State = state
 	if state == Connected {
 		s.info.Epoch, s.info.ConnectedAtMs = epoch, connectedAt
+		s.info.Refused = ""
 	} else {
 		s.info.Transport = ""
 	}
+}
+
+// setRefused records the refusal code an attempt ended with ("" for none).
+func (s *Session) setRefused(code refusal.Code) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.info.Refused = code
 }
 
 // drained is a clean end that asks for a redial after exactly retryAfter.
@@ -251,7 +331,16 @@ func (s *Session) Run(ctx context.Context) error {
 		} else {
 			wait = s.backoff(attempt)
 			attempt++
-			s.log.Warn("session.dropped", "gateway", s.cfg.Gateway, "err", err, "retry_in_ms", wait.Milliseconds())
+			code := refusal.CodeOfStatus(err)
+			s.setRefused(code)
+			switch code {
+			case refusal.CodeCertUnknown, pki.CodeCertValidity:
+				s.log.Error("session.certificate_refused", "gateway", s.cfg.Gateway, "code", string(code), "err", err,
+					"retry_in_ms", wait.Milliseconds())
+			default:
+				s.log.Warn("session.dropped", "gateway", s.cfg.Gateway, "code", string(code), "err", err,
+					"retry_in_ms", wait.Milliseconds())
+			}
 		}
 		timer := time.NewTimer(wait)
 		select {
@@ -366,8 +455,26 @@ func (s *Session) connect(ctx context.Context) (welcomed bool, err error) {
 		_ = stream.CloseSend()
 		return false, fmt.Errorf("%w: Welcome at %d, mark %d", ErrServerTimeBackwards, w.GetServerTimeMs(), mark)
 	}
-	s.heardServerTime(w.GetServerTimeMs())
-	if err := j.Ack(w.GetAckedSeq()); err != nil {
+	// Pings of this connection are bounded by the Welcome's clock (or, for
+	// a Welcome not heard, by what bcd expected), so that no run of Pings
+	// can walk the mark away from the gateway's clock.
+	base := time.Now()
+	baseMs := s.expected()
+	if s.heardServerTime("Welcome", w.GetServerTimeMs(), baseMs) {
+		baseMs = w.GetServerTimeMs()
+	}
+	pingExpected := func() int64 {
+		if baseMs <= 0 {
+			return 0
+		}
+		return baseMs + time.Since(base).Milliseconds()
+	}
+	acked := w.GetAckedSeq()
+	if last := j.LastSeq(); acked > last {
+		s.log.Warn("session.ack_ignored", "frame", "Welcome", "acked_seq", acked, "last_seq", last)
+		acked = j.LastAcked()
+	}
+	if err := j.Ack(acked); err != nil {
 		return true, err
 	}
 	s.setState(Connected, w.GetSessionEpoch(), time.Now().UnixMilli())
@@ -379,10 +486,7 @@ func (s *Session) connect(ctx context.Context) (welcomed bool, err error) {
 	s.connections++
 	s.info.Transport = transport
 	s.mu.Unlock()
-	interval := time.Duration(w.GetHeartbeatIntervalMs()) * time.Millisecond
-	if interval <= 0 {
-		interval = 5 * time.Second
-	}
+	interval := Heartbeat(w.GetHeartbeatIntervalMs())
 	s.log.Info("session.connected", "epoch", w.GetSessionEpoch(), "gateway", s.cfg.Gateway, "transport", transport,
 		"heartbeat_ms", interval.Milliseconds(), "lane_credits", w.GetLaneCredits(), "acked_seq", w.GetAckedSeq())
 
@@ -391,7 +495,7 @@ func (s *Session) connect(ctx context.Context) (welcomed bool, err error) {
 		<-s.control
 	}
 	s.cfg.Handler.Welcomed(w)
-	sentUpTo := w.GetAckedSeq()
+	sentUpTo := acked
 	flush := func() error {
 		events, err := j.Unacked(sentUpTo)
 		if err != nil {
@@ -451,7 +555,7 @@ func (s *Session) connect(ctx context.Context) (welcomed bool, err error) {
 			}
 		case f := <-inbound:
 			lastHeard = time.Now()
-			end, err := s.frame(send, f)
+			end, err := s.frame(send, f, pingExpected(), sentUpTo)
 			if end != nil || err != nil {
 				_ = stream.CloseSend()
 				if end == nil {
@@ -464,18 +568,25 @@ func (s *Session) connect(ctx context.Context) (welcomed bool, err error) {
 }
 
 // frame handles one gateway frame after the Welcome; a non-nil end closes
-// the connection (Drain, RevocationNotice).
-func (s *Session) frame(send func(*agentv1.NodeFrame) error, f *agentv1.GatewayFrame) (end, err error) {
+// the connection (Drain, RevocationNotice). expected bounds a Ping's server
+// time; an ack beyond sentUpTo (events never sent on this connection) is
+// logged session.ack_ignored and changes nothing.
+func (s *Session) frame(send func(*agentv1.NodeFrame) error, f *agentv1.GatewayFrame, expected int64, sentUpTo uint64) (end, err error) {
 	switch x := f.GetFrame().(type) {
 	case *agentv1.GatewayFrame_Ping:
-		s.heardServerTime(x.Ping.GetServerTimeMs())
+		s.heardServerTime("Ping", x.Ping.GetServerTimeMs(), expected)
 		pong := &agentv1.NodeFrame{Frame: &agentv1.NodeFrame_Pong{Pong: &agentv1.Pong{Nonce: x.Ping.GetNonce()}}}
 		return nil, send(pong)
 	case *agentv1.GatewayFrame_EventAck:
+		if upTo := x.EventAck.GetUpToSeq(); upTo > sentUpTo {
+			s.log.Warn("session.ack_ignored", "frame", "EventAck", "up_to_seq", upTo, "sent_up_to", sentUpTo)
+			return nil, nil
+		}
 		return nil, s.cfg.Journal.Ack(x.EventAck.GetUpToSeq())
 	case *agentv1.GatewayFrame_Drain:
-		s.log.Info("session.drain", "reason", x.Drain.GetReason(), "retry_after_ms", x.Drain.GetRetryAfterMs())
-		return &drained{retryAfter: time.Duration(x.Drain.GetRetryAfterMs()) * time.Millisecond}, nil
+		wait := DrainWait(x.Drain.GetRetryAfterMs())
+		s.log.Info("session.drain", "reason", x.Drain.GetReason(), "retry_after_ms", x.Drain.GetRetryAfterMs(), "wait_ms", wait.Milliseconds())
+		return &drained{retryAfter: wait}, nil
 	case *agentv1.GatewayFrame_RevocationNotice:
 		s.log.Warn("session.revocation_notice", "reason", x.RevocationNotice.GetReason())
 		return fmt.Errorf("%w: %s", ErrRevoked, x.RevocationNotice.GetReason()), nil

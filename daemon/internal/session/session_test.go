@@ -17,7 +17,9 @@ import (
 	"bcd/internal/identity"
 	"bcd/internal/join"
 	"bcd/internal/journal"
+	"bcd/internal/pki"
 	"bcd/internal/proto/agentv1"
+	"bcd/internal/refusal"
 	"bcd/internal/testgw"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -190,7 +192,7 @@ func TestHelloWelcomeHeartbeatsAndPong(t *testing.T) {
 		t.Fatalf("hello %v", hello)
 	}
 	now := time.Now()
-	s.Send(welcome(now, 20, 0))
+	s.Send(welcome(now, 100, 0))
 	hb := recvWhere(t, s, func(f *agentv1.NodeFrame) bool { return f.GetHeartbeat() != nil })
 	if hb.Seq != 0 || hb.GetHeartbeat().AppliedGeneration != 7 {
 		t.Fatalf("heartbeat %v", hb)
@@ -335,8 +337,8 @@ func TestARevokedCertificateEndsTheSession(t *testing.T) {
 
 func TestSilenceForThreeIntervalsDropsTheStream(t *testing.T) {
 	r := start(t, nil)
-	s := r.welcomed(t, 30)
-	ended(t, s) // no pings: the node gives up after 90 ms
+	s := r.welcomed(t, 100)
+	ended(t, s) // no pings: the node gives up after 300 ms
 	s = r.next(t)
 	recv(t, s)
 }
@@ -351,4 +353,198 @@ func TestBackoffIsFullJitterUnderTheCap(t *testing.T) {
 			}
 		}
 	}
+}
+
+// pingAt sends a Ping of server time at and waits for its Pong.
+func pingAt(t *testing.T, s *testgw.Session, nonce uint64, at int64) {
+	t.Helper()
+	s.Send(&agentv1.GatewayFrame{Frame: &agentv1.GatewayFrame_Ping{Ping: &agentv1.Ping{Nonce: nonce, ServerTimeMs: at}}})
+	recvWhere(t, s, func(f *agentv1.NodeFrame) bool { return f.GetPong().GetNonce() == nonce })
+}
+
+// awaitWelcomed waits for the handler to take a Welcome.
+func (r *rig) awaitWelcomed(t *testing.T) {
+	t.Helper()
+	select {
+	case <-r.handler.welcomed:
+	case <-time.After(wait):
+		t.Fatal("the Welcome was refused")
+	}
+}
+
+const tenYears = 10 * 365 * 24 * time.Hour
+
+func TestAFarFuturePingDoesNotCutTheNodeOff(t *testing.T) {
+	r := start(t, nil)
+	s := r.welcomed(t, 1000)
+	r.awaitWelcomed(t)
+	mark := r.journal.Mark()
+	pingAt(t, s, 1, time.Now().Add(tenYears).UnixMilli())
+	if r.journal.Mark() != mark {
+		t.Fatalf("a Ping 10 years ahead moved the mark from %d to %d", mark, r.journal.Mark())
+	}
+	if d := r.session.ServerNow().Sub(time.Now()); d > time.Minute {
+		t.Fatalf("the estimate of the gateway's clock moved %s ahead", d)
+	}
+	// Within the tolerance a Ping still moves the mark.
+	ahead := time.Now().Add(4 * time.Minute).UnixMilli()
+	pingAt(t, s, 2, ahead)
+	if r.journal.Mark() != ahead {
+		t.Fatalf("mark %d after a Ping 4 minutes ahead", r.journal.Mark())
+	}
+	// Pings cannot walk the mark away step by step: each is bounded by the
+	// Welcome's clock, not by the last Ping.
+	pingAt(t, s, 3, time.Now().Add(8*time.Minute).UnixMilli())
+	if r.journal.Mark() != ahead {
+		t.Fatal("a second Ping moved the mark 8 minutes ahead")
+	}
+	// The next honest Welcome is taken.
+	s.End(status.Error(codes.Unavailable, "restart"))
+	s = r.next(t)
+	recv(t, s)
+	s.Send(welcome(time.Now(), 1000, 0))
+	r.awaitWelcomed(t)
+}
+
+func TestAFarFutureWelcomeDoesNotMoveTheMark(t *testing.T) {
+	r := start(t, nil)
+	r.welcomed(t, 1000).End(status.Error(codes.Unavailable, "restart"))
+	r.awaitWelcomed(t)
+	mark := r.journal.Mark()
+	// A Welcome 10 years ahead is not refused (it is not before the mark),
+	// but it is not heard either.
+	s := r.next(t)
+	recv(t, s)
+	s.Send(welcome(time.Now().Add(tenYears), 1000, 0))
+	r.awaitWelcomed(t)
+	if r.journal.Mark() != mark {
+		t.Fatalf("a Welcome 10 years ahead moved the mark from %d to %d", mark, r.journal.Mark())
+	}
+	// Its Pings are bounded by bcd's expectation, not by that Welcome.
+	pingAt(t, s, 1, time.Now().Add(tenYears).UnixMilli())
+	if r.journal.Mark() != mark {
+		t.Fatal("a Ping after a far-future Welcome moved the mark")
+	}
+	s.End(status.Error(codes.Unavailable, "restart"))
+	s = r.next(t)
+	recv(t, s)
+	s.Send(welcome(time.Now(), 1000, 0))
+	r.awaitWelcomed(t)
+}
+
+func TestTheMarkFollowsAControlPlaneWhoseClockIsFarFromBcds(t *testing.T) {
+	// A simulated control plane three years ahead: its first Welcome sets
+	// the mark, and its clock moving on from there is heard.
+	r := start(t, nil)
+	offset := 3 * 365 * 24 * time.Hour
+	s := r.next(t)
+	recv(t, s)
+	first := time.Now().Add(offset)
+	s.Send(welcome(first, 1000, 0))
+	r.awaitWelcomed(t)
+	if r.journal.Mark() != first.UnixMilli() {
+		t.Fatalf("mark %d, want the first Welcome's %d", r.journal.Mark(), first.UnixMilli())
+	}
+	later := time.Now().Add(offset + time.Minute).UnixMilli()
+	pingAt(t, s, 1, later)
+	if r.journal.Mark() != later {
+		t.Fatalf("mark %d after the simulated clock moved a minute", r.journal.Mark())
+	}
+	s.End(status.Error(codes.Unavailable, "restart"))
+	s = r.next(t)
+	recv(t, s)
+	again := time.Now().Add(offset + 2*time.Minute).UnixMilli()
+	s.Send(welcome(time.UnixMilli(again), 1000, 0))
+	r.awaitWelcomed(t)
+	if r.journal.Mark() != again {
+		t.Fatalf("mark %d after the next Welcome of the simulated clock", r.journal.Mark())
+	}
+}
+
+func TestAnAckForEventsNeverSentDropsNothing(t *testing.T) {
+	r := start(t, func(j *journal.Journal) {
+		for g := uint64(1); g <= 3; g++ {
+			j.Append(report(g))
+		}
+	})
+	s := r.next(t)
+	recv(t, s)
+	// A Welcome acking far beyond the journal is not believed: everything
+	// unacked is sent.
+	s.Send(welcome(time.Now(), 1000, 1<<60))
+	for want := uint64(1); want <= 3; want++ {
+		if f := recvWhere(t, s, isEvent); f.Seq != want {
+			t.Fatalf("sent seq %d, want %d", f.Seq, want)
+		}
+	}
+	// An ack beyond what was sent drops nothing, not even events appended
+	// and not sent yet.
+	s.Send(&agentv1.GatewayFrame{Frame: &agentv1.GatewayFrame_EventAck{EventAck: &agentv1.EventAck{UpToSeq: 1 << 60}}})
+	s.Send(&agentv1.GatewayFrame{Frame: &agentv1.GatewayFrame_Ping{Ping: &agentv1.Ping{Nonce: 7}}})
+	recvWhere(t, s, func(f *agentv1.NodeFrame) bool { return f.GetPong().GetNonce() == 7 })
+	if n, _ := r.journal.EventStats(); n != 3 {
+		t.Fatalf("%d events kept after an ack of 2^60", n)
+	}
+	// An ack of what was sent still drops it.
+	s.Send(&agentv1.GatewayFrame{Frame: &agentv1.GatewayFrame_EventAck{EventAck: &agentv1.EventAck{UpToSeq: 2}}})
+	s.Send(&agentv1.GatewayFrame{Frame: &agentv1.GatewayFrame_Ping{Ping: &agentv1.Ping{Nonce: 8}}})
+	recvWhere(t, s, func(f *agentv1.NodeFrame) bool { return f.GetPong().GetNonce() == 8 })
+	if n, _ := r.journal.EventStats(); n != 1 {
+		t.Fatalf("%d events kept after an ack of 2", n)
+	}
+}
+
+func TestAHeartbeatIntervalOfOneMillisecondIsHeldToTheMinimum(t *testing.T) {
+	if Heartbeat(1) != MinHeartbeat || Heartbeat(0) != DefaultHeartbeat || Heartbeat(1<<31) != MaxHeartbeat {
+		t.Fatalf("Heartbeat(1) %s, (0) %s, (2^31) %s", Heartbeat(1), Heartbeat(0), Heartbeat(1<<31))
+	}
+	r := start(t, nil)
+	s := r.welcomed(t, 1)
+	start := time.Now()
+	recvWhere(t, s, func(f *agentv1.NodeFrame) bool { return f.GetHeartbeat() != nil })
+	heartbeats := 1
+	for time.Since(start) < 250*time.Millisecond {
+		if recv(t, s).GetHeartbeat() != nil {
+			heartbeats++
+		}
+	}
+	if heartbeats > 4 {
+		t.Fatalf("%d heartbeats in %s at heartbeat_interval_ms 1", heartbeats, time.Since(start))
+	}
+}
+
+func TestADrainRetryAfterOf49DaysIsHeldToTheMaximum(t *testing.T) {
+	if DrainWait(49*24*3600*1000) != MaxDrainRetryWait || DrainWait(300) != 300*time.Millisecond {
+		t.Fatalf("DrainWait(49 days) %s, (300) %s", DrainWait(49*24*3600*1000), DrainWait(300))
+	}
+}
+
+// Defect 15 (a foreign client certificate failed at the TLS handshake with
+// no code a node can act on): the gateway's cert-unknown and cert-validity
+// refusals reach bcd as their codes, shown in the session's Info (bcd
+// status) until a Welcome is accepted.
+func TestACertificateRefusalIsSurfacedWithItsCode(t *testing.T) {
+	r := start(t, nil)
+	for _, code := range []refusal.Code{refusal.CodeCertUnknown, pki.CodeCertValidity} {
+		s := r.next(t)
+		recv(t, s)
+		s.End(refusal.Status(code, "the gateway does not take this certificate"))
+		deadline := time.Now().Add(wait)
+		for r.session.Info().Refused != code {
+			if time.Now().After(deadline) {
+				t.Fatalf("refused %q, want %q", r.session.Info().Refused, code)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	s := r.welcomed(t, 1000)
+	<-r.handler.welcomed
+	deadline := time.Now().Add(wait)
+	for info := r.session.Info(); info.State != Connected || info.Refused != ""; info = r.session.Info() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after a Welcome: %+v", info)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	_ = s
 }

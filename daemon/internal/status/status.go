@@ -38,6 +38,9 @@ type Session struct {
 	Epoch         uint64 `json:"epoch"`
 	Gateway       string `json:"gateway"`
 	ConnectedAtMs int64  `json:"connectedAtMs"`
+	// Refused is the code of the gateway refusal that ended the last
+	// attempt (for example cert-unknown, cert-validity), when one did.
+	Refused string `json:"refused,omitempty"`
 	// Transport is the connected session's: grpc or websocket (empty when
 	// not connected).
 	Transport string `json:"transport,omitempty"`

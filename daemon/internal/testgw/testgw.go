@@ -219,12 +219,12 @@ func Start(t testing.TB, opts Options) *Gateway {
 	return g
 }
 
-// TLSConfig is the server side: TLS 1.3, h2, client certificates optional
-// and verified against the node CA when presented.
+// TLSConfig is the server side: TLS 1.3, h2, a client certificate
+// optional and, as the dev stack does, taken at the TLS layer once its key
+// signed the handshake: authenticate verifies it against the node CA, so a
+// foreign or expired one gets its code (cert-unknown, cert-validity)
+// instead of a TLS alert.
 func (g *Gateway) TLSConfig() *tls.Config {
-	pool := x509.NewCertPool()
-	nodeCA, _ := x509.ParseCertificate(g.Keys.NodeCACert)
-	pool.AddCert(nodeCA)
 	return &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		NextProtos: []string{"h2"},
@@ -232,8 +232,7 @@ func (g *Gateway) TLSConfig() *tls.Config {
 			Certificate: [][]byte{g.Keys.ServingLeafCert, g.Keys.ServingCACert},
 			PrivateKey:  g.Keys.ServingLeaf,
 		}},
-		ClientAuth: tls.VerifyClientCertIfGiven,
-		ClientCAs:  pool,
+		ClientAuth: tls.RequestClientCert,
 	}
 }
 
@@ -334,7 +333,7 @@ func (g *Gateway) Join(ctx context.Context, req *agentv1.JoinRequest) (*agentv1.
 	if err != nil {
 		return nil, refusal.StatusOf(err)
 	}
-	payload, err := pki.OpenJoinToken(g.Keys.JoinEncryption, tj.GetSealedToken(), csr.Pin)
+	payload, err := pki.OpenJoinToken(g.Keys.JoinEncryption, tj.GetSealedToken(), csr.Pin, time.Now())
 	if err != nil {
 		// The reason may quote the sealed payload: only the code goes out.
 		return nil, refusal.Status(pki.CodeOf(err), "the sealed token was refused")
@@ -478,7 +477,8 @@ func (s *Session) Send(f *agentv1.GatewayFrame) error { return s.stream.Send(f) 
 func (s *Session) End(err error) { s.once.Do(func() { s.end <- err }) }
 
 // authenticate returns the node id (CN) and key of the caller's client
-// certificate, refusing none and a revoked node.
+// certificate, refusing none, one the node CA did not issue (cert-unknown),
+// one outside its validity (cert-validity) and a revoked node.
 func (g *Gateway) authenticate(ctx context.Context) (string, *pki.PublicKey, error) {
 	p, ok := peer.FromContext(ctx)
 	if !ok {
@@ -489,6 +489,12 @@ func (g *Gateway) authenticate(ctx context.Context) (string, *pki.PublicKey, err
 		return "", nil, refusal.Status(refusal.CodeCertUnknown, "no client certificate")
 	}
 	leaf := info.State.PeerCertificates[0]
+	if _, err := pki.VerifyIssued(leaf.Raw, g.Keys.NodeCACert, pki.VerifyOptions{At: time.Now(), Usage: pki.UsageClient}); err != nil {
+		if pki.CodeOf(err) == pki.CodeCertValidity {
+			return "", nil, refusal.Status(pki.CodeCertValidity, "%v", err)
+		}
+		return "", nil, refusal.Status(refusal.CodeCertUnknown, "not issued by the node CA: %v", err)
+	}
 	nodeID := leaf.Subject.CommonName
 	g.mu.Lock()
 	revoked := g.revoked[nodeID]

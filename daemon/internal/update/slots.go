@@ -3,8 +3,10 @@
 // supervisor (systemd, the harness) executes. "Current" is the slot the
 // entrypoint names. Beside them, the records: prepared.json (the release
 // whose staged bytes were verified), upgrade.json (a swap waiting for the
-// new binary's first Welcome) and failed.json (releases rolled back, never
-// prepared again). The same code runs in bcd node, when bcd owns its slots,
+// new binary's first Welcome), failed.json (releases rolled back, never
+// prepared again) and installed.json (the confirmed release of the highest
+// sequence: nothing below it is prepared again, a downgrade refused
+// release-rollback). The same code runs in bcd node, when bcd owns its slots,
 // and in bcd helper as root, when they are root's (docs/daemon.md,
 // "Self-update in bcd" and "bcd helper").
 
@@ -32,12 +34,13 @@ import (
 
 // The names in the slots directory.
 const (
-	SlotA        = "bcd-a"
-	SlotB        = "bcd-b"
-	Entrypoint   = "bcd"
-	UpgradeFile  = "upgrade.json"
-	FailedFile   = "failed.json"
-	PreparedFile = "prepared.json"
+	SlotA         = "bcd-a"
+	SlotB         = "bcd-b"
+	Entrypoint    = "bcd"
+	UpgradeFile   = "upgrade.json"
+	FailedFile    = "failed.json"
+	PreparedFile  = "prepared.json"
+	InstalledFile = "installed.json"
 )
 
 // DefaultConfirmTimeout is how long a new binary has to get its first Welcome.
@@ -104,6 +107,9 @@ type Store interface {
 	Entrypoint() string
 	// Pending is upgrade.json (nil when no upgrade waits).
 	Pending() (*Record, error)
+	// Installed is the confirmed release of the highest sequence (nil
+	// before the first confirmed upgrade).
+	Installed() (*Release, error)
 	// Prepare verifies a signed manifest with the store's pins and the
 	// staged file against its artifact, and records the release as prepared.
 	Prepare(manifest *pki.Envelope) (*Release, error)
@@ -250,6 +256,29 @@ func (s *Slots) Failed() ([]Release, error) {
 	return f.Releases, nil
 }
 
+// Installed reads installed.json (nil before the first confirmed upgrade).
+func (s *Slots) Installed() (*Release, error) {
+	r := &Release{}
+	ok, err := readJSON(s.path(InstalledFile), r)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return r, nil
+}
+
+// policy is the pins with the highest installed sequence.
+func (s *Slots) policy() (pki.ReleasePolicy, error) {
+	p := s.Policy
+	installed, err := s.Installed()
+	if err != nil {
+		return p, err
+	}
+	if installed != nil {
+		p.InstalledSequence = installed.Sequence
+	}
+	return p, nil
+}
+
 // Prepared reads prepared.json (nil when nothing is prepared).
 func (s *Slots) Prepared() (*Release, error) {
 	r := &Release{}
@@ -314,11 +343,15 @@ func (s *Slots) readStaged(limit uint64) ([]byte, error) {
 }
 
 // Prepare verifies the manifest (pki's order: signatures, threshold,
-// JSON, sequence), refuses a release recorded as failed, picks this
-// platform's artifact, checks the staged bytes (size, digest) and writes
-// prepared.json.
+// JSON, sequence, the installed sequence, expiry at the wall clock),
+// refuses a release recorded as failed, picks this platform's artifact,
+// checks the staged bytes (size, digest) and writes prepared.json.
 func (s *Slots) Prepare(manifest *pki.Envelope) (*Release, error) {
-	m, err := pki.VerifyManifest(manifest, s.Policy)
+	policy, err := s.policy()
+	if err != nil {
+		return nil, err
+	}
+	m, err := pki.VerifyManifest(manifest, policy, s.now())
 	if err != nil {
 		return nil, err
 	}
@@ -467,11 +500,28 @@ func (s *Slots) Confirm(version string) (*Record, error) {
 	} else if current != r.Slot {
 		return nil, refuse(CodeRolledBack, "the entrypoint names %s, not %s", current, r.Slot)
 	}
+	if err := s.recordInstalled(r); err != nil {
+		return nil, err
+	}
 	if err := removeSynced(s.path(UpgradeFile)); err != nil {
 		return nil, err
 	}
 	s.log().Info("update.confirmed", "version", r.Version, "sequence", r.Sequence, "slot", r.Slot, "command_id", r.CommandID)
 	return r, nil
+}
+
+// recordInstalled writes installed.json for a confirmed upgrade when its
+// sequence is the highest installed (before upgrade.json goes: a crash in
+// between confirms again, which writes the same).
+func (s *Slots) recordInstalled(r *Record) error {
+	installed, err := s.Installed()
+	if err != nil {
+		return err
+	}
+	if installed != nil && installed.Sequence >= r.Sequence {
+		return nil
+	}
+	return writeJSON(s.path(InstalledFile), &Release{Version: r.Version, Sequence: r.Sequence, SHA256: r.SHA256, AtMs: s.now().UnixMilli()})
 }
 
 // Rollback points the entrypoint at the previous slot and marks upgrade.json.
@@ -563,6 +613,9 @@ func (n NotInstalled) Entrypoint() string { return "" }
 
 // Pending is nothing.
 func (n NotInstalled) Pending() (*Record, error) { return nil, nil }
+
+// Installed is nothing.
+func (n NotInstalled) Installed() (*Release, error) { return nil, nil }
 
 // Prepare refuses.
 func (n NotInstalled) Prepare(*pki.Envelope) (*Release, error) { return nil, n.refusal() }

@@ -1,6 +1,7 @@
 // The daemon.upgrade kind and what a starting bcd does about upgrade.json
 // (docs/daemon.md, "Self-update in bcd"). Upgrade: the params' signed manifest
-// verified with the [update] pins (pki's order), this platform's artifact,
+// verified with the [update] pins, the store's highest installed sequence
+// and the wall clock (pki's order), this platform's artifact,
 // the running version (SUCCEEDED at once, nothing swapped), the download
 // over HTTP (release-download), its size and digest, the staged file, the
 // store's prepare and swap; the caller then execs the entrypoint. Resume:
@@ -47,8 +48,17 @@ type Updater struct {
 	HTTP *http.Client
 	// ConfirmTimeout bounds the new binary's wait for a Welcome (default 60 s).
 	ConfirmTimeout time.Duration
+	// Now is the wall clock, which a manifest's expiry is checked at (tests).
+	Now func() time.Time
 	// Log receives update.* lines.
 	Log *slog.Logger
+}
+
+func (u *Updater) now() time.Time {
+	if u.Now != nil {
+		return u.Now()
+	}
+	return time.Now()
 }
 
 // Output is a succeeded daemon.upgrade's output.
@@ -104,7 +114,13 @@ func (u *Updater) Upgrade(ctx context.Context, commandID string, params []byte) 
 	if err != nil {
 		return nil, err
 	}
-	manifest, err := pki.VerifyManifest(env, u.Policy)
+	policy := u.Policy
+	if installed, err := u.Store.Installed(); err != nil {
+		return nil, err
+	} else if installed != nil {
+		policy.InstalledSequence = installed.Sequence
+	}
+	manifest, err := pki.VerifyManifest(env, policy, u.now())
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -194,5 +195,57 @@ func TestPreviousBinaryAfterAFailedExec(t *testing.T) {
 	}
 	if current(t, s) != SlotA {
 		t.Fatal("not rolled back")
+	}
+}
+
+func TestASignedReleaseOfALowerSequenceDoesNotDowngradeTheInstalledOne(t *testing.T) {
+	f := loadRelease(t)
+	s := installed(t, f)
+	url := server(t, f.Artifact)
+	if _, err := updater(t, f, s, "0.1.0").Upgrade(context.Background(), "cmd-1", params(t, f, "0.9.0", 7, url, f.Artifact, 2)); err != nil {
+		t.Fatal(err)
+	}
+	res, err := updater(t, f, s, "0.9.0").Resume()
+	if err != nil || res.Await == nil {
+		t.Fatalf("resume: %+v %v", res, err)
+	}
+	if _, err := res.Await.Welcomed(); err != nil {
+		t.Fatal(err)
+	}
+	if in, err := s.Installed(); err != nil || in == nil || in.Version != "0.9.0" || in.Sequence != 7 {
+		t.Fatalf("installed.json %+v %v", in, err)
+	}
+	// 0.8.0 at sequence 6, signed and above min_sequence: a downgrade.
+	_, err = updater(t, f, s, "0.9.0").Upgrade(context.Background(), "cmd-2", params(t, f, "0.8.0", 6, url, f.Artifact, 2))
+	if pki.CodeOf(err) != pki.CodeReleaseRollback {
+		t.Fatalf("downgrade: %v", err)
+	}
+	// The store refuses it too (the helper's slots check on their own).
+	os.MkdirAll(filepath.Dir(s.Staged), 0o700)
+	os.WriteFile(s.Staged, f.Artifact, 0o600)
+	if _, err := s.Prepare(f.SignWith(t, pki.Manifest{Version: "0.8.0", Sequence: 6, Artifacts: []pki.Artifact{{
+		OS: "linux", Arch: "amd64", SHA256: digest(f.Artifact), Size: uint64(len(f.Artifact)), URL: url}}}, 2)); pki.CodeOf(err) != pki.CodeReleaseRollback {
+		t.Fatalf("prepare of a downgrade: %v", err)
+	}
+	if current(t, s) != SlotB {
+		t.Fatal("the downgrade swapped")
+	}
+	// The installed sequence itself may come again (a re-delivery).
+	if out, err := updater(t, f, s, "0.9.0").Upgrade(context.Background(), "cmd-3", params(t, f, "0.9.0", 7, url, f.Artifact, 2)); err != nil || out.Exec != "" {
+		t.Fatalf("the installed release again: %+v %v", out, err)
+	}
+}
+
+func TestAnExpiredManifestIsRefused(t *testing.T) {
+	f := loadRelease(t)
+	s := installed(t, f)
+	m := pki.Manifest{Version: "0.9.0", Sequence: 7, ExpiresAtMs: time.Now().Add(-time.Minute).UnixMilli(), Artifacts: []pki.Artifact{{
+		OS: "linux", Arch: "amd64", SHA256: digest(f.Artifact), Size: uint64(len(f.Artifact)), URL: "http://127.0.0.1:1/x"}}}
+	data, _ := json.Marshal(map[string]json.RawMessage{"manifest": f.SignWith(t, m, 2).JSON()})
+	if _, err := updater(t, f, s, "0.1.0").Upgrade(context.Background(), "cmd-1", data); pki.CodeOf(err) != pki.CodeReleaseExpired {
+		t.Fatalf("expired manifest: %v", err)
+	}
+	if current(t, s) != SlotA {
+		t.Fatal("swapped")
 	}
 }

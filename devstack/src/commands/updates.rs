@@ -47,7 +47,7 @@ impl EventHandler<proto::CommandUpdate> for CommandUpdates {
             command_id = %id,
             kind = %row.kind,
             state = %checked.state,
-            reason = %checked.reason,
+            reason = ?checked.reason,
             "session: command update"
         );
         let again = (checked.state == CommandStatus::Busy).then_some(event.shared.settings.busy_retry);

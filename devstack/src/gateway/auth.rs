@@ -27,6 +27,11 @@ pub struct AuthedNode {
     pub serial: String,
     /// The certified key (verifies node-signed statements).
     pub key: PublicKey,
+    /// The certificate's notBefore.
+    pub not_before_ms: i64,
+    /// The certificate's notAfter: statements the key signs after it are
+    /// not taken.
+    pub not_after_ms: i64,
     /// The client's address, for logs.
     pub peer: Option<SocketAddr>,
 }
@@ -62,7 +67,7 @@ pub fn authenticate_peer(shared: &Shared, info: Option<&PeerInfo>) -> Result<Aut
     }
     let key =
         PublicKey::from_spki_der(&verified.spki_der).map_err(|e| refuse(Code::CertUnknown, format!("its key: {e}")))?;
-    Ok(AuthedNode { node_id, serial, key, peer })
+    Ok(AuthedNode { node_id, serial, key, not_before_ms: row.not_before_ms, not_after_ms: row.not_after_ms, peer })
 }
 
 #[cfg(test)]

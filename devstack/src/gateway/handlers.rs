@@ -41,32 +41,58 @@ impl Event<'_> {
         &self.node.node_id
     }
 
-    /// Runs `verify` on a node-signed statement under the session's key,
-    /// then under the node's other certified keys (a statement signed before
-    /// a renewal); the first success, or the session key's refusal.
+    /// Runs `verify` on a node-signed statement under the session's key
+    /// (while its certificate is valid), then under the node's other keys
+    /// the envelope names (its signatures' keyids, at most
+    /// [`MAX_KEYIDS_TRIED`]) that a certificate valid now and not revoked
+    /// certifies (a statement signed before a renewal); the first success,
+    /// or the session key's refusal. Each key costs one indexed read and one
+    /// parse: no certificate of the node is read for a keyid it does not
+    /// name, and a key of an expired certificate verifies nothing.
     pub fn verify_statement<T>(
         &self,
         env: &pki::dsse::Envelope,
         verify: impl Fn(&pki::dsse::Envelope, &pki::PublicKey, &str) -> Result<T, pki::Error>,
     ) -> Result<T, pki::Error> {
         let node_id = self.node_id();
-        let first = verify(env, &self.node.key, node_id);
+        let session_valid = self.now_ms < self.node.not_after_ms;
+        let first = if session_valid {
+            verify(env, &self.node.key, node_id)
+        } else {
+            Err(pki::X509Error::CertValidity {
+                now_ms: self.now_ms,
+                not_before_ms: self.node.not_before_ms,
+                not_after_ms: self.node.not_after_ms,
+            }
+            .into())
+        };
         if first.is_ok() {
             return first;
         }
-        let others = certs::of_node(self.c, node_id).unwrap_or_default();
-        for cert in others {
+        let session_pin = self.node.key.pin();
+        let mut tried: Vec<&str> = Vec::new();
+        for keyid in env.signatures.iter().map(|s| s.keyid.as_str()) {
+            if tried.len() == MAX_KEYIDS_TRIED {
+                break;
+            }
+            if keyid == session_pin || tried.contains(&keyid) {
+                continue;
+            }
+            tried.push(keyid);
+            let Ok(Some(cert)) = certs::valid_by_pin(self.c, node_id, keyid, self.now_ms) else { continue };
             let Ok(described) = pki::x509::describe_der(&cert.der) else { continue };
             let Ok(key) = pki::PublicKey::from_spki_der(&described.spki_der) else { continue };
-            if key != self.node.key
-                && let Ok(value) = verify(env, &key, node_id)
-            {
+            if let Ok(value) = verify(env, &key, node_id) {
                 return Ok(value);
             }
         }
         first
     }
 }
+
+/// How many of a statement's keyids [`Event::verify_statement`] looks up
+/// besides the session's (a node signs a statement with one key).
+pub const MAX_KEYIDS_TRIED: usize = 4;
 
 /// A request being answered: the stack and the session's node.
 pub struct RequestContext<'a> {
@@ -153,3 +179,62 @@ pub static HANDLERS: Handlers = Handlers {
     secret_request: &crate::secrets::SecretRequests,
     workload_token_request: &crate::workload::WorkloadTokens,
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HOUR_MS: i64 = 3600 * 1000;
+
+    /// A certificate of node_1 for a fresh key, issued at `not_before_ms`
+    /// (valid 24 h) and stored.
+    fn certified(shared: &Shared, not_before_ms: i64) -> (p256::SecretKey, crate::store::rows::NodeCertRow) {
+        let key = pki::keys::random_p256();
+        let csr = pki::x509::parse_csr(&pki::x509::csr(&key, "bcd").unwrap()).unwrap();
+        let row = crate::issuance::issue(shared, "node_1", &csr, None, not_before_ms).unwrap();
+        shared.store.with(|c| certs::insert(c, &row, not_before_ms)).unwrap();
+        (key, row)
+    }
+
+    fn authed(key: &p256::SecretKey, row: &crate::store::rows::NodeCertRow) -> AuthedNode {
+        AuthedNode {
+            node_id: "node_1".into(),
+            serial: row.serial.clone(),
+            key: pki::PublicKey::P256(key.public_key()),
+            not_before_ms: row.not_before_ms,
+            not_after_ms: row.not_after_ms,
+            peer: None,
+        }
+    }
+
+    fn statement(key: &p256::SecretKey) -> pki::dsse::Envelope {
+        let s = proto::NodeStatement {
+            node_id: "node_1".into(),
+            body: Some(proto::node_statement::Body::AllocationBound(proto::AllocationBound::default())),
+            ..Default::default()
+        };
+        pki::statement::sign(key, &s)
+    }
+
+    #[test]
+    fn a_statement_signed_with_the_key_of_an_expired_certificate_is_refused() {
+        let shared = crate::shared::testing::shared_with_node("none");
+        let now = crate::clock::now_ms();
+        let (expired_key, _) = certified(&shared, now - 48 * HOUR_MS);
+        let (renewed_key, _) = certified(&shared, now - HOUR_MS);
+        let (session_key, session_row) = certified(&shared, now);
+        let node = authed(&session_key, &session_row);
+        let verify = |env: &pki::dsse::Envelope, at: i64| {
+            shared.store.with(|c| {
+                let event = Event { c, shared: &shared, node: &node, now_ms: at };
+                Ok(event.verify_statement(env, pki::statement::verify_allocation_bound).map_err(|e| e.code()))
+            })
+        };
+        assert!(verify(&statement(&session_key), now).unwrap().is_ok(), "the session's key");
+        assert!(verify(&statement(&renewed_key), now).unwrap().is_ok(), "a key certified before a renewal");
+        assert_eq!(verify(&statement(&expired_key), now).unwrap().unwrap_err(), "dsse-unknown-key");
+        // A day later the session's own certificate has expired too.
+        let later = now + 25 * HOUR_MS;
+        assert!(verify(&statement(&session_key), later).unwrap().is_err(), "the session's expired key");
+    }
+}

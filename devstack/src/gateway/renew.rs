@@ -8,6 +8,8 @@
 //! `node-key-attributes`); under `tpm` that key must be the CSR's
 //! (`node-key-not-csr`), under `tpm` and `certified` a certification is
 //! required (`node-key-uncertified`). The new certificate still names the AK.
+//! A node renews at most `NodeLimits::renewals_per_hour` times in an hour
+//! (`ResourceExhausted` `renew-limit`).
 
 use sha2::{Digest, Sha256};
 use tonic::Status;
@@ -21,6 +23,9 @@ use crate::shared::Shared;
 use crate::status::{self, Code, refuse};
 use crate::store::rows::NodeKeyLevel;
 use crate::store::{bindings, certs, nodes};
+
+/// An hour, the window of the renewal limit.
+const HOUR_MS: i64 = 3600 * 1000;
 
 /// The qualifying data of a renewal's TPM2_Certify: `SHA-256(csr_der)`.
 pub fn renewal_nonce(csr_der: &[u8]) -> [u8; 32] {
@@ -42,6 +47,14 @@ pub fn renew(shared: &Shared, node: &AuthedNode, req: &proto::RenewRequest) -> R
         })
         .map_err(internal)?;
     let row = row.ok_or_else(|| refuse(Code::CertUnknown, format!("no node {}", node.node_id)))?;
+    let limit = shared.settings.limits.renewals_per_hour;
+    let renewed = shared.store.with(|c| certs::renewed_since(c, &node.node_id, now - HOUR_MS)).map_err(internal)?;
+    if renewed >= limit {
+        return Err(refuse(
+            Code::RenewLimit,
+            format!("node {} renewed {renewed} times in the last hour; {limit} allowed", node.node_id),
+        ));
+    }
     let ak_name = match &binding {
         None => {
             if req.node_key.is_some() {

@@ -59,10 +59,15 @@ impl<S: Stream<Item = Result<proto::NodeFrame, Status>> + Unpin + Send> Inbound 
 /// The refusal an inbound error ends the session with, if it is one: the
 /// contract's `frame-too-large` for tonic's own "too large" status, any
 /// refusal a transport made itself (`frame-too-large`, `frame-malformed`)
-/// as it is; `None` for a plain transport error (a reset).
+/// as it is, and a frame that does not decode (`InvalidArgument`
+/// `message-malformed`: never a clean end); `None` for a plain transport
+/// error (a reset).
 fn inbound_refusal(status: &Status) -> Option<Status> {
     if limit::is_too_large(status) {
         return Some(limit::too_large(status.message()));
+    }
+    if status.code() == tonic::Code::InvalidArgument {
+        return Some(status.clone());
     }
     let code = crate::status::code_of(status);
     [Code::FrameTooLarge, Code::FrameMalformed].iter().any(|c| c.as_str() == code).then(|| status.clone())
@@ -194,9 +199,9 @@ impl Session {
             node_id = %session.node.node_id,
             epoch = session.row.epoch,
             serial = %session.node.serial,
-            boot_id = %hello.boot_id,
-            journal_id = %hello.journal_id,
-            daemon_version = %hello.daemon_version,
+            boot_id = ?hello.boot_id,
+            journal_id = ?hello.journal_id,
+            daemon_version = ?hello.daemon_version,
             acked_seq = acked,
             peer = ?session.node.peer,
             %transport,
@@ -246,7 +251,7 @@ impl Session {
                         Some(refusal) => Err(End::Refuse(refusal)),
                         None => {
                             debug!(node_id = %self.node.node_id, %status, "session: inbound stream error");
-                            Err(End::Closed)
+                            Err(End::Gone)
                         }
                     },
                 },
@@ -368,11 +373,9 @@ impl Session {
             Some(In::Heartbeat(hb)) => self.applied_generation(hb.applied_generation),
             Some(In::Pong(_)) | Some(In::EventAck(_)) => Ok(()),
             Some(In::CommandUpdate(update)) => {
-                self.on_event(seq, "command_update", HANDLERS.command_update, &update).await
+                self.on_event(seq, "command_update", HANDLERS.command_update, update).await
             }
-            Some(In::StatusReport(report)) => {
-                self.on_event(seq, "status_report", HANDLERS.status_report, &report).await
-            }
+            Some(In::StatusReport(report)) => self.on_event(seq, "status_report", HANDLERS.status_report, report).await,
             Some(In::SpecRequest(request)) => self.on_request(HANDLERS.spec_request, request).await,
             Some(In::SecretRequest(env)) => self.on_request(HANDLERS.secret_request, env).await,
             Some(In::WorkloadTokenRequest(request)) => self.on_request(HANDLERS.workload_token_request, request).await,
@@ -398,31 +401,42 @@ impl Session {
 
     /// Records an event once (by node, journal and seq), running `handlers`
     /// inside its transaction, acknowledges it, then carries out what the
-    /// handlers asked. A re-sent event is acknowledged without them.
-    async fn on_event<T>(
+    /// handlers asked. A re-sent event is acknowledged without them. The
+    /// transaction (SQLite, signature checks) runs on the blocking pool, so
+    /// a node's report never holds up the runtime's workers (a Join, other
+    /// sessions' frames).
+    async fn on_event<T: Send + 'static>(
         &mut self,
         seq: u64,
-        kind: &str,
-        handlers: &[&dyn EventHandler<T>],
-        message: &T,
+        kind: &'static str,
+        handlers: &'static [&'static dyn EventHandler<T>],
+        message: T,
     ) -> Result<(), End> {
-        let (shared, node) = (&*self.shared, &self.node);
-        let (node_id, journal_id) = (&node.node_id, &self.row.journal_id);
-        let effects = shared
-            .store
-            .tx(|c| {
+        let (shared, node, journal_id) = (self.shared.clone(), self.node.clone(), self.row.journal_id.clone());
+        let recorded = tokio::task::spawn_blocking(move || {
+            let (shared, node) = (&*shared, &node);
+            shared.store.tx(|c| {
                 let now = now_ms();
-                if seq > 0 && !events::record(c, node_id, journal_id, seq, kind, now)? {
+                if seq > 0 && !events::record(c, &node.node_id, &journal_id, seq, kind, now)? {
                     return Ok(None);
                 }
                 let event = Event { c, shared, node, now_ms: now };
                 let mut effects = Effects::default();
                 for handler in handlers {
-                    effects.merge(handler.record(&event, message)?);
+                    effects.merge(handler.record(&event, &message)?);
                 }
                 Ok(Some(effects))
             })
-            .map_err(store_end)?;
+        })
+        .await;
+        let effects = match recorded {
+            Ok(r) => r.map_err(store_end)?,
+            Err(e) => {
+                warn!(node_id = %self.node.node_id, error = %e, "session: an event's handlers panicked");
+                return Err(End::Refuse(refuse(Code::Internal, "the event could not be recorded")));
+            }
+        };
+        let node_id = &self.node.node_id;
         if effects.is_none() {
             debug!(node_id = %node_id, seq, kind, "session: event already recorded");
         }

@@ -60,6 +60,34 @@ pub fn of_node(c: &Connection, node_id: &str) -> Result<Vec<NodeCertRow>> {
     rows.collect::<rusqlite::Result<_>>().map_err(Error::store("list node certificates"))
 }
 
+/// A node's certificate of the key whose pin is `spki_pin` that is valid
+/// at `now_ms` and not revoked (the one issued last, if several).
+pub fn valid_by_pin(c: &Connection, node_id: &str, spki_pin: &str, now_ms: i64) -> Result<Option<NodeCertRow>> {
+    optional(
+        c.query_row(
+            &format!(
+                "SELECT {COLUMNS} FROM node_certs WHERE node_id = ?1 AND spki_pin = ?2 AND revoked_at_ms IS NULL
+                 AND not_before_ms <= ?3 AND not_after_ms > ?3 ORDER BY created_at_ms DESC LIMIT 1"
+            ),
+            params![node_id, spki_pin, now_ms],
+            row,
+        ),
+        "read node certificate by pin",
+    )
+}
+
+/// How many certificates of a node were renewed (issued other than by a
+/// join) since `since_ms`.
+pub fn renewed_since(c: &Connection, node_id: &str, since_ms: i64) -> Result<u32> {
+    c.query_row(
+        "SELECT COUNT(*) FROM node_certs WHERE node_id = ?1 AND created_at_ms >= ?2
+         AND serial NOT IN (SELECT serial FROM node_joins WHERE node_id = ?1)",
+        params![node_id, since_ms],
+        |r| r.get(0),
+    )
+    .map_err(Error::store("count node certificates"))
+}
+
 /// Revokes every unrevoked certificate of a node; returns how many.
 pub fn revoke_all(c: &Connection, node_id: &str, now_ms: i64) -> Result<usize> {
     c.execute(

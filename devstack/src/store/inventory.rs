@@ -37,3 +37,12 @@ pub fn of_node(c: &Connection, node_id: &str) -> Result<Vec<InventoryRow>> {
         .map_err(Error::store("list inventory"))?;
     rows.collect::<rusqlite::Result<_>>().map_err(Error::store("list inventory"))
 }
+
+/// The names of a node's stored sections.
+pub fn names(c: &Connection, node_id: &str) -> Result<Vec<String>> {
+    let mut stmt = c
+        .prepare("SELECT name FROM node_inventory WHERE node_id = ?1 ORDER BY name")
+        .map_err(Error::store("list inventory names"))?;
+    let rows = stmt.query_map([node_id], |r| r.get(0)).map_err(Error::store("list inventory names"))?;
+    rows.collect::<rusqlite::Result<_>>().map_err(Error::store("list inventory names"))
+}

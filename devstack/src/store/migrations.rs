@@ -28,6 +28,7 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration { version: 5, name: "releases", sql: V5 },
     Migration { version: 6, name: "node section status", sql: V6 },
     Migration { version: 7, name: "instances, volumes, node labels, secrets", sql: V7 },
+    Migration { version: 8, name: "join requests", sql: V8 },
 ];
 
 const V1: &str = r#"
@@ -297,6 +298,15 @@ CREATE TABLE secrets (
 );
 "#;
 
+const V8: &str = r#"
+CREATE TABLE join_requests (
+    request_sha256 TEXT PRIMARY KEY,
+    node_id TEXT NOT NULL REFERENCES nodes(id),
+    response TEXT NOT NULL,
+    created_at_ms INTEGER NOT NULL
+);
+"#;
+
 /// Applies every migration not yet recorded; returns the numbers applied.
 pub fn migrate(conn: &mut Connection) -> Result<Vec<u32>> {
     conn.execute_batch(
@@ -347,6 +357,7 @@ mod tests {
             .unwrap();
         for t in [
             "commands",
+            "join_requests",
             "join_tokens",
             "instances",
             "node_bindings",

@@ -1,5 +1,7 @@
 //! The SQLite store (file or in-memory): one connection behind a mutex,
-//! migrations at open, and one module per table group.
+//! migrations at open, and one module per table group. A store file (and
+//! its -wal and -shm files) is owner-only (0600), in a directory created
+//! owner-only (0700): it holds every private key of the stack.
 //!
 //! Every method is a short synchronous statement or transaction; callers never
 //! hold the lock across an await. Functions that take a `&Connection` compose
@@ -19,6 +21,7 @@ pub mod events;
 pub mod instance_rows;
 pub mod instances;
 pub mod inventory;
+pub mod join_requests;
 pub mod labels;
 pub mod migrations;
 pub mod nodes;
@@ -82,16 +85,65 @@ impl Store {
     }
 }
 
+/// The mode of the store's files: it holds every private key of the stack.
+const STORE_FILE_MODE: u32 = 0o600;
+
 fn open_file(path: &Path) -> Result<Connection> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|source| Error::Io { path: dir.to_path_buf(), source })?;
+        create_private_dir(dir)?;
     }
+    // The file exists, owner-only, before SQLite opens it: SQLite gives its
+    // -wal and -shm files the database file's mode.
+    private_file(path, true)?;
     let conn = Connection::open(path).map_err(Error::store("open store file"))?;
     conn.busy_timeout(std::time::Duration::from_secs(5)).map_err(Error::store("set busy timeout"))?;
     // WAL keeps readers and the writer apart; a restarted stack opens the
     // same file while the previous connection may still be closing.
     conn.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(())).map_err(Error::store("enable WAL"))?;
+    // A store made before the files were owner-only is made so now.
+    for suffix in ["-wal", "-shm"] {
+        let mut side = path.as_os_str().to_owned();
+        side.push(suffix);
+        private_file(Path::new(&side), false)?;
+    }
     Ok(conn)
+}
+
+/// Creates `dir` (and its parents) owner-only when it does not exist; an
+/// existing directory keeps its mode.
+fn create_private_dir(dir: &Path) -> Result<()> {
+    let io = |source| Error::Io { path: dir.to_path_buf(), source };
+    if dir.exists() {
+        return Ok(());
+    }
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir).map_err(io)
+}
+
+/// Makes `path` owner-only (0600), creating it empty when `create` says so;
+/// a missing file that is not to be created is left alone.
+fn private_file(path: &Path, create: bool) -> Result<()> {
+    let io = |source| Error::Io { path: path.to_path_buf(), source };
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true).write(true).create(create);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, STORE_FILE_MODE);
+    match options.open(path) {
+        Ok(file) => {
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::PermissionsExt as _;
+                file.set_permissions(std::fs::Permissions::from_mode(STORE_FILE_MODE)).map_err(io)?;
+            }
+            drop(file);
+            Ok(())
+        }
+        Err(e) if !create && e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io(e)),
+    }
 }
 
 /// Reads an optional single row.

@@ -56,3 +56,12 @@ pub fn of_node(c: &Connection, node_id: &str) -> Result<Vec<SectionStatus>> {
     let rows = stmt.query_map([node_id], row).map_err(Error::store("list section statuses"))?;
     rows.collect::<rusqlite::Result<_>>().map_err(Error::store("list section statuses"))
 }
+
+/// The sections a node has a status of.
+pub fn names(c: &Connection, node_id: &str) -> Result<Vec<String>> {
+    let mut stmt = c
+        .prepare("SELECT section FROM node_section_status WHERE node_id = ?1 ORDER BY section")
+        .map_err(Error::store("list section names"))?;
+    let rows = stmt.query_map([node_id], |r| r.get(0)).map_err(Error::store("list section names"))?;
+    rows.collect::<rusqlite::Result<_>>().map_err(Error::store("list section names"))
+}

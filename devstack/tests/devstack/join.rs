@@ -236,3 +236,46 @@ async fn the_well_known_document_and_the_bcd_config_name_the_stack() {
     assert_eq!(std::fs::read_to_string(&paths.jwk).unwrap().trim(), pins.join_encryption_jwk);
     stack.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_join_request_replayed_byte_for_byte_is_not_a_new_node() {
+    let (stack, pool, _) = stack_with_pool(DevStackOptions::memory(), None).await;
+    let once = stack.mint_join_token(&pool, 1, Duration::from_secs(60)).await.unwrap();
+    let (_, csr, pin) = node::key_and_csr();
+    let sealed = node::seal(&stack, &once, &pin);
+    let first = node::join_raw(&stack, sealed.clone(), csr.clone()).await.unwrap();
+    // The same bytes again (a retry, or a replay): the same node and
+    // certificate, and the token's one use is not spent again.
+    let again = node::join_raw(&stack, sealed.clone(), csr.clone()).await.unwrap();
+    assert_eq!(first, again);
+    let nodes = stack.nodes().await.unwrap();
+    assert_eq!(nodes.len(), 1, "{nodes:?}");
+    let uses: Vec<u32> = stack.join_tokens(&pool).await.unwrap().iter().map(|t| t.uses).collect();
+    assert!(uses.contains(&1) && !uses.iter().any(|u| *u > 1), "{uses:?}");
+    // Another request with that token is a new use, and there is none left.
+    let (_, other_csr, other_pin) = node::key_and_csr();
+    let err = node::join_raw(&stack, node::seal(&stack, &once, &other_pin), other_csr).await.unwrap_err();
+    assert_eq!(code(&err), (tonic::Code::PermissionDenied, "token-exhausted"));
+    assert_eq!(stack.nodes().await.unwrap().len(), 1);
+    stack.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_sealed_token_from_1970_or_the_future_is_refused() {
+    let (stack, _pool, token) = stack_with_pool(DevStackOptions::memory(), None).await;
+    let now = node::devstack_now_ms() / 1000;
+    for (iat, want) in [(0, "token-stale"), (now - 3601, "token-stale"), (now + 86_400, "token-not-yet-valid")] {
+        let (_, csr, pin) = node::key_and_csr();
+        let sealed = pki::join::seal_token(
+            &stack.join_encryption_key(),
+            &token,
+            &pin,
+            iat,
+            &pki::jwe::SealRandomness::from_os(),
+        );
+        let err = node::join_raw(&stack, sealed, csr).await.unwrap_err();
+        assert_eq!(code(&err), (tonic::Code::PermissionDenied, want), "iat {iat}");
+    }
+    assert!(stack.nodes().await.unwrap().is_empty());
+    stack.shutdown().await.unwrap();
+}

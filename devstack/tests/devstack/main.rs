@@ -1,10 +1,13 @@
 //! The dev stack's scenario suite: a Rust node over real mTLS against an
 //! in-process stack (no Go needed).
 
+mod connections;
 mod events;
+mod hardening;
 mod instances;
 mod intent;
 mod join;
+mod limits;
 mod node;
 mod releases;
 mod reservations;

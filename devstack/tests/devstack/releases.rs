@@ -9,6 +9,11 @@ use prost::Message as _;
 use crate::node::{self, TestNode, WAIT};
 use crate::stack_with_pool;
 
+/// The wall clock in Unix milliseconds.
+fn devstack_now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
 /// The seed of `testdata/release` (two keys, threshold 2, lowest sequence 5).
 const SEED: &str = "bc-interop-v1";
 
@@ -52,10 +57,11 @@ async fn a_release_is_served_and_its_manifest_verifies_only_as_published() {
     let served = pki::dsse::Envelope::from_json(std::str::from_utf8(&manifest).unwrap()).unwrap();
     assert_eq!(served, release.envelope);
     let policy = pins.policy();
-    let verified = pki::release::verify_release(&served, &policy, "linux", "amd64", &bytes).unwrap();
+    let now = devstack_now_ms();
+    let verified = pki::release::verify_release(&served, &policy, "linux", "amd64", &bytes, now).unwrap();
     assert_eq!((verified.version.as_str(), verified.sequence), ("0.9.0", 7));
     assert_eq!(
-        pki::release::verify_release(&served, &policy, "linux", "riscv64", &bytes).unwrap_err().code(),
+        pki::release::verify_release(&served, &policy, "linux", "riscv64", &bytes, now).unwrap_err().code(),
         "release-missing-artifact"
     );
     for path in ["/releases/0.9.0/bcd-linux-riscv64", "/releases/1.0.0/bcd-linux-amd64", "/releases/0.9.0/other"] {
@@ -67,10 +73,14 @@ async fn a_release_is_served_and_its_manifest_verifies_only_as_published() {
         (ManifestOptions { signers: Some(1), ..Default::default() }, "release-threshold"),
         (ManifestOptions { sequence: Some(4), ..Default::default() }, "release-sequence"),
         (ManifestOptions { wrong_digest: true, ..Default::default() }, "release-digest"),
+        (ManifestOptions { expires_at_ms: Some(now - 1), ..Default::default() }, "release-expired"),
     ];
+    // A published manifest expires after the stack's release_expiry (30 days).
+    let expiry = release.manifest.expires_at_ms - now;
+    assert!((29 * 24 * 3600 * 1000..=30 * 24 * 3600 * 1000).contains(&expiry), "expires in {expiry} ms");
     for (options, code) in cases {
         let env = stack.release_manifest("0.9.0", &options).await.unwrap();
-        let refused = pki::release::verify_release(&env, &policy, "linux", "amd64", &bytes).unwrap_err();
+        let refused = pki::release::verify_release(&env, &policy, "linux", "amd64", &bytes, now).unwrap_err();
         assert_eq!(refused.code(), code, "{options:?}");
     }
     assert_eq!(stack.release_manifest("0.9.0", &ManifestOptions::default()).await.unwrap(), release.envelope);
@@ -124,8 +134,14 @@ async fn an_upgrade_carries_the_signed_manifest_and_the_new_version_is_confirmed
         assert_eq!(params.as_object().unwrap().keys().collect::<Vec<_>>(), ["manifest"]);
         let manifest = pki::dsse::Envelope::from_json(&params["manifest"].to_string()).unwrap();
         assert_eq!(manifest.payload_type, "application/vnd.bc.release+json");
-        let checked =
-            pki::release::verify_release(&manifest, &stack.release_keys().policy(), "linux", "amd64", &binary);
+        let checked = pki::release::verify_release(
+            &manifest,
+            &stack.release_keys().policy(),
+            "linux",
+            "amd64",
+            &binary,
+            devstack_now_ms(),
+        );
         assert_eq!(checked.as_ref().err().map(|e| e.code()), code);
         if let Some(code) = code {
             // bcd reports the refusal as the command's failure with its code.
@@ -189,7 +205,8 @@ async fn generated_release_keys_are_kept_across_a_restart() {
     assert_eq!(stack.release_keys(), pins);
     let again = stack.release_info("1.0.0").await.unwrap();
     assert_eq!(again, release);
-    pki::release::verify_release(&again.envelope, &pins.policy(), "linux", "amd64", &binary).unwrap();
+    pki::release::verify_release(&again.envelope, &pins.policy(), "linux", "amd64", &binary, devstack_now_ms())
+        .unwrap();
     assert_eq!(node::http_get(&stack, "/releases/1.0.0/bcd-linux-amd64").await, (200, binary));
     stack.shutdown().await.unwrap();
 }

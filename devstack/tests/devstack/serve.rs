@@ -54,3 +54,34 @@ fn serve_writes_a_ready_config_and_never_prints_the_token() {
         assert!(!text.contains(&token), "the token was printed");
     }
 }
+
+#[cfg(unix)]
+#[test]
+fn serve_data_keeps_its_store_owner_only() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let parent = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(parent.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let dir = parent.path().join("data");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_devstack"))
+        .args(["serve", "--data"])
+        .arg(&dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut printed = String::new();
+    while !printed.contains("join a node") {
+        let mut line = String::new();
+        assert!(stdout.read_line(&mut line).unwrap() > 0, "serve exited early:\n{printed}");
+        printed += &line;
+    }
+    let mode = |name: &str| std::fs::metadata(dir.join(name)).unwrap().permissions().mode() & 0o777;
+    assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700, "the data dir");
+    for file in ["devstack.sqlite", "devstack.sqlite-wal", "devstack.sqlite-shm", "join-token"] {
+        assert_eq!(mode(file), 0o600, "{file}");
+    }
+    let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    assert!(child.wait().unwrap().success());
+}

@@ -1,6 +1,7 @@
 //! Bad connections are refused with a clear log line while a live session
 //! keeps working: no ALPN, another ALPN, garbage bytes, a client certificate
-//! from another CA.
+//! from another CA; a foreign or expired client certificate is refused with
+//! its stable code on every mTLS call.
 
 use devstack::{CommandStatus, DevStackOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -20,12 +21,13 @@ async fn closed_by_peer<S: tokio::io::AsyncRead + Unpin>(stream: &mut S) -> bool
     }
 }
 
-/// A certificate for `node_id` issued by a CA the stack never heard of.
-fn foreign_cert(node_id: &str) -> ClientCert {
+/// A certificate for `node_id` with `serial`, issued by a CA the stack
+/// never heard of that bears the node CA's own name.
+pub(crate) fn foreign_cert(node_id: &str, serial: &[u8]) -> ClientCert {
     let now = node::devstack_now_ms();
     let ca_key = pki::keys::random_p256();
     let profile = pki::x509::CaProfile {
-        common_name: "another node CA",
+        common_name: "bc node CA",
         organization: Some("compute.dev.local"),
         serial: &[1],
         validity: pki::x509::Validity { not_before_ms: now - 60_000, not_after_ms: now + 3_600_000 },
@@ -37,7 +39,7 @@ fn foreign_cert(node_id: &str) -> ClientCert {
         node_id,
         trust_domain: "compute.dev.local",
         tpm_ak_name: None,
-        serial: &[2],
+        serial,
         not_before_ms: now - 60_000,
     };
     let leaf = pki::x509::issue_node_certificate(&ca_key, &ca, &csr, &node).unwrap();
@@ -61,9 +63,10 @@ async fn bad_connections_are_refused_while_a_session_keeps_working() {
     let mut tcp = tokio::net::TcpStream::connect(stack.gateway_addr()).await.unwrap();
     tcp.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n\x00\x01garbage").await.unwrap();
     assert!(closed_by_peer(&mut tcp).await, "garbage did not close the connection");
-    // A client certificate from another CA, naming the live node.
-    let err = Session::open(&stack, Some(foreign_cert(&node.id)), node.hello(0)).await.err().expect("a refusal");
-    assert_ne!(err.code(), tonic::Code::Ok);
+    // A client certificate from another CA, naming the live node: refused
+    // by the gateway with its code (the TLS layer takes it).
+    let err = Session::open(&stack, Some(foreign_cert(&node.id, &[2])), node.hello(0)).await.err().expect("a refusal");
+    assert_eq!(devstack::status::code_of(&err), "cert-unknown", "{err:?}");
 
     // The live session did not notice.
     session.complete(&diag, &diag_output(1)).await;
@@ -82,7 +85,7 @@ async fn bad_connections_are_refused_while_a_session_keeps_working() {
         "TLS handshake refused peer=127.0.0.1:",
         "the negotiated ALPN is not h2",
         "received corrupt message of type InvalidContentType",
-        "invalid peer certificate: UnknownIssuer",
+        "code=\"cert-unknown\"",
     ] {
         assert!(text.contains(line), "no log line with {line:?} in\n{text}");
     }
@@ -137,4 +140,50 @@ async fn gateway_leaf(stack: &devstack::DevStack) -> Vec<u8> {
     let tls = node::dial(stack, None, &[b"h2"]).await.unwrap();
     let (_, session) = tls.get_ref();
     session.peer_certificates().unwrap()[0].as_ref().to_vec()
+}
+
+/// The gateway's three mTLS calls with `cert`: the refusal of each.
+async fn refusals(stack: &devstack::DevStack, node: &TestNode, cert: &ClientCert) -> Vec<(tonic::Code, String)> {
+    let code = |e: tonic::Status| (e.code(), devstack::status::code_of(&e).to_string());
+    let session = Session::open(stack, Some(cert.clone()), node.hello(0)).await.err().expect("Session refused");
+    let channel = node::channel(stack, Some(cert.clone())).await.unwrap();
+    let mut client = proto::gateway_client::GatewayClient::new(channel);
+    let (_, csr, _) = node::key_and_csr();
+    let renew = client.renew(proto::RenewRequest { csr_der: csr, node_key: None }).await.expect_err("Renew refused");
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    tx.send(proto::TunnelFrame { tunnel_id: "t".into(), frame: None }).await.unwrap();
+    let tunnel = client.tunnel(tokio_stream::wrappers::ReceiverStream::new(rx)).await.expect_err("Tunnel refused");
+    vec![code(session), code(renew), code(tunnel)]
+}
+
+/// Defect 15 (a foreign client certificate failed at the TLS handshake
+/// with no code a node can act on): TLS takes any certificate whose key
+/// signed the handshake, and the gateway answers one the node CA did not
+/// issue, even bearing a real node's name and serial under a CA of the
+/// node CA's name, `Unauthenticated` `cert-unknown`, and one the stack
+/// issued that expired `PermissionDenied` `cert-validity`, on Session,
+/// Renew and Tunnel alike; the node's own certificate still works.
+#[tokio::test]
+async fn a_foreign_or_expired_client_certificate_is_refused_with_a_stable_code() {
+    let (stack, _pool, token) = stack_with_pool(DevStackOptions::memory(), None).await;
+    let node = TestNode::join(&stack, &token).await.unwrap();
+    let serial = pki::x509::describe_der(&node.cert.chain[0]).unwrap().serial;
+    let foreign = foreign_cert(&node.id, &serial);
+    assert_eq!(pki::x509::describe_der(&foreign.chain[0]).unwrap().serial, serial);
+    let unknown = (tonic::Code::Unauthenticated, "cert-unknown".to_string());
+    assert_eq!(refusals(&stack, &node, &foreign).await, vec![unknown.clone(); 3]);
+    // The foreign leaf alone, without its CA.
+    let alone = ClientCert { chain: vec![foreign.chain[0].clone()], key: foreign.key.clone() };
+    assert_eq!(refusals(&stack, &node, &alone).await, vec![unknown; 3]);
+    // A certificate the stack issued two days ago: expired.
+    let (key, csr, _) = node::key_and_csr();
+    let two_days_ago = node::devstack_now_ms() - 48 * 3_600_000;
+    let row = stack.issue_node_cert_at(&node.id, &csr, two_days_ago).await.unwrap();
+    let expired = ClientCert { chain: vec![row.der, stack.node_ca_der().to_vec()], key };
+    let validity = (tonic::Code::PermissionDenied, "cert-validity".to_string());
+    assert_eq!(refusals(&stack, &node, &expired).await, vec![validity; 3]);
+    // The node's own certificate is still taken.
+    let mut session = node.connect(&stack, 0).await.unwrap();
+    session.expect_command().await;
+    stack.shutdown().await.unwrap();
 }

@@ -181,3 +181,27 @@ async fn the_otlp_receiver_keeps_good_exports_and_refuses_malformed_ones() {
     assert!(text.contains("otlp: malformed export refused"), "{text}");
     assert!(!text.contains("node-otlp-private-marker"), "the malformed body reached the log");
 }
+
+/// Defect 15 over the HTTPS listener: it takes any client certificate at
+/// TLS as the gateway does, and the WebSocket session answers a foreign
+/// CA's certificate bearing the node's name and serial with `cert-unknown`
+/// and an expired one the stack issued with `cert-validity`, as close
+/// frames.
+#[tokio::test]
+async fn a_foreign_or_expired_certificate_is_refused_over_the_websocket_too() {
+    let (stack, _pool, token) = stack_with_pool(DevStackOptions::memory(), None).await;
+    let node = TestNode::join(&stack, &token).await.unwrap();
+    let serial = pki::x509::describe_der(&node.cert.chain[0]).unwrap().serial;
+    let foreign = crate::tls::foreign_cert(&node.id, &serial);
+    let mut ws = socket(&stack, Some(&foreign)).await;
+    let (code, reason) = next(&mut ws).await.unwrap_err();
+    assert_eq!((code, reason.split(':').next().unwrap()), (4016, "cert-unknown"), "{reason}");
+    let (key, csr, _) = key_and_csr();
+    let two_days_ago = crate::node::devstack_now_ms() - 48 * 3_600_000;
+    let row = stack.issue_node_cert_at(&node.id, &csr, two_days_ago).await.unwrap();
+    let expired = ClientCert { chain: vec![row.der, stack.node_ca_der().to_vec()], key };
+    let mut ws = socket(&stack, Some(&expired)).await;
+    let (code, reason) = next(&mut ws).await.unwrap_err();
+    assert_eq!((code, reason.split(':').next().unwrap()), (4007, "cert-validity"), "{reason}");
+    stack.shutdown().await.unwrap();
+}

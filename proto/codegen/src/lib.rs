@@ -124,6 +124,7 @@ fn generate(root: &Path) -> Result<(tempfile::TempDir, Vec<String>)> {
     tonic_prost_build::configure()
         .out_dir(&rust_out)
         .build_transport(false)
+        .codec_path("crate::codec::StrictCodec")
         .client_mod_attribute(".", r#"#[cfg(feature = "grpc")]"#)
         .server_mod_attribute(".", r#"#[cfg(feature = "grpc")]"#)
         .emit_rerun_if_changed(false)

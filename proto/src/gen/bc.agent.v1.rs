@@ -1191,7 +1191,7 @@ pub mod join_client {
                         format!("Service was not ready: {}", e.into()),
                     )
                 })?;
-            let codec = tonic_prost::ProstCodec::default();
+            let codec = crate::codec::StrictCodec::default();
             let path = http::uri::PathAndQuery::from_static("/bc.agent.v1.Join/Join");
             let mut req = request.into_request();
             req.extensions_mut().insert(GrpcMethod::new("bc.agent.v1.Join", "Join"));
@@ -1323,7 +1323,7 @@ pub mod join_server {
                     let inner = self.inner.clone();
                     let fut = async move {
                         let method = JoinSvc(inner);
-                        let codec = tonic_prost::ProstCodec::default();
+                        let codec = crate::codec::StrictCodec::default();
                         let mut grpc = tonic::server::Grpc::new(codec)
                             .apply_compression_config(
                                 accept_compression_encodings,
@@ -1474,7 +1474,7 @@ pub mod gateway_client {
                         format!("Service was not ready: {}", e.into()),
                     )
                 })?;
-            let codec = tonic_prost::ProstCodec::default();
+            let codec = crate::codec::StrictCodec::default();
             let path = http::uri::PathAndQuery::from_static(
                 "/bc.agent.v1.Gateway/Session",
             );
@@ -1495,7 +1495,7 @@ pub mod gateway_client {
                         format!("Service was not ready: {}", e.into()),
                     )
                 })?;
-            let codec = tonic_prost::ProstCodec::default();
+            let codec = crate::codec::StrictCodec::default();
             let path = http::uri::PathAndQuery::from_static(
                 "/bc.agent.v1.Gateway/Renew",
             );
@@ -1518,7 +1518,7 @@ pub mod gateway_client {
                         format!("Service was not ready: {}", e.into()),
                     )
                 })?;
-            let codec = tonic_prost::ProstCodec::default();
+            let codec = crate::codec::StrictCodec::default();
             let path = http::uri::PathAndQuery::from_static(
                 "/bc.agent.v1.Gateway/Tunnel",
             );
@@ -1673,7 +1673,7 @@ pub mod gateway_server {
                     let inner = self.inner.clone();
                     let fut = async move {
                         let method = SessionSvc(inner);
-                        let codec = tonic_prost::ProstCodec::default();
+                        let codec = crate::codec::StrictCodec::default();
                         let mut grpc = tonic::server::Grpc::new(codec)
                             .apply_compression_config(
                                 accept_compression_encodings,
@@ -1716,7 +1716,7 @@ pub mod gateway_server {
                     let inner = self.inner.clone();
                     let fut = async move {
                         let method = RenewSvc(inner);
-                        let codec = tonic_prost::ProstCodec::default();
+                        let codec = crate::codec::StrictCodec::default();
                         let mut grpc = tonic::server::Grpc::new(codec)
                             .apply_compression_config(
                                 accept_compression_encodings,
@@ -1760,7 +1760,7 @@ pub mod gateway_server {
                     let inner = self.inner.clone();
                     let fut = async move {
                         let method = TunnelSvc(inner);
-                        let codec = tonic_prost::ProstCodec::default();
+                        let codec = crate::codec::StrictCodec::default();
                         let mut grpc = tonic::server::Grpc::new(codec)
                             .apply_compression_config(
                                 accept_compression_encodings,

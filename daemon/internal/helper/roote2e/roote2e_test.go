@@ -319,6 +319,24 @@ func TestHelperAsRoot(t *testing.T) {
 		tampered := &pki.Envelope{PayloadType: signed.PayloadType, Payload: append(append([]byte{}, payload...), 0x08, 0x09), Signatures: signed.Signatures}
 		n.refused(helper.OpHostApply, map[string]json.RawMessage{"spec": unsigned.JSON()}, "dsse-unsigned")
 		n.refused(helper.OpHostApply, map[string]json.RawMessage{"spec": tampered.JSON()}, "dsse-bad-signature")
+		// Before the node joined, the helper knows no node id and applies nothing.
+		n.refused(helper.OpHostApply, map[string]json.RawMessage{"spec": signed.JSON()}, string(helper.CodeNodeUnknown))
+		// The join writes node_id into the node's config.toml (at the top:
+		// below [update] it would be that table's).
+		nodeConfig, err := os.ReadFile(helper.NodeConfigPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(helper.NodeConfigPath, append([]byte("node_id = \"node_e2e\"\n"), nodeConfig...), 0o640); err != nil {
+			t.Fatal(err)
+		}
+		// Another node's spec, properly signed, at a huge generation.
+		otherPayload, _ := proto.Marshal(&agentv1.NodeSpec{NodeId: "node_other", Generation: 1 << 40, Host: &agentv1.HostSection{Units: []*agentv1.HostUnit{hugepages}}})
+		other, err := pki.SignEnvelope(rand.Reader, pki.PayloadTypeNodeSpec, otherPayload, interopRoot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.refused(helper.OpHostApply, map[string]json.RawMessage{"spec": other.JSON()}, "spec-wrong-node")
 		if _, err := os.Stat("/etc/systemd/system/bcd-hugepages.service"); !os.IsNotExist(err) {
 			t.Fatal("a refused spec wrote its unit")
 		}

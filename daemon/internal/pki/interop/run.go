@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"time"
 
 	"bcd/internal/pki"
 	"bcd/internal/proto/agentv1"
@@ -159,7 +160,7 @@ func runCertificate(in *input) (Outcome, error) {
 }
 
 func runJoinToken(in *input) (Outcome, error) {
-	key, der, sealed := in.p256("key"), in.bytes("csr"), in.string("jwe")
+	key, der, sealed, at := in.p256("key"), in.bytes("csr"), in.string("jwe"), in.int("at")
 	if in.err != nil {
 		return Outcome{}, in.err
 	}
@@ -168,7 +169,7 @@ func runJoinToken(in *input) (Outcome, error) {
 		if err != nil {
 			return nil, err
 		}
-		return pki.OpenJoinToken(key, sealed, csr.Pin)
+		return pki.OpenJoinToken(key, sealed, csr.Pin, time.UnixMilli(at))
 	}()
 	return result(payload, err, func(p *pki.SealedTokenPayload) map[string]any {
 		return map[string]any{"token": p.Token, "csr": p.CSR, "iat": p.IAT}
@@ -296,13 +297,15 @@ func runBatchApproval(in *input) (Outcome, error) {
 }
 
 func runRelease(in *input) (Outcome, error) {
-	policy := pki.ReleasePolicy{Keys: in.publics("keys"), Threshold: int(in.int("threshold")), MinSequence: uint64(in.int("minSequence"))}
+	policy := pki.ReleasePolicy{Keys: in.publics("keys"), Threshold: int(in.int("threshold")), MinSequence: uint64(in.int("minSequence")),
+		InstalledSequence: uint64(in.int("installedSequence"))}
 	os, arch, artifact, text := in.string("os"), in.string("arch"), in.bytes("artifact"), in.string("envelope")
+	at := in.int("at")
 	if in.err != nil {
 		return Outcome{}, in.err
 	}
 	manifest, err := withEnvelope(text, func(env *pki.Envelope) (*pki.Manifest, error) {
-		return pki.VerifyRelease(env, policy, os, arch, artifact)
+		return pki.VerifyRelease(env, policy, os, arch, artifact, time.UnixMilli(at))
 	})
 	return result(manifest, err, func(m *pki.Manifest) map[string]any {
 		return map[string]any{"version": m.Version, "sequence": m.Sequence}

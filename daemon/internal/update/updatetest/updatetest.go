@@ -189,9 +189,17 @@ func (r *Release) Sign(t testing.TB, m pki.Manifest) *pki.Envelope {
 	return r.SignWith(t, m, len(r.Keys))
 }
 
-// SignWith signs m with the first n keys.
+// Expires is the expiry SignWith gives a manifest that names none: the
+// fixture's, 2100-01-01 (fixtures/src/release.rs, EXPIRES_AT_MS).
+const Expires int64 = 4_102_444_800_000
+
+// SignWith signs m with the first n keys (a manifest without ExpiresAtMs
+// gets Expires).
 func (r *Release) SignWith(t testing.TB, m pki.Manifest, n int) *pki.Envelope {
 	t.Helper()
+	if m.ExpiresAtMs == 0 {
+		m.ExpiresAtMs = Expires
+	}
 	payload, err := json.Marshal(m)
 	if err != nil {
 		t.Fatal(err)

@@ -167,7 +167,15 @@ pub async fn run(args: Serve, discovery_file: PathBuf) -> Result<ExitCode> {
             (temp.path().to_path_buf(), Some(temp))
         }
     };
-    std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+    // The directory holds the store (every private key of the stack) and
+    // the token file: made owner-only when serve creates it.
+    if !dir.exists() {
+        let mut builder = std::fs::DirBuilder::new();
+        builder.recursive(true);
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+        builder.create(&dir).with_context(|| format!("create {}", dir.display()))?;
+    }
     let store = if args.memory || args.data.is_none() {
         StoreLocation::Memory
     } else {

@@ -1,0 +1,261 @@
+//! The accept loops of the three listeners: each connection within the cap
+//! is served in its own task (the gateway's and the HTTPS listener's after
+//! their TLS handshake, bounded by `handshake_timeout`); beyond the cap the
+//! gateway answers up to `max_shed` more connections with `Unavailable`
+//! `connection-limit` (and a `retry-after-ms` hint) and the HTTP sides
+//! answer `503`, and beyond those a connection is closed at accept.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::response::IntoResponse as _;
+use tokio::io::AsyncWriteExt as _;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
+use tower::ServiceBuilder;
+use tracing::{debug, warn};
+
+use super::serve::{self, Protocol, Serving};
+use super::track::{Open, TrackLayer};
+use super::{ConnectionOptions, RETRY_AFTER_MS, SHED_LIFETIME, SHUTDOWN_GRACE};
+use crate::status::{Code, refuse};
+use crate::tls::Alpn;
+
+/// What one listener serves.
+struct Listener<S> {
+    listener: TcpListener,
+    service: S,
+    protocol: Protocol,
+    options: ConnectionOptions,
+    stop: watch::Receiver<bool>,
+}
+
+/// The gateway: TLS 1.3 `h2` connections served with `routes` (Join and
+/// Gateway), each request carrying its connection's [`crate::tls::PeerInfo`].
+pub(crate) async fn gateway(
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+    routes: tonic::service::Routes,
+    options: ConnectionOptions,
+    stop: watch::Receiver<bool>,
+) {
+    let l = Listener { listener, service: routes, protocol: Protocol::Http2, options, stop };
+    let acceptor = Arc::new(acceptor);
+    accept(l, "gateway", move |tcp, addr, permit, l| {
+        let acceptor = acceptor.clone();
+        async move {
+            let timeout = l.options.handshake_timeout;
+            let Some((tls, info)) = crate::tls::handshake(&acceptor, tcp, addr, timeout, Alpn::GATEWAY).await else {
+                return;
+            };
+            let (open, count) = Open::new();
+            match permit {
+                Permit::Held(_held) => {
+                    let service = ServiceBuilder::new()
+                        .layer(TrackLayer { open, timeout: l.options.request_timeout, late: request_late })
+                        .map_request(move |mut r: http::Request<hyper::body::Incoming>| {
+                            r.extensions_mut().insert(info.clone());
+                            r
+                        })
+                        .layer(crate::gateway::limit::FrameLimitLayer)
+                        .service(l.service.clone());
+                    serve::connection(tls, service, serving(&l, addr, count, None)).await;
+                }
+                Permit::Shed(_shed) => {
+                    let retry = l.options.shed_retry_after;
+                    let shed = tower::service_fn(move |_: http::Request<hyper::body::Incoming>| async move {
+                        Ok::<_, Infallible>(connection_limit(retry).into_http::<tonic::body::Body>())
+                    });
+                    let service = ServiceBuilder::new()
+                        .layer(TrackLayer { open, timeout: l.options.request_timeout, late: request_late })
+                        .service(shed);
+                    serve::connection(tls, service, serving(&l, addr, count, Some(SHED_LIFETIME))).await;
+                }
+            }
+        }
+    })
+    .await
+}
+
+/// The HTTP side: HTTP/1.1 or HTTP/2 connections served with `router`.
+pub(crate) async fn http(
+    listener: TcpListener,
+    router: axum::Router,
+    options: ConnectionOptions,
+    stop: watch::Receiver<bool>,
+) {
+    let mut options = options;
+    options.max_connections = options.http_max_connections;
+    let l = Listener { listener, service: router, protocol: Protocol::Auto, options, stop };
+    accept(l, "http", |mut tcp, addr, permit, l| async move {
+        match permit {
+            Permit::Held(_held) => {
+                let (open, count) = Open::new();
+                let late = || (http::StatusCode::GATEWAY_TIMEOUT, "request-timeout").into_response();
+                let service = ServiceBuilder::new()
+                    .layer(TrackLayer { open, timeout: l.options.request_timeout, late })
+                    .service(l.service.clone());
+                serve::connection(tcp, service, serving(&l, addr, count, None)).await;
+            }
+            Permit::Shed(_shed) => {
+                let retry = l.options.shed_retry_after.as_secs().max(1);
+                let body = format!("{}: the dev stack holds as many connections as it allows\n", Code::ConnectionLimit);
+                let answer = format!(
+                    "HTTP/1.1 503 Service Unavailable\r\nRetry-After: {retry}\r\nContent-Type: text/plain\r\n\
+                     Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = tokio::time::timeout(Duration::from_secs(1), async {
+                    let _ = tcp.write_all(answer.as_bytes()).await;
+                    let _ = tcp.shutdown().await;
+                })
+                .await;
+            }
+        }
+    })
+    .await
+}
+
+/// The HTTPS listener: TLS 1.3 `http/1.1` (or no ALPN) connections served
+/// with `router` (the WebSocket session, `POST /v1/renew`, OTLP), each
+/// request carrying its connection's [`crate::tls::PeerInfo`] as axum's `ConnectInfo`.
+/// Its cap is the HTTP side's (`http_max_connections`); beyond it a
+/// connection's first request is answered `503` `connection-limit`. A
+/// WebSocket leaves the cap and the idle deadline once upgraded: the
+/// session's liveness bounds it.
+pub(crate) async fn https(
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+    router: axum::Router,
+    options: ConnectionOptions,
+    stop: watch::Receiver<bool>,
+) {
+    let mut options = options;
+    options.max_connections = options.http_max_connections;
+    let l = Listener { listener, service: router, protocol: Protocol::Auto, options, stop };
+    let acceptor = Arc::new(acceptor);
+    accept(l, "https", move |tcp, addr, permit, l| {
+        let acceptor = acceptor.clone();
+        async move {
+            let timeout = l.options.handshake_timeout;
+            let Some((tls, info)) = crate::tls::handshake(&acceptor, tcp, addr, timeout, Alpn::HTTPS).await else {
+                return;
+            };
+            let (open, count) = Open::new();
+            let late = || (http::StatusCode::GATEWAY_TIMEOUT, "request-timeout").into_response();
+            match permit {
+                Permit::Held(_held) => {
+                    let service = ServiceBuilder::new()
+                        .layer(TrackLayer { open, timeout: l.options.request_timeout, late })
+                        .map_request(move |mut r: http::Request<hyper::body::Incoming>| {
+                            r.extensions_mut().insert(axum::extract::ConnectInfo(info.clone()));
+                            r.extensions_mut().insert(info.clone());
+                            r
+                        })
+                        .service(l.service.clone());
+                    serve::connection(tls, service, serving(&l, addr, count, None)).await;
+                }
+                Permit::Shed(_shed) => {
+                    let retry = l.options.shed_retry_after.as_secs().max(1);
+                    let shed = tower::service_fn(move |_: http::Request<hyper::body::Incoming>| async move {
+                        let body = format!(
+                            "{}: the dev stack holds as many connections as it allows\n",
+                            Code::ConnectionLimit
+                        );
+                        Ok::<_, Infallible>(
+                            (
+                                http::StatusCode::SERVICE_UNAVAILABLE,
+                                [(http::header::RETRY_AFTER, retry.to_string())],
+                                body,
+                            )
+                                .into_response(),
+                        )
+                    });
+                    let service = ServiceBuilder::new()
+                        .layer(TrackLayer { open, timeout: l.options.request_timeout, late })
+                        .service(shed);
+                    serve::connection(tls, service, serving(&l, addr, count, Some(SHED_LIFETIME))).await;
+                }
+            }
+        }
+    })
+    .await
+}
+
+/// How a connection was admitted.
+enum Permit {
+    /// Within the cap: served.
+    Held(OwnedSemaphorePermit),
+    /// Beyond the cap, within the shed allowance: told so.
+    Shed(OwnedSemaphorePermit),
+}
+
+fn serving<S>(l: &Listener<S>, peer: SocketAddr, open: watch::Receiver<usize>, first: Option<Duration>) -> Serving<'_> {
+    Serving { options: &l.options, protocol: l.protocol, peer, open, first_request_only: first, stop: l.stop.clone() }
+}
+
+/// The refusal of a request on a shed connection.
+fn connection_limit(retry_after: Duration) -> tonic::Status {
+    let ms = retry_after.as_millis() as u64;
+    let mut status = refuse(
+        Code::ConnectionLimit,
+        format!("the gateway holds as many connections as it allows; retry after {ms} ms"),
+    );
+    if let Ok(value) = ms.to_string().parse() {
+        status.metadata_mut().insert(RETRY_AFTER_MS, value);
+    }
+    status
+}
+
+/// The answer to a request not answered within `request_timeout`.
+fn request_late() -> http::Response<tonic::body::Body> {
+    refuse(Code::RequestTimeout, "the request did not arrive and get its answer in time").into_http()
+}
+
+/// Accepts until the stack stops, admitting each connection by the cap,
+/// and gives the admitted ones to `serve` in their own tasks; at the end it
+/// waits up to `SHUTDOWN_GRACE` for them and aborts the rest.
+async fn accept<S, F, Fut>(l: Listener<S>, name: &'static str, serve: F)
+where
+    S: Send + Sync + 'static,
+    F: Fn(TcpStream, SocketAddr, Permit, Arc<Listener<S>>) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let held = Arc::new(Semaphore::new(l.options.max_connections));
+    let shed = Arc::new(Semaphore::new(l.options.max_shed));
+    let mut stop = l.stop.clone();
+    let l = Arc::new(l);
+    let mut tasks = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = async { let _ = stop.wait_for(|s| *s).await; } => break,
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+            accepted = l.listener.accept() => match accepted {
+                Ok((tcp, addr)) => {
+                    let _ = tcp.set_nodelay(true);
+                    let permit = if let Ok(p) = held.clone().try_acquire_owned() {
+                        Permit::Held(p)
+                    } else if let Ok(p) = shed.clone().try_acquire_owned() {
+                        warn!(peer = %addr, code = %Code::ConnectionLimit, limit = l.options.max_connections, "{name}: connection shed");
+                        Permit::Shed(p)
+                    } else {
+                        debug!(peer = %addr, "{name}: connection closed at accept: beyond the cap and the shed allowance");
+                        continue;
+                    };
+                    tasks.spawn(serve(tcp, addr, permit, l.clone()));
+                }
+                Err(e) => {
+                    warn!(error = %e, "{name}: accept failed");
+                    // A full file table makes accept fail at once; do not spin.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+        }
+    }
+    let _ = tokio::time::timeout(SHUTDOWN_GRACE, async { while tasks.join_next().await.is_some() {} }).await;
+    tasks.abort_all();
+}

@@ -1,0 +1,68 @@
+//! What one node may make the stack store and compute (docs/devstack.md,
+//! "Limits"): how many inventory sections and section statuses it may keep
+//! (distinct names, each a short plain name), how many node-signed
+//! statements one StatusReport may carry, and how many certificates it may
+//! renew in an hour. Beyond a report's limits the excess is not stored (nor
+//! verified) and is logged with the code `report-limit`; a renewal beyond
+//! its limit is refused `ResourceExhausted` `renew-limit`.
+
+/// The per-node limits of a stack.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeLimits {
+    /// Distinct inventory section names a node may keep (16; bcd reports
+    /// three).
+    pub inventory_sections: usize,
+    /// Distinct section names a node may keep a status of (16; a NodeSpec
+    /// has seven sections).
+    pub section_statuses: usize,
+    /// Node-signed statements (AllocationBound) one StatusReport may carry
+    /// (64; one per hold).
+    pub statements_per_report: usize,
+    /// Certificates a node may renew in the last hour (60; bcd renews once
+    /// in 16 hours, or every `BCD_RENEW_AFTER` in fakehw tests).
+    pub renewals_per_hour: u32,
+}
+
+impl Default for NodeLimits {
+    fn default() -> Self {
+        NodeLimits { inventory_sections: 16, section_statuses: 16, statements_per_report: 64, renewals_per_hour: 60 }
+    }
+}
+
+/// The longest section name (inventory or NodeSpec) a node may report.
+pub const MAX_NAME_BYTES: usize = 64;
+
+/// Whether a node-chosen section name may be stored: 1 to 64 bytes of
+/// lowercase letters, digits, `.`, `_` and `-`, starting with a letter or
+/// digit.
+pub fn valid_name(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= MAX_NAME_BYTES
+        && bytes[0].is_ascii_alphanumeric()
+        && bytes.iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(b))
+}
+
+/// Whether a name may be stored for a node that keeps `kept` names, at most
+/// `limit`: names it keeps already may always be updated.
+pub fn admits(kept: &[String], name: &str, limit: usize) -> bool {
+    kept.iter().any(|k| k == name) || kept.len() < limit
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_short_and_plain() {
+        for good in ["system", "gpus", "network", "trust", "a", "x.y_z-1"] {
+            assert!(valid_name(good), "{good}");
+        }
+        let long = "a".repeat(MAX_NAME_BYTES + 1);
+        for bad in ["", "GPUs", "-x", ".x", "a b", "a\nb", "a\u{1b}", long.as_str()] {
+            assert!(!valid_name(bad), "{bad:?}");
+        }
+        let kept = vec!["a".to_string(), "b".to_string()];
+        assert!(admits(&kept, "a", 2) && !admits(&kept, "c", 2) && admits(&kept, "c", 3));
+    }
+}
