@@ -197,3 +197,65 @@ async fn the_gateway_killed_while_a_command_runs_and_restarted_ends_it_exactly_o
     node.stop().await;
     env.report();
 }
+
+/// A network partition (issue 16, "Faults end to end"): under the netns
+/// runner, the link goes down while a held command runs and stays down
+/// after it ended on the node, longer than the liveness timeout (the stack
+/// drops the node's session: it is unreachable); the link comes back, the
+/// node reconnects, and the command ends exactly once (its journaled result
+/// reaches the stack once, it ran once, I2), as does one enqueued during
+/// the partition.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_partition_longer_than_the_liveness_timeout_heals_and_every_command_ends_once() {
+    let scenario = "a_partition_longer_than_the_liveness_timeout_heals_and_every_command_ends_once";
+    if !daemon_harness::prereq::require_go(scenario) || !daemon_harness::prereq::require_netns(scenario) {
+        return;
+    }
+    let runner = std::sync::Arc::new(daemon_harness::netns::NetnsRunner::new().unwrap());
+    // Liveness is three intervals: 0.9 s.
+    let env = Env::start_on(scenario, runner.clone(), |o| o.heartbeat_interval_ms = 300).await;
+    let pool = env.must_create_pool("any", None).await;
+    let mut node = env.must_make_node("partitioned", "cpu").await;
+    let id = env.must_join_and_adopt(&mut node, &pool).await;
+    let epoch = env.stack.await_session(&id, 1, DEADLINE).await.unwrap().epoch;
+    let held = CommandOptions { retry_safe: false, ..Default::default() };
+    let cmd = env.stack.enqueue_command(&id, "logs.collect", json!({ "hold_ms": 500 }), held).await.unwrap();
+    await_command_state(&env.stack, &cmd, CommandStatus::Running).await;
+
+    runner.netns().set_link(false).unwrap();
+    let down_at = tokio::time::Instant::now();
+    // Unreachable: the stack ends the session (its liveness, or the
+    // unreachable route).
+    env.stack
+        .await_until("the partitioned node's session to end", DEADLINE, |v| v.live_session(&id).is_none().then_some(()))
+        .await
+        .unwrap();
+    let during = env.stack.enqueue_command(&id, "logs.collect", json!({}), CommandOptions::default()).await.unwrap();
+    // The command ran to its end on the node meanwhile (its counter says it
+    // started; its result waits in bcd's journal).
+    assert_eq!(execution_count(&node, &cmd), 1);
+    assert!(!env.stack.command(&cmd).await.unwrap().unwrap().state.is_terminal(), "no result crossed the partition");
+    // bcd's side (its status socket is local): the session is down and the
+    // command ended there, its result journaled.
+    node.await_status(DEADLINE, "the command to end behind the partition", |s| {
+        s["session"]["state"] != "connected" && s["commands"]["running"] == 0
+    })
+    .await
+    .unwrap();
+    // The partition lasts longer than the liveness timeout (three
+    // heartbeat intervals) whatever noticed it first.
+    tokio::time::sleep_until(down_at + std::time::Duration::from_millis(3 * 300 + 300)).await;
+    assert!(!env.stack.command(&cmd).await.unwrap().unwrap().state.is_terminal(), "no result crossed the partition");
+    runner.netns().set_link(true).unwrap();
+
+    env.stack.await_session(&id, epoch + 1, DEADLINE).await.expect("the node comes back");
+    for c in [&cmd, &during] {
+        let outcome = env.stack.await_command(c, DEADLINE).await.unwrap();
+        assert_eq!(outcome.state, CommandStatus::Succeeded, "{c}: {outcome:?}");
+        let updates = env.stack.command_updates(c).await.unwrap();
+        assert_eq!(updates.iter().filter(|u| u.state.is_terminal()).count(), 1, "{c} ended once: {updates:?}");
+        assert_eq!(execution_count(&node, c), 1, "{c} ran once");
+    }
+    node.stop().await;
+    env.report();
+}
