@@ -65,7 +65,12 @@ pub fn verdict(kind: &str, data: &[u8]) -> String {
         "manifest" => {
             let (a, b) = (pki::keys::ed25519(SEED, "release/0"), pki::keys::ed25519(SEED, "release/1"));
             let env = Envelope::sign(proto::payload_type::RELEASE, data.to_vec(), &[&a, &b]);
-            let policy = release::Policy { keys: vec![a.public_key(), b.public_key()], threshold: 2, min_sequence: 5 };
+            let policy = release::Policy {
+                keys: vec![a.public_key(), b.public_key()],
+                threshold: 2,
+                min_sequence: 5,
+                installed_sequence: 0,
+            };
             outcome(release::verify_manifest(&env, &policy, AS_OF_MS))
         }
         "tpm-public" => {
