@@ -242,6 +242,13 @@ impl Netns {
         &self.host_if
     }
 
+    /// Sets the host side of the veth pair down (`false`: a network
+    /// partition; the namespace's side loses its carrier, its address and
+    /// routes stay) or up again (the partition healed).
+    pub fn set_link(&self, up: bool) -> Result<()> {
+        ip(&["link", "set", &self.host_if, if up { "up" } else { "down" }])
+    }
+
     /// The slot in `10.213.0.0/16`.
     pub fn slot(&self) -> u32 {
         self.slot

@@ -134,6 +134,27 @@ impl Env {
         std::mem::replace(&mut self.stack, new).shutdown().await.expect("the throwaway stack shuts down");
     }
 
+    /// Kills the dev stack (dropped without shutdown: no Drain, every
+    /// connection cut) and starts it again on the same store and ports, as
+    /// after a crash; the ports are taken again as soon as the old
+    /// listeners are gone.
+    pub async fn kill_and_restart_stack(&mut self) {
+        let options = self.stack.restart_options();
+        let parked = DevStack::start(DevStackOptions::default()).await.expect("a throwaway stack starts");
+        drop(std::mem::replace(&mut self.stack, parked));
+        let deadline = tokio::time::Instant::now() + DEADLINE;
+        let new = loop {
+            match DevStack::start(options.clone()).await {
+                Ok(stack) => break stack,
+                Err(devstack::Error::Bind { .. }) if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+                Err(e) => panic!("the dev stack starts again on its file: {e}"),
+            }
+        };
+        std::mem::replace(&mut self.stack, new).shutdown().await.expect("the throwaway stack shuts down");
+    }
+
     /// Prints the scenario's wall time (the figure the issues ask for).
     pub fn report(&self) {
         eprintln!("scenario {} ({}): {:.2?}", self.name, self.runner.name(), self.started.elapsed());

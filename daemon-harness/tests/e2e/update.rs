@@ -5,7 +5,8 @@
 //! it, and a signed release of a lower sequence is then refused as a
 //! downgrade. Refusals (under threshold, lower sequence, another digest, an
 //! expired manifest) fail the command with their code and swap nothing; a
-//! build that never connects is rolled back to slot a.
+//! build that never connects is rolled back to slot a, also when the machine
+//! reboots between the swap and the confirmation.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -130,6 +131,61 @@ async fn a_build_that_never_connects_is_rolled_back_to_slot_a() {
     let refused = env.stack.await_command(&again, DEADLINE).await.unwrap();
     assert_eq!(refused.state, CommandStatus::Failed, "{refused:?}");
     assert_eq!(current_slot(&slots), "bcd-a");
+    node.stop().await;
+    env.report();
+}
+
+/// Polls `done` until it holds, or fails at the deadline.
+async fn poll_until(what: &str, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + DEADLINE;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A reboot between swap and confirmation (issue 16, "Faults end to end"):
+/// a `daemon.upgrade` to a build that never connects is swapped into slot b
+/// and not yet confirmed when the machine reboots (a new boot id, `run/`
+/// cleared, bcd killed and started again by its supervisor). The node comes
+/// back on a slot that works (slot a, rolled back at the confirmation
+/// deadline the swap set), connected under the new boot, and the upgrade's
+/// outcome is recorded once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reboot_between_swap_and_confirmation_comes_back_on_a_working_slot_with_one_outcome() {
+    let scenario = "a_reboot_between_swap_and_confirmation_comes_back_on_a_working_slot_with_one_outcome";
+    let Some(env) = Env::start(scenario).await else { return };
+    let broken = build_bcd(&BuildOptions::fakehw().with_version("0.9.1").never_connecting()).unwrap();
+    let (node, id, slots) = upgradable_node(&env, "rebooted-mid-upgrade", Some("3s")).await;
+    let before = env.stack.await_session(&id, 1, DEADLINE).await.unwrap();
+    env.stack.publish_release("0.9.1", 8, &[("linux", "amd64", &std::fs::read(&broken).unwrap())]).await.unwrap();
+    let cmd = env.stack.rollout_upgrade(&id, "0.9.1").await.unwrap();
+    // Between swap and confirmation: slot b current, upgrade.json kept.
+    poll_until("the swap to slot b", || current_slot(&slots) == "bcd-b" && slots.join("upgrade.json").exists()).await;
+
+    // The machine reboots: fakehw's boot id and run/ as after a real
+    // reboot, and bcd killed (its supervisor starts it again).
+    let root = node.data_dir().join("fakehw-root");
+    let boot_id = root.join("proc/sys/kernel/random/boot_id");
+    let old_boot = std::fs::read_to_string(&boot_id).unwrap();
+    std::fs::write(&boot_id, "rebooted-mid-upgrade-boot-2\n").unwrap();
+    let _ = std::fs::remove_dir_all(root.join("run"));
+    std::fs::create_dir_all(root.join("run")).unwrap();
+    node.supervisor().unwrap().signal(libc::SIGKILL).unwrap();
+    node.supervisor().unwrap().await_state(DEADLINE, "bcd to be started again", |s| s.starts >= 2).await.unwrap();
+
+    let outcome = env.stack.await_command(&cmd, DEADLINE).await.unwrap();
+    assert_eq!(outcome.state, CommandStatus::Failed, "{outcome:?}");
+    assert!(outcome.reason.starts_with("rollback:"), "{outcome:?}");
+    assert_eq!(current_slot(&slots), "bcd-a", "back on the working slot");
+    assert!(!slots.join("upgrade.json").exists(), "the upgrade is settled");
+    let after = env.stack.await_session(&id, before.epoch + 1, DEADLINE).await.unwrap();
+    assert_eq!(after.daemon_version, BASE_VERSION);
+    assert_ne!(after.boot_id, before.boot_id, "connected under the new boot ({old_boot:?} before)");
+    let updates = env.stack.command_updates(&cmd).await.unwrap();
+    assert_eq!(updates.iter().filter(|u| u.state.is_terminal()).count(), 1, "one outcome: {updates:?}");
+    assert_eq!(crate::common::execution_count(&node, &cmd), 1, "the upgrade ran once (I2)");
+    let mut node = node;
     node.stop().await;
     env.report();
 }

@@ -47,6 +47,8 @@ const (
 	CodeLiveness Code = "liveness"
 	// CodeDraining: The stack is shutting down and opens no session.
 	CodeDraining Code = "draining"
+	// CodeJournalLost: A command delivered to a node that came back with another journal, not retry_safe: it may have run, so it ends FAILED instead of being delivered again.
+	CodeJournalLost Code = "journal-lost"
 	// CodeConnectionLimit: The gateway holds as many connections as it allows: this one is answered only with this refusal (and a retry-after-ms hint) and closed.
 	CodeConnectionLimit Code = "connection-limit"
 	// CodeRequestTimeout: A request that did not arrive whole and get its answer within the gateway's request deadline (30 s by default).

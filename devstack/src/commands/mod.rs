@@ -1,7 +1,8 @@
 //! Commands: building the (signed or unsigned) envelope, enqueueing, batches
 //! of destructive commands with their approval, waking the node's session,
 //! the frames that deliver them, and the API's commands and outcomes. What
-//! a node reports back is [`updates`].
+//! a node reports back is [`updates`]; what a node with a new journal may
+//! no longer be sent is [`journal`].
 
 use std::time::{Duration, SystemTime};
 
@@ -18,6 +19,7 @@ use crate::store::rows::{CommandRow, CommandStatus, CommandUpdateRow};
 use crate::store::{commands, nodes};
 use crate::view::StackView;
 
+pub mod journal;
 pub mod updates;
 
 /// How a command is to be run (docs/formats.md, "Commands").

@@ -172,9 +172,17 @@ impl Session {
     ) -> Result<Session, Status> {
         let now = now_ms();
         let internal = crate::join::internal;
-        let (row, acked) = shared
+        let (row, acked, lost) = shared
             .store
             .tx(|c| {
+                let previous = sessions::last_journal(c, &node.node_id)?;
+                let lost = crate::commands::journal::fail_on_new_journal(
+                    c,
+                    &node.node_id,
+                    previous.as_deref(),
+                    &hello.journal_id,
+                    now,
+                )?;
                 let row = sessions::open(
                     c,
                     &NewSession {
@@ -188,9 +196,15 @@ impl Session {
                 nodes::record_hello(c, &node.node_id, &hello.daemon_version, hello.applied_generation)?;
                 crate::instances::record_drivers(c, &node.node_id, &hello.drivers, now)?;
                 let acked = events::acked_seq(c, &node.node_id, &hello.journal_id)?;
-                Ok((row, acked))
+                Ok((row, acked, lost))
             })
             .map_err(internal)?;
+        if !lost.is_empty() {
+            for event in lost {
+                shared.publish(event);
+            }
+            shared.bump();
+        }
         let control = shared.hub.register(&node.node_id, row.epoch, transport);
         let interval = shared.settings.heartbeat_interval;
         let session =

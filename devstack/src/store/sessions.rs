@@ -76,6 +76,15 @@ pub fn close_all_open(c: &Connection, now_ms: i64) -> Result<usize> {
         .map_err(Error::store("close open sessions"))
 }
 
+/// The journal id of a node's latest session, if it had one.
+pub fn last_journal(c: &Connection, node_id: &str) -> Result<Option<String>> {
+    let mut stmt = c
+        .prepare("SELECT journal_id FROM node_sessions WHERE node_id = ?1 ORDER BY epoch DESC LIMIT 1")
+        .map_err(Error::store("read the last journal id"))?;
+    let mut rows = stmt.query_map([node_id], |r| r.get(0)).map_err(Error::store("read the last journal id"))?;
+    rows.next().transpose().map_err(Error::store("read the last journal id"))
+}
+
 /// Every session of a node, oldest first.
 pub fn of_node(c: &Connection, node_id: &str) -> Result<Vec<NodeSessionRow>> {
     let mut stmt = c

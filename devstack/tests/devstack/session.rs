@@ -257,3 +257,40 @@ async fn racing_first_sessions_enqueue_one_acceptance_check() {
     }
     stack.shutdown().await.unwrap();
 }
+
+/// A node back with another journal (its journal file lost) no longer
+/// knows what it ran: a delivered command that is not retry-safe ends
+/// FAILED `journal-lost` and is not delivered again (at most one execution,
+/// I2); a retry-safe one is delivered again. The same journal again changes
+/// nothing.
+#[tokio::test]
+async fn a_node_with_a_new_journal_is_not_sent_again_what_it_may_have_run() {
+    let (stack, _pool, token) = stack_with_pool(DevStackOptions::memory(), None).await;
+    let (node, mut session) = crate::node::adopted(&stack, &token, 1).await;
+    let once = CommandOptions { retry_safe: false, ..Default::default() };
+    let once = stack.enqueue_command(&node.id, "logs.collect", serde_json::json!({}), once).await.unwrap();
+    let (cmd, _) = session.expect_command().await;
+    assert_eq!(cmd.id, once);
+    let seq = session.send_event(Session::update(&once, CommandState::Running, None)).await;
+    session.await_ack(seq).await;
+    let safe = CommandOptions { retry_safe: true, ..Default::default() };
+    let safe = stack.enqueue_command(&node.id, "logs.collect", serde_json::json!({}), safe).await.unwrap();
+    assert_eq!(session.expect_command().await.0.id, safe);
+    drop(session);
+    // The same journal: both delivered again (bcd's journal knows them).
+    let mut same = node.connect(&stack, 1).await.unwrap();
+    let mut ids = vec![same.expect_command().await.0.id, same.expect_command().await.0.id];
+    ids.sort();
+    let mut want = vec![once.clone(), safe.clone()];
+    want.sort();
+    assert_eq!(ids, want);
+    drop(same);
+    // Another journal: only the retry-safe one.
+    let mut fresh = node.connect_as(&stack, 1, |h| h.journal_id = "jr_after_the_loss".into()).await.unwrap();
+    assert_eq!(fresh.expect_command().await.0.id, safe);
+    let row = stack.command(&once).await.unwrap().unwrap();
+    assert_eq!(row.state, CommandStatus::Failed, "{row:?}");
+    assert!(row.reason.starts_with("journal-lost: "), "{}", row.reason);
+    assert_eq!(stack.command(&safe).await.unwrap().unwrap().state, CommandStatus::Delivered);
+    stack.shutdown().await.unwrap();
+}

@@ -297,6 +297,8 @@ pub enum Code {
     Liveness,
     /// `draining` (gateway, Unavailable): The stack is shutting down and opens no session.
     Draining,
+    /// `journal-lost` (gateway, Aborted): A command delivered to a node that came back with another journal, not retry_safe: it may have run, so it ends FAILED instead of being delivered again.
+    JournalLost,
     /// `connection-limit` (gateway, Unavailable): The gateway holds as many connections as it allows: this one is answered only with this refusal (and a retry-after-ms hint) and closed.
     ConnectionLimit,
     /// `request-timeout` (gateway, DeadlineExceeded): A request that did not arrive whole and get its answer within the gateway's request deadline (30 s by default).
@@ -533,6 +535,7 @@ impl Code {
             Code::SessionReplaced => "session-replaced",
             Code::Liveness => "liveness",
             Code::Draining => "draining",
+            Code::JournalLost => "journal-lost",
             Code::ConnectionLimit => "connection-limit",
             Code::RequestTimeout => "request-timeout",
             Code::TunnelUnknown => "tunnel-unknown",
@@ -699,6 +702,7 @@ impl Code {
             Code::SessionReplaced => Domain::Gateway,
             Code::Liveness => Domain::Gateway,
             Code::Draining => Domain::Gateway,
+            Code::JournalLost => Domain::Gateway,
             Code::ConnectionLimit => Domain::Gateway,
             Code::RequestTimeout => Domain::Gateway,
             Code::TunnelUnknown => Domain::Gateway,
@@ -865,6 +869,7 @@ impl Code {
             Code::SessionReplaced => Grpc::FailedPrecondition,
             Code::Liveness => Grpc::Unavailable,
             Code::Draining => Grpc::Unavailable,
+            Code::JournalLost => Grpc::Aborted,
             Code::ConnectionLimit => Grpc::Unavailable,
             Code::RequestTimeout => Grpc::DeadlineExceeded,
             Code::TunnelUnknown => Grpc::NotFound,
@@ -1031,6 +1036,7 @@ impl Code {
             Code::SessionReplaced => "A newer session of the same node took over.",
             Code::Liveness => "Nothing heard from the node for three heartbeat intervals.",
             Code::Draining => "The stack is shutting down and opens no session.",
+            Code::JournalLost => "A command delivered to a node that came back with another journal, not retry_safe: it may have run, so it ends FAILED instead of being delivered again.",
             Code::ConnectionLimit => "The gateway holds as many connections as it allows: this one is answered only with this refusal (and a retry-after-ms hint) and closed.",
             Code::RequestTimeout => "A request that did not arrive whole and get its answer within the gateway's request deadline (30 s by default).",
             Code::TunnelUnknown => "A Tunnel call for no tunnel the stack asked this node to open (an unknown or another node's tunnel id, or a first frame with neither ticket nor close reason).",
@@ -1197,6 +1203,7 @@ impl Code {
             "session-replaced" => Some(Code::SessionReplaced),
             "liveness" => Some(Code::Liveness),
             "draining" => Some(Code::Draining),
+            "journal-lost" => Some(Code::JournalLost),
             "connection-limit" => Some(Code::ConnectionLimit),
             "request-timeout" => Some(Code::RequestTimeout),
             "tunnel-unknown" => Some(Code::TunnelUnknown),
@@ -1364,6 +1371,7 @@ pub const TABLE: &[Code] = &[
     Code::SessionReplaced,
     Code::Liveness,
     Code::Draining,
+    Code::JournalLost,
     Code::ConnectionLimit,
     Code::RequestTimeout,
     Code::TunnelUnknown,
