@@ -47,7 +47,7 @@ fn changed(node_id: &str, reservation_id: &str, state: ReservationState, reason:
 fn holds(c: &Connection, node_id: &str) -> Result<Vec<proto::Hold>> {
     Ok(rows::held(c, node_id)?
         .into_iter()
-        .map(|r| proto::Hold { allocation_id: r.id, gpu_indexes: r.gpu_indexes, binding: String::new() })
+        .map(|r| proto::Hold { allocation_id: r.id, gpu_indexes: r.gpu_indexes, ..proto::Hold::default() })
         .collect())
 }
 

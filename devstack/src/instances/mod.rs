@@ -202,6 +202,7 @@ fn create(shared: &Shared, pool_id: &str, request: InstanceRequest) -> Result<St
                 user_data_secret: request.user_data_secret.clone().unwrap_or_default(),
                 nics: request.nics.clone(),
                 volumes: request.volumes.clone(),
+                ..proto::InstanceSpec::default()
             },
             pinned_node: request.node.clone(),
             generation: None,

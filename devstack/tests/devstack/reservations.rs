@@ -33,10 +33,7 @@ async fn a_reservation_turns_active_on_a_node_signed_allocation_bound_and_ends_r
     let id = stack.reserve(&node.id, 2).await.unwrap();
     let (spec, env) = session.expect_desired_state().await;
     assert_eq!(spec.generation, 2);
-    assert_eq!(
-        spec.holds,
-        [proto::Hold { allocation_id: id.clone(), gpu_indexes: vec![0, 1], binding: String::new() }]
-    );
+    assert_eq!(spec.holds, [proto::Hold { allocation_id: id.clone(), gpu_indexes: vec![0, 1], ..Default::default() }]);
     let env = pki::dsse::Envelope::from_proto(&env);
     pki::intent::verify_spec(&env, &stack.command_roots(), &node.id, pki::intent::SignedSpecs::Always, None).unwrap();
     let row = stack.reservation(&id).await.unwrap().unwrap();
