@@ -1,7 +1,8 @@
 //! Adoption: a joined node's first session enqueues its pool's acceptance
 //! check (`diag.nvml`); its verified SUCCEEDED result with the pool's
-//! expected GPU count adopts the node with NodeSpec generation 1, anything
-//! else rejects it (`GpuCountMismatch`, `AcceptanceFailed`). Event-driven:
+//! expected GPU count adopts the node with NodeSpec generation 1 (its pool
+//! policy's host section), anything else rejects it (`GpuCountMismatch`,
+//! `AcceptanceFailed`). Event-driven:
 //! the session calls in when a session opens, and the decision on a
 //! command's end is a CommandUpdate handler ([`AcceptanceCheck`]) that runs
 //! in the update's transaction.
@@ -145,7 +146,8 @@ fn adopt(
     events: &mut Vec<StackEvent>,
 ) -> Result<Option<NodeSpecRow>> {
     let now = now_ms();
-    let spec = crate::spec::first(shared, &node.id, now);
+    let pool = pools::get(c, &node.pool_id)?.ok_or_else(|| Error::UnknownPool { pool_id: node.pool_id.clone() })?;
+    let spec = crate::spec::first(shared, &node.id, pools::policy_of(&pool)?.host_section(), now);
     if !nodes::adopt(c, &node.id, now)? {
         return Ok(None);
     }

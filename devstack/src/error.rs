@@ -189,6 +189,12 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// A pool policy the stack does not render (docs/devstack.md, "Pool policies").
+    #[error("invalid pool policy: {reason}")]
+    InvalidPolicy {
+        /// What is wrong.
+        reason: String,
+    },
     /// No volume has this id.
     #[error("unknown volume {volume_id}")]
     UnknownVolume {

@@ -23,6 +23,7 @@ import (
 	"bcd/internal/config"
 	"bcd/internal/dispatch"
 	"bcd/internal/machine"
+	"google.golang.org/protobuf/proto"
 )
 
 // RootName is the fake root's directory under the data dir.
@@ -103,8 +104,23 @@ func (m *Machine) HardwareID() string {
 	return "fakehw-" + hex.EncodeToString(derive(m.seed, m.variant, "hardware-id")[:8])
 }
 
-// Inventory is the generated inventory.
-func (m *Machine) Inventory() (*machine.Inventory, error) { return m.inventory, nil }
+// Inventory is the generated inventory with the huge pages the fake root
+// holds now (host.go): machine-wide, and per NUMA node its own file or an
+// even share (node 0 taking the remainder).
+func (m *Machine) Inventory() (*machine.Inventory, error) {
+	sys := proto.CloneOf(m.inventory.System)
+	sys.Hugepages_2Mi = m.machinePages(HugePages2Mi)
+	sys.Hugepages_1Gi = m.machinePages(HugePages1Gi)
+	for i, node := range sys.GetNuma() {
+		node.Hugepages_2Mi = m.nodePages(HugePages2Mi, i)
+		node.Hugepages_1Gi = m.nodePages(HugePages1Gi, i)
+	}
+	return &machine.Inventory{System: sys, GPUs: m.inventory.GPUs, Network: m.inventory.Network}, nil
+}
+
+// Generated is the inventory of the seed and the variant alone (no fake
+// root read): what the golden files pin.
+func (m *Machine) Generated() *machine.Inventory { return m.inventory }
 
 // Diag reports every visible GPU healthy.
 func (m *Machine) Diag(ctx context.Context) (*machine.Diag, error) {

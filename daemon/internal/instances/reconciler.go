@@ -73,6 +73,8 @@ type Secrets interface {
 type Capacity struct {
 	VCPUs       uint32
 	MemoryBytes uint64
+	// NUMA are the host's NUMA nodes (their CPUs), for pinned instances.
+	NUMA []*agentv1.NumaNode
 }
 
 // Config wires a reconciler.

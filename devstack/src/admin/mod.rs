@@ -182,7 +182,9 @@ impl From<Error> for ApiError {
             | Error::UnknownCommand { .. }
             | Error::UnknownReservation { .. }
             | Error::UnknownRelease { .. } => StatusCode::NOT_FOUND,
-            Error::InvalidReservation { .. } | Error::InvalidRelease { .. } => StatusCode::BAD_REQUEST,
+            Error::InvalidReservation { .. } | Error::InvalidRelease { .. } | Error::InvalidPolicy { .. } => {
+                StatusCode::BAD_REQUEST
+            }
             Error::NoSession { .. }
             | Error::Rejected { .. }
             | Error::ReservationState { .. }

@@ -102,6 +102,13 @@ pub fn place(c: &Connection, id: &str, node_id: &str, generation: u64, now: i64)
     Ok(())
 }
 
+/// Replaces an instance's spec (placement's pinned CPUs).
+pub fn set_spec(c: &Connection, id: &str, spec: &proto::InstanceSpec) -> Result<()> {
+    c.execute("UPDATE instances SET spec = ?2 WHERE id = ?1", params![id, spec.encode_to_vec()])
+        .map_err(Error::store("update instance spec"))?;
+    Ok(())
+}
+
 /// Records what the instance's host reported; true when it changed.
 pub fn report(c: &Connection, id: &str, state: InstanceState, reason: &str, now: i64) -> Result<bool> {
     let n = c

@@ -28,7 +28,12 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration { version: 5, name: "releases", sql: V5 },
     Migration { version: 6, name: "node section status", sql: V6 },
     Migration { version: 7, name: "instances, volumes, node labels, secrets", sql: V7 },
+    Migration { version: 8, name: "pool policies", sql: V8 },
 ];
+
+const V8: &str = r#"
+ALTER TABLE pools ADD COLUMN policy TEXT NOT NULL DEFAULT '{}';
+"#;
 
 const V1: &str = r#"
 CREATE TABLE settings (

@@ -152,6 +152,8 @@ pub struct PoolRow {
     pub created_at_ms: i64,
     /// What its nodes are for: `gpu` (the default) or `vps-host`.
     pub kind: String,
+    /// Its policy as JSON (`{}`: none; `crate::policy::PoolPolicy`).
+    pub policy: String,
 }
 
 /// A join token as stored: its SHA-256 only, never the token.

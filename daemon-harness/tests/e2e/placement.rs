@@ -1,0 +1,98 @@
+//! Placement scenarios (issue 13; docs/harness.md, "Scenarios"): a pinned,
+//! NUMA-affine flavor gets `vcpupin` and a strict `numatune` within one NUMA
+//! node of its host and off the pool's reserved CPUs, and a 2 MiB huge-page
+//! flavor gets page backing, locked memory and no balloon, in the plans the
+//! fakehw runtime writes (each validated by `virt-xml-validate`) and in the
+//! specs the stack stored.
+
+use devstack::{HugePageSize, HugePages, InstanceRequest, PoolPolicy, SectionState};
+use prost::Message as _;
+
+use crate::common::{DEADLINE, Env};
+use crate::host::must_create_policy_pool;
+use crate::vps::{files, must_run_instance, request, require_validator};
+
+/// The host CPUs of each `<vcpupin … cpuset="N">` of a plan, in order.
+fn vcpupins(plan: &str) -> Vec<u32> {
+    plan.lines()
+        .filter(|l| l.contains("<vcpupin "))
+        .map(|l| {
+            let at = l.find("cpuset=\"").unwrap() + 8;
+            l[at..].split('"').next().unwrap().parse().unwrap()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pinned_and_huge_page_flavors_are_placed_in_their_plans() {
+    let scenario = "pinned_and_huge_page_flavors_are_placed_in_their_plans";
+    let Some(env) = Env::start(scenario).await else { return };
+    if !require_validator(scenario) {
+        return;
+    }
+    let policy = PoolPolicy {
+        hugepages: Some(HugePages { size: HugePageSize::Mi2, count: 1024 }),
+        reserved_cpus: vec![0, 1],
+        ..PoolPolicy::default()
+    };
+    let pool = must_create_policy_pool(&env, "placed", policy).await;
+    // l40s: CPUs 0-31 on NUMA node 0, 32-63 on node 1.
+    let mut node = env.must_make_node("host", "l40s").await;
+    let node_id = env.must_join_and_adopt(&mut node, &pool).await;
+    env.stack
+        .await_until("host APPLIED", DEADLINE, |v| {
+            v.section_status(&node_id, "host").filter(|s| s.is(SectionState::Applied, "Applied"))
+        })
+        .await
+        .unwrap();
+    let system = env
+        .stack
+        .await_until("the inventory with huge pages", DEADLINE, |v| {
+            v.inventory(&node_id)
+                .into_iter()
+                .find(|s| s.name == "system")
+                .and_then(|s| proto::SystemInventory::decode(s.content.as_slice()).ok())
+                .filter(|s| s.hugepages_2mi == 1024)
+        })
+        .await
+        .unwrap();
+
+    // Pinned: node 0 first, off the reserved CPUs 0 and 1.
+    let small = must_run_instance(&env, &node, &pool, InstanceRequest { pin_cpus: true, ..request(4, 2) }).await;
+    let pin = small.spec.cpus.clone().expect("placement pinned it");
+    assert_eq!((pin.numa_node, pin.host_cpus.as_slice()), (0, [2, 3, 4, 5].as_slice()));
+    // 28 more do not fit in node 0's 26 free CPUs: node 1 takes them, all on node 1.
+    let big = must_run_instance(&env, &node, &pool, InstanceRequest { pin_cpus: true, ..request(28, 4) }).await;
+    let pin = big.spec.cpus.clone().expect("placement pinned it");
+    assert_eq!(pin.numa_node, 1);
+    assert_eq!(pin.host_cpus, (32..60).collect::<Vec<u32>>());
+
+    for row in [&small, &big] {
+        let pin = row.spec.cpus.as_ref().unwrap();
+        let plan = std::fs::read_to_string(files(&node, &row.id).plan).unwrap();
+        let pinned = vcpupins(&plan);
+        assert_eq!(pinned, pin.host_cpus, "vCPU i on host CPU i of the spec:\n{plan}");
+        let numa = &system.numa[pin.numa_node as usize];
+        assert!(pinned.iter().all(|c| numa.cpus.contains(c) && !matches!(c, 0 | 1)), "{pinned:?} off node {}", numa.id);
+        assert!(plan.contains(&format!(r#"<memory mode="strict" nodeset="{}"></memory>"#, pin.numa_node)), "{plan}");
+        assert!(plan.contains(r#"<memballoon model="virtio">"#), "a pinned guest keeps its balloon:\n{plan}");
+    }
+
+    // Huge pages: 2 GiB of 2 MiB pages, locked, no balloon.
+    let paged =
+        must_run_instance(&env, &node, &pool, InstanceRequest { hugepage_bytes: 2 << 20, ..request(2, 2) }).await;
+    let plan = std::fs::read_to_string(files(&node, &paged.id).plan).unwrap();
+    for want in
+        [r#"<page size="2048" unit="KiB"></page>"#, "<locked></locked>", r#"<memballoon model="none"></memballoon>"#]
+    {
+        assert!(plan.contains(want), "the plan lacks {want}:\n{plan}");
+    }
+    assert!(!plan.contains("<vcpupin"), "a floating guest is not pinned:\n{plan}");
+    // 1024 pages reserved, 1024 booked: one more huge-page guest does not fit.
+    let more =
+        env.stack.create_instance(&pool, InstanceRequest { hugepage_bytes: 2 << 20, ..request(1, 2) }).await.unwrap();
+    let row = env.stack.instance(&more).await.unwrap().unwrap();
+    assert!(row.reason.contains("lack 1024 free huge pages of 2Mi (have 0 of 1024 reserved)"), "{row:?}");
+    node.stop().await;
+    env.report();
+}
