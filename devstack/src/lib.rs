@@ -62,7 +62,7 @@ pub use placement::{FILTERS, Filter, Host, Request as PlacementRequest, Room};
 pub use policy::{HUGEPAGES_UNIT, HugePageSize, HugePages, MODULES_UNIT, PoolPolicy};
 pub use pools::{Acceptance, KIND_GPU, KIND_VPS_HOST, PoolKind, PoolSpec};
 pub use releases::{ManifestOptions, Release, ReleaseKeys, UPGRADE_KIND, UpdatePins};
-pub use reservations::{ALLOCATION_GENERATION, ALLOCATION_MISMATCH};
+pub use reservations::{ALLOCATION_GENERATION, ALLOCATION_MISMATCH, Binding, ReservationRequest};
 pub use sections::{SectionState, SectionStatus};
 pub use spec::SpecUpdate;
 pub use stack::{DevStack, DevStackOptions, Pins};

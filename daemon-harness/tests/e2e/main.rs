@@ -8,6 +8,7 @@ mod bench;
 mod common;
 mod console;
 mod faults;
+mod holds;
 mod host;
 mod intent;
 mod join;

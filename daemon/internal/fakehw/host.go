@@ -4,7 +4,9 @@
 // (huge pages: the machine-wide nr_hugepages of a size and each NUMA
 // node's, the kernel spreading a machine-wide count evenly with node 0
 // taking the remainder), and modprobe records modules in proc/modules.
-// Anything else fails as a missing program would.
+// Anything else fails as a missing program would. A hold's booked share
+// runs in its slice (machine.Slices): a unit under run/systemd/system and
+// its cgroup under sys/fs/cgroup/bcd.slice/bcd-alloc.slice.
 
 package fakehw
 
@@ -22,6 +24,7 @@ import (
 
 	"bcd/internal/config"
 	"bcd/internal/hostconfig/unitfile"
+	"bcd/internal/machine"
 	"bcd/internal/proto/agentv1"
 )
 
@@ -251,4 +254,59 @@ func (m *Machine) LoadedModules() []string {
 		}
 	}
 	return out
+}
+
+// sliceDir is the cgroup (v2) of an allocation's slice under the fake
+// root: bcd-alloc-<id>.slice nests in bcd-alloc.slice, in bcd.slice.
+func (m *Machine) sliceDir(id string) string {
+	return filepath.Join(m.root, "sys", "fs", "cgroup", "bcd.slice", "bcd-alloc.slice", machine.SliceName(id))
+}
+
+// SliceUnitPath is where an allocation's slice unit is (a runtime unit,
+// run/systemd/system, gone at a reboot as the cgroup is).
+func (m *Machine) SliceUnitPath(id string) string {
+	return filepath.Join(m.root, "run", "systemd", "system", machine.SliceName(id))
+}
+
+// MakeSlice writes the slice unit (CPUQuota, MemoryMax) and its cgroup's
+// cpu.max and memory.max.
+func (m *Machine) MakeSlice(id string, vcpus uint32, memoryBytes uint64) (string, error) {
+	name := machine.SliceName(id)
+	quota, cpuMax, memMax := "", "max 100000", "max"
+	if vcpus > 0 {
+		quota = fmt.Sprintf("CPUQuota=%d%%\n", vcpus*100)
+		cpuMax = fmt.Sprintf("%d 100000", uint64(vcpus)*100000)
+	}
+	if memoryBytes > 0 {
+		memMax = strconv.FormatUint(memoryBytes, 10)
+		quota += "MemoryMax=" + memMax + "\n"
+	}
+	unit := fmt.Sprintf("[Unit]\nDescription=bcd: allocation %s\n\n[Slice]\n%s", id, quota)
+	if err := os.MkdirAll(filepath.Dir(m.SliceUnitPath(id)), 0o755); err != nil {
+		return "", err
+	}
+	if err := config.WriteFileAtomic(m.SliceUnitPath(id), []byte(unit), 0o644); err != nil {
+		return "", err
+	}
+	dir := m.sliceDir(id)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	for file, value := range map[string]string{"cpu.max": cpuMax, "memory.max": memMax} {
+		if err := config.WriteFileAtomic(filepath.Join(dir, file), []byte(value+"\n"), 0o644); err != nil {
+			return "", err
+		}
+	}
+	return name, nil
+}
+
+// RemoveSlice removes the slice's cgroup and unit.
+func (m *Machine) RemoveSlice(id string) error {
+	if err := os.RemoveAll(m.sliceDir(id)); err != nil {
+		return err
+	}
+	if err := os.Remove(m.SliceUnitPath(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"strings"
 	"time"
 
 	"bcd/internal/dispatch"
@@ -52,6 +53,24 @@ type Machine interface {
 	// Hold is how long a command with these params stays RUNNING before
 	// its work (fakehw's "hold_ms"; zero elsewhere).
 	Hold(params []byte) time.Duration
+}
+
+// Slices is a machine that runs a hold's booked share of the host (vCPUs,
+// memory) in a slice of its own, bcd-alloc-<id>.slice (docs/daemon.md,
+// "Hold slices"). A machine without it binds such a hold without a slice.
+type Slices interface {
+	// MakeSlice makes the allocation's slice limited to vcpus and
+	// memoryBytes (0: no limit of that kind) and returns its unit name.
+	MakeSlice(id string, vcpus uint32, memoryBytes uint64) (string, error)
+	// RemoveSlice removes the allocation's slice (none is no error).
+	RemoveSlice(id string) error
+}
+
+// SliceName is the slice unit of an allocation: bcd-alloc-<id>.slice, a
+// '-' of the id escaped as systemd does (\x2d), so the slice nests
+// under bcd-alloc.slice only.
+func SliceName(id string) string {
+	return "bcd-alloc-" + strings.ReplaceAll(id, "-", `\x2d`) + ".slice"
 }
 
 // Diag is the result of diag.nvml.

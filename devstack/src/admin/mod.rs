@@ -192,6 +192,9 @@ impl From<Error> for ApiError {
             | Error::NodeNotAdopted { .. }
             | Error::NoGpuInventory { .. }
             | Error::InsufficientGpus { .. }
+            | Error::BindingUnsupported { .. }
+            | Error::ReservationOverlap { .. }
+            | Error::ReservationRoom { .. }
             | Error::ReleaseExists { .. }
             | Error::NoTpmAttestor
             | Error::NoSignedIntent => StatusCode::CONFLICT,
