@@ -12,6 +12,7 @@ mod holds;
 mod host;
 mod intent;
 mod join;
+mod knobs;
 mod lifecycle;
 mod placement;
 mod runners;

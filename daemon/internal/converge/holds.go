@@ -254,7 +254,14 @@ func (h *holdsReconciler) bind(hold *agentv1.Hold, generation uint64) (*Allocati
 		}
 		a.CgroupParent = name
 	}
-	if err := writeCDI(h.machine.CDIDir(), a); err != nil {
+	err := error(nil)
+	if f, ok := h.machine.(machine.CDIFaults); ok {
+		err = f.CDIWriteFault()
+	}
+	if err == nil {
+		err = writeCDI(h.machine.CDIDir(), a)
+	}
+	if err != nil {
 		if s, ok := h.machine.(machine.Slices); ok && a.CgroupParent != "" {
 			_ = s.RemoveSlice(id)
 		}

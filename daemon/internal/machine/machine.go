@@ -81,6 +81,14 @@ type Diag struct {
 	Healthy int `json:"healthy"`
 	// Driver is the driver version ("" without GPUs).
 	Driver string `json:"driver"`
+	// Failing are the indexes of the GPUs that failed it.
+	Failing []uint32 `json:"failing,omitempty"`
+}
+
+// CDIFaults is a machine whose CDI spec writes may fail on purpose (the
+// fakehw knob): CDIWriteFault is asked before each write.
+type CDIFaults interface {
+	CDIWriteFault() error
 }
 
 // Inventory is the hardware's description.
