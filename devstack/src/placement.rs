@@ -103,7 +103,7 @@ impl Host {
                 .filter(|c| !self.reserved_cpus.contains(c) && !self.pinned_cpus.contains(c))
                 .take(vcpus as usize)
                 .collect();
-            (free.len() as u64 == vcpus).then(|| proto::InstanceCpus { numa_node: node.id, host_cpus: free })
+            (free.len() as u64 == vcpus).then_some(proto::InstanceCpus { numa_node: node.id, host_cpus: free })
         })
     }
 }

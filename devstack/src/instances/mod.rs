@@ -173,7 +173,7 @@ fn check(c: &Connection, request: &InstanceRequest) -> Result<()> {
         ));
     }
     if ![0, 2 << 20, 1 << 30].contains(&request.hugepage_bytes)
-        || request.memory_bytes % request.hugepage_bytes.max(1) != 0
+        || !request.memory_bytes.is_multiple_of(request.hugepage_bytes.max(1))
     {
         return invalid(format!(
             "{}: huge pages of {} bytes back {} bytes of memory (2 MiB or 1 GiB pages, a whole number of them)",
