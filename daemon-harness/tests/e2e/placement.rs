@@ -3,14 +3,15 @@
 //! node of its host and off the pool's reserved CPUs, and a 2 MiB huge-page
 //! flavor gets page backing, locked memory and no balloon, in the plans the
 //! fakehw runtime writes (each validated by `virt-xml-validate`) and in the
-//! specs the stack stored.
+//! specs the stack stored; a sandbox volume attached by its serial outlives
+//! the sandbox and is attached again by the next one.
 
-use devstack::{HugePageSize, HugePages, InstanceRequest, PoolPolicy, SectionState};
+use devstack::{HugePageSize, HugePages, InstanceRequest, PoolPolicy, SectionState, VolumeState};
 use prost::Message as _;
 
 use crate::common::{DEADLINE, Env};
 use crate::host::must_create_policy_pool;
-use crate::vps::{files, must_run_instance, request, require_validator};
+use crate::vps::{files, must_delete_instance, must_run_instance, request, require_validator};
 
 /// The host CPUs of each `<vcpupin … cpuset="N">` of a plan, in order.
 fn vcpupins(plan: &str) -> Vec<u32> {
@@ -93,6 +94,68 @@ async fn pinned_and_huge_page_flavors_are_placed_in_their_plans() {
         env.stack.create_instance(&pool, InstanceRequest { hugepage_bytes: 2 << 20, ..request(1, 2) }).await.unwrap();
     let row = env.stack.instance(&more).await.unwrap().unwrap();
     assert!(row.reason.contains("lack 1024 free huge pages of 2Mi (have 0 of 1024 reserved)"), "{row:?}");
+    node.stop().await;
+    env.report();
+}
+
+/// What the first sandbox leaves at the start of its volume.
+const WORK: &[u8] = b"work of the first sandbox";
+
+/// Writes `bytes` at the start of a (sparse) volume file, keeping its size.
+fn write_head(path: &std::path::Path, bytes: &[u8]) {
+    use std::io::Write as _;
+    let mut f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.write_all(bytes).unwrap();
+    f.sync_all().unwrap();
+}
+
+/// The first bytes of a volume file, as many as WORK has.
+fn read_head(path: &std::path::Path) -> Vec<u8> {
+    use std::io::Read as _;
+    let mut buf = vec![0; WORK.len()];
+    std::fs::File::open(path).unwrap().read_exact(&mut buf).unwrap();
+    buf
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sandbox_volume_attached_by_its_serial_outlives_the_sandbox() {
+    let scenario = "a_sandbox_volume_attached_by_its_serial_outlives_the_sandbox";
+    let Some(env) = Env::start(scenario).await else { return };
+    if !require_validator(scenario) {
+        return;
+    }
+    let pool = must_create_policy_pool(&env, "sandboxes", PoolPolicy::default()).await;
+    let mut node = env.must_make_node("host", "cpu").await;
+    let node_id = env.must_join_and_adopt(&mut node, &pool).await;
+    let volume = env.stack.create_volume(&node_id, 2 << 30).await.unwrap();
+    env.stack.await_volume_state(&volume, VolumeState::Ready, DEADLINE).await.unwrap();
+    let file = node.data_dir().join(format!("fakehw-root/var/lib/bcd/volumes/{volume}.raw"));
+    let attach = proto::VolumeAttachment { volume_id: volume.clone(), serial: "sandbox-data".into(), read_only: false };
+
+    let sandbox =
+        must_run_instance(&env, &node, &pool, InstanceRequest { volumes: vec![attach.clone()], ..request(1, 1) }).await;
+    let plan = std::fs::read_to_string(files(&node, &sandbox.id).plan).unwrap();
+    assert!(plan.contains("<serial>sandbox-data</serial>"), "attached by its serial:\n{plan}");
+    write_head(&file, WORK);
+    must_delete_instance(&env, &sandbox.id).await;
+
+    // The sandbox is gone; its volume, its bytes and its row are not.
+    assert!(!files(&node, &sandbox.id).domain.exists() && !files(&node, &sandbox.id).plan.exists());
+    assert_eq!(read_head(&file), WORK);
+    assert_eq!(env.stack.volume(&volume).await.unwrap().unwrap().state, VolumeState::Ready);
+    // The next sandbox finds it where the first left it, placed on its host.
+    let next = must_run_instance(&env, &node, &pool, InstanceRequest { volumes: vec![attach], ..request(1, 1) }).await;
+    assert_eq!(next.node_id.as_deref(), Some(node_id.as_str()));
+    let plan = std::fs::read_to_string(files(&node, &next.id).plan).unwrap();
+    assert!(
+        plan.contains(&format!("volumes/{volume}.raw")) && plan.contains("<serial>sandbox-data</serial>"),
+        "{plan}"
+    );
+    assert_eq!(read_head(&file), WORK);
+    must_delete_instance(&env, &next.id).await;
+    env.stack.delete_volume(&volume).await.unwrap();
+    env.stack.await_volume_state(&volume, VolumeState::Deleted, DEADLINE).await.unwrap();
+    assert!(!file.exists(), "deleting the volume, not the sandbox, removes it");
     node.stop().await;
     env.report();
 }
