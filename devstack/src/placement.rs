@@ -89,13 +89,25 @@ pub struct Host {
     pub reserved_cpus: Vec<u32>,
     /// The host CPUs the instances placed on it pinned.
     pub pinned_cpus: Vec<u32>,
+    /// The huge pages (2 MiB, 1 GiB) the pinned instances placed on it
+    /// take from each NUMA node (a strict numatune takes them there), by
+    /// node id.
+    pub pinned_pages: std::collections::BTreeMap<u32, (u64, u64)>,
 }
 
 impl Host {
-    /// Where `vcpus` pinned vCPUs go: the first NUMA node with that many
-    /// CPUs neither reserved nor pinned, its lowest such CPUs.
-    pub fn pin(&self, vcpus: u64) -> Option<proto::InstanceCpus> {
+    /// Where pinned vCPUs go: the first NUMA node with as many CPUs
+    /// neither reserved nor pinned as `need` has vCPUs, and as many free
+    /// huge pages of its node as it needs (its memory comes strictly from
+    /// there), its lowest such CPUs.
+    pub fn pin(&self, need: Room) -> Option<proto::InstanceCpus> {
+        let vcpus = need.vcpus;
         self.numa.iter().find_map(|node| {
+            let (used_2mi, used_1gi) = self.pinned_pages.get(&node.id).copied().unwrap_or_default();
+            if used_2mi + need.hugepages_2mi > node.hugepages_2mi || used_1gi + need.hugepages_1gi > node.hugepages_1gi
+            {
+                return None;
+            }
             let free: Vec<u32> = node
                 .cpus
                 .iter()
@@ -187,8 +199,14 @@ impl Filter for Numa {
         "numa"
     }
     fn refuses(&self, request: &Request<'_>, host: &Host) -> Option<String> {
-        (request.pin_cpus && host.pin(request.need.vcpus).is_none())
-            .then(|| format!("lack a NUMA node with {} CPUs neither reserved nor pinned", request.need.vcpus))
+        (request.pin_cpus && host.pin(request.need).is_none()).then(|| {
+            let pages = match (request.need.hugepages_2mi, request.need.hugepages_1gi) {
+                (0, 0) => String::new(),
+                (p2, 0) => format!(" and {p2} free huge pages of 2Mi"),
+                (_, p1) => format!(" and {p1} free huge pages of 1Gi"),
+            };
+            format!("lack a NUMA node with {} CPUs neither reserved nor pinned{pages}", request.need.vcpus)
+        })
     }
 }
 
@@ -297,9 +315,15 @@ pub fn hosts(c: &Connection, pool_id: &str) -> Result<Vec<Host>> {
         });
         let mut booked = Room::default();
         let mut pinned_cpus = Vec::new();
+        let mut pinned_pages = std::collections::BTreeMap::<u32, (u64, u64)>::new();
         for i in instances::on_node(c, &node.id)? {
             pinned_cpus.extend(i.spec.cpus.iter().flat_map(|p| p.host_cpus.iter().copied()));
             let need = Room::default().with_hugepages(i.spec.hugepage_bytes, i.spec.memory_bytes);
+            if let Some(pin) = i.spec.cpus.as_ref().filter(|p| !p.host_cpus.is_empty()) {
+                let pages = pinned_pages.entry(pin.numa_node).or_default();
+                pages.0 += need.hugepages_2mi;
+                pages.1 += need.hugepages_1gi;
+            }
             booked.vcpus += i.spec.vcpus as u64;
             booked.memory_bytes += i.spec.memory_bytes;
             booked.hugepages_2mi += need.hugepages_2mi;
@@ -317,6 +341,7 @@ pub fn hosts(c: &Connection, pool_id: &str) -> Result<Vec<Host>> {
             numa,
             reserved_cpus: policy.reserved_cpus.clone(),
             pinned_cpus,
+            pinned_pages,
         });
     }
     Ok(out)
@@ -370,6 +395,7 @@ mod tests {
             ],
             reserved_cpus: vec![],
             pinned_cpus: vec![],
+            pinned_pages: Default::default(),
         }
     }
 
@@ -443,9 +469,17 @@ mod tests {
         a.reserved_cpus = vec![0, 1];
         a.pinned_cpus = vec![2];
         // Node 0 has 0-3: only 3 is free; node 1 (4-7) takes 3 vCPUs.
-        let pin = a.pin(3).unwrap();
+        let vcpus = |vcpus| Room { vcpus, ..Room::default() };
+        let pin = a.pin(vcpus(3)).unwrap();
         assert_eq!((pin.numa_node, pin.host_cpus.as_slice()), (1, [4, 5, 6].as_slice()));
-        assert_eq!(a.pin(1).unwrap().host_cpus, [3]);
+        assert_eq!(a.pin(vcpus(1)).unwrap().host_cpus, [3]);
+        // Huge pages come from the node: node 0 has none free, node 1 has 100.
+        a.numa[0].hugepages_2mi = 10;
+        a.numa[1].hugepages_2mi = 100;
+        a.pinned_pages.insert(0, (10, 0));
+        let paged = Room { vcpus: 1, hugepages_2mi: 50, ..Room::default() };
+        assert_eq!(a.pin(paged).unwrap().numa_node, 1);
+        assert!(a.pin(Room { hugepages_2mi: 101, ..paged }).is_none());
         let mut req = request(&p, "libvirt-kvm", 5);
         req.pin_cpus = true;
         let why = choose(&req, &[a]).unwrap_err();

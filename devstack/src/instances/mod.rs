@@ -128,7 +128,8 @@ fn try_place(c: &Connection, shared: &Shared, row: &InstanceRow) -> Result<Optio
         Ok(node_id) => {
             if row.spec.cpus.is_some() {
                 let host = hosts.iter().find(|h| h.node.id == node_id).expect("the chosen host is a host of the pool");
-                let spec = proto::InstanceSpec { cpus: host.pin(row.spec.vcpus as u64), ..row.spec.clone() };
+                let need = request(&pool, row).need;
+                let spec = proto::InstanceSpec { cpus: host.pin(need), ..row.spec.clone() };
                 rows::set_spec(c, &row.id, &spec)?;
             }
             rows::place(c, &row.id, &node_id, 0, now)?;
