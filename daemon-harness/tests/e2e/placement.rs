@@ -159,3 +159,66 @@ async fn a_sandbox_volume_attached_by_its_serial_outlives_the_sandbox() {
     node.stop().await;
     env.report();
 }
+
+/// Writes the fake root's memory pressure (PSI) at `avg10` percent.
+fn press(node: &daemon_harness::node::Node, avg10: u32) {
+    let dir = node.data_dir().join("fakehw-root/proc/pressure");
+    std::fs::create_dir_all(&dir).unwrap();
+    let psi = format!(
+        "some avg10={avg10}.00 avg60=0.00 avg300=0.00 total=1\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+    );
+    std::fs::write(dir.join("memory"), psi).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_overcommitted_guest_is_ballooned_to_its_floor_under_pressure_and_deflated_after() {
+    let scenario = "an_overcommitted_guest_is_ballooned_to_its_floor_under_pressure_and_deflated_after";
+    let Some(env) = Env::start(scenario).await else { return };
+    if !require_validator(scenario) {
+        return;
+    }
+    let policy = PoolPolicy { memory_overcommit_percent: 150, ..PoolPolicy::default() };
+    let pool = must_create_policy_pool(&env, "overcommitted", policy).await;
+    let mut node = env.must_make_node("host", "cpu").await;
+    let node_id = env.must_join_and_adopt(&mut node, &pool).await;
+    let req = InstanceRequest { memory_floor_bytes: 1 << 30, ..request(2, 4) };
+    let row = must_run_instance(&env, &node, &pool, req).await;
+    let id = row.id.clone();
+    let memory = |want: u64| {
+        let id = id.clone();
+        move |v: &devstack::StackView<'_>| v.instance(&id).filter(|r| r.current_memory_bytes == Some(want))
+    };
+    env.stack.await_until("the guest at its full memory", DEADLINE, memory(4 << 30)).await.unwrap();
+    let balloons = node.data_dir().join("fakehw-plans/libvirt-kvm.balloons");
+    assert!(!balloons.exists());
+
+    press(&node, 80);
+    env.stack.await_until("the guest ballooned to its floor", DEADLINE, memory(1 << 30)).await.unwrap();
+    let kept: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&balloons).unwrap()).unwrap();
+    assert_eq!(kept[&id], serde_json::json!(1u64 << 30), "{kept}");
+    let plan = std::fs::read_to_string(files(&node, &id).plan).unwrap();
+    assert!(
+        plan.contains(r#"<memory unit="KiB">4194304</memory>"#) && plan.contains(r#"<memballoon model="virtio">"#),
+        "{plan}"
+    );
+
+    // A restart keeps the balloon (it is on disk) and defines nothing again.
+    node.stop().await;
+    node.start().expect("bcd node starts again");
+    env.stack
+        .await_until("instances APPLIED after the restart", DEADLINE, |v| {
+            v.section_status(&node_id, "instances").filter(|s| s.is(SectionState::Applied, "Applied"))
+        })
+        .await
+        .unwrap();
+    assert_eq!(env.stack.instance(&id).await.unwrap().unwrap().current_memory_bytes, Some(1 << 30));
+    let dom: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(files(&node, &id).domain).unwrap()).unwrap();
+    assert_eq!(dom["defines"], 1, "{dom}");
+
+    press(&node, 5);
+    env.stack.await_until("the guest deflated", DEADLINE, memory(4 << 30)).await.unwrap();
+    assert!(!balloons.exists(), "no balloon left once deflated");
+    node.stop().await;
+    env.report();
+}

@@ -230,6 +230,11 @@ func (c *Converger) Report() (*agentv1.StatusReport, error) {
 		return nil, err
 	}
 	r := &agentv1.StatusReport{Inventory: sections, AppliedGeneration: c.AppliedGeneration(), Sections: c.Sections()}
+	if ps, ok := c.cfg.Machine.(machine.PressureSource); ok {
+		if r.Pressure, err = ps.Pressure(); err != nil {
+			return nil, err
+		}
+	}
 	for _, rec := range c.reconcilers {
 		if rep, ok := rec.(Reporter); ok {
 			if err := rep.Report(r); err != nil {

@@ -310,3 +310,17 @@ func (m *Machine) RemoveSlice(id string) error {
 	}
 	return nil
 }
+
+// Pressure reads proc/pressure/{memory,cpu} under the fake root (PSI's
+// "some avg10="; a missing file is no pressure): a test writes them to
+// simulate a pressed host.
+func (m *Machine) Pressure() (*agentv1.HostPressure, error) {
+	read := func(name string) uint32 {
+		data, err := os.ReadFile(filepath.Join(m.root, "proc", "pressure", name))
+		if err != nil {
+			return 0
+		}
+		return machine.ParsePSI(string(data))
+	}
+	return &agentv1.HostPressure{MemoryPercent: read("memory"), CpuPercent: read("cpu")}, nil
+}

@@ -9,6 +9,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"strconv"
 	"strings"
 	"time"
 
@@ -71,6 +72,32 @@ type Slices interface {
 // under bcd-alloc.slice only.
 func SliceName(id string) string {
 	return "bcd-alloc-" + strings.ReplaceAll(id, "-", `\x2d`) + ".slice"
+}
+
+// PressureSource is a machine that says how hard it is pressed (Linux's
+// pressure stall information: the share of the last 10 s some task
+// stalled on memory, on CPU).
+type PressureSource interface {
+	Pressure() (*agentv1.HostPressure, error)
+}
+
+// ParsePSI reads the "some avg10=<percent>" of a /proc/pressure file
+// (rounded down; 0 when it has none).
+func ParsePSI(text string) uint32 {
+	for _, line := range strings.Split(text, "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 2 || fields[0] != "some" {
+			continue
+		}
+		for _, f := range fields[1:] {
+			if v, ok := strings.CutPrefix(f, "avg10="); ok {
+				if n, err := strconv.ParseFloat(v, 64); err == nil && n >= 0 && n <= 100 {
+					return uint32(n)
+				}
+			}
+		}
+	}
+	return 0
 }
 
 // Diag is the result of diag.nvml.

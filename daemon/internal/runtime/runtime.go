@@ -193,3 +193,13 @@ type UsageReader interface {
 	// Usage reads the usage of the running domain bcd-<id>.
 	Usage(ctx context.Context, id string) (Usage, error)
 }
+
+// Ballooner is a runtime whose running guests can be ballooned: given
+// back memory down to a floor under host pressure, and deflated again.
+type Ballooner interface {
+	// Balloon is what the running guest has now (its full memory unless
+	// ballooned).
+	Balloon(ctx context.Context, id string) (uint64, error)
+	// SetBalloon sets what it has (its full memory deflates the balloon).
+	SetBalloon(ctx context.Context, id string, bytes uint64) error
+}

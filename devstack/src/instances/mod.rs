@@ -67,6 +67,9 @@ pub struct InstanceRequest {
     /// Pin its vCPUs, one host CPU each, on one NUMA node of its host and
     /// off the pool's reserved CPUs (its memory strictly from that node).
     pub pin_cpus: bool,
+    /// The floor its host may balloon it down to under memory pressure (0:
+    /// never ballooned; below its memory, and no huge pages).
+    pub memory_floor_bytes: u64,
 }
 
 /// A node's `instances` section: its instances and volumes that are not
@@ -183,6 +186,17 @@ fn check(c: &Connection, request: &InstanceRequest) -> Result<()> {
             request.memory_bytes
         ));
     }
+    if request.memory_floor_bytes != 0
+        && (request.memory_floor_bytes >= request.memory_bytes || request.hugepage_bytes != 0)
+    {
+        return invalid(format!(
+            "{}: a memory floor of {} bytes for {} bytes of memory{} (below the memory, without huge pages)",
+            proto::refusal::Code::InstanceInvalid,
+            request.memory_floor_bytes,
+            request.memory_bytes,
+            if request.hugepage_bytes != 0 { " backed by huge pages" } else { "" }
+        ));
+    }
     if request.state == InstanceDesired::Deleted {
         return invalid("an instance is created running or stopped".into());
     }
@@ -227,6 +241,7 @@ fn create(shared: &Shared, pool_id: &str, request: InstanceRequest) -> Result<St
                 nics: request.nics.clone(),
                 volumes: request.volumes.clone(),
                 hugepage_bytes: request.hugepage_bytes,
+                memory_floor_bytes: request.memory_floor_bytes,
                 // Placement chooses the CPUs (an empty pinning asks for one).
                 cpus: request.pin_cpus.then(proto::InstanceCpus::default),
                 ..proto::InstanceSpec::default()
@@ -238,6 +253,7 @@ fn create(shared: &Shared, pool_id: &str, request: InstanceRequest) -> Result<St
             updated_at_ms: now,
             running_at_ms: None,
             deleted_at_ms: None,
+            current_memory_bytes: None,
         };
         rows::insert(c, &row)?;
         try_place(c, shared, &row)

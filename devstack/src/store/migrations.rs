@@ -28,7 +28,11 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration { version: 5, name: "releases", sql: V5 },
     Migration { version: 6, name: "node section status", sql: V6 },
     Migration { version: 7, name: "instances, volumes, node labels, secrets", sql: V7 },
-    Migration { version: 8, name: "pool policies, reservation shares and bindings", sql: V8 },
+    Migration {
+        version: 8,
+        name: "pool policies, reservation shares and bindings, instances' current memory",
+        sql: V8,
+    },
 ];
 
 const V8: &str = r#"
@@ -37,6 +41,7 @@ ALTER TABLE reservations ADD COLUMN vcpus INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE reservations ADD COLUMN memory_bytes INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE reservations ADD COLUMN binding TEXT NOT NULL DEFAULT '' CHECK (binding IN ('', 'kubernetes'));
 ALTER TABLE reservations ADD COLUMN cgroup_parent TEXT NOT NULL DEFAULT '';
+ALTER TABLE instances ADD COLUMN current_memory_bytes INTEGER;
 "#;
 
 const V1: &str = r#"
