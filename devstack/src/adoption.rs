@@ -1,7 +1,8 @@
 //! Adoption: a joined node's first session enqueues its pool's acceptance
 //! check (`diag.nvml`); its verified SUCCEEDED result with the pool's
-//! expected GPU count adopts the node with NodeSpec generation 1, anything
-//! else rejects it (`GpuCountMismatch`, `AcceptanceFailed`). Event-driven:
+//! expected GPU count, every GPU healthy, adopts the node with NodeSpec
+//! generation 1 (its pool policy's host section), anything else rejects it
+//! (`GpuCountMismatch`, `GpuUnhealthy`, `AcceptanceFailed`). Event-driven:
 //! the session calls in when a session opens, and the decision on a
 //! command's end is a CommandUpdate handler ([`AcceptanceCheck`]) that runs
 //! in the update's transaction.
@@ -129,10 +130,17 @@ fn judge(cmd: &CommandRow, expected: Option<u32>) -> Result<u64, String> {
         .get("gpus")
         .and_then(serde_json::Value::as_u64)
         .ok_or_else(|| format!("AcceptanceFailed: {} output has no gpus count", cmd.kind))?;
-    match expected {
-        Some(n) if u64::from(n) != gpus => Err(format!("GpuCountMismatch: expected {n} GPUs, found {gpus}")),
-        _ => Ok(gpus),
+    if let Some(n) = expected
+        && u64::from(n) != gpus
+    {
+        return Err(format!("GpuCountMismatch: expected {n} GPUs, found {gpus}"));
     }
+    let healthy = output.get("healthy").and_then(serde_json::Value::as_u64).unwrap_or(gpus);
+    if healthy < gpus {
+        let failing = output.get("failing").map(|f| f.to_string()).unwrap_or_else(|| "[]".into());
+        return Err(format!("GpuUnhealthy: {} of {gpus} GPUs failed {}: {failing}", gpus - healthy, cmd.kind));
+    }
+    Ok(gpus)
 }
 
 /// Adopts a node with NodeSpec generation 1 inside a caller's transaction
@@ -145,7 +153,8 @@ fn adopt(
     events: &mut Vec<StackEvent>,
 ) -> Result<Option<NodeSpecRow>> {
     let now = now_ms();
-    let spec = crate::spec::first(shared, &node.id, now);
+    let pool = pools::get(c, &node.pool_id)?.ok_or_else(|| Error::UnknownPool { pool_id: node.pool_id.clone() })?;
+    let spec = crate::spec::first(shared, &node.id, pools::policy_of(&pool)?.host_section(), now);
     if !nodes::adopt(c, &node.id, now)? {
         return Ok(None);
     }
@@ -191,6 +200,8 @@ mod tests {
         assert!(judge(&ok, Some(7)).unwrap_err().starts_with("GpuCountMismatch"));
         assert!(judge(&diag(CommandStatus::Failed, "{}"), None).unwrap_err().starts_with("AcceptanceFailed"));
         assert!(judge(&diag(CommandStatus::Succeeded, "{}"), None).unwrap_err().starts_with("AcceptanceFailed"));
+        let sick = diag(CommandStatus::Succeeded, r#"{"gpus":8,"healthy":6,"failing":[1,5]}"#);
+        assert_eq!(judge(&sick, Some(8)).unwrap_err(), "GpuUnhealthy: 2 of 8 GPUs failed diag.nvml: [1,5]");
     }
 
     #[test]

@@ -177,6 +177,30 @@ pub enum Error {
         /// How many are free.
         free: u32,
     },
+    /// A Kubernetes binding on a pool whose policy does not enable it.
+    #[error("binding-unsupported: node {node_id}'s pool {pool:?} has no policy.kubernetes")]
+    BindingUnsupported {
+        /// The node id.
+        node_id: String,
+        /// The pool's name.
+        pool: String,
+    },
+    /// GPUs asked that a releasing reservation still claims.
+    #[error("reservation-overlap: node {node_id}: {reason}")]
+    ReservationOverlap {
+        /// The node id.
+        node_id: String,
+        /// Which GPUs, held by which reservation.
+        reason: String,
+    },
+    /// Fewer free vCPUs or less free memory than the reservation books.
+    #[error("reservation-room: node {node_id}: {reason}")]
+    ReservationRoom {
+        /// The node id.
+        node_id: String,
+        /// What is short.
+        reason: String,
+    },
     /// No instance has this id.
     #[error("unknown instance {instance_id}")]
     UnknownInstance {
@@ -186,6 +210,12 @@ pub enum Error {
     /// An instance request the stack does not place.
     #[error("invalid instance: {reason}")]
     InvalidInstance {
+        /// What is wrong.
+        reason: String,
+    },
+    /// A pool policy the stack does not render (docs/devstack.md, "Pool policies").
+    #[error("invalid pool policy: {reason}")]
+    InvalidPolicy {
         /// What is wrong.
         reason: String,
     },

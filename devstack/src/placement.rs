@@ -8,26 +8,48 @@
 //! choice is deterministic. A request no host passes is unschedulable, with
 //! a reason naming what each filter refused (the missing label, say).
 //!
-//! Later filters and scores (NUMA-affine vCPUs, huge pages, GPUs) are one
-//! more entry in [`FILTERS`] or one more term of [`score`].
+//! Pinned vCPUs need a NUMA node with that many CPUs off the pool policy's
+//! reserved ones and off those pinned already (the numa filter), huge pages
+//! are booked against what the host's inventory reports reserved (the room
+//! filter), and the policy's reserved CPUs and overcommit shape a host's
+//! room. Later filters and scores (GPUs) are one more entry in [`FILTERS`]
+//! or one more term of [`score`].
 
 use prost::Message as _;
 use rusqlite::Connection;
 
 use crate::error::Result;
+use crate::policy::PoolPolicy;
 use crate::pools::KIND_VPS_HOST;
 use crate::store::instance_rows::NodeLabelRow;
 use crate::store::labels::DRIVER_PREFIX;
 use crate::store::rows::{NodeRow, NodeState, PoolRow};
-use crate::store::{instances, inventory, labels, nodes, volumes};
+use crate::store::{instances, inventory, labels, nodes, pools, volumes};
 
-/// vCPUs and memory.
+/// vCPUs, memory and huge pages.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Room {
     /// vCPUs (a core each).
     pub vcpus: u64,
     /// Bytes of memory.
     pub memory_bytes: u64,
+    /// 2 MiB huge pages (what the host units reserved, per the inventory).
+    pub hugepages_2mi: u64,
+    /// 1 GiB huge pages.
+    pub hugepages_1gi: u64,
+}
+
+impl Room {
+    /// The huge pages `bytes` of memory backed by pages of `page` bytes
+    /// take (2 MiB or 1 GiB; anything else takes none).
+    pub fn with_hugepages(mut self, page: u64, bytes: u64) -> Self {
+        match page {
+            p if p == 2 << 20 => self.hugepages_2mi = bytes.div_ceil(p),
+            p if p == 1 << 30 => self.hugepages_1gi = bytes.div_ceil(p),
+            _ => {}
+        }
+        self
+    }
 }
 
 /// What is asked of placement.
@@ -44,6 +66,8 @@ pub struct Request<'a> {
     /// The host it is pinned to: the room filter is left to that host's
     /// own admission.
     pub pinned: Option<&'a str>,
+    /// Pin its vCPUs on one NUMA node of the host, off the reserved CPUs.
+    pub pin_cpus: bool,
 }
 
 /// A host as placement sees it.
@@ -59,6 +83,41 @@ pub struct Host {
     pub booked: Room,
     /// Its volumes (not deleted).
     pub volumes: Vec<String>,
+    /// Its NUMA nodes (from the inventory).
+    pub numa: Vec<proto::NumaNode>,
+    /// The CPUs its pool policy reserves for the host itself.
+    pub reserved_cpus: Vec<u32>,
+    /// The host CPUs the instances placed on it pinned.
+    pub pinned_cpus: Vec<u32>,
+    /// The huge pages (2 MiB, 1 GiB) the pinned instances placed on it
+    /// take from each NUMA node (a strict numatune takes them there), by
+    /// node id.
+    pub pinned_pages: std::collections::BTreeMap<u32, (u64, u64)>,
+}
+
+impl Host {
+    /// Where pinned vCPUs go: the first NUMA node with as many CPUs
+    /// neither reserved nor pinned as `need` has vCPUs, and as many free
+    /// huge pages of its node as it needs (its memory comes strictly from
+    /// there), its lowest such CPUs.
+    pub fn pin(&self, need: Room) -> Option<proto::InstanceCpus> {
+        let vcpus = need.vcpus;
+        self.numa.iter().find_map(|node| {
+            let (used_2mi, used_1gi) = self.pinned_pages.get(&node.id).copied().unwrap_or_default();
+            if used_2mi + need.hugepages_2mi > node.hugepages_2mi || used_1gi + need.hugepages_1gi > node.hugepages_1gi
+            {
+                return None;
+            }
+            let free: Vec<u32> = node
+                .cpus
+                .iter()
+                .copied()
+                .filter(|c| !self.reserved_cpus.contains(c) && !self.pinned_cpus.contains(c))
+                .take(vcpus as usize)
+                .collect();
+            (free.len() as u64 == vcpus).then_some(proto::InstanceCpus { numa_node: node.id, host_cpus: free })
+        })
+    }
 }
 
 impl Host {
@@ -134,6 +193,23 @@ impl Filter for Volumes {
     }
 }
 
+struct Numa;
+impl Filter for Numa {
+    fn name(&self) -> &'static str {
+        "numa"
+    }
+    fn refuses(&self, request: &Request<'_>, host: &Host) -> Option<String> {
+        (request.pin_cpus && host.pin(request.need).is_none()).then(|| {
+            let pages = match (request.need.hugepages_2mi, request.need.hugepages_1gi) {
+                (0, 0) => String::new(),
+                (p2, 0) => format!(" and {p2} free huge pages of 2Mi"),
+                (_, p1) => format!(" and {p1} free huge pages of 1Gi"),
+            };
+            format!("lack a NUMA node with {} CPUs neither reserved nor pinned{pages}", request.need.vcpus)
+        })
+    }
+}
+
 struct RoomFilter;
 impl Filter for RoomFilter {
     fn name(&self) -> &'static str {
@@ -144,6 +220,17 @@ impl Filter for RoomFilter {
             return None;
         }
         let Some(cap) = host.capacity else { return Some("reported no system inventory".into()) };
+        for (size, want, have, booked) in [
+            ("2Mi", request.need.hugepages_2mi, cap.hugepages_2mi, host.booked.hugepages_2mi),
+            ("1Gi", request.need.hugepages_1gi, cap.hugepages_1gi, host.booked.hugepages_1gi),
+        ] {
+            if want > 0 && booked.saturating_add(want) > have {
+                return Some(format!(
+                    "lack {want} free huge pages of {size} (have {} of {have} reserved)",
+                    have.saturating_sub(booked)
+                ));
+            }
+        }
         let (cpu, mem) = host.left(request.need);
         (cpu < 0 || mem < 0).then(|| {
             format!(
@@ -160,7 +247,7 @@ impl Filter for RoomFilter {
 }
 
 /// The filters, in order: a host is refused by the first that refuses it.
-pub static FILTERS: &[&dyn Filter] = &[&PoolKind, &Adopted, &Pinned, &RuntimeLabel, &Volumes, &RoomFilter];
+pub static FILTERS: &[&dyn Filter] = &[&PoolKind, &Adopted, &Pinned, &RuntimeLabel, &Volumes, &Numa, &RoomFilter];
 
 /// A host's score: the room left after placing (vCPUs, then memory), higher
 /// is better.
@@ -197,23 +284,65 @@ pub fn choose(request: &Request<'_>, hosts: &[Host]) -> std::result::Result<Stri
     Err(format!("no host of pool {:?} can take it: {}", request.pool.name, why.join("; ")))
 }
 
-/// The hosts of a pool, in join order, with what placement needs of them.
+/// Scales `n` by an overcommit percentage (0: 100).
+fn overcommit(n: u64, percent: u32) -> u64 {
+    if percent == 0 { n } else { (n as u128 * percent as u128 / 100) as u64 }
+}
+
+/// The hosts of a pool, in join order, with what placement needs of them:
+/// its inventory's room (the cores not reserved for the host, and the
+/// memory, each scaled by the pool policy's overcommit), the huge pages
+/// reserved and the NUMA nodes.
 pub fn hosts(c: &Connection, pool_id: &str) -> Result<Vec<Host>> {
+    let policy = match pools::get(c, pool_id)? {
+        Some(pool) => pools::policy_of(&pool)?,
+        None => PoolPolicy::default(),
+    };
     let mut out = Vec::new();
     for node in nodes::of_pool(c, pool_id)? {
-        let capacity = inventory::of_node(c, &node.id)?
+        let system = inventory::of_node(c, &node.id)?
             .into_iter()
             .find(|s| s.name == "system")
-            .and_then(|s| proto::SystemInventory::decode(s.content.as_slice()).ok())
-            .map(|s| Room { vcpus: s.cpu_cores as u64, memory_bytes: s.memory_bytes });
+            .and_then(|s| proto::SystemInventory::decode(s.content.as_slice()).ok());
+        let capacity = system.as_ref().map(|s| Room {
+            vcpus: overcommit(
+                (s.cpu_cores as u64).saturating_sub(policy.reserved_cpus.len() as u64),
+                policy.cpu_overcommit_percent,
+            ),
+            memory_bytes: overcommit(s.memory_bytes, policy.memory_overcommit_percent),
+            hugepages_2mi: s.hugepages_2mi,
+            hugepages_1gi: s.hugepages_1gi,
+        });
         let mut booked = Room::default();
+        let mut pinned_cpus = Vec::new();
+        let mut pinned_pages = std::collections::BTreeMap::<u32, (u64, u64)>::new();
         for i in instances::on_node(c, &node.id)? {
+            pinned_cpus.extend(i.spec.cpus.iter().flat_map(|p| p.host_cpus.iter().copied()));
+            let need = Room::default().with_hugepages(i.spec.hugepage_bytes, i.spec.memory_bytes);
+            if let Some(pin) = i.spec.cpus.as_ref().filter(|p| !p.host_cpus.is_empty()) {
+                let pages = pinned_pages.entry(pin.numa_node).or_default();
+                pages.0 += need.hugepages_2mi;
+                pages.1 += need.hugepages_1gi;
+            }
             booked.vcpus += i.spec.vcpus as u64;
             booked.memory_bytes += i.spec.memory_bytes;
+            booked.hugepages_2mi += need.hugepages_2mi;
+            booked.hugepages_1gi += need.hugepages_1gi;
         }
         let volumes = volumes::on_node(c, &node.id)?.into_iter().filter(|v| !v.deleting).map(|v| v.id).collect();
         let labels = labels::of_node(c, &node.id)?;
-        out.push(Host { node, labels, capacity, booked, volumes });
+        let numa = system.map(|s| s.numa).unwrap_or_default();
+        out.push(Host {
+            node,
+            labels,
+            capacity,
+            booked,
+            volumes,
+            numa,
+            reserved_cpus: policy.reserved_cpus.clone(),
+            pinned_cpus,
+            pinned_pages,
+        });
     }
     Ok(out)
 }
@@ -231,6 +360,7 @@ mod tests {
             acceptance: "none".into(),
             created_at_ms: 0,
             kind: kind.into(),
+            policy: "{}".into(),
         }
     }
 
@@ -256,14 +386,28 @@ mod tests {
                 label: format!("{DRIVER_PREFIX}{runtime}"),
                 value: "1".into(),
             }],
-            capacity: Some(Room { vcpus, memory_bytes: 64 << 30 }),
-            booked: Room { vcpus: booked, memory_bytes: booked << 30 },
+            capacity: Some(Room { vcpus, memory_bytes: 64 << 30, ..Room::default() }),
+            booked: Room { vcpus: booked, memory_bytes: booked << 30, ..Room::default() },
             volumes: vec![],
+            numa: vec![
+                proto::NumaNode { id: 0, cpus: (0..vcpus as u32 / 2).collect(), ..Default::default() },
+                proto::NumaNode { id: 1, cpus: (vcpus as u32 / 2..vcpus as u32).collect(), ..Default::default() },
+            ],
+            reserved_cpus: vec![],
+            pinned_cpus: vec![],
+            pinned_pages: Default::default(),
         }
     }
 
     fn request<'a>(pool: &'a PoolRow, runtime: &'a str, vcpus: u64) -> Request<'a> {
-        Request { pool, runtime, need: Room { vcpus, memory_bytes: vcpus << 30 }, volumes: vec![], pinned: None }
+        Request {
+            pool,
+            runtime,
+            need: Room { vcpus, memory_bytes: vcpus << 30, ..Room::default() },
+            volumes: vec![],
+            pinned: None,
+            pin_cpus: false,
+        }
     }
 
     #[test]
@@ -301,5 +445,44 @@ mod tests {
         let mut with_volume = request(&p, "libvirt-kvm", 1);
         with_volume.volumes = vec!["vol-1".into()];
         assert_eq!(choose(&with_volume, &hosts).unwrap(), "a");
+    }
+
+    #[test]
+    fn huge_pages_are_booked_against_what_the_inventory_reserved() {
+        let p = pool(KIND_VPS_HOST);
+        let mut a = host("a", 1, "libvirt-kvm", 32, 0);
+        a.capacity = Some(Room { hugepages_2mi: 1024, ..a.capacity.unwrap() });
+        a.booked.hugepages_2mi = 512;
+        let mut req = request(&p, "libvirt-kvm", 1);
+        req.need = req.need.with_hugepages(2 << 20, 1 << 30);
+        assert_eq!(req.need.hugepages_2mi, 512);
+        assert_eq!(choose(&req, std::slice::from_ref(&a)).unwrap(), "a");
+        a.booked.hugepages_2mi = 513;
+        let why = choose(&req, &[a]).unwrap_err();
+        assert!(why.contains("room: 1 host(s) lack 512 free huge pages of 2Mi (have 511 of 1024 reserved)"), "{why}");
+    }
+
+    #[test]
+    fn pinned_vcpus_stay_on_one_numa_node_off_the_reserved_and_pinned_cpus() {
+        let p = pool(KIND_VPS_HOST);
+        let mut a = host("a", 1, "libvirt-kvm", 8, 0);
+        a.reserved_cpus = vec![0, 1];
+        a.pinned_cpus = vec![2];
+        // Node 0 has 0-3: only 3 is free; node 1 (4-7) takes 3 vCPUs.
+        let vcpus = |vcpus| Room { vcpus, ..Room::default() };
+        let pin = a.pin(vcpus(3)).unwrap();
+        assert_eq!((pin.numa_node, pin.host_cpus.as_slice()), (1, [4, 5, 6].as_slice()));
+        assert_eq!(a.pin(vcpus(1)).unwrap().host_cpus, [3]);
+        // Huge pages come from the node: node 0 has none free, node 1 has 100.
+        a.numa[0].hugepages_2mi = 10;
+        a.numa[1].hugepages_2mi = 100;
+        a.pinned_pages.insert(0, (10, 0));
+        let paged = Room { vcpus: 1, hugepages_2mi: 50, ..Room::default() };
+        assert_eq!(a.pin(paged).unwrap().numa_node, 1);
+        assert!(a.pin(Room { hugepages_2mi: 101, ..paged }).is_none());
+        let mut req = request(&p, "libvirt-kvm", 5);
+        req.pin_cpus = true;
+        let why = choose(&req, &[a]).unwrap_err();
+        assert!(why.contains("numa: 1 host(s) lack a NUMA node with 5 CPUs neither reserved nor pinned"), "{why}");
     }
 }

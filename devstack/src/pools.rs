@@ -13,6 +13,7 @@ use crate::clock::now_ms;
 use crate::error::{Error, Result};
 use crate::events::StackEvent;
 use crate::ids;
+use crate::policy::PoolPolicy;
 use crate::stack::DevStack;
 use crate::store::rows::{JoinTokenRow, PoolRow};
 use crate::store::{pools, tokens};
@@ -66,6 +67,8 @@ pub struct PoolSpec {
     pub acceptance: Acceptance,
     /// What its nodes are for.
     pub kind: PoolKind,
+    /// What it asks of its hosts (rendered into their `NodeSpec.host`).
+    pub policy: PoolPolicy,
 }
 
 impl StackView<'_> {
@@ -88,6 +91,7 @@ impl StackView<'_> {
 impl DevStack {
     /// Creates a pool; returns its id.
     pub async fn create_pool(&self, spec: PoolSpec) -> Result<String> {
+        spec.policy.check()?;
         let row = PoolRow {
             id: ids::pool_id(),
             name: spec.name,
@@ -100,9 +104,10 @@ impl DevStack {
             .to_string(),
             created_at_ms: now_ms(),
             kind: spec.kind.as_str().to_string(),
+            policy: spec.policy.to_json(),
         };
         self.shared().store.with(|c| pools::insert(c, &row))?;
-        info!(pool_id = %row.id, name = %row.name, kind = %row.kind, expect_gpu_count = ?row.expect_gpu_count, "pool created");
+        info!(pool_id = %row.id, name = %row.name, kind = %row.kind, policy = %row.policy, expect_gpu_count = ?row.expect_gpu_count, "pool created");
         self.shared().publish(StackEvent::PoolCreated { pool_id: row.id.clone(), name: row.name.clone() });
         self.shared().bump();
         Ok(row.id)

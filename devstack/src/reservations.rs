@@ -24,7 +24,7 @@ use crate::shared::Shared;
 use crate::stack::DevStack;
 use crate::store::reservations as rows;
 use crate::store::rows::{NodeSpecRow, NodeState, ReservationRow, ReservationState};
-use crate::store::{inventory, nodes};
+use crate::store::{inventory, nodes, pools};
 use crate::view::StackView;
 
 /// The code of an AllocationBound whose indexes are not the held ones.
@@ -47,7 +47,13 @@ fn changed(node_id: &str, reservation_id: &str, state: ReservationState, reason:
 fn holds(c: &Connection, node_id: &str) -> Result<Vec<proto::Hold>> {
     Ok(rows::held(c, node_id)?
         .into_iter()
-        .map(|r| proto::Hold { allocation_id: r.id, gpu_indexes: r.gpu_indexes, binding: String::new() })
+        .map(|r| proto::Hold {
+            allocation_id: r.id,
+            gpu_indexes: r.gpu_indexes,
+            binding: r.binding,
+            vcpus: r.vcpus,
+            memory_bytes: r.memory_bytes,
+        })
         .collect())
 }
 
@@ -74,9 +80,76 @@ fn gpu_indexes(c: &Connection, node_id: &str) -> Result<Vec<u32>> {
     Ok(indexes)
 }
 
-/// Books `gpus` free GPUs of an adopted node (the lowest free indexes) in a
-/// new spec generation, sent to the node; returns the reservation id.
-fn reserve(shared: &Shared, node_id: &str, gpus: u32) -> Result<String> {
+/// How a hold is bound on its node.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Binding {
+    /// A plain hold: its CDI spec sets `NVIDIA_VISIBLE_DEVICES`, and a
+    /// booked share runs in its slice `bcd-alloc-<id>.slice`.
+    #[default]
+    Plain,
+    /// A Kubernetes hold (a pool with `policy.kubernetes` only): its CDI
+    /// spec carries `bcd.dev/binding: kubernetes`, and the kubelet enforces
+    /// the share.
+    Kubernetes,
+}
+
+impl Binding {
+    /// The value of `Hold.binding` and `reservations.binding`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Binding::Plain => "",
+            Binding::Kubernetes => "kubernetes",
+        }
+    }
+}
+
+/// A reservation to make: GPUs, and the share of the host booked with them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReservationRequest {
+    /// How many GPUs (the lowest free indexes).
+    pub gpus: u32,
+    /// vCPUs booked with them (0: none).
+    pub vcpus: u32,
+    /// Memory booked with them (0: none).
+    pub memory_bytes: u64,
+    /// How the hold is bound.
+    pub binding: Binding,
+}
+
+/// Why the node's free vCPUs or memory cannot take the request's share, or
+/// None (what its held and releasing reservations book is not free).
+fn room(c: &Connection, node_id: &str, request: &ReservationRequest) -> Result<Option<String>> {
+    if request.vcpus == 0 && request.memory_bytes == 0 {
+        return Ok(None);
+    }
+    let Some(system) = inventory::of_node(c, node_id)?
+        .into_iter()
+        .find(|s| s.name == "system")
+        .and_then(|s| proto::SystemInventory::decode(s.content.as_slice()).ok())
+    else {
+        return Ok(Some("the node reported no system inventory".into()));
+    };
+    let (mut vcpus, mut memory) = (0u64, 0u64);
+    for r in rows::taken(c, node_id)? {
+        vcpus += r.vcpus as u64;
+        memory += r.memory_bytes;
+    }
+    let (free_cpus, free_mem) =
+        ((system.cpu_cores as u64).saturating_sub(vcpus), system.memory_bytes.saturating_sub(memory));
+    Ok((request.vcpus as u64 > free_cpus || request.memory_bytes > free_mem).then(|| {
+        format!(
+            "{} vCPUs and {} bytes asked, {free_cpus} vCPUs and {free_mem} bytes free",
+            request.vcpus, request.memory_bytes
+        )
+    }))
+}
+
+/// Books free GPUs of an adopted node (the lowest free indexes) and the
+/// share asked in a new spec generation, sent to the node; returns the
+/// reservation id. GPUs a releasing reservation still claims are not free
+/// (fail-closed: they are claimed until the node reports them released).
+fn reserve(shared: &Shared, node_id: &str, request: ReservationRequest) -> Result<String> {
+    let gpus = request.gpus;
     if gpus == 0 {
         return Err(Error::InvalidReservation { node_id: node_id.into(), reason: "zero GPUs asked".into() });
     }
@@ -86,14 +159,52 @@ fn reserve(shared: &Shared, node_id: &str, gpus: u32) -> Result<String> {
         if node.state != NodeState::Adopted {
             return Err(Error::NodeNotAdopted { node_id: node_id.into(), state: node.state });
         }
-        let taken: Vec<u32> = rows::taken(c, node_id)?.into_iter().flat_map(|r| r.gpu_indexes).collect();
-        let free: Vec<u32> = gpu_indexes(c, node_id)?.into_iter().filter(|i| !taken.contains(i)).collect();
+        if request.binding == Binding::Kubernetes {
+            let pool =
+                pools::get(c, &node.pool_id)?.ok_or_else(|| Error::UnknownPool { pool_id: node.pool_id.clone() })?;
+            if !pools::policy_of(&pool)?.kubernetes {
+                return Err(Error::BindingUnsupported { node_id: node_id.into(), pool: pool.name });
+            }
+        }
+        let taken = rows::taken(c, node_id)?;
+        let claimed: Vec<u32> = taken.iter().flat_map(|r| r.gpu_indexes.iter().copied()).collect();
+        let all = gpu_indexes(c, node_id)?;
+        let free: Vec<u32> = all.iter().copied().filter(|i| !claimed.contains(i)).collect();
         if free.len() < gpus as usize {
+            let releasing: Vec<String> = taken
+                .iter()
+                .filter(|r| r.state == ReservationState::Releasing)
+                .map(|r| format!("GPUs {:?} of {}", r.gpu_indexes, r.id))
+                .collect();
+            let unclaimed = free.len()
+                + taken
+                    .iter()
+                    .filter(|r| r.state == ReservationState::Releasing)
+                    .map(|r| r.gpu_indexes.len())
+                    .sum::<usize>();
+            if !releasing.is_empty() && unclaimed >= gpus as usize {
+                return Err(Error::ReservationOverlap {
+                    node_id: node_id.into(),
+                    reason: format!(
+                        "{gpus} GPUs asked, {} free: {} still claimed until the node reports them released",
+                        free.len(),
+                        releasing.join(", ")
+                    ),
+                });
+            }
             return Err(Error::InsufficientGpus { node_id: node_id.into(), wanted: gpus, free: free.len() as u32 });
+        }
+        if let Some(reason) = room(c, node_id, &request)? {
+            return Err(Error::ReservationRoom { node_id: node_id.into(), reason });
         }
         let indexes = free[..gpus as usize].to_vec();
         let generation = node.spec_generation + 1;
-        rows::insert(c, &id, node_id, &indexes, generation, now_ms())?;
+        let share = rows::Share {
+            vcpus: request.vcpus,
+            memory_bytes: request.memory_bytes,
+            binding: request.binding.as_str().to_string(),
+        };
+        rows::insert(c, &id, node_id, &indexes, &share, generation, now_ms())?;
         let spec = respec(c, shared, node_id)?;
         debug_assert_eq!(spec.generation, generation);
         Ok((spec, indexes))
@@ -229,8 +340,8 @@ fn apply_report(
         });
         match verdict {
             Ok(a) => {
-                if rows::activate(c, &r.id, a.generation, &a.cdi_devices, &b.envelope, now)? {
-                    info!(node_id, reservation_id = %r.id, generation = a.generation, "reservation: active");
+                if rows::activate(c, &r.id, a.generation, &a.cdi_devices, &a.cgroup_parent, &b.envelope, now)? {
+                    info!(node_id, reservation_id = %r.id, generation = a.generation, cgroup_parent = %a.cgroup_parent, "reservation: active");
                     events.push(changed(node_id, &r.id, ReservationState::Active, ""));
                 }
             }
@@ -286,7 +397,15 @@ impl DevStack {
     /// the reservation id (also the hold's `allocation_id`). It turns
     /// `active` on the node's signed AllocationBound.
     pub async fn reserve(&self, node_id: &str, gpus: u32) -> Result<String> {
-        reserve(self.shared(), node_id, gpus)
+        reserve(self.shared(), node_id, ReservationRequest { gpus, ..ReservationRequest::default() })
+    }
+
+    /// Like [`DevStack::reserve`], with a booked share of the host (vCPUs,
+    /// memory; refused `reservation-room` beyond what the node's held and
+    /// releasing reservations leave) and a binding (`kubernetes` refused
+    /// `binding-unsupported` on a pool without `policy.kubernetes`).
+    pub async fn reserve_with(&self, node_id: &str, request: ReservationRequest) -> Result<String> {
+        reserve(self.shared(), node_id, request)
     }
 
     /// Withdraws a pending or active reservation's hold in a new spec

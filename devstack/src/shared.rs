@@ -170,6 +170,7 @@ pub mod testing {
             acceptance: acceptance.into(),
             created_at_ms: 0,
             kind: crate::pools::KIND_GPU.into(),
+            policy: "{}".into(),
         };
         shared.store.with(|c| pools::insert(c, &pool)).unwrap();
         let node = nodes::NewNode {

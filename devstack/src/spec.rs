@@ -53,9 +53,10 @@ pub fn row(shared: &Shared, spec: &proto::NodeSpec, unsigned: bool, now: i64) ->
     }
 }
 
-/// The first spec of a node (generation 1, no sections).
-pub fn first(shared: &Shared, node_id: &str, now: i64) -> NodeSpecRow {
-    let spec = proto::NodeSpec { node_id: node_id.to_string(), generation: 1, ..Default::default() };
+/// The first spec of a node (generation 1): its pool policy's host section
+/// (docs/devstack.md, "Pool policies"), no other.
+pub fn first(shared: &Shared, node_id: &str, host: Option<proto::HostSection>, now: i64) -> NodeSpecRow {
+    let spec = proto::NodeSpec { node_id: node_id.to_string(), generation: 1, host, ..Default::default() };
     row(shared, &spec, false, now)
 }
 

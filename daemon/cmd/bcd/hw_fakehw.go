@@ -3,8 +3,8 @@
 // The fakehw build: fake hardware under data_dir/fakehw-root, a swtpm as
 // its TPM (data_dir/fakehw-tpm), and its knobs (BCD_FAKEHW_SEED,
 // BCD_FAKEHW_VARIANT, BCD_RENEW_AFTER, BCD_FAKEHW_BACKOFF_CAP,
-// BCD_FAKEHW_TPM_STATE, BCD_FAKEHW_TPM_CSR_KEY). A build without fakehw has
-// none of them.
+// BCD_FAKEHW_TPM_STATE, BCD_FAKEHW_TPM_CSR_KEY, and the failure knobs of
+// internal/fakehw/faults.go). A build without fakehw has none of them.
 
 package main
 
@@ -34,7 +34,13 @@ func newMachine(dataDir string, getenv func(string) string, seed string) (machin
 	if variant == "" {
 		variant = fakehw.DefaultVariant
 	}
-	return fakehw.New(dataDir, seed, variant)
+	m, err := fakehw.New(dataDir, seed, variant)
+	if err != nil {
+		return nil, err
+	}
+	faults, _ := fakehw.FaultsFromEnv(getenv)
+	m.SetFaults(faults)
+	return m, nil
 }
 
 // knobs are the fakehw build's tuning knobs.
@@ -73,6 +79,13 @@ func readKnobs(getenv func(string) string, log *slog.Logger) knobs {
 		}
 		*dst = d
 		log.Info("fakehw.knob", "knob", name, "value", d.String())
+	}
+	faults, bad := fakehw.FaultsFromEnv(getenv)
+	for _, name := range faults.Active() {
+		log.Info("fakehw.knob", "knob", name, "value", getenv(name))
+	}
+	for _, name := range bad {
+		log.Warn("fakehw.knob_ignored", "knob", name, "reason", "not a value it takes")
 	}
 	switch v := getenv("BCD_FAKEHW_TPM_CSR_KEY"); v {
 	case "", "tpm":

@@ -27,6 +27,7 @@ import (
 	"bcd/internal/config"
 	"bcd/internal/converge"
 	"bcd/internal/dispatch"
+	"bcd/internal/hostconfig"
 	"bcd/internal/identity"
 	"bcd/internal/instances"
 	"bcd/internal/intent"
@@ -163,6 +164,9 @@ func New(opts Options) (*Agent, error) {
 		return nil, err
 	}
 	var reconcilers []converge.Reconciler
+	if system, ok := opts.Machine.(hostconfig.System); ok {
+		reconcilers = append(reconcilers, hostconfig.New(system))
+	}
 	tcfg := telemetry.Config{NodeID: id.NodeID, Version: opts.Version, Machine: opts.Machine, Log: log}
 	if a.instances != nil {
 		reconcilers = append(reconcilers, a.instances)

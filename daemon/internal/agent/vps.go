@@ -10,10 +10,12 @@ package agent
 import (
 	"context"
 	"path/filepath"
+	"time"
 
 	"bcd/internal/broker"
 	"bcd/internal/converge"
 	"bcd/internal/instances"
+	"bcd/internal/machine"
 	"bcd/internal/metadata"
 	"bcd/internal/runtime"
 	"bcd/internal/volumes"
@@ -40,8 +42,12 @@ func (a *Agent) newVPS() (*instances.Reconciler, error) {
 	}
 	a.broker = broker.New(broker.Config{NodeID: a.id.NodeID, Key: a.id.Key, BootID: a.opts.Machine.BootID,
 		Send: a.session.SendControl, Log: a.log})
-	r, err := instances.New(instances.Config{Runtimes: v.Runtimes, Volumes: v.Volumes, Secrets: a.broker,
-		Capacity: instances.CapacityOf(a.opts.Machine), Journal: a.journal, Log: a.log})
+	cfg := instances.Config{Runtimes: v.Runtimes, Volumes: v.Volumes, Secrets: a.broker,
+		Capacity: instances.CapacityOf(a.opts.Machine), Journal: a.journal, Log: a.log}
+	if ps, ok := a.opts.Machine.(machine.PressureSource); ok {
+		cfg.Pressure = ps.Pressure
+	}
+	r, err := instances.New(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -56,10 +62,41 @@ func (a *Agent) startVPS(ctx context.Context) error {
 		return nil
 	}
 	a.converger.Repass(converge.SectionInstances)
+	if ps, ok := a.opts.Machine.(machine.PressureSource); ok {
+		go a.watchPressure(ctx, ps)
+	}
 	if !a.opts.VPS.MetadataSocket {
 		return nil
 	}
 	h := metadata.Handler(metadata.Config{Instances: a.instances, Seeds: a.opts.VPS.Seeds, Tokens: a.broker,
 		Identify: metadata.ByHeader, Log: a.log})
 	return metadata.Serve(ctx, filepath.Join(a.opts.Config.DataDir, metadata.SocketName), h)
+}
+
+// PressureEvery is how often a VPS host reads its pressure.
+const PressureEvery = 500 * time.Millisecond
+
+// watchPressure passes the instances section again whenever the memory
+// pressure changes band (instances.PressureBand), so that guests with a
+// floor are ballooned or deflated.
+func (a *Agent) watchPressure(ctx context.Context, ps machine.PressureSource) {
+	t := time.NewTicker(PressureEvery)
+	defer t.Stop()
+	last := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		hp, err := ps.Pressure()
+		if err != nil {
+			continue
+		}
+		if band := instances.PressureBand(hp.GetMemoryPercent()); band != last {
+			a.log.Info("instances.pressure", "memory_percent", hp.GetMemoryPercent(), "band", band)
+			last = band
+			a.converger.Repass(converge.SectionInstances)
+		}
+	}
 }

@@ -1,7 +1,8 @@
 // The CDI spec of a bound hold: one file per allocation,
 // <cdi dir>/bcd-alloc-<id>.json, of kind bcd.dev/alloc, naming the GPUs'
 // device nodes (and NVIDIA_VISIBLE_DEVICES, or the kubernetes binding's
-// annotation).
+// annotations: bcd.dev/binding, and the booked bcd.dev/vcpus and
+// bcd.dev/memory-bytes).
 
 package converge
 
@@ -45,7 +46,14 @@ func writeCDI(dir string, a *Allocation) error {
 	}
 	d := device{Name: a.ID, ContainerEdits: edits{DeviceNodes: nodes}}
 	if a.Binding == "kubernetes" {
+		// The kubelet enforces the booked share: it reads the limits here.
 		d.Annotations = map[string]string{"bcd.dev/binding": "kubernetes"}
+		if a.VCPUs > 0 {
+			d.Annotations["bcd.dev/vcpus"] = strconv.FormatUint(uint64(a.VCPUs), 10)
+		}
+		if a.MemoryBytes > 0 {
+			d.Annotations["bcd.dev/memory-bytes"] = strconv.FormatUint(a.MemoryBytes, 10)
+		}
 	} else {
 		d.ContainerEdits.Env = []string{"NVIDIA_VISIBLE_DEVICES=" + strings.Join(indexes, ",")}
 	}

@@ -230,6 +230,11 @@ func (c *Converger) Report() (*agentv1.StatusReport, error) {
 		return nil, err
 	}
 	r := &agentv1.StatusReport{Inventory: sections, AppliedGeneration: c.AppliedGeneration(), Sections: c.Sections()}
+	if ps, ok := c.cfg.Machine.(machine.PressureSource); ok {
+		if r.Pressure, err = ps.Pressure(); err != nil {
+			return nil, err
+		}
+	}
 	for _, rec := range c.reconcilers {
 		if rep, ok := rec.(Reporter); ok {
 			if err := rep.Report(r); err != nil {
@@ -252,6 +257,22 @@ func (c *Converger) appliedSpec() *agentv1.NodeSpec {
 		return nil
 	}
 	return spec
+}
+
+// appliedEnvelope is the envelope of the spec applied now (nil for none).
+func (c *Converger) appliedEnvelope() *agentv1.Envelope {
+	_, data := c.cfg.Journal.Applied()
+	env := &agentv1.Envelope{}
+	if data == nil || proto.Unmarshal(data, env) != nil {
+		return nil
+	}
+	return env
+}
+
+// signed says whether env, a spec that verified, carries a command root's
+// signature: with roots, verify checked every signature it has.
+func (c *Converger) signed(env *agentv1.Envelope) bool {
+	return env != nil && len(env.GetSignatures()) > 0 && len(c.cfg.Trust.Roots()) > 0
 }
 
 // verify checks a spec under the policy: with command roots it must be

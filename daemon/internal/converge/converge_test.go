@@ -308,3 +308,59 @@ func TestCheckQuorumRefusesAnApproverWhoseKeyDoesNotParse(t *testing.T) {
 		t.Fatalf("CheckQuorum: %v", err)
 	}
 }
+
+func TestAHoldWithABookedShareRunsInItsSliceUntilReleased(t *testing.T) {
+	dir := t.TempDir()
+	r := newRig(t, dir, false, "")
+	share := &agentv1.Hold{AllocationId: "alloc_s", GpuIndexes: []uint32{2}, Vcpus: 8, MemoryBytes: 64 << 30}
+	k8s := &agentv1.Hold{AllocationId: "alloc_k", GpuIndexes: []uint32{3}, Vcpus: 8, MemoryBytes: 64 << 30, Binding: "kubernetes"}
+	if ok, err := r.c.Apply(desired(spec(1, share, k8s))); !ok || err != nil {
+		t.Fatalf("apply: %v %v", ok, err)
+	}
+	slice := filepath.Join(r.m.Root(), "sys/fs/cgroup/bcd.slice/bcd-alloc.slice/bcd-alloc-alloc_s.slice")
+	if data, err := os.ReadFile(filepath.Join(slice, "cpu.max")); err != nil || string(data) != "800000 100000\n" {
+		t.Fatalf("cpu.max %q, %v", data, err)
+	}
+	if data, err := os.ReadFile(filepath.Join(slice, "memory.max")); err != nil || string(data) != "68719476736\n" {
+		t.Fatalf("memory.max %q, %v", data, err)
+	}
+	unit, err := os.ReadFile(r.m.SliceUnitPath("alloc_s"))
+	if err != nil || !strings.Contains(string(unit), "CPUQuota=800%\nMemoryMax=68719476736\n") {
+		t.Fatalf("unit %s, %v", unit, err)
+	}
+	if _, err := os.Stat(r.m.SliceUnitPath("alloc_k")); !os.IsNotExist(err) {
+		t.Fatal("a kubernetes hold got a slice")
+	}
+	parents := map[string]string{}
+	for _, env := range r.lastReport(t).Allocations {
+		stmt, err := pki.VerifyStatement(pki.EnvelopeFromProto(env), pub(nodeKey), nodeID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := stmt.GetAllocationBound()
+		parents[b.GetAllocationId()] = b.GetCgroupParent()
+		if b.GetVcpus() != 8 || b.GetMemoryBytes() != 64<<30 {
+			t.Fatalf("statement %v", b)
+		}
+	}
+	if parents["alloc_s"] != "bcd-alloc-alloc_s.slice" || parents["alloc_k"] != "" {
+		t.Fatalf("cgroup parents %v", parents)
+	}
+	// A reboot clears run/: the restarted bcd makes the slice again.
+	if err := r.m.Reboot(); err != nil {
+		t.Fatal(err)
+	}
+	r.j.Close()
+	r = newRig(t, dir, false, "")
+	if _, err := os.Stat(r.m.SliceUnitPath("alloc_s")); err != nil {
+		t.Fatalf("the slice was not restored: %v", err)
+	}
+	if ok, _ := r.c.Apply(desired(spec(2))); !ok {
+		t.Fatal("generation 2 not applied")
+	}
+	for _, gone := range []string{slice, r.m.SliceUnitPath("alloc_s")} {
+		if _, err := os.Stat(gone); !os.IsNotExist(err) {
+			t.Fatalf("%s left after the release", gone)
+		}
+	}
+}

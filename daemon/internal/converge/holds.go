@@ -44,6 +44,11 @@ type Allocation struct {
 	Binding string `json:"binding,omitempty"`
 	// Generation is the spec generation that bound it.
 	Generation uint64 `json:"generation"`
+	// VCPUs and MemoryBytes are the share of the host booked with it.
+	VCPUs       uint32 `json:"vcpus,omitempty"`
+	MemoryBytes uint64 `json:"memory_bytes,omitempty"`
+	// CgroupParent is the slice a plain hold with a share runs in.
+	CgroupParent string `json:"cgroup_parent,omitempty"`
 	// Statement is the node-signed AllocationBound (protobuf Envelope).
 	Statement []byte `json:"statement"`
 }
@@ -79,6 +84,12 @@ func newHolds(cfg Config, log *slog.Logger) (*holdsReconciler, error) {
 				return nil, err
 			}
 			log.Warn("converge.cdi_restored", "allocation_id", a.ID)
+		}
+		// A slice lives in /run: a reboot takes it, the hold brings it back.
+		if s, ok := h.machine.(machine.Slices); ok && a.CgroupParent != "" {
+			if _, err := s.MakeSlice(a.ID, a.VCPUs, a.MemoryBytes); err != nil {
+				return nil, fmt.Errorf("allocation %s: its slice: %w", a.ID, err)
+			}
 		}
 	}
 	return h, nil
@@ -206,11 +217,17 @@ func (h *holdsReconciler) release(spec *agentv1.NodeSpec) ([]*agentv1.Allocation
 	var released []*agentv1.AllocationReleased
 	for id, a := range h.allocations {
 		hold, ok := wanted[id]
-		if ok && slices.Equal(hold.GetGpuIndexes(), a.GPUs) && hold.GetBinding() == a.Binding {
+		if ok && slices.Equal(hold.GetGpuIndexes(), a.GPUs) && hold.GetBinding() == a.Binding &&
+			hold.GetVcpus() == a.VCPUs && hold.GetMemoryBytes() == a.MemoryBytes {
 			continue
 		}
 		if err := os.Remove(cdiPath(h.machine.CDIDir(), id)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return nil, err
+		}
+		if s, slice := h.machine.(machine.Slices); slice && a.CgroupParent != "" {
+			if err := s.RemoveSlice(id); err != nil {
+				return nil, err
+			}
 		}
 		delete(h.allocations, id)
 		if !ok {
@@ -226,14 +243,35 @@ func (h *holdsReconciler) release(spec *agentv1.NodeSpec) ([]*agentv1.Allocation
 // cannot be made an error. The caller holds h.mu.
 func (h *holdsReconciler) bind(hold *agentv1.Hold, generation uint64) (*Allocation, string, error) {
 	id := hold.GetAllocationId()
-	a := &Allocation{ID: id, GPUs: slices.Clone(hold.GetGpuIndexes()), Binding: hold.GetBinding(), Generation: generation}
-	if err := writeCDI(h.machine.CDIDir(), a); err != nil {
+	a := &Allocation{ID: id, GPUs: slices.Clone(hold.GetGpuIndexes()), Binding: hold.GetBinding(), Generation: generation,
+		VCPUs: hold.GetVcpus(), MemoryBytes: hold.GetMemoryBytes()}
+	// A plain hold's share runs in its slice; a kubernetes hold's share is
+	// the kubelet's to enforce.
+	if s, ok := h.machine.(machine.Slices); ok && a.Binding == "" && (a.VCPUs > 0 || a.MemoryBytes > 0) {
+		name, err := s.MakeSlice(id, a.VCPUs, a.MemoryBytes)
+		if err != nil {
+			return nil, ReasonSliceFailed + ": " + err.Error(), nil
+		}
+		a.CgroupParent = name
+	}
+	err := error(nil)
+	if f, ok := h.machine.(machine.CDIFaults); ok {
+		err = f.CDIWriteFault()
+	}
+	if err == nil {
+		err = writeCDI(h.machine.CDIDir(), a)
+	}
+	if err != nil {
+		if s, ok := h.machine.(machine.Slices); ok && a.CgroupParent != "" {
+			_ = s.RemoveSlice(id)
+		}
 		return nil, ReasonCDIWrite + ": " + err.Error(), nil
 	}
 	stmt := &agentv1.NodeStatement{
 		NodeId: h.nodeID, BootId: h.machine.BootID(), AtMs: h.now().UnixMilli(),
 		Body: &agentv1.NodeStatement_AllocationBound{AllocationBound: &agentv1.AllocationBound{
-			AllocationId: id, GpuIndexes: a.GPUs, CdiDevices: []string{CDIKind + "=" + id}, Generation: a.Generation}},
+			AllocationId: id, GpuIndexes: a.GPUs, CdiDevices: []string{CDIKind + "=" + id}, Generation: a.Generation,
+			CgroupParent: a.CgroupParent, Vcpus: a.VCPUs, MemoryBytes: a.MemoryBytes, Binding: a.Binding}},
 	}
 	env, err := pki.SignStatement(rand.Reader, h.key, stmt)
 	if err != nil {
@@ -243,7 +281,7 @@ func (h *holdsReconciler) bind(hold *agentv1.Hold, generation uint64) (*Allocati
 		return nil, "", err
 	}
 	h.allocations[id] = a
-	h.log.Info("converge.bound", "allocation_id", id, "gpus", fmt.Sprint(a.GPUs), "generation", a.Generation)
+	h.log.Info("converge.bound", "allocation_id", id, "gpus", fmt.Sprint(a.GPUs), "generation", a.Generation, "cgroup_parent", a.CgroupParent)
 	return a, "", nil
 }
 

@@ -56,7 +56,7 @@ func (c *Converger) apply(ds *agentv1.DesiredState) (uint64, error) {
 		return 0, err
 	}
 	c.cancelRequeues()
-	in := Input{Spec: spec, Previous: c.appliedSpec()}
+	in := Input{Spec: spec, Previous: c.appliedSpec(), Envelope: ds.GetSpec(), Signed: c.signed(ds.GetSpec())}
 	var outcomes []outcome
 	for _, r := range c.reconcilers {
 		res, err := r.Reconcile(c.ctx, in)
@@ -261,11 +261,11 @@ func (c *Converger) repass(section string, generation uint64, delay time.Duratio
 			r = rec
 		}
 	}
-	spec := c.appliedSpec()
+	spec, env := c.appliedSpec(), c.appliedEnvelope()
 	if r == nil || spec == nil {
 		return
 	}
-	res, err := r.Reconcile(c.ctx, Input{Spec: spec, Previous: spec})
+	res, err := r.Reconcile(c.ctx, Input{Spec: spec, Previous: spec, Envelope: env, Signed: c.signed(env)})
 	if err == nil {
 		err = c.commit(generation, nil, []outcome{{r, res}})
 	}

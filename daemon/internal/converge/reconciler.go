@@ -75,6 +75,13 @@ type Input struct {
 	// re-pass. A reconciler compares Spec with what it observes or keeps
 	// where it can; Previous is for what only the spec can say.
 	Previous *agentv1.NodeSpec
+	// Envelope is Spec as it came (bcd helper's host.apply verifies it
+	// again on host builds).
+	Envelope *agentv1.Envelope
+	// Signed says a command root signed Spec (it verified under the
+	// node's roots with at least one signature); host units are applied
+	// only from a signed spec.
+	Signed bool
 }
 
 // Result is a reconciler's outcome for one pass.

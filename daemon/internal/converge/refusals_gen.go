@@ -17,4 +17,8 @@ const (
 	ReasonGPUHeld = "gpu-held"
 	// ReasonCDIWrite: The hold's CDI spec could not be written.
 	ReasonCDIWrite = "cdi-write"
+	// ReasonSliceFailed: The slice of a hold with a booked share could not be made.
+	ReasonSliceFailed = "slice-failed"
+	// ReasonGPUClaimed: A GPU of the hold is still claimed by a released Kubernetes hold whose pods have not let it go.
+	ReasonGPUClaimed = "gpu-claimed"
 )

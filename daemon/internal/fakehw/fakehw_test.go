@@ -10,8 +10,10 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
+	"bcd/internal/dispatch"
 	"bcd/internal/machine"
 	"bcd/internal/tunnel"
 )
@@ -158,5 +160,46 @@ func TestConsoleShellsRunInTheFakeRootAndAreCounted(t *testing.T) {
 	again, _ := New(filepath.Dir(m.Root()), "41", VariantCPU)
 	if n, _ := again.ShellsStarted(); n != 2 {
 		t.Fatalf("%d shells counted after a restart, want 2", n)
+	}
+}
+
+func TestTheFailureKnobs(t *testing.T) {
+	env := map[string]string{EnvFailGPUs: "5,1,5", EnvLogsUploadFails: "1", EnvCDIWriteFailures: "2", EnvGPUReset: "1", EnvDiagError: "x"}
+	f, bad := FaultsFromEnv(func(k string) string { return env[k] })
+	if len(bad) != 1 || bad[0] != EnvDiagError || f.CDIWriteFailures != 2 || !f.GPUReset || !f.LogsUploadFails {
+		t.Fatalf("%+v %v", f, bad)
+	}
+	m, err := New(t.TempDir(), "41", VariantHGXH100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.SetFaults(f)
+	d, err := m.Diag(context.Background())
+	if err != nil || d.Healthy != 6 || len(d.Failing) != 2 || d.Failing[0] != 1 || d.Failing[1] != 5 {
+		t.Fatalf("%+v %v", d, err)
+	}
+	if _, err := m.CollectLogs(context.Background()); err == nil || !strings.HasPrefix(err.Error(), "logs-upload: ") {
+		t.Fatalf("logs: %v", err)
+	}
+	for i, want := range []bool{true, true, false} {
+		if got := m.CDIWriteFault() != nil; got != want {
+			t.Fatalf("CDI write %d failed %v", i, got)
+		}
+	}
+	var reset *dispatch.Kind
+	for _, k := range m.Kinds(machine.KindEnv{}) {
+		if k.Name == KindGPUReset {
+			reset = &k
+		}
+	}
+	if reset == nil || reset.RetrySafe {
+		t.Fatalf("fakeGpuReset %+v", reset)
+	}
+	if out, err := reset.Run(context.Background(), dispatch.Call{ID: "c", Params: []byte(`{"gpu":3}`)}); err != nil || string(out) != `{"gpu":3,"resets":1}` || m.GPUResets(3) != 1 {
+		t.Fatalf("%s %v", out, err)
+	}
+	m.SetFaults(Faults{NVMLInitFails: true})
+	if _, err := m.Diag(context.Background()); err == nil || !strings.HasPrefix(err.Error(), "nvml-init: ") {
+		t.Fatalf("nvml: %v", err)
 	}
 }

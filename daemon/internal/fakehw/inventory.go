@@ -131,6 +131,7 @@ func GenerateInventory(seed, variant string) (*machine.Inventory, error) {
 		},
 		Network: &agentv1.NetworkInventory{},
 	}
+	inv.System.Numa = numaOf(b)
 	if len(b.gpuBuses) > 0 {
 		gpus := &agentv1.GpuInventory{DriverVersion: driverVersion, CudaVersion: cudaVersion, Fabric: b.fabric}
 		index := uint32(0)
@@ -158,6 +159,31 @@ func GenerateInventory(seed, variant string) (*machine.Inventory, error) {
 		inv.Network.Nics = append(inv.Network.Nics, &agentv1.Nic{Name: nic.name, Mac: mac, SpeedMbps: nic.speed, PciBusId: nic.bus})
 	}
 	return inv, nil
+}
+
+// numaOf splits a board into its NUMA nodes as Linux numbers them without
+// SMT: node i has the i-th run of cpuCores/numaNodes CPUs and an even share
+// of the memory (node 0 taking the remainders). Huge pages are what the
+// fake root holds, read when the inventory is taken (Machine.Inventory).
+func numaOf(b *board) []*agentv1.NumaNode {
+	n := b.numaNodes
+	per, mem := b.cpuCores/n, b.memoryBytes/uint64(n)
+	nodes := make([]*agentv1.NumaNode, 0, n)
+	next := uint32(0)
+	for i := uint32(0); i < n; i++ {
+		node := &agentv1.NumaNode{Id: i, MemoryBytes: mem}
+		count := per
+		if i == 0 {
+			count += b.cpuCores % n
+			node.MemoryBytes += b.memoryBytes % uint64(n)
+		}
+		for c := uint32(0); c < count; c++ {
+			node.Cpus = append(node.Cpus, next)
+			next++
+		}
+		nodes = append(nodes, node)
+	}
+	return nodes
 }
 
 // Hostname is the fake machine's name for seed.

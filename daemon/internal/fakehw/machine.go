@@ -23,6 +23,7 @@ import (
 	"bcd/internal/config"
 	"bcd/internal/dispatch"
 	"bcd/internal/machine"
+	"google.golang.org/protobuf/proto"
 )
 
 // RootName is the fake root's directory under the data dir.
@@ -36,6 +37,8 @@ type Machine struct {
 
 	mu    sync.Mutex
 	extra []dispatch.Kind
+
+	faults faults // faults.go
 }
 
 var _ machine.Machine = (*Machine)(nil)
@@ -103,16 +106,35 @@ func (m *Machine) HardwareID() string {
 	return "fakehw-" + hex.EncodeToString(derive(m.seed, m.variant, "hardware-id")[:8])
 }
 
-// Inventory is the generated inventory.
-func (m *Machine) Inventory() (*machine.Inventory, error) { return m.inventory, nil }
+// Inventory is the generated inventory with the huge pages the fake root
+// holds now (host.go): machine-wide, and per NUMA node its own file or an
+// even share (node 0 taking the remainder).
+func (m *Machine) Inventory() (*machine.Inventory, error) {
+	sys := proto.CloneOf(m.inventory.System)
+	sys.Hugepages_2Mi = m.machinePages(HugePages2Mi)
+	sys.Hugepages_1Gi = m.machinePages(HugePages1Gi)
+	for i, node := range sys.GetNuma() {
+		node.Hugepages_2Mi = m.nodePages(HugePages2Mi, i)
+		node.Hugepages_1Gi = m.nodePages(HugePages1Gi, i)
+	}
+	return &machine.Inventory{System: sys, GPUs: m.inventory.GPUs, Network: m.inventory.Network}, nil
+}
 
-// Diag reports every visible GPU healthy.
+// Generated is the inventory of the seed and the variant alone (no fake
+// root read): what the golden files pin.
+func (m *Machine) Generated() *machine.Inventory { return m.inventory }
+
+// Diag reports every visible GPU healthy, unless a knob says otherwise
+// (faults.go).
 func (m *Machine) Diag(ctx context.Context) (*machine.Diag, error) {
 	d := &machine.Diag{}
 	if g := m.inventory.GPUs; g != nil {
 		d.GPUs, d.Healthy, d.Driver = len(g.Gpus), len(g.Gpus), g.DriverVersion
 	}
-	return d, ctx.Err()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return m.diagFault(d)
 }
 
 // CollectLogs writes a small log bundle under var/log and describes it.
@@ -121,6 +143,9 @@ func (m *Machine) CollectLogs(ctx context.Context) ([]byte, error) {
 	path := filepath.Join(m.root, "var", "log", "bcd-logs.txt")
 	if err := config.WriteFileAtomic(path, []byte(text), 0o644); err != nil {
 		return nil, err
+	}
+	if m.knobs().LogsUploadFails {
+		return nil, fmt.Errorf("%s: the log bundle (%d bytes) was collected but the upload failed: connection refused", machine.ReasonLogsUpload, len(text))
 	}
 	return json.Marshal(map[string]any{"files": 1, "bytes": len(text)})
 }
@@ -142,11 +167,16 @@ func (m *Machine) Reboot() error {
 func (m *Machine) CDIDir() string { return filepath.Join(m.root, "etc", "cdi") }
 
 // Kinds are the kinds a fakehw machine runs itself: diag.nvml,
-// logs.collect, node.reboot, and those added with AddKinds.
+// logs.collect, node.reboot, fakeGpuReset when its knob asks, and those
+// added with AddKinds.
 func (m *Machine) Kinds(env machine.KindEnv) []dispatch.Kind {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return append([]dispatch.Kind{machine.DiagKind(m), machine.LogsKind(m), machine.RebootKind(env)}, m.extra...)
+	kinds := []dispatch.Kind{machine.DiagKind(m), machine.LogsKind(m), machine.RebootKind(env)}
+	if m.knobs().GPUReset {
+		kinds = append(kinds, m.gpuResetKind())
+	}
+	return append(kinds, m.extra...)
 }
 
 // AddKinds gives this machine more kinds (tests: a kind made up to prove

@@ -1,5 +1,6 @@
 // Host admission and the section's result: a start is admitted only when
-// the host's vCPUs and memory (from the inventory), minus what the
+// the host's vCPUs and memory (from the inventory, less the host section's
+// reserved CPUs, scaled by its overcommit), minus what the
 // running domains hold, cover the instance; an instance that does not fit
 // stays stopped with a message starting "ResourcesExhausted:", and the
 // section is PROGRESSING "Retrying" until a later pass admits it.
@@ -9,6 +10,7 @@ package instances
 import (
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 
@@ -25,8 +27,29 @@ func CapacityOf(m machine.Machine) func() (Capacity, error) {
 		if err != nil {
 			return Capacity{}, err
 		}
-		return Capacity{VCPUs: inv.System.GetCpuCores(), MemoryBytes: inv.System.GetMemoryBytes()}, nil
+		return Capacity{VCPUs: inv.System.GetCpuCores(), MemoryBytes: inv.System.GetMemoryBytes(), NUMA: inv.System.GetNuma()}, nil
 	}
+}
+
+// shaped is the capacity guests may have under the host section: the
+// reserved CPUs are the host's own, and the pool's overcommit scales the
+// rest (0: 100 %).
+func shaped(c Capacity, host *agentv1.HostSection) Capacity {
+	scale := func(n uint64, percent uint32) uint64 {
+		if percent == 0 {
+			return n
+		}
+		return n * uint64(percent) / 100
+	}
+	cpus := uint64(c.VCPUs)
+	if r := uint64(len(host.GetReservedCpus())); r < cpus {
+		cpus -= r
+	} else {
+		cpus = 0
+	}
+	c.VCPUs = uint32(scale(cpus, host.GetCpuOvercommitPercent()))
+	c.MemoryBytes = scale(c.MemoryBytes, host.GetMemoryOvercommitPercent())
+	return c
 }
 
 // admit returns why the host cannot start w now, or "".
@@ -38,6 +61,29 @@ func (p *pass) admit(w *agentv1.InstanceSpec) string {
 	}
 	return fmt.Sprintf("%s: this host cannot start %s now: it needs %d vCPUs and %s, %d vCPUs and %s are free",
 		ReasonResourcesExhausted, w.GetId(), w.GetVcpus(), bytes(int64(w.GetMemoryBytes())), max(freeCPU, 0), bytes(max(freeMem, 0)))
+}
+
+// pinnable says why pinned vCPUs cannot be placed on this host as asked
+// (a NUMA node it lacks, a CPU off that node or reserved), or "".
+func (p *pass) pinnable(c *agentv1.InstanceCpus) string {
+	var node *agentv1.NumaNode
+	for _, n := range p.capacity.NUMA {
+		if n.GetId() == c.GetNumaNode() {
+			node = n
+		}
+	}
+	if node == nil {
+		return fmt.Sprintf("pinned on NUMA node %d, which this host lacks", c.GetNumaNode())
+	}
+	for _, h := range c.GetHostCpus() {
+		if !slices.Contains(node.GetCpus(), h) {
+			return fmt.Sprintf("host CPU %d is not on NUMA node %d", h, c.GetNumaNode())
+		}
+		if slices.Contains(p.reserved, h) {
+			return fmt.Sprintf("host CPU %d is reserved for the host", h)
+		}
+	}
+	return ""
 }
 
 // bytes says a size for people.

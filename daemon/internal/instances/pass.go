@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -52,6 +53,7 @@ type pass struct {
 	volStatus  map[string]*agentv1.VolumeStatus
 	capacity   Capacity
 	held       Capacity
+	reserved   []uint32 // the host section's reserved CPUs
 	opens      map[string][]volumes.Open
 	failed     []problem
 	retry      []problem
@@ -66,7 +68,8 @@ func (r *Reconciler) newPass(ctx context.Context, spec *agentv1.NodeSpec) (*pass
 	p := &pass{r: r, ctx: ctx, generation: spec.GetGeneration(), wanted: map[string]*agentv1.InstanceSpec{},
 		volumes: map[string]*agentv1.VolumeSpec{}, volErr: map[string]string{}, seen: map[string][]*observed{},
 		statuses: map[string]*agentv1.InstanceStatus{}, volStatus: map[string]*agentv1.VolumeStatus{}, capacity: capacity,
-		opens: map[string][]volumes.Open{}}
+		opens: map[string][]volumes.Open{}, reserved: spec.GetHost().GetReservedCpus()}
+	p.capacity = shaped(capacity, spec.GetHost())
 	section := spec.GetInstances()
 	for _, v := range section.GetVolumes() {
 		p.volumes[v.GetId()] = v
@@ -433,7 +436,13 @@ func (p *pass) start(rt runtime.Runtime, w *agentv1.InstanceSpec, o *observed) e
 // seed (without secret user data, which define fetches). A message says
 // why it cannot be built yet, final when it never will as specified.
 func (p *pass) domain(w *agentv1.InstanceSpec) (*runtime.Domain, string, bool) {
-	d := &runtime.Domain{ID: w.GetId(), VCPUs: w.GetVcpus(), MemoryBytes: w.GetMemoryBytes()}
+	d := &runtime.Domain{ID: w.GetId(), VCPUs: w.GetVcpus(), MemoryBytes: w.GetMemoryBytes(), HugePageBytes: w.GetHugepageBytes()}
+	if c := w.GetCpus(); c != nil {
+		if why := p.pinnable(c); why != "" {
+			return nil, fmt.Sprintf("%s: instance %s: %s", ReasonPlacementInvalid, w.GetId(), why), true
+		}
+		d.CPUs = &runtime.Pinning{Node: c.GetNumaNode(), HostCPUs: slices.Clone(c.GetHostCpus())}
+	}
 	for _, n := range w.GetNics() {
 		d.NICs = append(d.NICs, runtime.NIC{Bridge: n.GetBridge(), MAC: n.GetMac()})
 	}

@@ -73,6 +73,8 @@ type Secrets interface {
 type Capacity struct {
 	VCPUs       uint32
 	MemoryBytes uint64
+	// NUMA are the host's NUMA nodes (their CPUs), for pinned instances.
+	NUMA []*agentv1.NumaNode
 }
 
 // Config wires a reconciler.
@@ -89,6 +91,9 @@ type Config struct {
 	Journal *journal.Journal
 	// Retry is the re-pass delay of a section not converged (DefaultRetry).
 	Retry time.Duration
+	// Pressure says how hard the host is pressed (nil: never pressed):
+	// guests with a memory floor are ballooned by it (balloon.go).
+	Pressure func() (*agentv1.HostPressure, error)
 	// Now is the clock (tests).
 	Now func() time.Time
 	// Log receives instances.* lines (never user data).
@@ -181,6 +186,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, in converge.Input) (converge
 		if err := p.converge(id); err != nil {
 			return converge.Result{}, err
 		}
+	}
+	if err := p.balloon(); err != nil {
+		return converge.Result{}, err
 	}
 	return r.finish(p)
 }

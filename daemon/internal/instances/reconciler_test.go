@@ -327,3 +327,11 @@ func TestStatusesSurviveARestartThroughTheJournal(t *testing.T) {
 		t.Fatalf("drivers %v", d)
 	}
 }
+
+func TestPressureBands(t *testing.T) {
+	for pct, band := range map[uint32]int{0: 0, 19: 0, 20: 1, 49: 1, 50: 2, 100: 2} {
+		if got := PressureBand(pct); got != band {
+			t.Errorf("%d%%: band %d, want %d", pct, got, band)
+		}
+	}
+}

@@ -25,4 +25,6 @@ const (
 	ReasonVolumeStoreFull = "VolumeStoreFull"
 	// ReasonVolumeShrink: A volume listed smaller than it is: volumes are never shrunk.
 	ReasonVolumeShrink = "VolumeShrink"
+	// ReasonPlacementInvalid: Pinned vCPUs that are not all on the named NUMA node of this host, or on its reserved CPUs.
+	ReasonPlacementInvalid = "PlacementInvalid"
 )

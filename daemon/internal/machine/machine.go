@@ -9,6 +9,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"strconv"
+	"strings"
 	"time"
 
 	"bcd/internal/dispatch"
@@ -54,6 +56,50 @@ type Machine interface {
 	Hold(params []byte) time.Duration
 }
 
+// Slices is a machine that runs a hold's booked share of the host (vCPUs,
+// memory) in a slice of its own, bcd-alloc-<id>.slice (docs/daemon.md,
+// "Hold slices"). A machine without it binds such a hold without a slice.
+type Slices interface {
+	// MakeSlice makes the allocation's slice limited to vcpus and
+	// memoryBytes (0: no limit of that kind) and returns its unit name.
+	MakeSlice(id string, vcpus uint32, memoryBytes uint64) (string, error)
+	// RemoveSlice removes the allocation's slice (none is no error).
+	RemoveSlice(id string) error
+}
+
+// SliceName is the slice unit of an allocation: bcd-alloc-<id>.slice, a
+// '-' of the id escaped as systemd does (\x2d), so the slice nests
+// under bcd-alloc.slice only.
+func SliceName(id string) string {
+	return "bcd-alloc-" + strings.ReplaceAll(id, "-", `\x2d`) + ".slice"
+}
+
+// PressureSource is a machine that says how hard it is pressed (Linux's
+// pressure stall information: the share of the last 10 s some task
+// stalled on memory, on CPU).
+type PressureSource interface {
+	Pressure() (*agentv1.HostPressure, error)
+}
+
+// ParsePSI reads the "some avg10=<percent>" of a /proc/pressure file
+// (rounded down; 0 when it has none).
+func ParsePSI(text string) uint32 {
+	for _, line := range strings.Split(text, "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 2 || fields[0] != "some" {
+			continue
+		}
+		for _, f := range fields[1:] {
+			if v, ok := strings.CutPrefix(f, "avg10="); ok {
+				if n, err := strconv.ParseFloat(v, 64); err == nil && n >= 0 && n <= 100 {
+					return uint32(n)
+				}
+			}
+		}
+	}
+	return 0
+}
+
 // Diag is the result of diag.nvml.
 type Diag struct {
 	// GPUs is the number of visible GPUs.
@@ -62,6 +108,14 @@ type Diag struct {
 	Healthy int `json:"healthy"`
 	// Driver is the driver version ("" without GPUs).
 	Driver string `json:"driver"`
+	// Failing are the indexes of the GPUs that failed it.
+	Failing []uint32 `json:"failing,omitempty"`
+}
+
+// CDIFaults is a machine whose CDI spec writes may fail on purpose (the
+// fakehw knob): CDIWriteFault is asked before each write.
+type CDIFaults interface {
+	CDIWriteFault() error
 }
 
 // Inventory is the hardware's description.

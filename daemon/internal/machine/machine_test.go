@@ -66,3 +66,16 @@ func TestRebootAsksTheAgentAndEndsTheProcess(t *testing.T) {
 		t.Fatalf("reboot: %v, asked %q", err, asked)
 	}
 }
+
+func TestParsePSI(t *testing.T) {
+	for text, want := range map[string]uint32{
+		"some avg10=80.55 avg60=1.00 avg300=0.00 total=9\nfull avg10=3.00 avg60=0.00 avg300=0.00 total=1\n": 80,
+		"full avg10=90.00 avg60=0 avg300=0 total=0\n":                                                       0,
+		"some avg10=nope\n": 0,
+		"":                  0,
+	} {
+		if got := ParsePSI(text); got != want {
+			t.Errorf("%q: %d, want %d", text, got, want)
+		}
+	}
+}

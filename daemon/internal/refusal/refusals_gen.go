@@ -89,6 +89,12 @@ const (
 	CodeAllocationMismatch Code = "allocation-mismatch"
 	// CodeAllocationGeneration: The hold was bound at a generation before the one that added it.
 	CodeAllocationGeneration Code = "allocation-generation"
+	// CodeBindingUnsupported: A Kubernetes binding on a pool whose policy does not enable kubernetes.
+	CodeBindingUnsupported Code = "binding-unsupported"
+	// CodeReservationOverlap: The GPUs asked are held by another reservation (one releasing among them: claimed until its node reports it released).
+	CodeReservationOverlap Code = "reservation-overlap"
+	// CodeReservationRoom: The node has fewer free vCPUs or less free memory than the reservation books.
+	CodeReservationRoom Code = "reservation-room"
 )
 
 // The codes of domain "instances": The dev stack's instances: placement, the workload issuer, the secret broker (devstack instances, placement, workload, secrets).

@@ -62,6 +62,12 @@ type Domain struct {
 	NICs []NIC `json:"nics,omitempty"`
 	// Disks are its volumes, in order (vda, vdb, …).
 	Disks []Disk `json:"disks,omitempty"`
+	// CPUs pins its vCPUs on one NUMA node, whose memory strictly backs
+	// the guest (nil: floating vCPUs).
+	CPUs *Pinning `json:"cpus,omitempty"`
+	// HugePageBytes backs its memory with locked huge pages of that size
+	// (2 MiB or 1 GiB), without a balloon (0: ordinary memory).
+	HugePageBytes uint64 `json:"hugepage_bytes,omitempty"`
 	// SeedID names the seed's user data without holding it:
 	// "sha256:<hex>" of plain user data, "secret:<reference>" of a secret.
 	SeedID string `json:"seed_id,omitempty"`
@@ -70,6 +76,12 @@ type Domain struct {
 	// domain, removed with it). It is not part of the fingerprint: SeedID
 	// and the meta data are.
 	Seed Seed `json:"-"`
+}
+
+// Pinning is vCPU i on host CPU HostCPUs[i], every one on NUMA node Node.
+type Pinning struct {
+	Node     uint32   `json:"node"`
+	HostCPUs []uint32 `json:"host_cpus"`
 }
 
 // NIC is a network interface on a host bridge, through a tap.
@@ -180,4 +192,14 @@ type Usage struct {
 type UsageReader interface {
 	// Usage reads the usage of the running domain bcd-<id>.
 	Usage(ctx context.Context, id string) (Usage, error)
+}
+
+// Ballooner is a runtime whose running guests can be ballooned: given
+// back memory down to a floor under host pressure, and deflated again.
+type Ballooner interface {
+	// Balloon is what the running guest has now (its full memory unless
+	// ballooned).
+	Balloon(ctx context.Context, id string) (uint64, error)
+	// SetBalloon sets what it has (its full memory deflates the balloon).
+	SetBalloon(ctx context.Context, id string, bytes uint64) error
 }

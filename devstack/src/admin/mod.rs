@@ -185,7 +185,9 @@ impl From<Error> for ApiError {
             | Error::UnknownCommand { .. }
             | Error::UnknownReservation { .. }
             | Error::UnknownRelease { .. } => StatusCode::NOT_FOUND,
-            Error::InvalidReservation { .. } | Error::InvalidRelease { .. } => StatusCode::BAD_REQUEST,
+            Error::InvalidReservation { .. } | Error::InvalidRelease { .. } | Error::InvalidPolicy { .. } => {
+                StatusCode::BAD_REQUEST
+            }
             Error::NoSession { .. }
             | Error::Rejected { .. }
             | Error::ReservationState { .. }
@@ -193,6 +195,9 @@ impl From<Error> for ApiError {
             | Error::NodeNotAdopted { .. }
             | Error::NoGpuInventory { .. }
             | Error::InsufficientGpus { .. }
+            | Error::BindingUnsupported { .. }
+            | Error::ReservationOverlap { .. }
+            | Error::ReservationRoom { .. }
             | Error::ReleaseExists { .. }
             | Error::NoTpmAttestor
             | Error::NoSignedIntent => StatusCode::CONFLICT,

@@ -61,6 +61,15 @@ pub struct InstanceRequest {
     /// Pin it to this host: placement's other filters still apply, room is
     /// left to the host's own admission.
     pub node: Option<String>,
+    /// Back its memory with huge pages of this size (2 MiB or 1 GiB; 0:
+    /// none): placement books them against what the host reserved.
+    pub hugepage_bytes: u64,
+    /// Pin its vCPUs, one host CPU each, on one NUMA node of its host and
+    /// off the pool's reserved CPUs (its memory strictly from that node).
+    pub pin_cpus: bool,
+    /// The floor its host may balloon it down to under memory pressure (0:
+    /// never ballooned; below its memory, and no huge pages).
+    pub memory_floor_bytes: u64,
 }
 
 /// A node's `instances` section: its instances and volumes that are not
@@ -104,9 +113,11 @@ fn request<'a>(pool: &'a crate::store::rows::PoolRow, row: &'a InstanceRow) -> R
     Request {
         pool,
         runtime: &row.spec.runtime,
-        need: Room { vcpus: row.spec.vcpus as u64, memory_bytes: row.spec.memory_bytes },
+        need: Room { vcpus: row.spec.vcpus as u64, memory_bytes: row.spec.memory_bytes, ..Room::default() }
+            .with_hugepages(row.spec.hugepage_bytes, row.spec.memory_bytes),
         volumes: row.spec.volumes.iter().map(|v| v.volume_id.clone()).collect(),
         pinned: row.pinned_node.as_deref(),
+        pin_cpus: row.spec.cpus.is_some(),
     }
 }
 
@@ -118,6 +129,12 @@ fn try_place(c: &Connection, shared: &Shared, row: &InstanceRow) -> Result<Optio
     let now = now_ms();
     match placement::choose(&request(&pool, row), &hosts) {
         Ok(node_id) => {
+            if row.spec.cpus.is_some() {
+                let host = hosts.iter().find(|h| h.node.id == node_id).expect("the chosen host is a host of the pool");
+                let need = request(&pool, row).need;
+                let spec = proto::InstanceSpec { cpus: host.pin(need), ..row.spec.clone() };
+                rows::set_spec(c, &row.id, &spec)?;
+            }
             rows::place(c, &row.id, &node_id, 0, now)?;
             let spec = respec(c, shared, &node_id)?;
             rows::place(c, &row.id, &node_id, spec.generation, now)?;
@@ -157,6 +174,27 @@ fn check(c: &Connection, request: &InstanceRequest) -> Result<()> {
             request.runtime,
             request.vcpus,
             request.memory_bytes
+        ));
+    }
+    if ![0, 2 << 20, 1 << 30].contains(&request.hugepage_bytes)
+        || !request.memory_bytes.is_multiple_of(request.hugepage_bytes.max(1))
+    {
+        return invalid(format!(
+            "{}: huge pages of {} bytes back {} bytes of memory (2 MiB or 1 GiB pages, a whole number of them)",
+            proto::refusal::Code::InstanceInvalid,
+            request.hugepage_bytes,
+            request.memory_bytes
+        ));
+    }
+    if request.memory_floor_bytes != 0
+        && (request.memory_floor_bytes >= request.memory_bytes || request.hugepage_bytes != 0)
+    {
+        return invalid(format!(
+            "{}: a memory floor of {} bytes for {} bytes of memory{} (below the memory, without huge pages)",
+            proto::refusal::Code::InstanceInvalid,
+            request.memory_floor_bytes,
+            request.memory_bytes,
+            if request.hugepage_bytes != 0 { " backed by huge pages" } else { "" }
         ));
     }
     if request.state == InstanceDesired::Deleted {
@@ -202,6 +240,11 @@ fn create(shared: &Shared, pool_id: &str, request: InstanceRequest) -> Result<St
                 user_data_secret: request.user_data_secret.clone().unwrap_or_default(),
                 nics: request.nics.clone(),
                 volumes: request.volumes.clone(),
+                hugepage_bytes: request.hugepage_bytes,
+                memory_floor_bytes: request.memory_floor_bytes,
+                // Placement chooses the CPUs (an empty pinning asks for one).
+                cpus: request.pin_cpus.then(proto::InstanceCpus::default),
+                ..proto::InstanceSpec::default()
             },
             pinned_node: request.node.clone(),
             generation: None,
@@ -210,6 +253,7 @@ fn create(shared: &Shared, pool_id: &str, request: InstanceRequest) -> Result<St
             updated_at_ms: now,
             running_at_ms: None,
             deleted_at_ms: None,
+            current_memory_bytes: None,
         };
         rows::insert(c, &row)?;
         try_place(c, shared, &row)

@@ -47,6 +47,9 @@ fn instances(c: &Connection, node_id: &str, report: &proto::StatusReport, now: i
         if rows::report(c, &row.id, state, &st.message, now)? {
             info!(node_id, instance_id = %row.id, %state, reason = %st.message, "instance: state");
         }
+        if st.current_memory_bytes != 0 && rows::report_memory(c, &row.id, st.current_memory_bytes)? {
+            info!(node_id, instance_id = %row.id, current_memory_bytes = st.current_memory_bytes, "instance: memory");
+        }
     }
     for row in &placed {
         let removed = row.desired == InstanceDesired::Deleted

@@ -139,6 +139,9 @@ pub struct InstanceRow {
     pub running_at_ms: Option<i64>,
     /// When its host confirmed it gone.
     pub deleted_at_ms: Option<i64>,
+    /// What the running guest has now, as its host last reported (less than
+    /// its memory while ballooned; None before a report said).
+    pub current_memory_bytes: Option<u64>,
 }
 
 impl InstanceRow {

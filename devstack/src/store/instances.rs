@@ -9,7 +9,8 @@ use super::{enum_col, optional};
 use crate::error::{Error, Result};
 
 const COLUMNS: &str = "id, pool_id, node_id, desired, state, reason, spec, pinned_node, generation, \
-                       delete_generation, created_at_ms, updated_at_ms, running_at_ms, deleted_at_ms";
+                       delete_generation, created_at_ms, updated_at_ms, running_at_ms, deleted_at_ms, \
+                       current_memory_bytes";
 
 fn row(r: &Row<'_>) -> rusqlite::Result<InstanceRow> {
     let spec: Vec<u8> = r.get(6)?;
@@ -30,6 +31,7 @@ fn row(r: &Row<'_>) -> rusqlite::Result<InstanceRow> {
         updated_at_ms: r.get(11)?,
         running_at_ms: r.get(12)?,
         deleted_at_ms: r.get(13)?,
+        current_memory_bytes: r.get::<_, Option<i64>>(14)?.map(|n| n as u64),
     })
 }
 
@@ -46,7 +48,7 @@ pub fn insert(c: &Connection, i: &InstanceRow) -> Result<()> {
     c.execute(
         &format!(
             "INSERT INTO instances ({COLUMNS}, runtime, vcpus, memory_bytes) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"
         ),
         params![
             i.id,
@@ -63,6 +65,7 @@ pub fn insert(c: &Connection, i: &InstanceRow) -> Result<()> {
             i.updated_at_ms,
             i.running_at_ms,
             i.deleted_at_ms,
+            i.current_memory_bytes.map(|n| n as i64),
             i.spec.runtime,
             i.spec.vcpus,
             i.spec.memory_bytes as i64,
@@ -100,6 +103,26 @@ pub fn place(c: &Connection, id: &str, node_id: &str, generation: u64, now: i64)
     )
     .map_err(Error::store("place instance"))?;
     Ok(())
+}
+
+/// Replaces an instance's spec (placement's pinned CPUs).
+pub fn set_spec(c: &Connection, id: &str, spec: &proto::InstanceSpec) -> Result<()> {
+    c.execute("UPDATE instances SET spec = ?2 WHERE id = ?1", params![id, spec.encode_to_vec()])
+        .map_err(Error::store("update instance spec"))?;
+    Ok(())
+}
+
+/// Records what a running guest has now (its host's current_memory_bytes);
+/// true when it changed.
+pub fn report_memory(c: &Connection, id: &str, bytes: u64) -> Result<bool> {
+    let n = c
+        .execute(
+            "UPDATE instances SET current_memory_bytes = ?2
+             WHERE id = ?1 AND (current_memory_bytes IS NULL OR current_memory_bytes != ?2)",
+            params![id, bytes as i64],
+        )
+        .map_err(Error::store("record instance memory"))?;
+    Ok(n == 1)
 }
 
 /// Records what the instance's host reported; true when it changed.

@@ -29,7 +29,21 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration { version: 6, name: "node section status", sql: V6 },
     Migration { version: 7, name: "instances, volumes, node labels, secrets", sql: V7 },
     Migration { version: 8, name: "join requests", sql: V8 },
+    Migration {
+        version: 9,
+        name: "pool policies, reservation shares and bindings, instances' current memory",
+        sql: V9,
+    },
 ];
+
+const V9: &str = r#"
+ALTER TABLE pools ADD COLUMN policy TEXT NOT NULL DEFAULT '{}';
+ALTER TABLE reservations ADD COLUMN vcpus INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE reservations ADD COLUMN memory_bytes INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE reservations ADD COLUMN binding TEXT NOT NULL DEFAULT '' CHECK (binding IN ('', 'kubernetes'));
+ALTER TABLE reservations ADD COLUMN cgroup_parent TEXT NOT NULL DEFAULT '';
+ALTER TABLE instances ADD COLUMN current_memory_bytes INTEGER;
+"#;
 
 const V1: &str = r#"
 CREATE TABLE settings (

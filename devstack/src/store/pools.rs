@@ -5,8 +5,9 @@ use rusqlite::{Connection, Row, params};
 use super::optional;
 use super::rows::PoolRow;
 use crate::error::{Error, Result};
+use crate::policy::PoolPolicy;
 
-const COLUMNS: &str = "id, name, gpu_model, expect_gpu_count, acceptance, created_at_ms, kind";
+const COLUMNS: &str = "id, name, gpu_model, expect_gpu_count, acceptance, created_at_ms, kind, policy";
 
 fn row(r: &Row<'_>) -> rusqlite::Result<PoolRow> {
     Ok(PoolRow {
@@ -17,17 +18,28 @@ fn row(r: &Row<'_>) -> rusqlite::Result<PoolRow> {
         acceptance: r.get(4)?,
         created_at_ms: r.get(5)?,
         kind: r.get(6)?,
+        policy: r.get(7)?,
     })
 }
 
 /// Inserts a pool.
 pub fn insert(c: &Connection, p: &PoolRow) -> Result<()> {
     c.execute(
-        &format!("INSERT INTO pools ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"),
-        params![p.id, p.name, p.gpu_model, p.expect_gpu_count, p.acceptance, p.created_at_ms, p.kind],
+        &format!("INSERT INTO pools ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"),
+        params![p.id, p.name, p.gpu_model, p.expect_gpu_count, p.acceptance, p.created_at_ms, p.kind, p.policy],
     )
     .map_err(Error::store("insert pool"))?;
     Ok(())
+}
+
+/// A pool's policy (the default for `{}`).
+pub fn policy_of(p: &PoolRow) -> Result<PoolPolicy> {
+    PoolPolicy::from_json(&p.policy).map_err(|e| Error::Corrupt {
+        table: "pools",
+        column: "policy",
+        key: p.id.clone(),
+        reason: e.to_string(),
+    })
 }
 
 /// A pool by id.

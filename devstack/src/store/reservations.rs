@@ -8,7 +8,8 @@ use super::{enum_col, optional};
 use crate::error::{Error, Result};
 
 const COLUMNS: &str = "id, node_id, gpu_indexes, state, reason, generation, release_generation, bound_generation, \
-                       cdi_devices, statement, last_refusal, created_at_ms, active_at_ms, released_at_ms";
+                       cdi_devices, statement, last_refusal, created_at_ms, active_at_ms, released_at_ms, \
+                       vcpus, memory_bytes, binding, cgroup_parent";
 
 /// The states whose GPUs are taken, as SQL.
 const TAKEN: &str = "('pending', 'active', 'releasing')";
@@ -35,6 +36,10 @@ fn row(r: &Row<'_>) -> rusqlite::Result<ReservationRow> {
         created_at_ms: r.get(11)?,
         active_at_ms: r.get(12)?,
         released_at_ms: r.get(13)?,
+        vcpus: r.get(14)?,
+        memory_bytes: r.get::<_, i64>(15)? as u64,
+        binding: r.get(16)?,
+        cgroup_parent: r.get(17)?,
     })
 }
 
@@ -50,19 +55,40 @@ fn to_json(value: impl Into<serde_json::Value>) -> String {
     value.into().to_string()
 }
 
+/// What a new reservation books besides its GPUs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Share {
+    /// Booked vCPUs.
+    pub vcpus: u32,
+    /// Booked memory.
+    pub memory_bytes: u64,
+    /// `""` or `kubernetes`.
+    pub binding: String,
+}
+
 /// Inserts a new `pending` reservation.
 pub fn insert(
     c: &Connection,
     id: &str,
     node_id: &str,
     gpu_indexes: &[u32],
+    share: &Share,
     generation: u64,
     now_ms: i64,
 ) -> Result<()> {
     c.execute(
-        "INSERT INTO reservations (id, node_id, gpu_indexes, state, generation, created_at_ms)
-         VALUES (?1, ?2, ?3, 'pending', ?4, ?5)",
-        params![id, node_id, to_json(gpu_indexes.to_vec()), generation, now_ms],
+        "INSERT INTO reservations (id, node_id, gpu_indexes, state, generation, created_at_ms, vcpus, memory_bytes, binding)
+         VALUES (?1, ?2, ?3, 'pending', ?4, ?5, ?6, ?7, ?8)",
+        params![
+            id,
+            node_id,
+            to_json(gpu_indexes.to_vec()),
+            generation,
+            now_ms,
+            share.vcpus,
+            share.memory_bytes as i64,
+            share.binding
+        ],
     )
     .map_err(Error::store("insert reservation"))?;
     Ok(())
@@ -95,15 +121,16 @@ pub fn activate(
     id: &str,
     bound_generation: u64,
     cdi_devices: &[String],
+    cgroup_parent: &str,
     statement: &[u8],
     now_ms: i64,
 ) -> Result<bool> {
     let n = c
         .execute(
             "UPDATE reservations SET state = 'active', bound_generation = ?2, cdi_devices = ?3, statement = ?4,
-                    last_refusal = '', active_at_ms = ?5
+                    last_refusal = '', active_at_ms = ?5, cgroup_parent = ?6
              WHERE id = ?1 AND state = 'pending'",
-            params![id, bound_generation, to_json(cdi_devices.to_vec()), statement, now_ms],
+            params![id, bound_generation, to_json(cdi_devices.to_vec()), statement, now_ms, cgroup_parent],
         )
         .map_err(Error::store("activate reservation"))?;
     Ok(n == 1)

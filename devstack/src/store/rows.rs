@@ -152,6 +152,8 @@ pub struct PoolRow {
     pub created_at_ms: i64,
     /// What its nodes are for: `gpu` (the default) or `vps-host`.
     pub kind: String,
+    /// Its policy as JSON (`{}`: none; `crate::policy::PoolPolicy`).
+    pub policy: String,
 }
 
 /// A join token as stored: its SHA-256 only, never the token.
@@ -417,6 +419,15 @@ pub struct ReservationRow {
     pub active_at_ms: Option<i64>,
     /// When it ended (released or failed).
     pub released_at_ms: Option<i64>,
+    /// The vCPUs booked with it (0: none).
+    pub vcpus: u32,
+    /// The memory booked with it (0: none).
+    pub memory_bytes: u64,
+    /// Its binding: `""` or `kubernetes`.
+    pub binding: String,
+    /// The slice the node runs a plain hold's share in (its AllocationBound's
+    /// `cgroup_parent`), once active.
+    pub cgroup_parent: String,
 }
 
 /// How a node joined.

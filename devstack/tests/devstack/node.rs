@@ -415,6 +415,7 @@ pub fn allocation_bound(
             gpu_indexes: gpu_indexes.to_vec(),
             cdi_devices: gpu_indexes.iter().map(|i| format!("nvidia.com/gpu={i}")).collect(),
             generation,
+            ..Default::default()
         })),
     };
     pki::statement::sign(key, &statement).to_proto()

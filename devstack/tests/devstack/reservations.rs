@@ -33,10 +33,7 @@ async fn a_reservation_turns_active_on_a_node_signed_allocation_bound_and_ends_r
     let id = stack.reserve(&node.id, 2).await.unwrap();
     let (spec, env) = session.expect_desired_state().await;
     assert_eq!(spec.generation, 2);
-    assert_eq!(
-        spec.holds,
-        [proto::Hold { allocation_id: id.clone(), gpu_indexes: vec![0, 1], binding: String::new() }]
-    );
+    assert_eq!(spec.holds, [proto::Hold { allocation_id: id.clone(), gpu_indexes: vec![0, 1], ..Default::default() }]);
     let env = pki::dsse::Envelope::from_proto(&env);
     pki::intent::verify_spec(&env, &stack.command_roots(), &node.id, pki::intent::SignedSpecs::Always, None).unwrap();
     let row = stack.reservation(&id).await.unwrap().unwrap();
@@ -96,8 +93,11 @@ async fn a_reservation_turns_active_on_a_node_signed_allocation_bound_and_ends_r
     let row = stack.reservation(&id).await.unwrap().unwrap();
     assert_eq!((row.state, row.release_generation), (ReservationState::Releasing, Some(5)));
     assert!(matches!(stack.release(&id).await, Err(Error::ReservationState { .. })));
-    // Its GPUs stay taken until the node lets go.
-    assert!(matches!(stack.reserve(&node.id, 3).await, Err(Error::InsufficientGpus { free: 2, .. })));
+    // Its GPUs stay claimed until the node lets go (fail-closed): an overlap, not a shortage.
+    let overlap = stack.reserve(&node.id, 3).await.unwrap_err();
+    assert!(matches!(overlap, Error::ReservationOverlap { .. }), "{overlap}");
+    assert!(overlap.to_string().starts_with("reservation-overlap: ") && overlap.to_string().contains(&id), "{overlap}");
+    assert!(matches!(stack.reserve(&node.id, 5).await, Err(Error::InsufficientGpus { free: 2, .. })));
     let released = proto::AllocationReleased { allocation_id: id.clone() };
     report(&mut session, proto::StatusReport { released: vec![released], applied_generation: 5, ..Default::default() })
         .await;

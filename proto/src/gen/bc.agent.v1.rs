@@ -252,7 +252,11 @@ pub struct NodeSpec {
     #[prost(message, optional, tag = "9")]
     pub trust: ::core::option::Option<TrustSection>,
 }
-/// A GPU hold: the devices an allocation may use on this node.
+/// A GPU hold: the devices an allocation may use on this node, and the
+/// share of the host booked with them (docs/protocol.md, "Reservations
+/// (holds)"). A plain hold with a booked share runs in the slice
+/// bcd-alloc-<id>.slice; a kubernetes hold carries the share in its CDI
+/// spec for the kubelet.
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct Hold {
@@ -263,13 +267,35 @@ pub struct Hold {
     /// "", or "kubernetes"
     #[prost(string, tag = "3")]
     pub binding: ::prost::alloc::string::String,
+    /// booked vCPUs (0: none)
+    #[prost(uint32, tag = "4")]
+    pub vcpus: u32,
+    /// booked memory (0: none)
+    #[prost(uint64, tag = "5")]
+    pub memory_bytes: u64,
 }
+/// The host section: a pool's policy as the systemd units bcd applies (huge
+/// pages, kernel modules, the host's own CPUs), and what bcd's admission
+/// and plans need to know of that policy (docs/protocol.md, "Host").
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct HostSection {
     #[prost(message, repeated, tag = "1")]
     pub units: ::prost::alloc::vec::Vec<HostUnit>,
+    /// the host's own CPUs: no guest vCPU runs there
+    #[prost(uint32, repeated, tag = "2")]
+    pub reserved_cpus: ::prost::alloc::vec::Vec<u32>,
+    /// guest vCPUs per 100 free CPUs (0: 100, none)
+    #[prost(uint32, tag = "3")]
+    pub cpu_overcommit_percent: u32,
+    /// guest memory per 100 bytes of the host's (0: 100, none)
+    #[prost(uint32, tag = "4")]
+    pub memory_overcommit_percent: u32,
+    /// the pool binds holds to Kubernetes
+    #[prost(bool, tag = "5")]
+    pub kubernetes: bool,
 }
+/// A systemd unit, bcd-<name>.{service,mount,timer,slice,target,path,socket}.
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct HostUnit {
@@ -317,6 +343,28 @@ pub struct InstanceSpec {
     pub nics: ::prost::alloc::vec::Vec<InstanceNic>,
     #[prost(message, repeated, tag = "9")]
     pub volumes: ::prost::alloc::vec::Vec<VolumeAttachment>,
+    /// pinned vCPUs on one NUMA node (absent: floating)
+    #[prost(message, optional, tag = "10")]
+    pub cpus: ::core::option::Option<InstanceCpus>,
+    /// memory backed by huge pages of this size (2 MiB or 1 GiB; 0: none)
+    #[prost(uint64, tag = "11")]
+    pub hugepage_bytes: u64,
+    /// the balloon's floor under memory pressure (0: no ballooning)
+    #[prost(uint64, tag = "12")]
+    pub memory_floor_bytes: u64,
+    /// the host's GPUs passed through to the guest
+    #[prost(uint32, repeated, tag = "13")]
+    pub gpu_indexes: ::prost::alloc::vec::Vec<u32>,
+}
+/// Pinned vCPUs: vCPU i runs on host_cpus\[i\], every one of them on
+/// numa_node, whose memory the guest's memory comes from (strictly).
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct InstanceCpus {
+    #[prost(uint32, tag = "1")]
+    pub numa_node: u32,
+    #[prost(uint32, repeated, tag = "2")]
+    pub host_cpus: ::prost::alloc::vec::Vec<u32>,
 }
 /// A NIC on a bridge of the host; the MAC is optional (unicast, lowercase).
 #[allow(clippy::all)]
@@ -491,6 +539,17 @@ pub struct AllocationBound {
     pub cdi_devices: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
     #[prost(uint64, tag = "4")]
     pub generation: u64,
+    /// the slice a plain hold with a booked share runs in ("" without)
+    #[prost(string, tag = "5")]
+    pub cgroup_parent: ::prost::alloc::string::String,
+    /// the share bcd applied (the hold's)
+    #[prost(uint32, tag = "6")]
+    pub vcpus: u32,
+    #[prost(uint64, tag = "7")]
+    pub memory_bytes: u64,
+    /// the hold's binding
+    #[prost(string, tag = "8")]
+    pub binding: ::prost::alloc::string::String,
 }
 /// A request for a secret, sealed back (JWE) to an ephemeral P-256 key.
 #[allow(clippy::all)]
@@ -734,7 +793,7 @@ pub struct InventorySection {
 /// protobuf encoding of one of these). Section names: "system", "gpus",
 /// "network". A machine without GPUs has no "gpus" section.
 #[allow(clippy::all)]
-#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+#[derive(Clone, PartialEq, ::prost::Message)]
 pub struct SystemInventory {
     #[prost(string, tag = "1")]
     pub hostname: ::prost::alloc::string::String,
@@ -754,9 +813,28 @@ pub struct SystemInventory {
     pub kernel: ::prost::alloc::string::String,
     #[prost(string, tag = "9")]
     pub os: ::prost::alloc::string::String,
+    /// huge pages reserved now, machine-wide
     #[prost(uint64, tag = "10")]
     pub hugepages_2mi: u64,
     #[prost(uint64, tag = "11")]
+    pub hugepages_1gi: u64,
+    #[prost(message, repeated, tag = "12")]
+    pub numa: ::prost::alloc::vec::Vec<NumaNode>,
+}
+/// One NUMA node: its logical CPUs (ascending), its memory and the huge
+/// pages reserved on it.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct NumaNode {
+    #[prost(uint32, tag = "1")]
+    pub id: u32,
+    #[prost(uint32, repeated, tag = "2")]
+    pub cpus: ::prost::alloc::vec::Vec<u32>,
+    #[prost(uint64, tag = "3")]
+    pub memory_bytes: u64,
+    #[prost(uint64, tag = "4")]
+    pub hugepages_2mi: u64,
+    #[prost(uint64, tag = "5")]
     pub hugepages_1gi: u64,
 }
 #[allow(clippy::all)]
@@ -844,7 +922,12 @@ pub struct InstanceStatus {
     pub vcpus: u32,
     #[prost(uint64, tag = "7")]
     pub memory_bytes: u64,
+    /// what the guest has now: memory_bytes, or less while ballooned
+    #[prost(uint64, tag = "8")]
+    pub current_memory_bytes: u64,
 }
+/// How hard the host is pressed (the share of the last 10 s some task
+/// stalled on memory, on CPU, as Linux's pressure stall information says).
 #[allow(clippy::all)]
 #[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct HostPressure {

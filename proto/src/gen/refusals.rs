@@ -51,6 +51,10 @@ pub enum Domain {
     Dispatch,
     /// Why bcd cannot bind a hold (AllocationFailed.reason, daemon/internal/converge). Owner: `bcd`.
     Holds,
+    /// Why bcd does not apply the host section, or a unit of it (SectionStatus of host; daemon/internal/hostconfig). Owner: `bcd`.
+    HostUnits,
+    /// Why a machine's own kind failed (diag.nvml, logs.collect; daemon/internal/machine). Owner: `bcd`.
+    Machine,
 }
 
 impl Domain {
@@ -80,6 +84,8 @@ impl Domain {
             Domain::Vps => "vps",
             Domain::Dispatch => "dispatch",
             Domain::Holds => "holds",
+            Domain::HostUnits => "host-units",
+            Domain::Machine => "machine",
         }
     }
 
@@ -109,6 +115,8 @@ impl Domain {
             Domain::Vps => "bcd",
             Domain::Dispatch => "bcd",
             Domain::Holds => "bcd",
+            Domain::HostUnits => "bcd",
+            Domain::Machine => "bcd",
         }
     }
 }
@@ -331,6 +339,12 @@ pub enum Code {
     AllocationMismatch,
     /// `allocation-generation` (reservation, FailedPrecondition): The hold was bound at a generation before the one that added it.
     AllocationGeneration,
+    /// `binding-unsupported` (reservation, FailedPrecondition): A Kubernetes binding on a pool whose policy does not enable kubernetes.
+    BindingUnsupported,
+    /// `reservation-overlap` (reservation, FailedPrecondition): The GPUs asked are held by another reservation (one releasing among them: claimed until its node reports it released).
+    ReservationOverlap,
+    /// `reservation-room` (reservation, ResourceExhausted): The node has fewer free vCPUs or less free memory than the reservation books.
+    ReservationRoom,
     /// `instance-unknown` (instances, NotFound): No instance has this id.
     InstanceUnknown,
     /// `instance-unschedulable` (instances, FailedPrecondition): No host of the pool passes placement's filters (kind, runtime label, room, volumes).
@@ -415,6 +429,8 @@ pub enum Code {
     Volumestorefull,
     /// `VolumeShrink` (vps, InvalidArgument): A volume listed smaller than it is: volumes are never shrunk.
     Volumeshrink,
+    /// `PlacementInvalid` (vps, FailedPrecondition): Pinned vCPUs that are not all on the named NUMA node of this host, or on its reserved CPUs.
+    Placementinvalid,
     /// `BAD_SIGNATURE` (dispatch, PermissionDenied): A command without a valid command-root signature (FAILED BAD_SIGNATURE: <pki code>).
     DispatchBadSignature,
     /// `BATCH_UNAPPROVED` (dispatch, PermissionDenied): A destructive command outside an approved batch (FAILED BATCH_UNAPPROVED: <pki code>).
@@ -439,6 +455,22 @@ pub enum Code {
     GpuHeld,
     /// `cdi-write` (holds, Internal): The hold's CDI spec could not be written.
     CdiWrite,
+    /// `slice-failed` (holds, Internal): The slice of a hold with a booked share could not be made.
+    SliceFailed,
+    /// `gpu-claimed` (holds, FailedPrecondition): A GPU of the hold is still claimed by a released Kubernetes hold whose pods have not let it go.
+    GpuClaimed,
+    /// `HostUnsigned` (host-units, PermissionDenied): Host units in a spec no command root signed: none is applied.
+    Hostunsigned,
+    /// `UnitInvalid` (host-units, InvalidArgument): A unit bcd does not apply: its name, or content it cannot read.
+    Unitinvalid,
+    /// `UnitFailed` (host-units, FailedPrecondition): A unit whose start failed (its reason follows).
+    Unitfailed,
+    /// `nvml-init` (machine, FailedPrecondition): NVML could not be initialized (no driver loaded, say): no GPU is checked.
+    NvmlInit,
+    /// `diag-error` (machine, Internal): The GPU diagnosis failed on its own.
+    DiagError,
+    /// `logs-upload` (machine, Unavailable): The log bundle was collected but could not be uploaded.
+    LogsUpload,
 }
 
 impl Code {
@@ -552,6 +584,9 @@ impl Code {
             Code::OtlpMalformed => "otlp-malformed",
             Code::AllocationMismatch => "allocation-mismatch",
             Code::AllocationGeneration => "allocation-generation",
+            Code::BindingUnsupported => "binding-unsupported",
+            Code::ReservationOverlap => "reservation-overlap",
+            Code::ReservationRoom => "reservation-room",
             Code::InstanceUnknown => "instance-unknown",
             Code::InstanceUnschedulable => "instance-unschedulable",
             Code::InstanceInvalid => "instance-invalid",
@@ -594,6 +629,7 @@ impl Code {
             Code::Volumebusy => "VolumeBusy",
             Code::Volumestorefull => "VolumeStoreFull",
             Code::Volumeshrink => "VolumeShrink",
+            Code::Placementinvalid => "PlacementInvalid",
             Code::DispatchBadSignature => "BAD_SIGNATURE",
             Code::DispatchBatchUnapproved => "BATCH_UNAPPROVED",
             Code::DispatchUnbatchedLimit => "UNBATCHED_LIMIT",
@@ -606,6 +642,14 @@ impl Code {
             Code::GpuRepeated => "gpu-repeated",
             Code::GpuHeld => "gpu-held",
             Code::CdiWrite => "cdi-write",
+            Code::SliceFailed => "slice-failed",
+            Code::GpuClaimed => "gpu-claimed",
+            Code::Hostunsigned => "HostUnsigned",
+            Code::Unitinvalid => "UnitInvalid",
+            Code::Unitfailed => "UnitFailed",
+            Code::NvmlInit => "nvml-init",
+            Code::DiagError => "diag-error",
+            Code::LogsUpload => "logs-upload",
         }
     }
 
@@ -719,6 +763,9 @@ impl Code {
             Code::OtlpMalformed => Domain::Otlp,
             Code::AllocationMismatch => Domain::Reservation,
             Code::AllocationGeneration => Domain::Reservation,
+            Code::BindingUnsupported => Domain::Reservation,
+            Code::ReservationOverlap => Domain::Reservation,
+            Code::ReservationRoom => Domain::Reservation,
             Code::InstanceUnknown => Domain::Instances,
             Code::InstanceUnschedulable => Domain::Instances,
             Code::InstanceInvalid => Domain::Instances,
@@ -761,6 +808,7 @@ impl Code {
             Code::Volumebusy => Domain::Vps,
             Code::Volumestorefull => Domain::Vps,
             Code::Volumeshrink => Domain::Vps,
+            Code::Placementinvalid => Domain::Vps,
             Code::DispatchBadSignature => Domain::Dispatch,
             Code::DispatchBatchUnapproved => Domain::Dispatch,
             Code::DispatchUnbatchedLimit => Domain::Dispatch,
@@ -773,6 +821,14 @@ impl Code {
             Code::GpuRepeated => Domain::Holds,
             Code::GpuHeld => Domain::Holds,
             Code::CdiWrite => Domain::Holds,
+            Code::SliceFailed => Domain::Holds,
+            Code::GpuClaimed => Domain::Holds,
+            Code::Hostunsigned => Domain::HostUnits,
+            Code::Unitinvalid => Domain::HostUnits,
+            Code::Unitfailed => Domain::HostUnits,
+            Code::NvmlInit => Domain::Machine,
+            Code::DiagError => Domain::Machine,
+            Code::LogsUpload => Domain::Machine,
         }
     }
 
@@ -886,6 +942,9 @@ impl Code {
             Code::OtlpMalformed => Grpc::InvalidArgument,
             Code::AllocationMismatch => Grpc::FailedPrecondition,
             Code::AllocationGeneration => Grpc::FailedPrecondition,
+            Code::BindingUnsupported => Grpc::FailedPrecondition,
+            Code::ReservationOverlap => Grpc::FailedPrecondition,
+            Code::ReservationRoom => Grpc::ResourceExhausted,
             Code::InstanceUnknown => Grpc::NotFound,
             Code::InstanceUnschedulable => Grpc::FailedPrecondition,
             Code::InstanceInvalid => Grpc::InvalidArgument,
@@ -928,6 +987,7 @@ impl Code {
             Code::Volumebusy => Grpc::FailedPrecondition,
             Code::Volumestorefull => Grpc::ResourceExhausted,
             Code::Volumeshrink => Grpc::InvalidArgument,
+            Code::Placementinvalid => Grpc::FailedPrecondition,
             Code::DispatchBadSignature => Grpc::PermissionDenied,
             Code::DispatchBatchUnapproved => Grpc::PermissionDenied,
             Code::DispatchUnbatchedLimit => Grpc::ResourceExhausted,
@@ -940,6 +1000,14 @@ impl Code {
             Code::GpuRepeated => Grpc::InvalidArgument,
             Code::GpuHeld => Grpc::FailedPrecondition,
             Code::CdiWrite => Grpc::Internal,
+            Code::SliceFailed => Grpc::Internal,
+            Code::GpuClaimed => Grpc::FailedPrecondition,
+            Code::Hostunsigned => Grpc::PermissionDenied,
+            Code::Unitinvalid => Grpc::InvalidArgument,
+            Code::Unitfailed => Grpc::FailedPrecondition,
+            Code::NvmlInit => Grpc::FailedPrecondition,
+            Code::DiagError => Grpc::Internal,
+            Code::LogsUpload => Grpc::Unavailable,
         }
     }
 
@@ -1053,6 +1121,9 @@ impl Code {
             Code::OtlpMalformed => "An export that does not decode as an OTLP ExportMetricsServiceRequest (HTTP 400).",
             Code::AllocationMismatch => "The bound GPU indexes are not the held ones.",
             Code::AllocationGeneration => "The hold was bound at a generation before the one that added it.",
+            Code::BindingUnsupported => "A Kubernetes binding on a pool whose policy does not enable kubernetes.",
+            Code::ReservationOverlap => "The GPUs asked are held by another reservation (one releasing among them: claimed until its node reports it released).",
+            Code::ReservationRoom => "The node has fewer free vCPUs or less free memory than the reservation books.",
             Code::InstanceUnknown => "No instance has this id.",
             Code::InstanceUnschedulable => "No host of the pool passes placement's filters (kind, runtime label, room, volumes).",
             Code::InstanceInvalid => "An instance or volume request the stack does not place (no vCPU, no memory, an unknown volume).",
@@ -1095,6 +1166,7 @@ impl Code {
             Code::Volumebusy => "The volume is open by another instance in a way this one may not share (one writer, readers only with readers).",
             Code::Volumestorefull => "The volume store has no room to create or grow the volume.",
             Code::Volumeshrink => "A volume listed smaller than it is: volumes are never shrunk.",
+            Code::Placementinvalid => "Pinned vCPUs that are not all on the named NUMA node of this host, or on its reserved CPUs.",
             Code::DispatchBadSignature => "A command without a valid command-root signature (FAILED BAD_SIGNATURE: <pki code>).",
             Code::DispatchBatchUnapproved => "A destructive command outside an approved batch (FAILED BATCH_UNAPPROVED: <pki code>).",
             Code::DispatchUnbatchedLimit => "Too many unbatched destructive commands in the last hour.",
@@ -1107,6 +1179,14 @@ impl Code {
             Code::GpuRepeated => "The hold names a GPU twice.",
             Code::GpuHeld => "A GPU of the hold is bound to another allocation.",
             Code::CdiWrite => "The hold's CDI spec could not be written.",
+            Code::SliceFailed => "The slice of a hold with a booked share could not be made.",
+            Code::GpuClaimed => "A GPU of the hold is still claimed by a released Kubernetes hold whose pods have not let it go.",
+            Code::Hostunsigned => "Host units in a spec no command root signed: none is applied.",
+            Code::Unitinvalid => "A unit bcd does not apply: its name, or content it cannot read.",
+            Code::Unitfailed => "A unit whose start failed (its reason follows).",
+            Code::NvmlInit => "NVML could not be initialized (no driver loaded, say): no GPU is checked.",
+            Code::DiagError => "The GPU diagnosis failed on its own.",
+            Code::LogsUpload => "The log bundle was collected but could not be uploaded.",
         }
     }
 
@@ -1220,6 +1300,9 @@ impl Code {
             "otlp-malformed" => Some(Code::OtlpMalformed),
             "allocation-mismatch" => Some(Code::AllocationMismatch),
             "allocation-generation" => Some(Code::AllocationGeneration),
+            "binding-unsupported" => Some(Code::BindingUnsupported),
+            "reservation-overlap" => Some(Code::ReservationOverlap),
+            "reservation-room" => Some(Code::ReservationRoom),
             "instance-unknown" => Some(Code::InstanceUnknown),
             "instance-unschedulable" => Some(Code::InstanceUnschedulable),
             "instance-invalid" => Some(Code::InstanceInvalid),
@@ -1262,6 +1345,7 @@ impl Code {
             "VolumeBusy" => Some(Code::Volumebusy),
             "VolumeStoreFull" => Some(Code::Volumestorefull),
             "VolumeShrink" => Some(Code::Volumeshrink),
+            "PlacementInvalid" => Some(Code::Placementinvalid),
             "BAD_SIGNATURE" => Some(Code::DispatchBadSignature),
             "BATCH_UNAPPROVED" => Some(Code::DispatchBatchUnapproved),
             "UNBATCHED_LIMIT" => Some(Code::DispatchUnbatchedLimit),
@@ -1274,6 +1358,14 @@ impl Code {
             "gpu-repeated" => Some(Code::GpuRepeated),
             "gpu-held" => Some(Code::GpuHeld),
             "cdi-write" => Some(Code::CdiWrite),
+            "slice-failed" => Some(Code::SliceFailed),
+            "gpu-claimed" => Some(Code::GpuClaimed),
+            "HostUnsigned" => Some(Code::Hostunsigned),
+            "UnitInvalid" => Some(Code::Unitinvalid),
+            "UnitFailed" => Some(Code::Unitfailed),
+            "nvml-init" => Some(Code::NvmlInit),
+            "diag-error" => Some(Code::DiagError),
+            "logs-upload" => Some(Code::LogsUpload),
             _ => None,
         }
     }
@@ -1388,6 +1480,9 @@ pub const TABLE: &[Code] = &[
     Code::OtlpMalformed,
     Code::AllocationMismatch,
     Code::AllocationGeneration,
+    Code::BindingUnsupported,
+    Code::ReservationOverlap,
+    Code::ReservationRoom,
     Code::InstanceUnknown,
     Code::InstanceUnschedulable,
     Code::InstanceInvalid,
@@ -1430,6 +1525,7 @@ pub const TABLE: &[Code] = &[
     Code::Volumebusy,
     Code::Volumestorefull,
     Code::Volumeshrink,
+    Code::Placementinvalid,
     Code::DispatchBadSignature,
     Code::DispatchBatchUnapproved,
     Code::DispatchUnbatchedLimit,
@@ -1442,4 +1538,12 @@ pub const TABLE: &[Code] = &[
     Code::GpuRepeated,
     Code::GpuHeld,
     Code::CdiWrite,
+    Code::SliceFailed,
+    Code::GpuClaimed,
+    Code::Hostunsigned,
+    Code::Unitinvalid,
+    Code::Unitfailed,
+    Code::NvmlInit,
+    Code::DiagError,
+    Code::LogsUpload,
 ];

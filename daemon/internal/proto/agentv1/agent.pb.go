@@ -1391,12 +1391,18 @@ func (x *NodeSpec) GetTrust() *TrustSection {
 	return nil
 }
 
-// A GPU hold: the devices an allocation may use on this node.
+// A GPU hold: the devices an allocation may use on this node, and the
+// share of the host booked with them (docs/protocol.md, "Reservations
+// (holds)"). A plain hold with a booked share runs in the slice
+// bcd-alloc-<id>.slice; a kubernetes hold carries the share in its CDI
+// spec for the kubelet.
 type Hold struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	AllocationId  string                 `protobuf:"bytes,1,opt,name=allocation_id,json=allocationId,proto3" json:"allocation_id,omitempty"`
 	GpuIndexes    []uint32               `protobuf:"varint,2,rep,packed,name=gpu_indexes,json=gpuIndexes,proto3" json:"gpu_indexes,omitempty"`
-	Binding       string                 `protobuf:"bytes,3,opt,name=binding,proto3" json:"binding,omitempty"` // "", or "kubernetes"
+	Binding       string                 `protobuf:"bytes,3,opt,name=binding,proto3" json:"binding,omitempty"`                             // "", or "kubernetes"
+	Vcpus         uint32                 `protobuf:"varint,4,opt,name=vcpus,proto3" json:"vcpus,omitempty"`                                // booked vCPUs (0: none)
+	MemoryBytes   uint64                 `protobuf:"varint,5,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"` // booked memory (0: none)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1452,11 +1458,32 @@ func (x *Hold) GetBinding() string {
 	return ""
 }
 
+func (x *Hold) GetVcpus() uint32 {
+	if x != nil {
+		return x.Vcpus
+	}
+	return 0
+}
+
+func (x *Hold) GetMemoryBytes() uint64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
+// The host section: a pool's policy as the systemd units bcd applies (huge
+// pages, kernel modules, the host's own CPUs), and what bcd's admission
+// and plans need to know of that policy (docs/protocol.md, "Host").
 type HostSection struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Units         []*HostUnit            `protobuf:"bytes,1,rep,name=units,proto3" json:"units,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state                   protoimpl.MessageState `protogen:"open.v1"`
+	Units                   []*HostUnit            `protobuf:"bytes,1,rep,name=units,proto3" json:"units,omitempty"`
+	ReservedCpus            []uint32               `protobuf:"varint,2,rep,packed,name=reserved_cpus,json=reservedCpus,proto3" json:"reserved_cpus,omitempty"`                             // the host's own CPUs: no guest vCPU runs there
+	CpuOvercommitPercent    uint32                 `protobuf:"varint,3,opt,name=cpu_overcommit_percent,json=cpuOvercommitPercent,proto3" json:"cpu_overcommit_percent,omitempty"`          // guest vCPUs per 100 free CPUs (0: 100, none)
+	MemoryOvercommitPercent uint32                 `protobuf:"varint,4,opt,name=memory_overcommit_percent,json=memoryOvercommitPercent,proto3" json:"memory_overcommit_percent,omitempty"` // guest memory per 100 bytes of the host's (0: 100, none)
+	Kubernetes              bool                   `protobuf:"varint,5,opt,name=kubernetes,proto3" json:"kubernetes,omitempty"`                                                            // the pool binds holds to Kubernetes
+	unknownFields           protoimpl.UnknownFields
+	sizeCache               protoimpl.SizeCache
 }
 
 func (x *HostSection) Reset() {
@@ -1496,6 +1523,35 @@ func (x *HostSection) GetUnits() []*HostUnit {
 	return nil
 }
 
+func (x *HostSection) GetReservedCpus() []uint32 {
+	if x != nil {
+		return x.ReservedCpus
+	}
+	return nil
+}
+
+func (x *HostSection) GetCpuOvercommitPercent() uint32 {
+	if x != nil {
+		return x.CpuOvercommitPercent
+	}
+	return 0
+}
+
+func (x *HostSection) GetMemoryOvercommitPercent() uint32 {
+	if x != nil {
+		return x.MemoryOvercommitPercent
+	}
+	return 0
+}
+
+func (x *HostSection) GetKubernetes() bool {
+	if x != nil {
+		return x.Kubernetes
+	}
+	return false
+}
+
+// A systemd unit, bcd-<name>.{service,mount,timer,slice,target,path,socket}.
 type HostUnit struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -1607,18 +1663,22 @@ func (x *InstancesSection) GetVolumes() []*VolumeSpec {
 // One instance. Its runtime must be one the node advertises in its Hello
 // (DriverManifest kind "runtime").
 type InstanceSpec struct {
-	state          protoimpl.MessageState `protogen:"open.v1"`
-	Id             string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Runtime        string                 `protobuf:"bytes,2,opt,name=runtime,proto3" json:"runtime,omitempty"` // "libvirt-kvm", "cloud-hypervisor"
-	Vcpus          uint32                 `protobuf:"varint,3,opt,name=vcpus,proto3" json:"vcpus,omitempty"`
-	MemoryBytes    uint64                 `protobuf:"varint,4,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
-	State          string                 `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`                                           // "running", "stopped"
-	UserData       []byte                 `protobuf:"bytes,6,opt,name=user_data,json=userData,proto3" json:"user_data,omitempty"`                     // cloud-init user data, when it is not secret
-	UserDataSecret string                 `protobuf:"bytes,7,opt,name=user_data_secret,json=userDataSecret,proto3" json:"user_data_secret,omitempty"` // a secret reference: the user data comes through the secret broker
-	Nics           []*InstanceNic         `protobuf:"bytes,8,rep,name=nics,proto3" json:"nics,omitempty"`
-	Volumes        []*VolumeAttachment    `protobuf:"bytes,9,rep,name=volumes,proto3" json:"volumes,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Id               string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Runtime          string                 `protobuf:"bytes,2,opt,name=runtime,proto3" json:"runtime,omitempty"` // "libvirt-kvm", "cloud-hypervisor"
+	Vcpus            uint32                 `protobuf:"varint,3,opt,name=vcpus,proto3" json:"vcpus,omitempty"`
+	MemoryBytes      uint64                 `protobuf:"varint,4,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	State            string                 `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`                                           // "running", "stopped"
+	UserData         []byte                 `protobuf:"bytes,6,opt,name=user_data,json=userData,proto3" json:"user_data,omitempty"`                     // cloud-init user data, when it is not secret
+	UserDataSecret   string                 `protobuf:"bytes,7,opt,name=user_data_secret,json=userDataSecret,proto3" json:"user_data_secret,omitempty"` // a secret reference: the user data comes through the secret broker
+	Nics             []*InstanceNic         `protobuf:"bytes,8,rep,name=nics,proto3" json:"nics,omitempty"`
+	Volumes          []*VolumeAttachment    `protobuf:"bytes,9,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	Cpus             *InstanceCpus          `protobuf:"bytes,10,opt,name=cpus,proto3" json:"cpus,omitempty"`                                                    // pinned vCPUs on one NUMA node (absent: floating)
+	HugepageBytes    uint64                 `protobuf:"varint,11,opt,name=hugepage_bytes,json=hugepageBytes,proto3" json:"hugepage_bytes,omitempty"`            // memory backed by huge pages of this size (2 MiB or 1 GiB; 0: none)
+	MemoryFloorBytes uint64                 `protobuf:"varint,12,opt,name=memory_floor_bytes,json=memoryFloorBytes,proto3" json:"memory_floor_bytes,omitempty"` // the balloon's floor under memory pressure (0: no ballooning)
+	GpuIndexes       []uint32               `protobuf:"varint,13,rep,packed,name=gpu_indexes,json=gpuIndexes,proto3" json:"gpu_indexes,omitempty"`              // the host's GPUs passed through to the guest
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *InstanceSpec) Reset() {
@@ -1714,6 +1774,88 @@ func (x *InstanceSpec) GetVolumes() []*VolumeAttachment {
 	return nil
 }
 
+func (x *InstanceSpec) GetCpus() *InstanceCpus {
+	if x != nil {
+		return x.Cpus
+	}
+	return nil
+}
+
+func (x *InstanceSpec) GetHugepageBytes() uint64 {
+	if x != nil {
+		return x.HugepageBytes
+	}
+	return 0
+}
+
+func (x *InstanceSpec) GetMemoryFloorBytes() uint64 {
+	if x != nil {
+		return x.MemoryFloorBytes
+	}
+	return 0
+}
+
+func (x *InstanceSpec) GetGpuIndexes() []uint32 {
+	if x != nil {
+		return x.GpuIndexes
+	}
+	return nil
+}
+
+// Pinned vCPUs: vCPU i runs on host_cpus[i], every one of them on
+// numa_node, whose memory the guest's memory comes from (strictly).
+type InstanceCpus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NumaNode      uint32                 `protobuf:"varint,1,opt,name=numa_node,json=numaNode,proto3" json:"numa_node,omitempty"`
+	HostCpus      []uint32               `protobuf:"varint,2,rep,packed,name=host_cpus,json=hostCpus,proto3" json:"host_cpus,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InstanceCpus) Reset() {
+	*x = InstanceCpus{}
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InstanceCpus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InstanceCpus) ProtoMessage() {}
+
+func (x *InstanceCpus) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InstanceCpus.ProtoReflect.Descriptor instead.
+func (*InstanceCpus) Descriptor() ([]byte, []int) {
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *InstanceCpus) GetNumaNode() uint32 {
+	if x != nil {
+		return x.NumaNode
+	}
+	return 0
+}
+
+func (x *InstanceCpus) GetHostCpus() []uint32 {
+	if x != nil {
+		return x.HostCpus
+	}
+	return nil
+}
+
 // A NIC on a bridge of the host; the MAC is optional (unicast, lowercase).
 type InstanceNic struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1725,7 +1867,7 @@ type InstanceNic struct {
 
 func (x *InstanceNic) Reset() {
 	*x = InstanceNic{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1737,7 +1879,7 @@ func (x *InstanceNic) String() string {
 func (*InstanceNic) ProtoMessage() {}
 
 func (x *InstanceNic) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1750,7 +1892,7 @@ func (x *InstanceNic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceNic.ProtoReflect.Descriptor instead.
 func (*InstanceNic) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *InstanceNic) GetBridge() string {
@@ -1779,7 +1921,7 @@ type VolumeAttachment struct {
 
 func (x *VolumeAttachment) Reset() {
 	*x = VolumeAttachment{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1791,7 +1933,7 @@ func (x *VolumeAttachment) String() string {
 func (*VolumeAttachment) ProtoMessage() {}
 
 func (x *VolumeAttachment) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1804,7 +1946,7 @@ func (x *VolumeAttachment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeAttachment.ProtoReflect.Descriptor instead.
 func (*VolumeAttachment) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *VolumeAttachment) GetVolumeId() string {
@@ -1840,7 +1982,7 @@ type VolumeSpec struct {
 
 func (x *VolumeSpec) Reset() {
 	*x = VolumeSpec{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1852,7 +1994,7 @@ func (x *VolumeSpec) String() string {
 func (*VolumeSpec) ProtoMessage() {}
 
 func (x *VolumeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1865,7 +2007,7 @@ func (x *VolumeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSpec.ProtoReflect.Descriptor instead.
 func (*VolumeSpec) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *VolumeSpec) GetId() string {
@@ -1893,7 +2035,7 @@ type TelemetrySection struct {
 
 func (x *TelemetrySection) Reset() {
 	*x = TelemetrySection{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1905,7 +2047,7 @@ func (x *TelemetrySection) String() string {
 func (*TelemetrySection) ProtoMessage() {}
 
 func (x *TelemetrySection) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1918,7 +2060,7 @@ func (x *TelemetrySection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TelemetrySection.ProtoReflect.Descriptor instead.
 func (*TelemetrySection) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *TelemetrySection) GetOtlpEndpoint() string {
@@ -1952,7 +2094,7 @@ type Attribute struct {
 
 func (x *Attribute) Reset() {
 	*x = Attribute{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1964,7 +2106,7 @@ func (x *Attribute) String() string {
 func (*Attribute) ProtoMessage() {}
 
 func (x *Attribute) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1977,7 +2119,7 @@ func (x *Attribute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attribute.ProtoReflect.Descriptor instead.
 func (*Attribute) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Attribute) GetKey() string {
@@ -2004,7 +2146,7 @@ type DaemonSection struct {
 
 func (x *DaemonSection) Reset() {
 	*x = DaemonSection{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2016,7 +2158,7 @@ func (x *DaemonSection) String() string {
 func (*DaemonSection) ProtoMessage() {}
 
 func (x *DaemonSection) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2029,7 +2171,7 @@ func (x *DaemonSection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DaemonSection.ProtoReflect.Descriptor instead.
 func (*DaemonSection) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DaemonSection) GetVersion() string {
@@ -2056,7 +2198,7 @@ type AccessSection struct {
 
 func (x *AccessSection) Reset() {
 	*x = AccessSection{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2068,7 +2210,7 @@ func (x *AccessSection) String() string {
 func (*AccessSection) ProtoMessage() {}
 
 func (x *AccessSection) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2081,7 +2223,7 @@ func (x *AccessSection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AccessSection.ProtoReflect.Descriptor instead.
 func (*AccessSection) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *AccessSection) GetSshAuthorizedKeys() []string {
@@ -2107,7 +2249,7 @@ type TrustSection struct {
 
 func (x *TrustSection) Reset() {
 	*x = TrustSection{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2119,7 +2261,7 @@ func (x *TrustSection) String() string {
 func (*TrustSection) ProtoMessage() {}
 
 func (x *TrustSection) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2132,7 +2274,7 @@ func (x *TrustSection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrustSection.ProtoReflect.Descriptor instead.
 func (*TrustSection) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *TrustSection) GetTrustBundle() *Envelope {
@@ -2156,7 +2298,7 @@ type TrustBundle struct {
 
 func (x *TrustBundle) Reset() {
 	*x = TrustBundle{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2168,7 +2310,7 @@ func (x *TrustBundle) String() string {
 func (*TrustBundle) ProtoMessage() {}
 
 func (x *TrustBundle) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2181,7 +2323,7 @@ func (x *TrustBundle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrustBundle.ProtoReflect.Descriptor instead.
 func (*TrustBundle) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *TrustBundle) GetTrustDomain() string {
@@ -2238,7 +2380,7 @@ type Quorum struct {
 
 func (x *Quorum) Reset() {
 	*x = Quorum{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2250,7 +2392,7 @@ func (x *Quorum) String() string {
 func (*Quorum) ProtoMessage() {}
 
 func (x *Quorum) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2263,7 +2405,7 @@ func (x *Quorum) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Quorum.ProtoReflect.Descriptor instead.
 func (*Quorum) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Quorum) GetApprovers() []*PublicKey {
@@ -2305,7 +2447,7 @@ type QuorumTier struct {
 
 func (x *QuorumTier) Reset() {
 	*x = QuorumTier{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[32]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2317,7 +2459,7 @@ func (x *QuorumTier) String() string {
 func (*QuorumTier) ProtoMessage() {}
 
 func (x *QuorumTier) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[32]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2330,7 +2472,7 @@ func (x *QuorumTier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QuorumTier.ProtoReflect.Descriptor instead.
 func (*QuorumTier) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *QuorumTier) GetMinCommands() uint32 {
@@ -2361,7 +2503,7 @@ type BatchApproval struct {
 
 func (x *BatchApproval) Reset() {
 	*x = BatchApproval{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[33]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2373,7 +2515,7 @@ func (x *BatchApproval) String() string {
 func (*BatchApproval) ProtoMessage() {}
 
 func (x *BatchApproval) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[33]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2386,7 +2528,7 @@ func (x *BatchApproval) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchApproval.ProtoReflect.Descriptor instead.
 func (*BatchApproval) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *BatchApproval) GetBatchId() string {
@@ -2434,7 +2576,7 @@ type NodeStatement struct {
 
 func (x *NodeStatement) Reset() {
 	*x = NodeStatement{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[34]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2446,7 +2588,7 @@ func (x *NodeStatement) String() string {
 func (*NodeStatement) ProtoMessage() {}
 
 func (x *NodeStatement) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[34]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2459,7 +2601,7 @@ func (x *NodeStatement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatement.ProtoReflect.Descriptor instead.
 func (*NodeStatement) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *NodeStatement) GetNodeId() string {
@@ -2552,7 +2694,7 @@ type CommandResult struct {
 
 func (x *CommandResult) Reset() {
 	*x = CommandResult{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[35]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2564,7 +2706,7 @@ func (x *CommandResult) String() string {
 func (*CommandResult) ProtoMessage() {}
 
 func (x *CommandResult) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[35]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2577,7 +2719,7 @@ func (x *CommandResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandResult.ProtoReflect.Descriptor instead.
 func (*CommandResult) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CommandResult) GetCommandId() string {
@@ -2621,13 +2763,17 @@ type AllocationBound struct {
 	GpuIndexes    []uint32               `protobuf:"varint,2,rep,packed,name=gpu_indexes,json=gpuIndexes,proto3" json:"gpu_indexes,omitempty"`
 	CdiDevices    []string               `protobuf:"bytes,3,rep,name=cdi_devices,json=cdiDevices,proto3" json:"cdi_devices,omitempty"`
 	Generation    uint64                 `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"`
+	CgroupParent  string                 `protobuf:"bytes,5,opt,name=cgroup_parent,json=cgroupParent,proto3" json:"cgroup_parent,omitempty"` // the slice a plain hold with a booked share runs in ("" without)
+	Vcpus         uint32                 `protobuf:"varint,6,opt,name=vcpus,proto3" json:"vcpus,omitempty"`                                  // the share bcd applied (the hold's)
+	MemoryBytes   uint64                 `protobuf:"varint,7,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	Binding       string                 `protobuf:"bytes,8,opt,name=binding,proto3" json:"binding,omitempty"` // the hold's binding
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AllocationBound) Reset() {
 	*x = AllocationBound{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[36]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2639,7 +2785,7 @@ func (x *AllocationBound) String() string {
 func (*AllocationBound) ProtoMessage() {}
 
 func (x *AllocationBound) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[36]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2652,7 +2798,7 @@ func (x *AllocationBound) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocationBound.ProtoReflect.Descriptor instead.
 func (*AllocationBound) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{36}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *AllocationBound) GetAllocationId() string {
@@ -2683,6 +2829,34 @@ func (x *AllocationBound) GetGeneration() uint64 {
 	return 0
 }
 
+func (x *AllocationBound) GetCgroupParent() string {
+	if x != nil {
+		return x.CgroupParent
+	}
+	return ""
+}
+
+func (x *AllocationBound) GetVcpus() uint32 {
+	if x != nil {
+		return x.Vcpus
+	}
+	return 0
+}
+
+func (x *AllocationBound) GetMemoryBytes() uint64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
+func (x *AllocationBound) GetBinding() string {
+	if x != nil {
+		return x.Binding
+	}
+	return ""
+}
+
 // A request for a secret, sealed back (JWE) to an ephemeral P-256 key.
 type SecretRequest struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
@@ -2695,7 +2869,7 @@ type SecretRequest struct {
 
 func (x *SecretRequest) Reset() {
 	*x = SecretRequest{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[37]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2707,7 +2881,7 @@ func (x *SecretRequest) String() string {
 func (*SecretRequest) ProtoMessage() {}
 
 func (x *SecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[37]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2720,7 +2894,7 @@ func (x *SecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretRequest.ProtoReflect.Descriptor instead.
 func (*SecretRequest) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{37}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SecretRequest) GetRequestId() string {
@@ -2765,7 +2939,7 @@ type NodeFrame struct {
 
 func (x *NodeFrame) Reset() {
 	*x = NodeFrame{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[38]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2777,7 +2951,7 @@ func (x *NodeFrame) String() string {
 func (*NodeFrame) ProtoMessage() {}
 
 func (x *NodeFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[38]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2790,7 +2964,7 @@ func (x *NodeFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeFrame.ProtoReflect.Descriptor instead.
 func (*NodeFrame) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{38}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *NodeFrame) GetSeq() uint64 {
@@ -2969,7 +3143,7 @@ type GatewayFrame struct {
 
 func (x *GatewayFrame) Reset() {
 	*x = GatewayFrame{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[39]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2981,7 +3155,7 @@ func (x *GatewayFrame) String() string {
 func (*GatewayFrame) ProtoMessage() {}
 
 func (x *GatewayFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[39]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2994,7 +3168,7 @@ func (x *GatewayFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatewayFrame.ProtoReflect.Descriptor instead.
 func (*GatewayFrame) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{39}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *GatewayFrame) GetSeq() uint64 {
@@ -3197,7 +3371,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[40]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3209,7 +3383,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[40]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3222,7 +3396,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{40}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Hello) GetNodeId() string {
@@ -3299,7 +3473,7 @@ type DriverManifest struct {
 
 func (x *DriverManifest) Reset() {
 	*x = DriverManifest{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[41]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3311,7 +3485,7 @@ func (x *DriverManifest) String() string {
 func (*DriverManifest) ProtoMessage() {}
 
 func (x *DriverManifest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[41]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3324,7 +3498,7 @@ func (x *DriverManifest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DriverManifest.ProtoReflect.Descriptor instead.
 func (*DriverManifest) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{41}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *DriverManifest) GetName() string {
@@ -3361,7 +3535,7 @@ type Welcome struct {
 
 func (x *Welcome) Reset() {
 	*x = Welcome{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[42]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3373,7 +3547,7 @@ func (x *Welcome) String() string {
 func (*Welcome) ProtoMessage() {}
 
 func (x *Welcome) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[42]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3386,7 +3560,7 @@ func (x *Welcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Welcome.ProtoReflect.Descriptor instead.
 func (*Welcome) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{42}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Welcome) GetSessionEpoch() uint64 {
@@ -3434,7 +3608,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[43]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3446,7 +3620,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[43]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3459,7 +3633,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{43}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *Heartbeat) GetAtMs() int64 {
@@ -3486,7 +3660,7 @@ type Ping struct {
 
 func (x *Ping) Reset() {
 	*x = Ping{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[44]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3498,7 +3672,7 @@ func (x *Ping) String() string {
 func (*Ping) ProtoMessage() {}
 
 func (x *Ping) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[44]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3511,7 +3685,7 @@ func (x *Ping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ping.ProtoReflect.Descriptor instead.
 func (*Ping) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{44}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Ping) GetNonce() uint64 {
@@ -3537,7 +3711,7 @@ type Pong struct {
 
 func (x *Pong) Reset() {
 	*x = Pong{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[45]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3549,7 +3723,7 @@ func (x *Pong) String() string {
 func (*Pong) ProtoMessage() {}
 
 func (x *Pong) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[45]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3562,7 +3736,7 @@ func (x *Pong) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pong.ProtoReflect.Descriptor instead.
 func (*Pong) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{45}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Pong) GetNonce() uint64 {
@@ -3582,7 +3756,7 @@ type CommandDelivery struct {
 
 func (x *CommandDelivery) Reset() {
 	*x = CommandDelivery{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[46]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3594,7 +3768,7 @@ func (x *CommandDelivery) String() string {
 func (*CommandDelivery) ProtoMessage() {}
 
 func (x *CommandDelivery) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[46]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3607,7 +3781,7 @@ func (x *CommandDelivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandDelivery.ProtoReflect.Descriptor instead.
 func (*CommandDelivery) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{46}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *CommandDelivery) GetCommand() *Envelope {
@@ -3637,7 +3811,7 @@ type CommandUpdate struct {
 
 func (x *CommandUpdate) Reset() {
 	*x = CommandUpdate{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[47]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3649,7 +3823,7 @@ func (x *CommandUpdate) String() string {
 func (*CommandUpdate) ProtoMessage() {}
 
 func (x *CommandUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[47]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3662,7 +3836,7 @@ func (x *CommandUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandUpdate.ProtoReflect.Descriptor instead.
 func (*CommandUpdate) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{47}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *CommandUpdate) GetCommandId() string {
@@ -3718,7 +3892,7 @@ type StatusReport struct {
 
 func (x *StatusReport) Reset() {
 	*x = StatusReport{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[48]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3730,7 +3904,7 @@ func (x *StatusReport) String() string {
 func (*StatusReport) ProtoMessage() {}
 
 func (x *StatusReport) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[48]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3743,7 +3917,7 @@ func (x *StatusReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusReport.ProtoReflect.Descriptor instead.
 func (*StatusReport) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{48}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *StatusReport) GetInventory() []*InventorySection {
@@ -3832,7 +4006,7 @@ type SectionStatus struct {
 
 func (x *SectionStatus) Reset() {
 	*x = SectionStatus{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[49]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3844,7 +4018,7 @@ func (x *SectionStatus) String() string {
 func (*SectionStatus) ProtoMessage() {}
 
 func (x *SectionStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[49]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3857,7 +4031,7 @@ func (x *SectionStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SectionStatus.ProtoReflect.Descriptor instead.
 func (*SectionStatus) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{49}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *SectionStatus) GetSection() string {
@@ -3907,7 +4081,7 @@ type InventorySection struct {
 
 func (x *InventorySection) Reset() {
 	*x = InventorySection{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[50]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3919,7 +4093,7 @@ func (x *InventorySection) String() string {
 func (*InventorySection) ProtoMessage() {}
 
 func (x *InventorySection) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[50]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3932,7 +4106,7 @@ func (x *InventorySection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventorySection.ProtoReflect.Descriptor instead.
 func (*InventorySection) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{50}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *InventorySection) GetName() string {
@@ -3970,15 +4144,16 @@ type SystemInventory struct {
 	NumaNodes     uint32                 `protobuf:"varint,7,opt,name=numa_nodes,json=numaNodes,proto3" json:"numa_nodes,omitempty"`
 	Kernel        string                 `protobuf:"bytes,8,opt,name=kernel,proto3" json:"kernel,omitempty"`
 	Os            string                 `protobuf:"bytes,9,opt,name=os,proto3" json:"os,omitempty"`
-	Hugepages_2Mi uint64                 `protobuf:"varint,10,opt,name=hugepages_2mi,json=hugepages2mi,proto3" json:"hugepages_2mi,omitempty"`
+	Hugepages_2Mi uint64                 `protobuf:"varint,10,opt,name=hugepages_2mi,json=hugepages2mi,proto3" json:"hugepages_2mi,omitempty"` // huge pages reserved now, machine-wide
 	Hugepages_1Gi uint64                 `protobuf:"varint,11,opt,name=hugepages_1gi,json=hugepages1gi,proto3" json:"hugepages_1gi,omitempty"`
+	Numa          []*NumaNode            `protobuf:"bytes,12,rep,name=numa,proto3" json:"numa,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SystemInventory) Reset() {
 	*x = SystemInventory{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[51]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3990,7 +4165,7 @@ func (x *SystemInventory) String() string {
 func (*SystemInventory) ProtoMessage() {}
 
 func (x *SystemInventory) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[51]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4003,7 +4178,7 @@ func (x *SystemInventory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SystemInventory.ProtoReflect.Descriptor instead.
 func (*SystemInventory) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{51}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *SystemInventory) GetHostname() string {
@@ -4083,6 +4258,91 @@ func (x *SystemInventory) GetHugepages_1Gi() uint64 {
 	return 0
 }
 
+func (x *SystemInventory) GetNuma() []*NumaNode {
+	if x != nil {
+		return x.Numa
+	}
+	return nil
+}
+
+// One NUMA node: its logical CPUs (ascending), its memory and the huge
+// pages reserved on it.
+type NumaNode struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Cpus          []uint32               `protobuf:"varint,2,rep,packed,name=cpus,proto3" json:"cpus,omitempty"`
+	MemoryBytes   uint64                 `protobuf:"varint,3,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	Hugepages_2Mi uint64                 `protobuf:"varint,4,opt,name=hugepages_2mi,json=hugepages2mi,proto3" json:"hugepages_2mi,omitempty"`
+	Hugepages_1Gi uint64                 `protobuf:"varint,5,opt,name=hugepages_1gi,json=hugepages1gi,proto3" json:"hugepages_1gi,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NumaNode) Reset() {
+	*x = NumaNode{}
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NumaNode) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NumaNode) ProtoMessage() {}
+
+func (x *NumaNode) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NumaNode.ProtoReflect.Descriptor instead.
+func (*NumaNode) Descriptor() ([]byte, []int) {
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *NumaNode) GetId() uint32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *NumaNode) GetCpus() []uint32 {
+	if x != nil {
+		return x.Cpus
+	}
+	return nil
+}
+
+func (x *NumaNode) GetMemoryBytes() uint64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
+func (x *NumaNode) GetHugepages_2Mi() uint64 {
+	if x != nil {
+		return x.Hugepages_2Mi
+	}
+	return 0
+}
+
+func (x *NumaNode) GetHugepages_1Gi() uint64 {
+	if x != nil {
+		return x.Hugepages_1Gi
+	}
+	return 0
+}
+
 type GpuInventory struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	DriverVersion string                 `protobuf:"bytes,1,opt,name=driver_version,json=driverVersion,proto3" json:"driver_version,omitempty"`
@@ -4095,7 +4355,7 @@ type GpuInventory struct {
 
 func (x *GpuInventory) Reset() {
 	*x = GpuInventory{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[52]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4107,7 +4367,7 @@ func (x *GpuInventory) String() string {
 func (*GpuInventory) ProtoMessage() {}
 
 func (x *GpuInventory) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[52]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4120,7 +4380,7 @@ func (x *GpuInventory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GpuInventory.ProtoReflect.Descriptor instead.
 func (*GpuInventory) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{52}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *GpuInventory) GetDriverVersion() string {
@@ -4166,7 +4426,7 @@ type Gpu struct {
 
 func (x *Gpu) Reset() {
 	*x = Gpu{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[53]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4178,7 +4438,7 @@ func (x *Gpu) String() string {
 func (*Gpu) ProtoMessage() {}
 
 func (x *Gpu) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[53]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4191,7 +4451,7 @@ func (x *Gpu) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Gpu.ProtoReflect.Descriptor instead.
 func (*Gpu) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{53}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *Gpu) GetIndex() uint32 {
@@ -4252,7 +4512,7 @@ type NetworkInventory struct {
 
 func (x *NetworkInventory) Reset() {
 	*x = NetworkInventory{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[54]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4264,7 +4524,7 @@ func (x *NetworkInventory) String() string {
 func (*NetworkInventory) ProtoMessage() {}
 
 func (x *NetworkInventory) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[54]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4277,7 +4537,7 @@ func (x *NetworkInventory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkInventory.ProtoReflect.Descriptor instead.
 func (*NetworkInventory) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{54}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *NetworkInventory) GetNics() []*Nic {
@@ -4299,7 +4559,7 @@ type Nic struct {
 
 func (x *Nic) Reset() {
 	*x = Nic{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[55]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4311,7 +4571,7 @@ func (x *Nic) String() string {
 func (*Nic) ProtoMessage() {}
 
 func (x *Nic) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[55]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4324,7 +4584,7 @@ func (x *Nic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Nic.ProtoReflect.Descriptor instead.
 func (*Nic) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{55}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *Nic) GetName() string {
@@ -4364,7 +4624,7 @@ type AllocationReleased struct {
 
 func (x *AllocationReleased) Reset() {
 	*x = AllocationReleased{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[56]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4376,7 +4636,7 @@ func (x *AllocationReleased) String() string {
 func (*AllocationReleased) ProtoMessage() {}
 
 func (x *AllocationReleased) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[56]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4389,7 +4649,7 @@ func (x *AllocationReleased) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocationReleased.ProtoReflect.Descriptor instead.
 func (*AllocationReleased) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{56}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *AllocationReleased) GetAllocationId() string {
@@ -4409,7 +4669,7 @@ type AllocationFailed struct {
 
 func (x *AllocationFailed) Reset() {
 	*x = AllocationFailed{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[57]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4421,7 +4681,7 @@ func (x *AllocationFailed) String() string {
 func (*AllocationFailed) ProtoMessage() {}
 
 func (x *AllocationFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[57]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4434,7 +4694,7 @@ func (x *AllocationFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocationFailed.ProtoReflect.Descriptor instead.
 func (*AllocationFailed) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{57}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *AllocationFailed) GetAllocationId() string {
@@ -4456,21 +4716,22 @@ func (x *AllocationFailed) GetReason() string {
 // "failed"; message says why for people and starts with a stable code when
 // it is a refusal ("ResourcesExhausted: …"); never a secret.
 type InstanceStatus struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	State         string                 `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
-	Message       string                 `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
-	Generation    uint64                 `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"` // the spec generation this status is for
-	Runtime       string                 `protobuf:"bytes,5,opt,name=runtime,proto3" json:"runtime,omitempty"`
-	Vcpus         uint32                 `protobuf:"varint,6,opt,name=vcpus,proto3" json:"vcpus,omitempty"`
-	MemoryBytes   uint64                 `protobuf:"varint,7,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	Id                 string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	State              string                 `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	Message            string                 `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	Generation         uint64                 `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"` // the spec generation this status is for
+	Runtime            string                 `protobuf:"bytes,5,opt,name=runtime,proto3" json:"runtime,omitempty"`
+	Vcpus              uint32                 `protobuf:"varint,6,opt,name=vcpus,proto3" json:"vcpus,omitempty"`
+	MemoryBytes        uint64                 `protobuf:"varint,7,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	CurrentMemoryBytes uint64                 `protobuf:"varint,8,opt,name=current_memory_bytes,json=currentMemoryBytes,proto3" json:"current_memory_bytes,omitempty"` // what the guest has now: memory_bytes, or less while ballooned
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *InstanceStatus) Reset() {
 	*x = InstanceStatus{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[58]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4482,7 +4743,7 @@ func (x *InstanceStatus) String() string {
 func (*InstanceStatus) ProtoMessage() {}
 
 func (x *InstanceStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[58]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4495,7 +4756,7 @@ func (x *InstanceStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceStatus.ProtoReflect.Descriptor instead.
 func (*InstanceStatus) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{58}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *InstanceStatus) GetId() string {
@@ -4547,6 +4808,15 @@ func (x *InstanceStatus) GetMemoryBytes() uint64 {
 	return 0
 }
 
+func (x *InstanceStatus) GetCurrentMemoryBytes() uint64 {
+	if x != nil {
+		return x.CurrentMemoryBytes
+	}
+	return 0
+}
+
+// How hard the host is pressed (the share of the last 10 s some task
+// stalled on memory, on CPU, as Linux's pressure stall information says).
 type HostPressure struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	MemoryPercent uint32                 `protobuf:"varint,1,opt,name=memory_percent,json=memoryPercent,proto3" json:"memory_percent,omitempty"`
@@ -4557,7 +4827,7 @@ type HostPressure struct {
 
 func (x *HostPressure) Reset() {
 	*x = HostPressure{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[59]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4569,7 +4839,7 @@ func (x *HostPressure) String() string {
 func (*HostPressure) ProtoMessage() {}
 
 func (x *HostPressure) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[59]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4582,7 +4852,7 @@ func (x *HostPressure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostPressure.ProtoReflect.Descriptor instead.
 func (*HostPressure) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{59}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *HostPressure) GetMemoryPercent() uint32 {
@@ -4614,7 +4884,7 @@ type VolumeStatus struct {
 
 func (x *VolumeStatus) Reset() {
 	*x = VolumeStatus{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[60]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4626,7 +4896,7 @@ func (x *VolumeStatus) String() string {
 func (*VolumeStatus) ProtoMessage() {}
 
 func (x *VolumeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[60]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4639,7 +4909,7 @@ func (x *VolumeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeStatus.ProtoReflect.Descriptor instead.
 func (*VolumeStatus) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{60}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *VolumeStatus) GetId() string {
@@ -4685,7 +4955,7 @@ type VolumeStorage struct {
 
 func (x *VolumeStorage) Reset() {
 	*x = VolumeStorage{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[61]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4697,7 +4967,7 @@ func (x *VolumeStorage) String() string {
 func (*VolumeStorage) ProtoMessage() {}
 
 func (x *VolumeStorage) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[61]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4710,7 +4980,7 @@ func (x *VolumeStorage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeStorage.ProtoReflect.Descriptor instead.
 func (*VolumeStorage) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{61}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *VolumeStorage) GetTotalBytes() uint64 {
@@ -4750,7 +5020,7 @@ type SpecRequest struct {
 
 func (x *SpecRequest) Reset() {
 	*x = SpecRequest{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[62]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4762,7 +5032,7 @@ func (x *SpecRequest) String() string {
 func (*SpecRequest) ProtoMessage() {}
 
 func (x *SpecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[62]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4775,7 +5045,7 @@ func (x *SpecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpecRequest.ProtoReflect.Descriptor instead.
 func (*SpecRequest) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{62}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *SpecRequest) GetMinGeneration() uint64 {
@@ -4796,7 +5066,7 @@ type WorkloadTokenRequest struct {
 
 func (x *WorkloadTokenRequest) Reset() {
 	*x = WorkloadTokenRequest{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[63]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4808,7 +5078,7 @@ func (x *WorkloadTokenRequest) String() string {
 func (*WorkloadTokenRequest) ProtoMessage() {}
 
 func (x *WorkloadTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[63]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4821,7 +5091,7 @@ func (x *WorkloadTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkloadTokenRequest.ProtoReflect.Descriptor instead.
 func (*WorkloadTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{63}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *WorkloadTokenRequest) GetRequestId() string {
@@ -4854,7 +5124,7 @@ type EventAck struct {
 
 func (x *EventAck) Reset() {
 	*x = EventAck{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[64]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4866,7 +5136,7 @@ func (x *EventAck) String() string {
 func (*EventAck) ProtoMessage() {}
 
 func (x *EventAck) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[64]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4879,7 +5149,7 @@ func (x *EventAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventAck.ProtoReflect.Descriptor instead.
 func (*EventAck) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{64}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *EventAck) GetUpToSeq() uint64 {
@@ -4898,7 +5168,7 @@ type DesiredState struct {
 
 func (x *DesiredState) Reset() {
 	*x = DesiredState{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[65]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4910,7 +5180,7 @@ func (x *DesiredState) String() string {
 func (*DesiredState) ProtoMessage() {}
 
 func (x *DesiredState) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[65]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4923,7 +5193,7 @@ func (x *DesiredState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DesiredState.ProtoReflect.Descriptor instead.
 func (*DesiredState) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{65}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *DesiredState) GetSpec() *Envelope {
@@ -4943,7 +5213,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[66]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4955,7 +5225,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[66]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4968,7 +5238,7 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{66}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *Drain) GetReason() string {
@@ -4994,7 +5264,7 @@ type RevocationNotice struct {
 
 func (x *RevocationNotice) Reset() {
 	*x = RevocationNotice{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[67]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5006,7 +5276,7 @@ func (x *RevocationNotice) String() string {
 func (*RevocationNotice) ProtoMessage() {}
 
 func (x *RevocationNotice) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[67]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5019,7 +5289,7 @@ func (x *RevocationNotice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevocationNotice.ProtoReflect.Descriptor instead.
 func (*RevocationNotice) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{67}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *RevocationNotice) GetReason() string {
@@ -5038,7 +5308,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[68]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5050,7 +5320,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[68]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5063,7 +5333,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{68}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *Cancel) GetCommandId() string {
@@ -5084,7 +5354,7 @@ type SecretResponse struct {
 
 func (x *SecretResponse) Reset() {
 	*x = SecretResponse{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[69]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5096,7 +5366,7 @@ func (x *SecretResponse) String() string {
 func (*SecretResponse) ProtoMessage() {}
 
 func (x *SecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[69]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5109,7 +5379,7 @@ func (x *SecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretResponse.ProtoReflect.Descriptor instead.
 func (*SecretResponse) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{69}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *SecretResponse) GetRequestId() string {
@@ -5144,7 +5414,7 @@ type WorkloadTokenResponse struct {
 
 func (x *WorkloadTokenResponse) Reset() {
 	*x = WorkloadTokenResponse{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[70]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5156,7 +5426,7 @@ func (x *WorkloadTokenResponse) String() string {
 func (*WorkloadTokenResponse) ProtoMessage() {}
 
 func (x *WorkloadTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[70]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5169,7 +5439,7 @@ func (x *WorkloadTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkloadTokenResponse.ProtoReflect.Descriptor instead.
 func (*WorkloadTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{70}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *WorkloadTokenResponse) GetRequestId() string {
@@ -5205,7 +5475,7 @@ type OpenTunnel struct {
 
 func (x *OpenTunnel) Reset() {
 	*x = OpenTunnel{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[71]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5217,7 +5487,7 @@ func (x *OpenTunnel) String() string {
 func (*OpenTunnel) ProtoMessage() {}
 
 func (x *OpenTunnel) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[71]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5230,7 +5500,7 @@ func (x *OpenTunnel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenTunnel.ProtoReflect.Descriptor instead.
 func (*OpenTunnel) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{71}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *OpenTunnel) GetTunnelId() string {
@@ -5271,7 +5541,7 @@ type RenewRequest struct {
 
 func (x *RenewRequest) Reset() {
 	*x = RenewRequest{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[72]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5283,7 +5553,7 @@ func (x *RenewRequest) String() string {
 func (*RenewRequest) ProtoMessage() {}
 
 func (x *RenewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[72]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5296,7 +5566,7 @@ func (x *RenewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
 func (*RenewRequest) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{72}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *RenewRequest) GetCsrDer() []byte {
@@ -5322,7 +5592,7 @@ type RenewReply struct {
 
 func (x *RenewReply) Reset() {
 	*x = RenewReply{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[73]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5334,7 +5604,7 @@ func (x *RenewReply) String() string {
 func (*RenewReply) ProtoMessage() {}
 
 func (x *RenewReply) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[73]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5347,7 +5617,7 @@ func (x *RenewReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewReply.ProtoReflect.Descriptor instead.
 func (*RenewReply) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{73}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *RenewReply) GetResponse() *Envelope {
@@ -5374,7 +5644,7 @@ type TunnelFrame struct {
 
 func (x *TunnelFrame) Reset() {
 	*x = TunnelFrame{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[74]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5386,7 +5656,7 @@ func (x *TunnelFrame) String() string {
 func (*TunnelFrame) ProtoMessage() {}
 
 func (x *TunnelFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[74]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5399,7 +5669,7 @@ func (x *TunnelFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelFrame.ProtoReflect.Descriptor instead.
 func (*TunnelFrame) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{74}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *TunnelFrame) GetTunnelId() string {
@@ -5505,7 +5775,7 @@ type TerminalSize struct {
 
 func (x *TerminalSize) Reset() {
 	*x = TerminalSize{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[75]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5517,7 +5787,7 @@ func (x *TerminalSize) String() string {
 func (*TerminalSize) ProtoMessage() {}
 
 func (x *TerminalSize) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[75]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5530,7 +5800,7 @@ func (x *TerminalSize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminalSize.ProtoReflect.Descriptor instead.
 func (*TerminalSize) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{75}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *TerminalSize) GetRows() uint32 {
@@ -5657,20 +5927,28 @@ const file_bc_agent_v1_agent_proto_rawDesc = "" +
 	"\ttelemetry\x18\x06 \x01(\v2\x1d.bc.agent.v1.TelemetrySectionR\ttelemetry\x122\n" +
 	"\x06daemon\x18\a \x01(\v2\x1a.bc.agent.v1.DaemonSectionR\x06daemon\x122\n" +
 	"\x06access\x18\b \x01(\v2\x1a.bc.agent.v1.AccessSectionR\x06access\x12/\n" +
-	"\x05trust\x18\t \x01(\v2\x19.bc.agent.v1.TrustSectionR\x05trust\"f\n" +
+	"\x05trust\x18\t \x01(\v2\x19.bc.agent.v1.TrustSectionR\x05trust\"\x9f\x01\n" +
 	"\x04Hold\x12#\n" +
 	"\rallocation_id\x18\x01 \x01(\tR\fallocationId\x12\x1f\n" +
 	"\vgpu_indexes\x18\x02 \x03(\rR\n" +
 	"gpuIndexes\x12\x18\n" +
-	"\abinding\x18\x03 \x01(\tR\abinding\":\n" +
+	"\abinding\x18\x03 \x01(\tR\abinding\x12\x14\n" +
+	"\x05vcpus\x18\x04 \x01(\rR\x05vcpus\x12!\n" +
+	"\fmemory_bytes\x18\x05 \x01(\x04R\vmemoryBytes\"\xf1\x01\n" +
 	"\vHostSection\x12+\n" +
-	"\x05units\x18\x01 \x03(\v2\x15.bc.agent.v1.HostUnitR\x05units\"8\n" +
+	"\x05units\x18\x01 \x03(\v2\x15.bc.agent.v1.HostUnitR\x05units\x12#\n" +
+	"\rreserved_cpus\x18\x02 \x03(\rR\freservedCpus\x124\n" +
+	"\x16cpu_overcommit_percent\x18\x03 \x01(\rR\x14cpuOvercommitPercent\x12:\n" +
+	"\x19memory_overcommit_percent\x18\x04 \x01(\rR\x17memoryOvercommitPercent\x12\x1e\n" +
+	"\n" +
+	"kubernetes\x18\x05 \x01(\bR\n" +
+	"kubernetes\"8\n" +
 	"\bHostUnit\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\acontent\x18\x02 \x01(\fR\acontent\"~\n" +
 	"\x10InstancesSection\x127\n" +
 	"\tinstances\x18\x01 \x03(\v2\x19.bc.agent.v1.InstanceSpecR\tinstances\x121\n" +
-	"\avolumes\x18\x02 \x03(\v2\x17.bc.agent.v1.VolumeSpecR\avolumes\"\xb5\x02\n" +
+	"\avolumes\x18\x02 \x03(\v2\x17.bc.agent.v1.VolumeSpecR\avolumes\"\xda\x03\n" +
 	"\fInstanceSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aruntime\x18\x02 \x01(\tR\aruntime\x12\x14\n" +
@@ -5680,7 +5958,16 @@ const file_bc_agent_v1_agent_proto_rawDesc = "" +
 	"\tuser_data\x18\x06 \x01(\fR\buserData\x12(\n" +
 	"\x10user_data_secret\x18\a \x01(\tR\x0euserDataSecret\x12,\n" +
 	"\x04nics\x18\b \x03(\v2\x18.bc.agent.v1.InstanceNicR\x04nics\x127\n" +
-	"\avolumes\x18\t \x03(\v2\x1d.bc.agent.v1.VolumeAttachmentR\avolumes\"7\n" +
+	"\avolumes\x18\t \x03(\v2\x1d.bc.agent.v1.VolumeAttachmentR\avolumes\x12-\n" +
+	"\x04cpus\x18\n" +
+	" \x01(\v2\x19.bc.agent.v1.InstanceCpusR\x04cpus\x12%\n" +
+	"\x0ehugepage_bytes\x18\v \x01(\x04R\rhugepageBytes\x12,\n" +
+	"\x12memory_floor_bytes\x18\f \x01(\x04R\x10memoryFloorBytes\x12\x1f\n" +
+	"\vgpu_indexes\x18\r \x03(\rR\n" +
+	"gpuIndexes\"H\n" +
+	"\fInstanceCpus\x12\x1b\n" +
+	"\tnuma_node\x18\x01 \x01(\rR\bnumaNode\x12\x1b\n" +
+	"\thost_cpus\x18\x02 \x03(\rR\bhostCpus\"7\n" +
 	"\vInstanceNic\x12\x16\n" +
 	"\x06bridge\x18\x01 \x01(\tR\x06bridge\x12\x10\n" +
 	"\x03mac\x18\x02 \x01(\tR\x03mac\"d\n" +
@@ -5745,7 +6032,7 @@ const file_bc_agent_v1_agent_proto_rawDesc = "" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12/\n" +
 	"\x05state\x18\x03 \x01(\x0e2\x19.bc.agent.v1.CommandStateR\x05state\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x16\n" +
-	"\x06output\x18\x05 \x01(\fR\x06output\"\x98\x01\n" +
+	"\x06output\x18\x05 \x01(\fR\x06output\"\x90\x02\n" +
 	"\x0fAllocationBound\x12#\n" +
 	"\rallocation_id\x18\x01 \x01(\tR\fallocationId\x12\x1f\n" +
 	"\vgpu_indexes\x18\x02 \x03(\rR\n" +
@@ -5754,7 +6041,11 @@ const file_bc_agent_v1_agent_proto_rawDesc = "" +
 	"cdiDevices\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x04 \x01(\x04R\n" +
-	"generation\"{\n" +
+	"generation\x12#\n" +
+	"\rcgroup_parent\x18\x05 \x01(\tR\fcgroupParent\x12\x14\n" +
+	"\x05vcpus\x18\x06 \x01(\rR\x05vcpus\x12!\n" +
+	"\fmemory_bytes\x18\a \x01(\x04R\vmemoryBytes\x12\x18\n" +
+	"\abinding\x18\b \x01(\tR\abinding\"{\n" +
 	"\rSecretRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1d\n" +
@@ -5852,7 +6143,7 @@ const file_bc_agent_v1_agent_proto_rawDesc = "" +
 	"\x10InventorySection\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\acontent\x18\x02 \x01(\fR\acontent\x12\x16\n" +
-	"\x06sha256\x18\x03 \x01(\tR\x06sha256\"\xcd\x02\n" +
+	"\x06sha256\x18\x03 \x01(\tR\x06sha256\"\xf8\x02\n" +
 	"\x0fSystemInventory\x12\x1a\n" +
 	"\bhostname\x18\x01 \x01(\tR\bhostname\x12\x18\n" +
 	"\aproduct\x18\x02 \x01(\tR\aproduct\x12\x16\n" +
@@ -5866,7 +6157,14 @@ const file_bc_agent_v1_agent_proto_rawDesc = "" +
 	"\x02os\x18\t \x01(\tR\x02os\x12#\n" +
 	"\rhugepages_2mi\x18\n" +
 	" \x01(\x04R\fhugepages2mi\x12#\n" +
-	"\rhugepages_1gi\x18\v \x01(\x04R\fhugepages1gi\"\x96\x01\n" +
+	"\rhugepages_1gi\x18\v \x01(\x04R\fhugepages1gi\x12)\n" +
+	"\x04numa\x18\f \x03(\v2\x15.bc.agent.v1.NumaNodeR\x04numa\"\x9b\x01\n" +
+	"\bNumaNode\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\rR\x02id\x12\x12\n" +
+	"\x04cpus\x18\x02 \x03(\rR\x04cpus\x12!\n" +
+	"\fmemory_bytes\x18\x03 \x01(\x04R\vmemoryBytes\x12#\n" +
+	"\rhugepages_2mi\x18\x04 \x01(\x04R\fhugepages2mi\x12#\n" +
+	"\rhugepages_1gi\x18\x05 \x01(\x04R\fhugepages1gi\"\x96\x01\n" +
 	"\fGpuInventory\x12%\n" +
 	"\x0edriver_version\x18\x01 \x01(\tR\rdriverVersion\x12!\n" +
 	"\fcuda_version\x18\x02 \x01(\tR\vcudaVersion\x12\x16\n" +
@@ -5894,7 +6192,7 @@ const file_bc_agent_v1_agent_proto_rawDesc = "" +
 	"\rallocation_id\x18\x01 \x01(\tR\fallocationId\"O\n" +
 	"\x10AllocationFailed\x12#\n" +
 	"\rallocation_id\x18\x01 \x01(\tR\fallocationId\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xc3\x01\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xf5\x01\n" +
 	"\x0eInstanceStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x18\n" +
@@ -5904,7 +6202,8 @@ const file_bc_agent_v1_agent_proto_rawDesc = "" +
 	"generation\x12\x18\n" +
 	"\aruntime\x18\x05 \x01(\tR\aruntime\x12\x14\n" +
 	"\x05vcpus\x18\x06 \x01(\rR\x05vcpus\x12!\n" +
-	"\fmemory_bytes\x18\a \x01(\x04R\vmemoryBytes\"V\n" +
+	"\fmemory_bytes\x18\a \x01(\x04R\vmemoryBytes\x120\n" +
+	"\x14current_memory_bytes\x18\b \x01(\x04R\x12currentMemoryBytes\"V\n" +
 	"\fHostPressure\x12%\n" +
 	"\x0ememory_percent\x18\x01 \x01(\rR\rmemoryPercent\x12\x1f\n" +
 	"\vcpu_percent\x18\x02 \x01(\rR\n" +
@@ -6010,7 +6309,7 @@ func file_bc_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_bc_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_bc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
+var file_bc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 78)
 var file_bc_agent_v1_agent_proto_goTypes = []any{
 	(CommandState)(0),             // 0: bc.agent.v1.CommandState
 	(SectionState)(0),             // 1: bc.agent.v1.SectionState
@@ -6036,60 +6335,62 @@ var file_bc_agent_v1_agent_proto_goTypes = []any{
 	(*HostUnit)(nil),              // 21: bc.agent.v1.HostUnit
 	(*InstancesSection)(nil),      // 22: bc.agent.v1.InstancesSection
 	(*InstanceSpec)(nil),          // 23: bc.agent.v1.InstanceSpec
-	(*InstanceNic)(nil),           // 24: bc.agent.v1.InstanceNic
-	(*VolumeAttachment)(nil),      // 25: bc.agent.v1.VolumeAttachment
-	(*VolumeSpec)(nil),            // 26: bc.agent.v1.VolumeSpec
-	(*TelemetrySection)(nil),      // 27: bc.agent.v1.TelemetrySection
-	(*Attribute)(nil),             // 28: bc.agent.v1.Attribute
-	(*DaemonSection)(nil),         // 29: bc.agent.v1.DaemonSection
-	(*AccessSection)(nil),         // 30: bc.agent.v1.AccessSection
-	(*TrustSection)(nil),          // 31: bc.agent.v1.TrustSection
-	(*TrustBundle)(nil),           // 32: bc.agent.v1.TrustBundle
-	(*Quorum)(nil),                // 33: bc.agent.v1.Quorum
-	(*QuorumTier)(nil),            // 34: bc.agent.v1.QuorumTier
-	(*BatchApproval)(nil),         // 35: bc.agent.v1.BatchApproval
-	(*NodeStatement)(nil),         // 36: bc.agent.v1.NodeStatement
-	(*CommandResult)(nil),         // 37: bc.agent.v1.CommandResult
-	(*AllocationBound)(nil),       // 38: bc.agent.v1.AllocationBound
-	(*SecretRequest)(nil),         // 39: bc.agent.v1.SecretRequest
-	(*NodeFrame)(nil),             // 40: bc.agent.v1.NodeFrame
-	(*GatewayFrame)(nil),          // 41: bc.agent.v1.GatewayFrame
-	(*Hello)(nil),                 // 42: bc.agent.v1.Hello
-	(*DriverManifest)(nil),        // 43: bc.agent.v1.DriverManifest
-	(*Welcome)(nil),               // 44: bc.agent.v1.Welcome
-	(*Heartbeat)(nil),             // 45: bc.agent.v1.Heartbeat
-	(*Ping)(nil),                  // 46: bc.agent.v1.Ping
-	(*Pong)(nil),                  // 47: bc.agent.v1.Pong
-	(*CommandDelivery)(nil),       // 48: bc.agent.v1.CommandDelivery
-	(*CommandUpdate)(nil),         // 49: bc.agent.v1.CommandUpdate
-	(*StatusReport)(nil),          // 50: bc.agent.v1.StatusReport
-	(*SectionStatus)(nil),         // 51: bc.agent.v1.SectionStatus
-	(*InventorySection)(nil),      // 52: bc.agent.v1.InventorySection
-	(*SystemInventory)(nil),       // 53: bc.agent.v1.SystemInventory
-	(*GpuInventory)(nil),          // 54: bc.agent.v1.GpuInventory
-	(*Gpu)(nil),                   // 55: bc.agent.v1.Gpu
-	(*NetworkInventory)(nil),      // 56: bc.agent.v1.NetworkInventory
-	(*Nic)(nil),                   // 57: bc.agent.v1.Nic
-	(*AllocationReleased)(nil),    // 58: bc.agent.v1.AllocationReleased
-	(*AllocationFailed)(nil),      // 59: bc.agent.v1.AllocationFailed
-	(*InstanceStatus)(nil),        // 60: bc.agent.v1.InstanceStatus
-	(*HostPressure)(nil),          // 61: bc.agent.v1.HostPressure
-	(*VolumeStatus)(nil),          // 62: bc.agent.v1.VolumeStatus
-	(*VolumeStorage)(nil),         // 63: bc.agent.v1.VolumeStorage
-	(*SpecRequest)(nil),           // 64: bc.agent.v1.SpecRequest
-	(*WorkloadTokenRequest)(nil),  // 65: bc.agent.v1.WorkloadTokenRequest
-	(*EventAck)(nil),              // 66: bc.agent.v1.EventAck
-	(*DesiredState)(nil),          // 67: bc.agent.v1.DesiredState
-	(*Drain)(nil),                 // 68: bc.agent.v1.Drain
-	(*RevocationNotice)(nil),      // 69: bc.agent.v1.RevocationNotice
-	(*Cancel)(nil),                // 70: bc.agent.v1.Cancel
-	(*SecretResponse)(nil),        // 71: bc.agent.v1.SecretResponse
-	(*WorkloadTokenResponse)(nil), // 72: bc.agent.v1.WorkloadTokenResponse
-	(*OpenTunnel)(nil),            // 73: bc.agent.v1.OpenTunnel
-	(*RenewRequest)(nil),          // 74: bc.agent.v1.RenewRequest
-	(*RenewReply)(nil),            // 75: bc.agent.v1.RenewReply
-	(*TunnelFrame)(nil),           // 76: bc.agent.v1.TunnelFrame
-	(*TerminalSize)(nil),          // 77: bc.agent.v1.TerminalSize
+	(*InstanceCpus)(nil),          // 24: bc.agent.v1.InstanceCpus
+	(*InstanceNic)(nil),           // 25: bc.agent.v1.InstanceNic
+	(*VolumeAttachment)(nil),      // 26: bc.agent.v1.VolumeAttachment
+	(*VolumeSpec)(nil),            // 27: bc.agent.v1.VolumeSpec
+	(*TelemetrySection)(nil),      // 28: bc.agent.v1.TelemetrySection
+	(*Attribute)(nil),             // 29: bc.agent.v1.Attribute
+	(*DaemonSection)(nil),         // 30: bc.agent.v1.DaemonSection
+	(*AccessSection)(nil),         // 31: bc.agent.v1.AccessSection
+	(*TrustSection)(nil),          // 32: bc.agent.v1.TrustSection
+	(*TrustBundle)(nil),           // 33: bc.agent.v1.TrustBundle
+	(*Quorum)(nil),                // 34: bc.agent.v1.Quorum
+	(*QuorumTier)(nil),            // 35: bc.agent.v1.QuorumTier
+	(*BatchApproval)(nil),         // 36: bc.agent.v1.BatchApproval
+	(*NodeStatement)(nil),         // 37: bc.agent.v1.NodeStatement
+	(*CommandResult)(nil),         // 38: bc.agent.v1.CommandResult
+	(*AllocationBound)(nil),       // 39: bc.agent.v1.AllocationBound
+	(*SecretRequest)(nil),         // 40: bc.agent.v1.SecretRequest
+	(*NodeFrame)(nil),             // 41: bc.agent.v1.NodeFrame
+	(*GatewayFrame)(nil),          // 42: bc.agent.v1.GatewayFrame
+	(*Hello)(nil),                 // 43: bc.agent.v1.Hello
+	(*DriverManifest)(nil),        // 44: bc.agent.v1.DriverManifest
+	(*Welcome)(nil),               // 45: bc.agent.v1.Welcome
+	(*Heartbeat)(nil),             // 46: bc.agent.v1.Heartbeat
+	(*Ping)(nil),                  // 47: bc.agent.v1.Ping
+	(*Pong)(nil),                  // 48: bc.agent.v1.Pong
+	(*CommandDelivery)(nil),       // 49: bc.agent.v1.CommandDelivery
+	(*CommandUpdate)(nil),         // 50: bc.agent.v1.CommandUpdate
+	(*StatusReport)(nil),          // 51: bc.agent.v1.StatusReport
+	(*SectionStatus)(nil),         // 52: bc.agent.v1.SectionStatus
+	(*InventorySection)(nil),      // 53: bc.agent.v1.InventorySection
+	(*SystemInventory)(nil),       // 54: bc.agent.v1.SystemInventory
+	(*NumaNode)(nil),              // 55: bc.agent.v1.NumaNode
+	(*GpuInventory)(nil),          // 56: bc.agent.v1.GpuInventory
+	(*Gpu)(nil),                   // 57: bc.agent.v1.Gpu
+	(*NetworkInventory)(nil),      // 58: bc.agent.v1.NetworkInventory
+	(*Nic)(nil),                   // 59: bc.agent.v1.Nic
+	(*AllocationReleased)(nil),    // 60: bc.agent.v1.AllocationReleased
+	(*AllocationFailed)(nil),      // 61: bc.agent.v1.AllocationFailed
+	(*InstanceStatus)(nil),        // 62: bc.agent.v1.InstanceStatus
+	(*HostPressure)(nil),          // 63: bc.agent.v1.HostPressure
+	(*VolumeStatus)(nil),          // 64: bc.agent.v1.VolumeStatus
+	(*VolumeStorage)(nil),         // 65: bc.agent.v1.VolumeStorage
+	(*SpecRequest)(nil),           // 66: bc.agent.v1.SpecRequest
+	(*WorkloadTokenRequest)(nil),  // 67: bc.agent.v1.WorkloadTokenRequest
+	(*EventAck)(nil),              // 68: bc.agent.v1.EventAck
+	(*DesiredState)(nil),          // 69: bc.agent.v1.DesiredState
+	(*Drain)(nil),                 // 70: bc.agent.v1.Drain
+	(*RevocationNotice)(nil),      // 71: bc.agent.v1.RevocationNotice
+	(*Cancel)(nil),                // 72: bc.agent.v1.Cancel
+	(*SecretResponse)(nil),        // 73: bc.agent.v1.SecretResponse
+	(*WorkloadTokenResponse)(nil), // 74: bc.agent.v1.WorkloadTokenResponse
+	(*OpenTunnel)(nil),            // 75: bc.agent.v1.OpenTunnel
+	(*RenewRequest)(nil),          // 76: bc.agent.v1.RenewRequest
+	(*RenewReply)(nil),            // 77: bc.agent.v1.RenewReply
+	(*TunnelFrame)(nil),           // 78: bc.agent.v1.TunnelFrame
+	(*TerminalSize)(nil),          // 79: bc.agent.v1.TerminalSize
 }
 var file_bc_agent_v1_agent_proto_depIdxs = []int32{
 	3,  // 0: bc.agent.v1.Envelope.signatures:type_name -> bc.agent.v1.Signature
@@ -6108,82 +6409,84 @@ var file_bc_agent_v1_agent_proto_depIdxs = []int32{
 	19, // 13: bc.agent.v1.NodeSpec.holds:type_name -> bc.agent.v1.Hold
 	20, // 14: bc.agent.v1.NodeSpec.host:type_name -> bc.agent.v1.HostSection
 	22, // 15: bc.agent.v1.NodeSpec.instances:type_name -> bc.agent.v1.InstancesSection
-	27, // 16: bc.agent.v1.NodeSpec.telemetry:type_name -> bc.agent.v1.TelemetrySection
-	29, // 17: bc.agent.v1.NodeSpec.daemon:type_name -> bc.agent.v1.DaemonSection
-	30, // 18: bc.agent.v1.NodeSpec.access:type_name -> bc.agent.v1.AccessSection
-	31, // 19: bc.agent.v1.NodeSpec.trust:type_name -> bc.agent.v1.TrustSection
+	28, // 16: bc.agent.v1.NodeSpec.telemetry:type_name -> bc.agent.v1.TelemetrySection
+	30, // 17: bc.agent.v1.NodeSpec.daemon:type_name -> bc.agent.v1.DaemonSection
+	31, // 18: bc.agent.v1.NodeSpec.access:type_name -> bc.agent.v1.AccessSection
+	32, // 19: bc.agent.v1.NodeSpec.trust:type_name -> bc.agent.v1.TrustSection
 	21, // 20: bc.agent.v1.HostSection.units:type_name -> bc.agent.v1.HostUnit
 	23, // 21: bc.agent.v1.InstancesSection.instances:type_name -> bc.agent.v1.InstanceSpec
-	26, // 22: bc.agent.v1.InstancesSection.volumes:type_name -> bc.agent.v1.VolumeSpec
-	24, // 23: bc.agent.v1.InstanceSpec.nics:type_name -> bc.agent.v1.InstanceNic
-	25, // 24: bc.agent.v1.InstanceSpec.volumes:type_name -> bc.agent.v1.VolumeAttachment
-	28, // 25: bc.agent.v1.TelemetrySection.resource_attributes:type_name -> bc.agent.v1.Attribute
-	2,  // 26: bc.agent.v1.TrustSection.trust_bundle:type_name -> bc.agent.v1.Envelope
-	4,  // 27: bc.agent.v1.TrustBundle.command_roots:type_name -> bc.agent.v1.PublicKey
-	33, // 28: bc.agent.v1.TrustBundle.quorum:type_name -> bc.agent.v1.Quorum
-	4,  // 29: bc.agent.v1.TrustBundle.tunnels_issuer:type_name -> bc.agent.v1.PublicKey
-	4,  // 30: bc.agent.v1.TrustBundle.workload_issuer:type_name -> bc.agent.v1.PublicKey
-	4,  // 31: bc.agent.v1.Quorum.approvers:type_name -> bc.agent.v1.PublicKey
-	34, // 32: bc.agent.v1.Quorum.tiers:type_name -> bc.agent.v1.QuorumTier
-	37, // 33: bc.agent.v1.NodeStatement.command_result:type_name -> bc.agent.v1.CommandResult
-	38, // 34: bc.agent.v1.NodeStatement.allocation_bound:type_name -> bc.agent.v1.AllocationBound
-	39, // 35: bc.agent.v1.NodeStatement.secret_request:type_name -> bc.agent.v1.SecretRequest
-	0,  // 36: bc.agent.v1.CommandResult.state:type_name -> bc.agent.v1.CommandState
-	42, // 37: bc.agent.v1.NodeFrame.hello:type_name -> bc.agent.v1.Hello
-	45, // 38: bc.agent.v1.NodeFrame.heartbeat:type_name -> bc.agent.v1.Heartbeat
-	49, // 39: bc.agent.v1.NodeFrame.command_update:type_name -> bc.agent.v1.CommandUpdate
-	50, // 40: bc.agent.v1.NodeFrame.status_report:type_name -> bc.agent.v1.StatusReport
-	64, // 41: bc.agent.v1.NodeFrame.spec_request:type_name -> bc.agent.v1.SpecRequest
-	2,  // 42: bc.agent.v1.NodeFrame.secret_request:type_name -> bc.agent.v1.Envelope
-	65, // 43: bc.agent.v1.NodeFrame.workload_token_request:type_name -> bc.agent.v1.WorkloadTokenRequest
-	66, // 44: bc.agent.v1.NodeFrame.event_ack:type_name -> bc.agent.v1.EventAck
-	47, // 45: bc.agent.v1.NodeFrame.pong:type_name -> bc.agent.v1.Pong
-	44, // 46: bc.agent.v1.GatewayFrame.welcome:type_name -> bc.agent.v1.Welcome
-	48, // 47: bc.agent.v1.GatewayFrame.command:type_name -> bc.agent.v1.CommandDelivery
-	67, // 48: bc.agent.v1.GatewayFrame.desired_state:type_name -> bc.agent.v1.DesiredState
-	46, // 49: bc.agent.v1.GatewayFrame.ping:type_name -> bc.agent.v1.Ping
-	68, // 50: bc.agent.v1.GatewayFrame.drain:type_name -> bc.agent.v1.Drain
-	69, // 51: bc.agent.v1.GatewayFrame.revocation_notice:type_name -> bc.agent.v1.RevocationNotice
-	70, // 52: bc.agent.v1.GatewayFrame.cancel:type_name -> bc.agent.v1.Cancel
-	71, // 53: bc.agent.v1.GatewayFrame.secret_response:type_name -> bc.agent.v1.SecretResponse
-	72, // 54: bc.agent.v1.GatewayFrame.workload_token_response:type_name -> bc.agent.v1.WorkloadTokenResponse
-	73, // 55: bc.agent.v1.GatewayFrame.open_tunnel:type_name -> bc.agent.v1.OpenTunnel
-	66, // 56: bc.agent.v1.GatewayFrame.event_ack:type_name -> bc.agent.v1.EventAck
-	43, // 57: bc.agent.v1.Hello.drivers:type_name -> bc.agent.v1.DriverManifest
-	2,  // 58: bc.agent.v1.CommandDelivery.command:type_name -> bc.agent.v1.Envelope
-	2,  // 59: bc.agent.v1.CommandDelivery.batch_approval:type_name -> bc.agent.v1.Envelope
-	0,  // 60: bc.agent.v1.CommandUpdate.state:type_name -> bc.agent.v1.CommandState
-	2,  // 61: bc.agent.v1.CommandUpdate.result:type_name -> bc.agent.v1.Envelope
-	52, // 62: bc.agent.v1.StatusReport.inventory:type_name -> bc.agent.v1.InventorySection
-	2,  // 63: bc.agent.v1.StatusReport.allocations:type_name -> bc.agent.v1.Envelope
-	58, // 64: bc.agent.v1.StatusReport.released:type_name -> bc.agent.v1.AllocationReleased
-	59, // 65: bc.agent.v1.StatusReport.failed:type_name -> bc.agent.v1.AllocationFailed
-	60, // 66: bc.agent.v1.StatusReport.instances:type_name -> bc.agent.v1.InstanceStatus
-	61, // 67: bc.agent.v1.StatusReport.pressure:type_name -> bc.agent.v1.HostPressure
-	63, // 68: bc.agent.v1.StatusReport.volume_storage:type_name -> bc.agent.v1.VolumeStorage
-	51, // 69: bc.agent.v1.StatusReport.sections:type_name -> bc.agent.v1.SectionStatus
-	62, // 70: bc.agent.v1.StatusReport.volumes:type_name -> bc.agent.v1.VolumeStatus
-	1,  // 71: bc.agent.v1.SectionStatus.state:type_name -> bc.agent.v1.SectionState
-	55, // 72: bc.agent.v1.GpuInventory.gpus:type_name -> bc.agent.v1.Gpu
-	57, // 73: bc.agent.v1.NetworkInventory.nics:type_name -> bc.agent.v1.Nic
-	2,  // 74: bc.agent.v1.DesiredState.spec:type_name -> bc.agent.v1.Envelope
-	77, // 75: bc.agent.v1.OpenTunnel.size:type_name -> bc.agent.v1.TerminalSize
-	12, // 76: bc.agent.v1.RenewRequest.node_key:type_name -> bc.agent.v1.TpmCertification
-	2,  // 77: bc.agent.v1.RenewReply.response:type_name -> bc.agent.v1.Envelope
-	77, // 78: bc.agent.v1.TunnelFrame.resize:type_name -> bc.agent.v1.TerminalSize
-	5,  // 79: bc.agent.v1.Join.Join:input_type -> bc.agent.v1.JoinRequest
-	40, // 80: bc.agent.v1.Gateway.Session:input_type -> bc.agent.v1.NodeFrame
-	74, // 81: bc.agent.v1.Gateway.Renew:input_type -> bc.agent.v1.RenewRequest
-	76, // 82: bc.agent.v1.Gateway.Tunnel:input_type -> bc.agent.v1.TunnelFrame
-	13, // 83: bc.agent.v1.Join.Join:output_type -> bc.agent.v1.JoinReply
-	41, // 84: bc.agent.v1.Gateway.Session:output_type -> bc.agent.v1.GatewayFrame
-	75, // 85: bc.agent.v1.Gateway.Renew:output_type -> bc.agent.v1.RenewReply
-	76, // 86: bc.agent.v1.Gateway.Tunnel:output_type -> bc.agent.v1.TunnelFrame
-	83, // [83:87] is the sub-list for method output_type
-	79, // [79:83] is the sub-list for method input_type
-	79, // [79:79] is the sub-list for extension type_name
-	79, // [79:79] is the sub-list for extension extendee
-	0,  // [0:79] is the sub-list for field type_name
+	27, // 22: bc.agent.v1.InstancesSection.volumes:type_name -> bc.agent.v1.VolumeSpec
+	25, // 23: bc.agent.v1.InstanceSpec.nics:type_name -> bc.agent.v1.InstanceNic
+	26, // 24: bc.agent.v1.InstanceSpec.volumes:type_name -> bc.agent.v1.VolumeAttachment
+	24, // 25: bc.agent.v1.InstanceSpec.cpus:type_name -> bc.agent.v1.InstanceCpus
+	29, // 26: bc.agent.v1.TelemetrySection.resource_attributes:type_name -> bc.agent.v1.Attribute
+	2,  // 27: bc.agent.v1.TrustSection.trust_bundle:type_name -> bc.agent.v1.Envelope
+	4,  // 28: bc.agent.v1.TrustBundle.command_roots:type_name -> bc.agent.v1.PublicKey
+	34, // 29: bc.agent.v1.TrustBundle.quorum:type_name -> bc.agent.v1.Quorum
+	4,  // 30: bc.agent.v1.TrustBundle.tunnels_issuer:type_name -> bc.agent.v1.PublicKey
+	4,  // 31: bc.agent.v1.TrustBundle.workload_issuer:type_name -> bc.agent.v1.PublicKey
+	4,  // 32: bc.agent.v1.Quorum.approvers:type_name -> bc.agent.v1.PublicKey
+	35, // 33: bc.agent.v1.Quorum.tiers:type_name -> bc.agent.v1.QuorumTier
+	38, // 34: bc.agent.v1.NodeStatement.command_result:type_name -> bc.agent.v1.CommandResult
+	39, // 35: bc.agent.v1.NodeStatement.allocation_bound:type_name -> bc.agent.v1.AllocationBound
+	40, // 36: bc.agent.v1.NodeStatement.secret_request:type_name -> bc.agent.v1.SecretRequest
+	0,  // 37: bc.agent.v1.CommandResult.state:type_name -> bc.agent.v1.CommandState
+	43, // 38: bc.agent.v1.NodeFrame.hello:type_name -> bc.agent.v1.Hello
+	46, // 39: bc.agent.v1.NodeFrame.heartbeat:type_name -> bc.agent.v1.Heartbeat
+	50, // 40: bc.agent.v1.NodeFrame.command_update:type_name -> bc.agent.v1.CommandUpdate
+	51, // 41: bc.agent.v1.NodeFrame.status_report:type_name -> bc.agent.v1.StatusReport
+	66, // 42: bc.agent.v1.NodeFrame.spec_request:type_name -> bc.agent.v1.SpecRequest
+	2,  // 43: bc.agent.v1.NodeFrame.secret_request:type_name -> bc.agent.v1.Envelope
+	67, // 44: bc.agent.v1.NodeFrame.workload_token_request:type_name -> bc.agent.v1.WorkloadTokenRequest
+	68, // 45: bc.agent.v1.NodeFrame.event_ack:type_name -> bc.agent.v1.EventAck
+	48, // 46: bc.agent.v1.NodeFrame.pong:type_name -> bc.agent.v1.Pong
+	45, // 47: bc.agent.v1.GatewayFrame.welcome:type_name -> bc.agent.v1.Welcome
+	49, // 48: bc.agent.v1.GatewayFrame.command:type_name -> bc.agent.v1.CommandDelivery
+	69, // 49: bc.agent.v1.GatewayFrame.desired_state:type_name -> bc.agent.v1.DesiredState
+	47, // 50: bc.agent.v1.GatewayFrame.ping:type_name -> bc.agent.v1.Ping
+	70, // 51: bc.agent.v1.GatewayFrame.drain:type_name -> bc.agent.v1.Drain
+	71, // 52: bc.agent.v1.GatewayFrame.revocation_notice:type_name -> bc.agent.v1.RevocationNotice
+	72, // 53: bc.agent.v1.GatewayFrame.cancel:type_name -> bc.agent.v1.Cancel
+	73, // 54: bc.agent.v1.GatewayFrame.secret_response:type_name -> bc.agent.v1.SecretResponse
+	74, // 55: bc.agent.v1.GatewayFrame.workload_token_response:type_name -> bc.agent.v1.WorkloadTokenResponse
+	75, // 56: bc.agent.v1.GatewayFrame.open_tunnel:type_name -> bc.agent.v1.OpenTunnel
+	68, // 57: bc.agent.v1.GatewayFrame.event_ack:type_name -> bc.agent.v1.EventAck
+	44, // 58: bc.agent.v1.Hello.drivers:type_name -> bc.agent.v1.DriverManifest
+	2,  // 59: bc.agent.v1.CommandDelivery.command:type_name -> bc.agent.v1.Envelope
+	2,  // 60: bc.agent.v1.CommandDelivery.batch_approval:type_name -> bc.agent.v1.Envelope
+	0,  // 61: bc.agent.v1.CommandUpdate.state:type_name -> bc.agent.v1.CommandState
+	2,  // 62: bc.agent.v1.CommandUpdate.result:type_name -> bc.agent.v1.Envelope
+	53, // 63: bc.agent.v1.StatusReport.inventory:type_name -> bc.agent.v1.InventorySection
+	2,  // 64: bc.agent.v1.StatusReport.allocations:type_name -> bc.agent.v1.Envelope
+	60, // 65: bc.agent.v1.StatusReport.released:type_name -> bc.agent.v1.AllocationReleased
+	61, // 66: bc.agent.v1.StatusReport.failed:type_name -> bc.agent.v1.AllocationFailed
+	62, // 67: bc.agent.v1.StatusReport.instances:type_name -> bc.agent.v1.InstanceStatus
+	63, // 68: bc.agent.v1.StatusReport.pressure:type_name -> bc.agent.v1.HostPressure
+	65, // 69: bc.agent.v1.StatusReport.volume_storage:type_name -> bc.agent.v1.VolumeStorage
+	52, // 70: bc.agent.v1.StatusReport.sections:type_name -> bc.agent.v1.SectionStatus
+	64, // 71: bc.agent.v1.StatusReport.volumes:type_name -> bc.agent.v1.VolumeStatus
+	1,  // 72: bc.agent.v1.SectionStatus.state:type_name -> bc.agent.v1.SectionState
+	55, // 73: bc.agent.v1.SystemInventory.numa:type_name -> bc.agent.v1.NumaNode
+	57, // 74: bc.agent.v1.GpuInventory.gpus:type_name -> bc.agent.v1.Gpu
+	59, // 75: bc.agent.v1.NetworkInventory.nics:type_name -> bc.agent.v1.Nic
+	2,  // 76: bc.agent.v1.DesiredState.spec:type_name -> bc.agent.v1.Envelope
+	79, // 77: bc.agent.v1.OpenTunnel.size:type_name -> bc.agent.v1.TerminalSize
+	12, // 78: bc.agent.v1.RenewRequest.node_key:type_name -> bc.agent.v1.TpmCertification
+	2,  // 79: bc.agent.v1.RenewReply.response:type_name -> bc.agent.v1.Envelope
+	79, // 80: bc.agent.v1.TunnelFrame.resize:type_name -> bc.agent.v1.TerminalSize
+	5,  // 81: bc.agent.v1.Join.Join:input_type -> bc.agent.v1.JoinRequest
+	41, // 82: bc.agent.v1.Gateway.Session:input_type -> bc.agent.v1.NodeFrame
+	76, // 83: bc.agent.v1.Gateway.Renew:input_type -> bc.agent.v1.RenewRequest
+	78, // 84: bc.agent.v1.Gateway.Tunnel:input_type -> bc.agent.v1.TunnelFrame
+	13, // 85: bc.agent.v1.Join.Join:output_type -> bc.agent.v1.JoinReply
+	42, // 86: bc.agent.v1.Gateway.Session:output_type -> bc.agent.v1.GatewayFrame
+	77, // 87: bc.agent.v1.Gateway.Renew:output_type -> bc.agent.v1.RenewReply
+	78, // 88: bc.agent.v1.Gateway.Tunnel:output_type -> bc.agent.v1.TunnelFrame
+	85, // [85:89] is the sub-list for method output_type
+	81, // [81:85] is the sub-list for method input_type
+	81, // [81:81] is the sub-list for extension type_name
+	81, // [81:81] is the sub-list for extension extendee
+	0,  // [0:81] is the sub-list for field type_name
 }
 
 func init() { file_bc_agent_v1_agent_proto_init() }
@@ -6200,12 +6503,12 @@ func file_bc_agent_v1_agent_proto_init() {
 		(*JoinReply_Challenge)(nil),
 		(*JoinReply_Response)(nil),
 	}
-	file_bc_agent_v1_agent_proto_msgTypes[34].OneofWrappers = []any{
+	file_bc_agent_v1_agent_proto_msgTypes[35].OneofWrappers = []any{
 		(*NodeStatement_CommandResult)(nil),
 		(*NodeStatement_AllocationBound)(nil),
 		(*NodeStatement_SecretRequest)(nil),
 	}
-	file_bc_agent_v1_agent_proto_msgTypes[38].OneofWrappers = []any{
+	file_bc_agent_v1_agent_proto_msgTypes[39].OneofWrappers = []any{
 		(*NodeFrame_Hello)(nil),
 		(*NodeFrame_Heartbeat)(nil),
 		(*NodeFrame_CommandUpdate)(nil),
@@ -6216,7 +6519,7 @@ func file_bc_agent_v1_agent_proto_init() {
 		(*NodeFrame_EventAck)(nil),
 		(*NodeFrame_Pong)(nil),
 	}
-	file_bc_agent_v1_agent_proto_msgTypes[39].OneofWrappers = []any{
+	file_bc_agent_v1_agent_proto_msgTypes[40].OneofWrappers = []any{
 		(*GatewayFrame_Welcome)(nil),
 		(*GatewayFrame_Command)(nil),
 		(*GatewayFrame_DesiredState)(nil),
@@ -6229,7 +6532,7 @@ func file_bc_agent_v1_agent_proto_init() {
 		(*GatewayFrame_OpenTunnel)(nil),
 		(*GatewayFrame_EventAck)(nil),
 	}
-	file_bc_agent_v1_agent_proto_msgTypes[74].OneofWrappers = []any{
+	file_bc_agent_v1_agent_proto_msgTypes[76].OneofWrappers = []any{
 		(*TunnelFrame_Ticket)(nil),
 		(*TunnelFrame_Data)(nil),
 		(*TunnelFrame_Resize)(nil),
@@ -6242,7 +6545,7 @@ func file_bc_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bc_agent_v1_agent_proto_rawDesc), len(file_bc_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   76,
+			NumMessages:   78,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -11,7 +11,9 @@
 //     a reboot, as a real host loses its taps; Start makes them again);
 //   - <data_dir>/fakehw-plans/<id>.xml: the libvirt domain XML a real host
 //     would define (runtime/plan, the renderer bcd helper uses), or
-//     <id>.error with the reason when libvirt would refuse the domain.
+//     <id>.error with the reason when libvirt would refuse the domain;
+//   - <data_dir>/fakehw-plans/libvirt-kvm.balloons: the ballooned guests
+//     (balloons.go).
 //
 // A domain is running when its file says so and it was started in the
 // current boot: after a reboot every domain is shut off, as on a host.
@@ -259,6 +261,9 @@ func (r *Runtime) Destroy(_ context.Context, id string) error {
 		return fmt.Errorf("%w: instance id %q", runtime.ErrInvalid, id)
 	}
 	taps, _ := filepath.Glob(filepath.Join(r.TapsDir(), strings.TrimSuffix(runtime.TapName(id, 0), "0")+"*"))
+	if err := r.dropBalloon(id); err != nil {
+		return err
+	}
 	paths := append(taps, r.PlanPath(id), r.ErrorPath(id), r.recordPath(id))
 	for _, p := range paths {
 		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {

@@ -78,14 +78,41 @@ func Check(d *runtime.Domain, bridges []string) error {
 			return invalid("domain %s: disk %q (serial %q)", d.ID, disk.Path, disk.Serial)
 		}
 	}
+	if c := d.CPUs; c != nil {
+		if len(c.HostCPUs) != int(d.VCPUs) {
+			return invalid("domain %s: %d vCPUs pinned to %d host CPUs", d.ID, d.VCPUs, len(c.HostCPUs))
+		}
+		seen := map[uint32]bool{}
+		for _, h := range c.HostCPUs {
+			if seen[h] {
+				return invalid("domain %s: host CPU %d pinned twice", d.ID, h)
+			}
+			seen[h] = true
+		}
+	}
+	switch d.HugePageBytes {
+	case 0:
+	case HugePage2Mi, HugePage1Gi:
+		if d.MemoryBytes%d.HugePageBytes != 0 {
+			return invalid("domain %s: %d bytes of memory are not a whole number of %d-byte huge pages", d.ID, d.MemoryBytes, d.HugePageBytes)
+		}
+	default:
+		return invalid("domain %s: huge pages of %d bytes (2 MiB or 1 GiB)", d.ID, d.HugePageBytes)
+	}
 	return nil
 }
+
+// The huge page sizes a domain may be backed by.
+const (
+	HugePage2Mi = 2 << 20
+	HugePage1Gi = 1 << 30
+)
 
 // Render returns the domain XML of d (Check it first).
 func Render(d *runtime.Domain) ([]byte, error) {
 	doc := &element{XMLName: xml.Name{Local: "domain"}, Attrs: attrs("type", "kvm")}
 	for _, part := range []func(*runtime.Domain) []*element{
-		name, uuid, memory, vcpu, sysinfo, osElement, features, cpu, clock, lifecycle, devices,
+		name, uuid, memory, memoryBacking, vcpu, cputune, numatune, sysinfo, osElement, features, cpu, clock, lifecycle, devices,
 	} {
 		doc.Children = append(doc.Children, part(d)...)
 	}
@@ -121,8 +148,55 @@ func memory(d *runtime.Domain) []*element {
 	}
 }
 
+// memoryBacking backs a huge-page domain with locked pages of its size.
+func memoryBacking(d *runtime.Domain) []*element {
+	if d.HugePageBytes == 0 {
+		return nil
+	}
+	page := node("page", attrs("size", fmt.Sprint(d.HugePageBytes/1024), "unit", "KiB"))
+	return []*element{node("memoryBacking", nil, node("hugepages", nil, page), node("locked", nil))}
+}
+
 func vcpu(d *runtime.Domain) []*element {
-	return []*element{text("vcpu", fmt.Sprint(d.VCPUs), "placement", "static")}
+	a := []string{"placement", "static"}
+	if d.CPUs != nil {
+		a = append(a, "cpuset", cpuList(d.CPUs.HostCPUs))
+	}
+	return []*element{text("vcpu", fmt.Sprint(d.VCPUs), a...)}
+}
+
+// cputune pins vCPU i to its host CPU.
+func cputune(d *runtime.Domain) []*element {
+	if d.CPUs == nil {
+		return nil
+	}
+	tune := node("cputune", nil)
+	for i, h := range d.CPUs.HostCPUs {
+		tune.Children = append(tune.Children, node("vcpupin", attrs("vcpu", fmt.Sprint(i), "cpuset", fmt.Sprint(h))))
+	}
+	return []*element{tune}
+}
+
+// numatune takes a pinned domain's memory strictly from its NUMA node.
+func numatune(d *runtime.Domain) []*element {
+	if d.CPUs == nil {
+		return nil
+	}
+	return []*element{node("numatune", nil, node("memory", attrs("mode", "strict", "nodeset", fmt.Sprint(d.CPUs.Node))))}
+}
+
+// cpuList is libvirt's cpuset list of cpus ("3,4,9").
+func cpuList(cpus []uint32) string {
+	sorted := slices.Clone(cpus)
+	slices.Sort(sorted)
+	var b bytes.Buffer
+	for i, c := range sorted {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprint(&b, c)
+	}
+	return b.String()
 }
 
 // sysinfo carries the NoCloud seed URL as the SMBIOS system serial.
@@ -219,8 +293,12 @@ func rng(d *runtime.Domain) []*element {
 	return []*element{node("rng", attrs("model", "virtio"), text("backend", "/dev/urandom", "model", "random"))}
 }
 
-// balloon is the virtio memory balloon (its size policy comes later).
+// balloon is the virtio memory balloon; a huge-page domain has none (its
+// locked pages cannot be given back).
 func balloon(d *runtime.Domain) []*element {
+	if d.HugePageBytes != 0 {
+		return []*element{node("memballoon", attrs("model", "none"))}
+	}
 	return []*element{node("memballoon", attrs("model", "virtio"))}
 }
 

@@ -44,6 +44,37 @@ func TestRenderHasEveryElement(t *testing.T) {
 	}
 }
 
+// placed is a pinned huge-page domain: vCPUs 0 and 1 on host CPUs 34 and
+// 35 of NUMA node 1, its memory in 2 MiB pages.
+func placed() *runtime.Domain {
+	d := domain()
+	d.CPUs = &runtime.Pinning{Node: 1, HostCPUs: []uint32{34, 35}}
+	d.HugePageBytes = HugePage2Mi
+	return d
+}
+
+func TestAPinnedHugePageDomainIsPlacedAndUnballooned(t *testing.T) {
+	data, err := Render(placed())
+	if err != nil {
+		t.Fatal(err)
+	}
+	xml := string(data)
+	for _, want := range []string{
+		`<vcpu placement="static" cpuset="34,35">2</vcpu>`, `<vcpupin vcpu="0" cpuset="34"></vcpupin>`, `<vcpupin vcpu="1" cpuset="35"></vcpupin>`,
+		`<memory mode="strict" nodeset="1"></memory>`, `<page size="2048" unit="KiB"></page>`, `<locked></locked>`, `<memballoon model="none"></memballoon>`,
+	} {
+		if !strings.Contains(xml, want) {
+			t.Errorf("the XML lacks %s:\n%s", want, xml)
+		}
+	}
+	plain, _ := Render(domain())
+	for _, absent := range []string{"cputune", "numatune", "memoryBacking", `model="none"`} {
+		if strings.Contains(string(plain), absent) {
+			t.Errorf("a floating domain has %s", absent)
+		}
+	}
+}
+
 func TestCheckRefusesWhatLibvirtWould(t *testing.T) {
 	bridges := []string{"bcbr0"}
 	if err := Check(domain(), bridges); err != nil {
@@ -55,6 +86,10 @@ func TestCheckRefusesWhatLibvirtWould(t *testing.T) {
 		"bad id":      func(d *runtime.Domain) { d.ID = "../etc" },
 		"bad MAC":     func(d *runtime.Domain) { d.NICs[0].MAC = "01:00:00:00:00:01" },
 		"mgmt bridge": func(d *runtime.Domain) { d.NICs[1].Bridge = "br-mgmt" },
+		"pins":        func(d *runtime.Domain) { d.CPUs = &runtime.Pinning{HostCPUs: []uint32{3}} },
+		"pin twice":   func(d *runtime.Domain) { d.CPUs = &runtime.Pinning{HostCPUs: []uint32{3, 3}} },
+		"page size":   func(d *runtime.Domain) { d.HugePageBytes = 4096 },
+		"page count":  func(d *runtime.Domain) { d.HugePageBytes, d.MemoryBytes = HugePage1Gi, 3<<29 },
 	} {
 		d := domain()
 		edit(d)
@@ -76,7 +111,7 @@ func TestLibvirtSchemaAcceptsThePlan(t *testing.T) {
 	if err != nil {
 		t.Skip("virt-xml-validate is not installed (libvirt-clients)")
 	}
-	for _, d := range []*runtime.Domain{domain(), {ID: "bare", VCPUs: 1, MemoryBytes: 1 << 28}} {
+	for _, d := range []*runtime.Domain{domain(), placed(), {ID: "bare", VCPUs: 1, MemoryBytes: 1 << 28}} {
 		data, err := Render(d)
 		if err != nil {
 			t.Fatal(err)
