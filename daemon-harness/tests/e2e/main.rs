@@ -12,5 +12,6 @@ mod intent;
 mod join;
 mod lifecycle;
 mod runners;
+mod scale;
 mod tpm;
 mod update;

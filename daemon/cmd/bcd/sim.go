@@ -26,6 +26,7 @@ import (
 )
 
 const simUsage = `usage: bcd sim --config PATH --nodes N [--seed S] [--token-file FILE] [--join-concurrency C]
+       bcd sim --crypto-floor
 
 Runs N node agents in one process (fakehw builds only): agent i is a fakehw
 machine with seed S+i (S+"-"+i when S is not a number) and its own identity,
@@ -49,6 +50,8 @@ Flags:
   --seed S              the first seed (default BCD_FAKEHW_SEED, else 41)
   --token-file FILE     read the token from FILE instead of standard input
   --join-concurrency C  joins under way at once (1 to 1000, default 64)
+  --crypto-floor        print what a P-256 sign, verify and ECDH and an
+                        Ed25519 sign and verify cost here (ns, JSON) and exit
 `
 
 // MaxSimNodes is the most agents one bcd sim runs.
@@ -68,8 +71,15 @@ func runSim(args []string, e env) int {
 	seed := fs.String("seed", "", "")
 	tokenFile := fs.String("token-file", "", "")
 	concurrency := fs.Int("join-concurrency", DefaultJoinConcurrency, "")
+	floor := fs.Bool("crypto-floor", false, "")
 	if code, ok := parse(fs, args, simUsage, e); !ok {
 		return code
+	}
+	if *floor {
+		if err := cryptoFloor(e.stdout); err != nil {
+			return fail(e, "sim", err)
+		}
+		return 0
 	}
 	if !fakehwBuild {
 		return fail(e, "sim", errors.New("bcd sim needs a fakehw build (go build -tags nonvml,fakehw)"))
