@@ -52,7 +52,20 @@ pub struct Node {
 impl Node {
     /// A node named `name` running `bcd` through `runner`, with fakehw knobs in `env`.
     pub fn new(name: &str, bcd: &Path, runner: Arc<dyn Runner>, env: Vec<(String, String)>) -> Result<Self> {
-        let dir = tempfile::Builder::new().prefix(&format!("bcd-e2e-{name}-")).tempdir()?;
+        Self::new_in(&std::env::temp_dir(), name, bcd, runner, env)
+    }
+
+    /// Like [`Node::new`], with the node's directory under `parent` (a
+    /// tmpfs for a `bcd sim` of thousands of agents, whose files would
+    /// otherwise make the run measure the disk).
+    pub fn new_in(
+        parent: &Path,
+        name: &str,
+        bcd: &Path,
+        runner: Arc<dyn Runner>,
+        env: Vec<(String, String)>,
+    ) -> Result<Self> {
+        let dir = tempfile::Builder::new().prefix(&format!("bcd-e2e-{name}-")).tempdir_in(parent)?;
         let root = dir.path().to_path_buf();
         let logs = LogSink::new(name, &root.join("bcd.log"));
         Ok(Node {

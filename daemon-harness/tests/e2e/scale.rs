@@ -114,7 +114,7 @@ async fn run(name: &str, scale: Scale) -> Option<Figures> {
         (0..scale.procs).map(|p| scale.nodes / scale.procs + usize::from(p < scale.nodes % scale.procs)).collect();
     let mut procs = Vec::new();
     for (p, share) in shares.iter().enumerate() {
-        let node = env.must_make_node_seeded(&format!("fleet-{p}"), "hgx-h100", SEED).await;
+        let node = env.must_make_node_in(&agents_parent(), &format!("fleet-{p}"), "hgx-h100", SEED).await;
         procs.push((node, *share, (1_000_000 + p * 20_000).to_string()));
     }
     let started_ms = unix_ms();
@@ -329,6 +329,16 @@ fn config_node_id(path: &Path) -> String {
         .map(|(_, v)| v.trim().trim_matches('"').to_string())
         .filter(|id| !id.is_empty())
         .unwrap_or_else(|| panic!("{} names no node", path.display()))
+}
+
+/// Where the agents' directories go: `/dev/shm` when it is there (the
+/// agents are simulated machines, each with its files, journal and fake
+/// root: on this machine's shared disk, creating and fsyncing them is what
+/// bcd sim spent its time on), else the temporary directory. The stack's
+/// store stays on the disk.
+fn agents_parent() -> std::path::PathBuf {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() }
 }
 
 fn unix_ms() -> i64 {
