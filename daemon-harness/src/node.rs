@@ -52,7 +52,20 @@ pub struct Node {
 impl Node {
     /// A node named `name` running `bcd` through `runner`, with fakehw knobs in `env`.
     pub fn new(name: &str, bcd: &Path, runner: Arc<dyn Runner>, env: Vec<(String, String)>) -> Result<Self> {
-        let dir = tempfile::Builder::new().prefix(&format!("bcd-e2e-{name}-")).tempdir()?;
+        Self::new_in(&std::env::temp_dir(), name, bcd, runner, env)
+    }
+
+    /// Like [`Node::new`], with the node's directory under `parent` (a
+    /// tmpfs for a `bcd sim` of thousands of agents, whose files would
+    /// otherwise make the run measure the disk).
+    pub fn new_in(
+        parent: &Path,
+        name: &str,
+        bcd: &Path,
+        runner: Arc<dyn Runner>,
+        env: Vec<(String, String)>,
+    ) -> Result<Self> {
+        let dir = tempfile::Builder::new().prefix(&format!("bcd-e2e-{name}-")).tempdir_in(parent)?;
         let root = dir.path().to_path_buf();
         let logs = LogSink::new(name, &root.join("bcd.log"));
         Ok(Node {
@@ -149,6 +162,30 @@ impl Node {
             self.logs.follow(&label, child.stderr.take().expect("piped stderr")),
         ];
         Ok(Background { child, readers })
+    }
+
+    /// Like [`Node::spawn`], with the output appended to `bcd.log` only,
+    /// never held in memory: for a `bcd sim` of thousands of agents, whose
+    /// lines would otherwise grow the test process (and a scale run
+    /// measures that process's memory). [`Node::log_file_text`] reads it.
+    pub async fn spawn_to_file(&self, args: &[&str], stdin: Option<&str>) -> Result<Background> {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.logs.path())?;
+        let mut cmd = self.command(args);
+        cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().with_context(|| format!("starting bcd {}", args.join(" ")))?;
+        if let Some(input) = stdin {
+            let mut pipe = child.stdin.take().expect("piped stdin");
+            pipe.write_all(input.as_bytes()).await?;
+        }
+        Ok(Background { child, readers: Vec::new() })
+    }
+
+    /// What `bcd.log` holds (the output of [`Node::spawn_to_file`] too).
+    pub fn log_file_text(&self) -> String {
+        std::fs::read_to_string(self.logs.path()).unwrap_or_default()
     }
 
     /// Installs bcd behind an entrypoint it may replace (self-update):
@@ -256,6 +293,11 @@ pub struct Background {
 }
 
 impl Background {
+    /// Its process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
     /// Whether it is still running.
     pub fn running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))

@@ -189,7 +189,7 @@ fn host_for_url(host: &str) -> String {
 
 async fn bind(host: IpAddr, port: u16) -> Result<TcpListener> {
     let addr = SocketAddr::new(host, port);
-    TcpListener::bind(addr).await.map_err(|source| Error::Bind { addr: addr.to_string(), source })
+    crate::listen::bind(addr).map_err(|source| Error::Bind { addr: addr.to_string(), source })
 }
 
 /// The settings of a run: the options, and the URLs nodes reach the

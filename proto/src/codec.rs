@@ -14,6 +14,20 @@ use tonic_prost::{ProstCodec, ProstEncoder};
 
 use crate::refusal::Code;
 
+/// The first size of a stream's encode and of its decode buffer (tonic's
+/// default is 8 KiB each, held for the stream's life): a Session stream
+/// carries small frames and a gateway holds one per node, so the buffers
+/// start at 1 KiB and grow only for a larger message.
+pub const BUFFER_BYTES: usize = 1024;
+
+/// How long a stream's encoder fills its buffer before it yields (tonic's
+/// default, 32 KiB).
+const YIELD_THRESHOLD: usize = 32 * 1024;
+
+fn buffer_settings() -> BufferSettings {
+    BufferSettings::new(BUFFER_BYTES, YIELD_THRESHOLD)
+}
+
 /// The status of a message that does not decode.
 pub fn malformed(detail: impl std::fmt::Display) -> Status {
     let code = Code::MessageMalformed;
@@ -43,7 +57,7 @@ where
     type Decoder = StrictDecoder<U>;
 
     fn encoder(&mut self) -> Self::Encoder {
-        ProstCodec::<T, U>::raw_encoder(BufferSettings::default())
+        ProstCodec::<T, U>::raw_encoder(buffer_settings())
     }
 
     fn decoder(&mut self) -> Self::Decoder {
@@ -70,6 +84,10 @@ impl<U: Message + Default> Decoder for StrictDecoder<U> {
     fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
         let name = std::any::type_name::<U>().rsplit("::").next().unwrap_or("message");
         U::decode(buf).map(Some).map_err(|e| malformed(format_args!("not a {name}: {e}")))
+    }
+
+    fn buffer_settings(&self) -> BufferSettings {
+        buffer_settings()
     }
 }
 

@@ -109,6 +109,17 @@ enum Bench {
         #[arg(long, default_value_t = 10)]
         runs: usize,
     },
+    /// N real bcd agents (`bcd sim`) against one dev stack, release builds: times to all joined,
+    /// connected and adopted, join-to-adopted p50/p99/max, memory per session and per agent, the
+    /// crypto floor and wall/floor, then a restart of the stack with all connected.
+    Scale {
+        /// How many agents.
+        #[arg(long, default_value_t = 10_000)]
+        nodes: usize,
+        /// How many `bcd sim` processes share them (each agent holds about 4 descriptors).
+        #[arg(long, default_value_t = 4)]
+        procs: usize,
+    },
     /// Wall time of the TPM fixture regeneration (into a scratch directory) and of its check (medians of N runs).
     Tpm {
         /// Number of runs of each.
@@ -147,6 +158,7 @@ fn bench(sh: &Shell, what: Bench) -> Result<()> {
         }
         Bench::Transports { runs } => bench_scenario(sh, "bench::bench_transports", runs, "native"),
         Bench::Vps { runs } => bench_scenario(sh, "vps_bench::", runs, "native"),
+        Bench::Scale { nodes, procs } => bench_scale(sh, nodes, procs),
     }
 }
 
@@ -362,6 +374,21 @@ fn bench_fixtures_check(sh: &Shell, runs: usize) -> Result<()> {
     }
     times.sort();
     println!("daemon-fixtures --check: median {:.3?} over {runs} runs (target ≤ 5 s)", times[times.len() / 2]);
+    Ok(())
+}
+
+fn bench_scale(sh: &Shell, nodes: usize, procs: usize) -> Result<()> {
+    anyhow::ensure!(
+        (1..=10_000 * procs.max(1)).contains(&nodes) && procs >= 1,
+        "--nodes 1 to 10,000 per process, --procs at least 1"
+    );
+    let cargo = cargo();
+    let (nodes, procs) = (nodes.to_string(), procs.to_string());
+    let _nodes = sh.push_env("BCD_SCALE_NODES", &nodes);
+    let _procs = sh.push_env("BCD_SCALE_PROCS", &procs);
+    // The release profile: the dev stack (in the test process) and its crypto optimized.
+    cmd!(sh, "{cargo} test --release --quiet -p daemon-harness --features bcd-e2e --test e2e -- --ignored --exact scale::bench_scale --nocapture")
+        .run()?;
     Ok(())
 }
 

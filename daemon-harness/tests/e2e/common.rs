@@ -95,11 +95,16 @@ impl Env {
 
     /// A fakehw node of `variant` and `seed`, with a ready config.toml.
     pub async fn must_make_node_seeded(&self, name: &str, variant: &str, seed: &str) -> Node {
+        self.must_make_node_in(&std::env::temp_dir(), name, variant, seed).await
+    }
+
+    /// Like [`Env::must_make_node_seeded`], the node's directory under `parent`.
+    pub async fn must_make_node_in(&self, parent: &Path, name: &str, variant: &str, seed: &str) -> Node {
         let env = vec![
             ("BCD_FAKEHW_SEED".to_string(), seed.to_string()),
             ("BCD_FAKEHW_VARIANT".to_string(), variant.to_string()),
         ];
-        let node = Node::new(name, &self.bcd, self.runner.clone(), env).expect("a node directory");
+        let node = Node::new_in(parent, name, &self.bcd, self.runner.clone(), env).expect("a node directory");
         let data_dir = self.runner.daemon_path(&node.data_dir()).expect("the data dir has a path where bcd runs");
         self.stack.write_bcd_config(node.dir(), Path::new(&data_dir)).await.expect("config.toml is written");
         node

@@ -16,6 +16,7 @@ mod knobs;
 mod lifecycle;
 mod placement;
 mod runners;
+mod scale;
 mod telemetry;
 mod tpm;
 mod transports;

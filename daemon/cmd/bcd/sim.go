@@ -1,6 +1,7 @@
-// bcd sim: N node agents in one process, each a distinct fakehw machine
-// (seed S+i) with its own identity under data_dir/sim/<i>, all joined with
-// one token read from standard input (N uses).
+// bcd sim: up to 10,000 node agents in one process, each a distinct fakehw
+// machine (seed S+i) with its own identity under data_dir/sim/<i>, all
+// joined with one token read from standard input (N uses), a bounded number
+// of joins at a time, each retried on its own on a transient failure.
 
 package main
 
@@ -8,31 +9,60 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"bcd/internal/agent"
 	"bcd/internal/config"
 	"bcd/internal/join"
+	"bcd/internal/machine"
+	"bcd/internal/retry"
 )
 
-const simUsage = `usage: bcd sim --config PATH --nodes N [--seed S] [--token-file FILE]
+const simUsage = `usage: bcd sim --config PATH --nodes N [--seed S] [--token-file FILE] [--join-concurrency C]
+       bcd sim --crypto-floor
 
 Runs N node agents in one process (fakehw builds only): agent i is a fakehw
 machine with seed S+i (S+"-"+i when S is not a number) and its own identity,
 journal, configuration and status socket under data_dir/sim/<i>. Agents that
 have not joined yet join with one token read from standard input (a token
-with N uses); the token is never printed. Then every agent runs its session
-until SIGTERM or SIGINT.
+with N uses); the token is never printed. At most C joins are under way at a
+time; a join that fails for a transient reason (a transport error,
+Unavailable, ResourceExhausted, a deadline) is logged (join.retry) and tried
+again with the same request after a full-jitter wait (the gateway's
+retry-after hint honoured) while the other agents go on; a refused join is
+logged (sim.join_failed) and that agent does not run. Each agent runs its
+session as soon as it has joined, until SIGTERM or SIGINT. The exit status
+is 1 when an agent could not join (a refusal), else the first non-zero status of an agent.
+Every agent holds about 4 descriptors (the session's connection, the
+journal, the status socket and its listener): keep N x 4 under the
+open-file limit (ulimit -n), or run several bcd sim processes.
 
 Flags:
-  --config PATH      the base config.toml (gateway, pins, data_dir)
-  --nodes N          how many agents (1 to 1000)
-  --seed S           the first seed (default BCD_FAKEHW_SEED, else 41)
-  --token-file FILE  read the token from FILE instead of standard input
+  --config PATH         the base config.toml (gateway, pins, data_dir)
+  --nodes N             how many agents (1 to 10000)
+  --seed S              the first seed (default BCD_FAKEHW_SEED, else 41)
+  --token-file FILE     read the token from FILE instead of standard input
+  --join-concurrency C  joins under way at once (1 to 1000, default 64)
+  --crypto-floor        print what a P-256 sign, verify and ECDH and an
+                        Ed25519 sign and verify cost here (ns, JSON) and exit
 `
+
+// MaxSimNodes is the most agents one bcd sim runs.
+const MaxSimNodes = 10_000
+
+// DefaultJoinConcurrency is how many joins bcd sim has under way at once.
+const DefaultJoinConcurrency = 64
+
+// simJoinRetry is a sim agent's retry policy: full jitter from 250 ms to a
+// 5 s cap, with no budget (an agent keeps trying until bcd sim stops).
+var simJoinRetry = retry.Policy{Base: 250 * time.Millisecond, Cap: 5 * time.Second}
 
 func runSim(args []string, e env) int {
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
@@ -40,14 +70,26 @@ func runSim(args []string, e env) int {
 	nodes := fs.Int("nodes", 0, "")
 	seed := fs.String("seed", "", "")
 	tokenFile := fs.String("token-file", "", "")
+	concurrency := fs.Int("join-concurrency", DefaultJoinConcurrency, "")
+	floor := fs.Bool("crypto-floor", false, "")
 	if code, ok := parse(fs, args, simUsage, e); !ok {
 		return code
+	}
+	if *floor {
+		if err := cryptoFloor(e.stdout); err != nil {
+			return fail(e, "sim", err)
+		}
+		return 0
 	}
 	if !fakehwBuild {
 		return fail(e, "sim", errors.New("bcd sim needs a fakehw build (go build -tags nonvml,fakehw)"))
 	}
-	if *nodes < 1 || *nodes > 1000 {
-		fmt.Fprintf(e.stderr, "bcd sim: --nodes must be 1 to 1000\n\n%s", simUsage)
+	if *nodes < 1 || *nodes > MaxSimNodes {
+		fmt.Fprintf(e.stderr, "bcd sim: --nodes must be 1 to %d\n\n%s", MaxSimNodes, simUsage)
+		return 2
+	}
+	if *concurrency < 1 || *concurrency > 1000 {
+		fmt.Fprintf(e.stderr, "bcd sim: --join-concurrency must be 1 to 1000\n\n%s", simUsage)
 		return 2
 	}
 	if *seed == "" {
@@ -65,78 +107,110 @@ func runSim(args []string, e env) int {
 	if err != nil {
 		return fail(e, "sim", err)
 	}
-	log := logger(e)
-	k := readKnobs(e.getenv, log)
-	var token string
-	tokenRead := false
-	agents := make([]*agent.Agent, 0, *nodes)
-	defer func() {
-		for _, a := range agents {
-			a.Close()
+	s := &sim{e: e, log: logger(e), seed: *seed, baseText: baseText, jwk: jwk, slots: make(chan struct{}, *concurrency)}
+	s.knobs = readKnobs(e.getenv, s.log)
+	dirs := make([]string, *nodes)
+	needToken := false
+	for i := range dirs {
+		dirs[i] = filepath.Join(base.DataDir, "sim", strconv.Itoa(i))
+		if _, joined := join.AlreadyJoined(filepath.Join(dirs[i], config.FileName)); !joined {
+			needToken = true
 		}
-	}()
-	ctx := e.ctx
-	for i := 0; i < *nodes; i++ {
-		dir := filepath.Join(base.DataDir, "sim", strconv.Itoa(i))
-		path, err := simConfig(dir, baseText, jwk)
-		if err != nil {
-			return fail(e, "sim", err)
-		}
-		m, err := newMachine(dir, e.getenv, simSeed(*seed, i))
-		if err != nil {
-			return fail(e, "sim", err)
-		}
-		if _, joined := join.AlreadyJoined(path); !joined {
-			if !tokenRead {
-				if token, err = readToken(*tokenFile, e.stdin); err != nil {
-					return fail(e, "sim", err)
-				}
-				tokenRead = true
-			}
-			r, err := join.Join(ctx, join.Options{ConfigPath: path, Token: token, Machine: m, Version: version,
-				Capabilities: agent.Capabilities, AllowH2C: true, Log: log.With("sim", i)})
-			if err != nil && !errors.Is(err, join.ErrAlreadyJoined) {
-				return fail(e, "sim", fmt.Errorf("agent %d: %w", i, err))
-			}
-			fmt.Fprintf(e.stdout, "agent %d joined as %s\n", i, r.NodeID)
-		}
-		c, err := config.Load(path)
-		if err != nil {
-			return fail(e, "sim", err)
-		}
-		vps, err := newVPS(c, c.DataDir, m, e.getenv, log.With("sim", i))
-		if err != nil {
-			return fail(e, "sim", fmt.Errorf("agent %d: %w", i, err))
-		}
-		a, err := agent.New(agent.Options{Config: c, Machine: m, Version: version, AllowH2C: true, BackoffCap: k.backoffCap,
-			RenewAfter: k.renewAfter, Log: log.With("sim", i), VPS: vps})
-		if err != nil {
-			return fail(e, "sim", fmt.Errorf("agent %d: %w", i, err))
-		}
-		agents = append(agents, a)
 	}
-	fmt.Fprintf(e.stdout, "%d agent(s) running\n", len(agents))
+	if needToken {
+		if s.token, err = readToken(*tokenFile, e.stdin); err != nil {
+			return fail(e, "sim", err)
+		}
+	}
 	var wg sync.WaitGroup
-	codes := make([]int, len(agents))
-	for i, a := range agents {
+	codes := make([]int, *nodes)
+	for i, dir := range dirs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			code, err := a.Run(ctx)
-			if err != nil {
-				log.Error("sim.agent_failed", "sim", i, "err", err)
-				code = agent.ExitError
-			}
-			codes[i] = code
+			codes[i] = s.agent(i, dir)
 		}()
 	}
 	wg.Wait()
+	fmt.Fprintf(e.stdout, "%d agent(s) ran, %d join(s) failed\n", s.ran.Load(), s.refused.Load())
 	for _, c := range codes {
 		if c != 0 {
 			return c
 		}
 	}
 	return 0
+}
+
+// sim is what the agents of one bcd sim share.
+type sim struct {
+	e             env
+	log           *slog.Logger
+	knobs         knobs
+	seed, token   string
+	baseText, jwk []byte
+	slots         chan struct{} // one per join (or setup) under way
+	ran, refused  atomic.Int64
+}
+
+// agent sets up, joins (when it has not) and runs agent i until the sim
+// stops, and returns its exit status.
+func (s *sim) agent(i int, dir string) int {
+	log, ctx := s.log.With("sim", i), s.e.ctx
+	s.slots <- struct{}{}
+	path, m, err := s.setup(i, dir, log)
+	<-s.slots
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0
+		}
+		log.Error("sim.join_failed", "err", err)
+		fmt.Fprintf(s.e.stderr, "bcd sim: agent %d: %s\n", i, strings.ReplaceAll(err.Error(), "\n", " "))
+		s.refused.Add(1)
+		return 1
+	}
+	c, err := config.Load(path)
+	var vps *agent.VPS
+	if err == nil {
+		vps, err = newVPS(c, c.DataDir, m, s.e.getenv, log)
+	}
+	if err == nil {
+		var a *agent.Agent
+		a, err = agent.New(agent.Options{Config: c, Machine: m, Version: version, AllowH2C: true,
+			BackoffCap: s.knobs.backoffCap, RenewAfter: s.knobs.renewAfter, Log: log, VPS: vps})
+		if err == nil {
+			s.ran.Add(1)
+			var code int
+			if code, err = a.Run(ctx); err == nil {
+				return code
+			}
+		}
+	}
+	log.Error("sim.agent_failed", "err", err)
+	return agent.ExitError
+}
+
+// setup writes agent i's configuration and machine and joins it when it
+// has not joined, retrying transient failures until the sim stops.
+func (s *sim) setup(i int, dir string, log *slog.Logger) (string, machine.Machine, error) {
+	path, err := simConfig(dir, s.baseText, s.jwk)
+	if err != nil {
+		return "", nil, err
+	}
+	m, err := newMachine(dir, s.e.getenv, simSeed(s.seed, i))
+	if err != nil {
+		return "", nil, err
+	}
+	if _, joined := join.AlreadyJoined(path); joined {
+		return path, m, nil
+	}
+	policy := simJoinRetry
+	r, err := join.Join(s.e.ctx, join.Options{ConfigPath: path, Token: s.token, Machine: m, Version: version,
+		Capabilities: agent.Capabilities, AllowH2C: true, Log: log, Retry: &policy})
+	if err != nil && !errors.Is(err, join.ErrAlreadyJoined) {
+		return "", nil, err
+	}
+	fmt.Fprintf(s.e.stdout, "agent %d joined as %s\n", i, r.NodeID)
+	return path, m, nil
 }
 
 // simSeed is agent i's seed: S+i for a numeric S, else S-i.

@@ -71,3 +71,46 @@ func TestSimJoinsDistinctNodesWithOneToken(t *testing.T) {
 		t.Fatalf("second sim: exit %d", code)
 	}
 }
+
+func TestSimRetriesABusyGatewayAndARefusedJoinLeavesTheOthersRunning(t *testing.T) {
+	// Three uses for four agents, and the first five Join calls shed.
+	g := testgw.Start(t, testgw.Options{TokenUses: 3, Shed: 5, ShedHintMs: 10})
+	g.AddToken(cliToken)
+	path := g.WriteConfig(t, t.TempDir())
+	var out, errOut testlog.Buffer
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() {
+		done <- run([]string{"sim", "--config", path, "--nodes", "4", "--join-concurrency", "2"}, cliEnv(ctx, cliToken, &out, &errOut))
+	}()
+	nodes := map[string]bool{}
+	for len(nodes) < 3 {
+		select {
+		case s := <-g.Sessions:
+			nodes[s.NodeID] = true
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%d session(s); stderr %s", len(nodes), errOut.String())
+		}
+	}
+	// The fourth agent is refused once the three uses are spent; the others run on.
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(errOut.String(), "token-exhausted") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no refusal: %s", errOut.String())
+		}
+		select {
+		case <-g.Sessions:
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	stop()
+	if code := <-done; code != 1 {
+		t.Fatalf("sim: exit %d (1: a join was refused): %s", code, errOut.String())
+	}
+	if n := strings.Count(errOut.String(), "join.retry"); n != 5 {
+		t.Fatalf("%d retries logged for 5 shed calls", n)
+	}
+	if !strings.Contains(out.String(), "3 agent(s) ran, 1 join(s) failed") {
+		t.Fatal(out.String())
+	}
+}

@@ -51,7 +51,7 @@ func Dial(c *config.Config, opts DialOptions) (*grpc.ClientConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	dialOpts := []grpc.DialOption{}
+	dialOpts := bufferOptions()
 	if c.DevInsecureH2C {
 		if !opts.AllowH2C {
 			return nil, ErrInsecureH2C
@@ -68,6 +68,24 @@ func Dial(c *config.Config, opts DialOptions) (*grpc.ClientConn, error) {
 		dialOpts = append(dialOpts, grpc.WithTransportCredentials(credentials.NewTLS(ClientTLS(c.ServingCASPKIPin, c.ServerName(), cert))))
 	}
 	return grpc.NewClient(target, dialOpts...)
+}
+
+// BufferBytes is the read and the write buffer of a connection to the
+// gateway. grpc-go's defaults are 32 KiB each, held for the life of the
+// connection; a node's frames are small (the largest, an inventory report,
+// is read in several reads), and `bcd sim` holds one connection per agent,
+// so 8 KiB each, the write buffer shared (taken from a pool only while a
+// write is under way). HTTP/2's flow-control windows stay grpc-go's: a
+// window is a credit, not memory held.
+const BufferBytes = 8 << 10
+
+// bufferOptions are the buffer sizes of every dial.
+func bufferOptions() []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithReadBufferSize(BufferBytes),
+		grpc.WithWriteBufferSize(BufferBytes),
+		grpc.WithSharedWriteBuffer(true),
+	}
 }
 
 // nodeHeader is the dev gateway's header authentication.

@@ -11,6 +11,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"bcd/internal/pki"
@@ -67,4 +68,18 @@ func (id *Identity) Certificate() *tls.Certificate {
 	id.mu.RLock()
 	defer id.mu.RUnlock()
 	return &tls.Certificate{Certificate: id.chain, PrivateKey: id.signer}
+}
+
+// IsCertificateRefusal reports whether err (a dial or call error, whose
+// text is all grpc-go keeps) is bcd refusing the gateway's certificate:
+// a refusal to report, never a failure to retry.
+func IsCertificateRefusal(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, ErrServingPin) || errors.Is(err, ErrServingCert) {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, ErrServingPin.Error()+":") || strings.Contains(msg, ErrServingCert.Error()+":")
 }

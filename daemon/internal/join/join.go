@@ -31,8 +31,10 @@ import (
 	"bcd/internal/machine"
 	"bcd/internal/pki"
 	"bcd/internal/proto/agentv1"
+	"bcd/internal/retry"
 	"bcd/internal/tpm"
 	jose "github.com/go-jose/go-jose/v4"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -101,6 +103,9 @@ type Options struct {
 	Attestor string
 	// TPM opens the TPM of a TPM join (the caller closes it).
 	TPM func() (*tpm.TPM, error)
+	// Retry shapes the retries of a Join call that failed for a transient
+	// reason (internal/retry); the zero Policy is DefaultRetry.
+	Retry *retry.Policy
 	// TPMOtherCSRKey signs round 2's CSR with a software key instead of the
 	// certified TPM node key, so that the attestor refuses it
 	// (node-key-not-csr). A fakehw knob (BCD_FAKEHW_TPM_CSR_KEY=other).
@@ -244,7 +249,7 @@ func joinToken(ctx context.Context, client agentv1.JoinClient, c *config.Config,
 	reply, err := call(ctx, client, &agentv1.JoinRequest{
 		Method: &agentv1.JoinRequest_Token{Token: &agentv1.TokenJoin{SealedToken: sealed, CsrDer: csrDER}},
 		Claims: claims(opts),
-	})
+	}, opts, log)
 	if err != nil {
 		return nil, "", nil, err
 	}
@@ -254,11 +259,30 @@ func joinToken(ctx context.Context, client agentv1.JoinClient, c *config.Config,
 	return key, csr.Pin, reply.GetResponse(), nil
 }
 
-// call makes one Join call, its refusal turned into a one-line reason.
-func call(ctx context.Context, client agentv1.JoinClient, req *agentv1.JoinRequest) (*agentv1.JoinReply, error) {
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	reply, err := client.Join(cctx, req)
+// CallTimeout bounds one attempt of a Join call.
+const CallTimeout = 30 * time.Second
+
+// DefaultRetry is `bcd join`'s retry policy: full jitter from 250 ms to a
+// 10 s cap, for at most 5 minutes in all.
+var DefaultRetry = retry.Policy{Base: 250 * time.Millisecond, Cap: 10 * time.Second, Budget: 5 * time.Minute}
+
+// call makes a Join call, the same request again after a transient failure
+// (the JoinService answers a request retried byte for byte with the same
+// node and certificate), its refusal turned into a one-line reason.
+func call(ctx context.Context, client agentv1.JoinClient, req *agentv1.JoinRequest, opts Options, log *slog.Logger) (*agentv1.JoinReply, error) {
+	p := DefaultRetry
+	if opts.Retry != nil {
+		p = *opts.Retry
+	}
+	p.Permanent = identity.IsCertificateRefusal
+	p.OnRetry = func(attempt int, err error, wait time.Duration) {
+		log.Warn("join.retry", "attempt", attempt, "wait_ms", wait.Milliseconds(), "err", err)
+	}
+	reply, err := retry.Unary(ctx, p, func(ctx context.Context, callOpts ...grpc.CallOption) (*agentv1.JoinReply, error) {
+		cctx, cancel := context.WithTimeout(ctx, CallTimeout)
+		defer cancel()
+		return client.Join(cctx, req, callOpts...)
+	})
 	if err != nil {
 		return nil, refusal(err)
 	}
@@ -269,7 +293,7 @@ func call(ctx context.Context, client agentv1.JoinClient, req *agentv1.JoinReque
 // "<code>: <detail>" by contract.
 func refusal(err error) error {
 	st, ok := status.FromError(err)
-	if !ok {
+	if !ok || errors.Is(err, retry.ErrBudget) {
 		return fmt.Errorf("%w: %w", ErrUnreachable, err)
 	}
 	msg := strings.ReplaceAll(st.Message(), "\n", " ")

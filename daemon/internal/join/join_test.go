@@ -18,11 +18,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"bcd/internal/config"
 	"bcd/internal/fakehw"
 	"bcd/internal/identity"
 	"bcd/internal/pki"
+	"bcd/internal/retry"
 	"bcd/internal/testgw"
 )
 
@@ -74,6 +76,30 @@ func TestAJoinWritesTheIdentity(t *testing.T) {
 	}
 	if g.Joins() != 1 {
 		t.Fatalf("%d Join calls", g.Joins())
+	}
+}
+
+func TestABusyGatewayIsRetriedWithTheSameRequest(t *testing.T) {
+	g, _, logs, opts := setup(t, testgw.Options{Shed: 2, ShedHintMs: 30})
+	opts.Retry = &retry.Policy{Base: time.Millisecond, Cap: 5 * time.Millisecond, Budget: time.Minute}
+	if _, err := Join(context.Background(), opts); err != nil {
+		t.Fatal(err)
+	}
+	reqs := g.JoinRequests()
+	if len(reqs) != 3 || reqs[0] != reqs[1] || reqs[1] != reqs[2] {
+		t.Fatalf("three calls of one request byte for byte: %x", reqs)
+	}
+	if n := strings.Count(logs.String(), "join.retry"); n != 2 || !strings.Contains(logs.String(), "wait_ms=30") {
+		t.Fatalf("%d retries logged, the hint honoured:\n%s", n, logs)
+	}
+}
+
+func TestARefusalIsNeverRetried(t *testing.T) {
+	g, _, _, opts := setup(t, testgw.Options{})
+	opts.Token = "bc_jt_not_a_token_the_gateway_knows"
+	_, err := Join(context.Background(), opts)
+	if !errors.Is(err, ErrRefused) || g.Joins() != 1 {
+		t.Fatalf("%v after %d calls", err, g.Joins())
 	}
 }
 

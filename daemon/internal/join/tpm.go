@@ -48,7 +48,7 @@ func joinTPM(ctx context.Context, client agentv1.JoinClient, c *config.Config, o
 			EkPublic: round1.EKPublic, EkCertificate: round1.EKCertificate, AkPublic: round1.AKPublic,
 		}},
 		Claims: claims(opts),
-	})
+	}, opts, log)
 	if err != nil {
 		return nil, "", nil, err
 	}
@@ -92,7 +92,7 @@ func joinTPM(ctx context.Context, client agentv1.JoinClient, c *config.Config, o
 			CsrDer: answer.CSR,
 		}},
 		Claims: claims(opts),
-	})
+	}, opts, log)
 	if err != nil {
 		return nil, "", nil, err
 	}

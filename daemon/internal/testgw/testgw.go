@@ -33,6 +33,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -42,8 +43,11 @@ import (
 	"bcd/internal/proto/agentv1"
 	"bcd/internal/refusal"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -162,6 +166,9 @@ type Options struct {
 	// TPM makes the JoinService a TPM attestor too (tpm.go); nil refuses
 	// TPM joins (method-unsupported).
 	TPM *TPMOptions
+	// Shed answers the first Shed Join calls Unavailable connection-limit
+	// with a retry-after-ms hint of ShedHintMs, as a busy gateway does.
+	Shed, ShedHintMs int
 }
 
 // Gateway is a running test gateway.
@@ -181,6 +188,8 @@ type Gateway struct {
 	revoked map[string]bool
 	nodes   int
 	joins   int
+	// requests are the SHA-256 of each Join request's bytes, in order.
+	requests [][32]byte
 	// signWith, when set, signs JoinResponses instead of the join-signing key.
 	signWith ed25519.PrivateKey
 	// tpm is the TPM attestor's state (tpm.go).
@@ -253,6 +262,13 @@ func (g *Gateway) AddTokenUntil(tok string, uses int, expires time.Time) {
 	g.tokens[tok] = &token{uses: uses, expires: expires}
 }
 
+// JoinRequests returns the SHA-256 of each Join request's bytes, in order.
+func (g *Gateway) JoinRequests() [][32]byte {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([][32]byte(nil), g.requests...)
+}
+
 // Revoke refuses the node's sessions from now on (cert-revoked).
 func (g *Gateway) Revoke(nodeID string) {
 	g.mu.Lock()
@@ -316,9 +332,16 @@ func limitUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler g
 // (token-unknown), its expiry (token-expired) and its uses (token-exhausted),
 // in the dev stack's order.
 func (g *Gateway) Join(ctx context.Context, req *agentv1.JoinRequest) (*agentv1.JoinReply, error) {
+	bytes, _ := proto.Marshal(req)
 	g.mu.Lock()
 	g.joins++
+	g.requests = append(g.requests, sha256.Sum256(bytes))
+	shed := g.joins <= g.opts.Shed
 	g.mu.Unlock()
+	if shed {
+		_ = grpc.SetTrailer(ctx, metadata.Pairs("retry-after-ms", strconv.Itoa(g.opts.ShedHintMs)))
+		return nil, status.Error(codes.Unavailable, "connection-limit: the gateway holds as many connections as it allows")
+	}
 	switch {
 	case req.GetTpmRound1() != nil:
 		return g.tpmRound1(req.GetTpmRound1())

@@ -252,6 +252,11 @@ async fn a_join_request_replayed_byte_for_byte_is_not_a_new_node() {
     assert_eq!(nodes.len(), 1, "{nodes:?}");
     let uses: Vec<u32> = stack.join_tokens(&pool).await.unwrap().iter().map(|t| t.uses).collect();
     assert!(uses.contains(&1) && !uses.iter().any(|u| *u > 1), "{uses:?}");
+    // The same sealed token with another CSR after the success is no retry:
+    // it stays refused token-csr-mismatch, and answers no node.
+    let (_, stranger_csr, _) = node::key_and_csr();
+    let err = node::join_raw(&stack, sealed.clone(), stranger_csr).await.unwrap_err();
+    assert_eq!(code(&err), (tonic::Code::PermissionDenied, "token-csr-mismatch"));
     // Another request with that token is a new use, and there is none left.
     let (_, other_csr, other_pin) = node::key_and_csr();
     let err = node::join_raw(&stack, node::seal(&stack, &once, &other_pin), other_csr).await.unwrap_err();

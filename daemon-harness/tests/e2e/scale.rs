@@ -1,0 +1,374 @@
+//! A fleet against one dev stack (issue 15): `bcd sim` processes of many
+//! agents joined on one token, all adopted, none lost and none doubled;
+//! then the stack restarted on its file with every agent connected, every
+//! agent back, no node adopted twice, no command lost or run twice.
+//!
+//! `five_hundred_sim_agents_are_adopted_and_survive_a_restart` is the
+//! CI-sized run (it asserts, it does not time); `bench_scale` (ignored) is
+//! `cargo xtask bench scale --nodes N [--procs P]` (docs/harness.md, "The
+//! scale benchmark"): the same run at `BCD_SCALE_NODES` agents in
+//! `BCD_SCALE_PROCS` processes, with its figures printed.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use daemon_harness::node::{Background, Node};
+use devstack::{CommandOptions, CommandStatus, FleetCounts, NodeState, StoreLocation};
+use serde_json::json;
+
+use crate::common::{Env, SEED};
+
+/// The heartbeat of a scale run: one Ping per session every 10 s (the
+/// scenarios' 500 ms would be 20,000 Pings a second at 10,000 sessions).
+const HEARTBEAT_MS: u32 = 10_000;
+
+/// How often the run reads the fleet's counts (one aggregate query).
+const POLL: Duration = Duration::from_millis(100);
+
+/// A fleet: how many agents, in how many `bcd sim` processes.
+#[derive(Clone, Copy, Debug)]
+struct Scale {
+    nodes: usize,
+    procs: usize,
+}
+
+impl Scale {
+    /// How long any phase may take before the run fails.
+    fn deadline(&self) -> Duration {
+        Duration::from_secs(60).max(Duration::from_millis(30 * self.nodes as u64))
+    }
+}
+
+/// What a run measured.
+#[derive(Debug)]
+struct Figures {
+    joined: Duration,
+    connected: Duration,
+    adopted: Duration,
+    join_to_adopted: [Duration; 3],
+    stack_peak_rss: u64,
+    stack_rss_per_session: u64,
+    sim_rss_per_agent: u64,
+    floor: Duration,
+    restart_connected: Duration,
+    restart_connected_since_shutdown: Duration,
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn five_hundred_sim_agents_are_adopted_and_survive_a_restart() {
+    let name = "five_hundred_sim_agents_are_adopted_and_survive_a_restart";
+    if let Some(figures) = run(name, Scale { nodes: 500, procs: 1 }).await {
+        eprintln!("{name}: {figures:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "a benchmark: cargo xtask bench scale --nodes N [--procs P]"]
+async fn bench_scale() {
+    let var = |k: &str, default: usize| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
+    let scale = Scale { nodes: var("BCD_SCALE_NODES", 10_000), procs: var("BCD_SCALE_PROCS", 4).max(1) };
+    raise_open_file_limit();
+    let Some(f) = run("bench_scale", scale).await else { return };
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let kib = |b: u64| b as f64 / 1024.0;
+    println!("scale: {} agents in {} bcd sim process(es), {cores} core(s)", scale.nodes, scale.procs);
+    println!("all joined:    {:.2?}", f.joined);
+    println!("all connected: {:.2?}", f.connected);
+    println!("all adopted:   {:.2?}", f.adopted);
+    let [p50, p99, max] = f.join_to_adopted;
+    println!("join to adopted: p50 {p50:.2?}, p99 {p99:.2?}, max {max:.2?}");
+    println!(
+        "stack: peak RSS {:.1} MiB, {:.1} KiB per connected session (RSS with all connected minus before the fleet, / N)",
+        kib(f.stack_peak_rss) / 1024.0,
+        kib(f.stack_rss_per_session)
+    );
+    println!("bcd sim: {:.1} KiB per agent (RSS with all connected, / agents)", kib(f.sim_rss_per_agent));
+    println!(
+        "crypto floor: {:.2?} (the join's and first session's P-256 and Ed25519 operations, both sides, x N / {cores} cores); wall (all adopted) / floor = {:.1}",
+        f.floor,
+        f.adopted.as_secs_f64() / f.floor.as_secs_f64().max(1e-9)
+    );
+    println!(
+        "restart: all {} connected again {:.2?} after the stack was up ({:.2?} after its shutdown began); no node adopted twice, no command lost or run twice",
+        scale.nodes, f.restart_connected, f.restart_connected_since_shutdown
+    );
+}
+
+/// One run; None when a prerequisite is missing (skipped).
+async fn run(name: &str, scale: Scale) -> Option<Figures> {
+    let store = tempfile::tempdir().unwrap();
+    let path = store.path().join("devstack.sqlite");
+    let mut env = Env::start_with(name, |o| {
+        o.store = StoreLocation::File(path.clone());
+        o.heartbeat_interval_ms = HEARTBEAT_MS;
+    })
+    .await?;
+    let deadline = scale.deadline();
+    let pool = env.must_create_pool("fleet", Some(8)).await;
+    let token = env.must_mint_token(&pool, scale.nodes as u32).await;
+    let rss_before = rss(std::process::id()).unwrap_or(0);
+
+    // One node directory (config.toml, data dir) per bcd sim process.
+    let shares: Vec<usize> =
+        (0..scale.procs).map(|p| scale.nodes / scale.procs + usize::from(p < scale.nodes % scale.procs)).collect();
+    let mut procs = Vec::new();
+    for (p, share) in shares.iter().enumerate() {
+        let node = env.must_make_node_in(&agents_parent(), &format!("fleet-{p}"), "hgx-h100", SEED).await;
+        procs.push((node, *share, (1_000_000 + p * 20_000).to_string()));
+    }
+    let started_ms = unix_ms();
+    let started = Instant::now();
+    let mut sims: Vec<Background> = Vec::new();
+    for (node, share, seed) in &procs {
+        let config = node.config().to_string_lossy().into_owned();
+        let share = share.to_string();
+        let args = ["sim", "--config", &config, "--nodes", &share, "--seed", seed];
+        sims.push(node.spawn_to_file(&args, Some(&token)).await.expect("bcd sim starts"));
+    }
+
+    // Joined, connected, adopted: the first read that sees all N.
+    let mut at: [Option<Duration>; 3] = [None; 3];
+    let mut sim_rss = 0;
+    let mut stack_rss_connected = 0;
+    let counts = poll(&env, deadline, "every agent joined, connected and adopted", &mut sims, |c| {
+        let n = scale.nodes as u64;
+        assert_eq!(c.rejected, 0, "no node rejected: {c:?}");
+        assert!(c.nodes <= n, "no more nodes than agents (a doubled join): {c:?}");
+        for (i, done) in [c.nodes == n, c.sessions == n, c.adopted == n].into_iter().enumerate() {
+            if done && at[i].is_none() {
+                at[i] = Some(started.elapsed());
+            }
+        }
+        at.iter().all(Option::is_some)
+    })
+    .await;
+    if counts.sessions == scale.nodes as u64 {
+        stack_rss_connected = rss(std::process::id()).unwrap_or(0);
+        sim_rss = sims.iter().filter_map(|s| s.pid()).filter_map(rss).sum::<u64>();
+    }
+    let stack_peak_rss = peak_rss().unwrap_or(0);
+
+    // Every agent a node, once; every node adopted, from its join.
+    let nodes = env.stack.nodes().await.unwrap();
+    assert_eq!(nodes.len(), scale.nodes, "one node per agent");
+    let hardware: BTreeSet<&str> = nodes.iter().map(|n| n.hardware_id.as_str()).collect();
+    assert_eq!(hardware.len(), scale.nodes, "distinct machines");
+    let mut latencies: Vec<i64> = Vec::new();
+    let mut joined_last = 0;
+    for n in &nodes {
+        assert_eq!(n.state, NodeState::Adopted, "{n:?}");
+        assert!(n.created_at_ms >= started_ms, "joined by this run: {n:?}");
+        joined_last = joined_last.max(n.created_at_ms);
+        latencies.push(n.adopted_at_ms.expect("an adopted node has its time") - n.created_at_ms);
+    }
+    latencies.sort_unstable();
+    let pick = |q: f64| Duration::from_millis(latencies[((latencies.len() - 1) as f64 * q).round() as usize] as u64);
+    let tokens = env.stack.join_tokens(&pool).await.unwrap();
+    assert_eq!(tokens[0].uses as usize, scale.nodes, "one use per agent, none spent twice");
+
+    // Where each node's agent keeps its fake root (its command counters).
+    let mut dirs: BTreeMap<String, std::path::PathBuf> = BTreeMap::new();
+    for (node, share, _) in &procs {
+        for i in 0..*share {
+            let dir = node.data_dir().join("sim").join(i.to_string());
+            dirs.insert(config_node_id(&dir.join("config.toml")), dir);
+        }
+    }
+    assert_eq!(dirs.len(), scale.nodes, "every agent's config.toml names its own node");
+    let adopted: BTreeMap<String, Option<i64>> = nodes.iter().map(|n| (n.id.clone(), n.adopted_at_ms)).collect();
+    for n in &nodes {
+        let acceptance = n.acceptance_command_id.as_deref().expect("an adopted node ran its acceptance");
+        assert_eq!(executions(&dirs[&n.id], acceptance), 1, "{acceptance} on {} ran once", n.id);
+    }
+
+    // A command for every node, then the restart with every agent connected.
+    let mut commands = Vec::new();
+    for n in &nodes {
+        let id =
+            env.stack.enqueue_command(&n.id, "inventory.refresh", json!({}), CommandOptions::default()).await.unwrap();
+        commands.push((n.id.clone(), id));
+    }
+    let shutdown = Instant::now();
+    env.restart_stack().await;
+    let up = Instant::now();
+    let mut back = None;
+    poll(&env, deadline, "every agent connected again after the restart", &mut sims, |c| {
+        if back.is_none() && c.sessions == scale.nodes as u64 {
+            back = Some(up.elapsed());
+        }
+        back.is_some() && c.commands_done == c.commands
+    })
+    .await;
+    let restart_connected = back.expect("all connected again");
+    let restart_connected_since_shutdown = restart_connected + (up - shutdown);
+
+    let after = env.stack.nodes().await.unwrap();
+    assert_eq!(after.len(), scale.nodes, "no node joined again");
+    for n in &after {
+        assert_eq!(adopted.get(&n.id), Some(&n.adopted_at_ms), "{} adopted once, not again", n.id);
+        assert_eq!(n.state, NodeState::Adopted);
+    }
+    for (node_id, cmd) in &commands {
+        let row = env.stack.view(|v| v.command(cmd)).unwrap().expect("the command is kept");
+        assert_eq!(row.state, CommandStatus::Succeeded, "{cmd} on {node_id}: {row:?}");
+        assert_eq!(executions(&dirs[node_id], cmd), 1, "{cmd} on {node_id} ran exactly once");
+    }
+    for (sim, (node, _, _)) in sims.into_iter().zip(&procs) {
+        assert_eq!(sim.stop().await, Some(0), "bcd sim stops cleanly on SIGTERM");
+        let log = node.log_file_text();
+        assert!(!log.contains(&token), "bcd sim never prints the token");
+    }
+
+    let floor = crypto_floor(&procs[0].0, scale.nodes).await;
+    env.report();
+    let per_session = stack_rss_connected.saturating_sub(rss_before) / scale.nodes as u64;
+    Some(Figures {
+        joined: Duration::from_millis((joined_last - started_ms).max(0) as u64),
+        connected: at[1].unwrap(),
+        adopted: at[2].unwrap(),
+        join_to_adopted: [pick(0.5), pick(0.99), pick(1.0)],
+        stack_peak_rss,
+        stack_rss_per_session: per_session,
+        sim_rss_per_agent: sim_rss / scale.nodes as u64,
+        floor,
+        restart_connected,
+        restart_connected_since_shutdown,
+    })
+}
+
+/// Reads the fleet's counts every [`POLL`] until `done` says so, failing at
+/// the deadline or when a bcd sim exits.
+async fn poll(
+    env: &Env,
+    deadline: Duration,
+    what: &str,
+    sims: &mut [Background],
+    mut done: impl FnMut(&FleetCounts) -> bool,
+) -> FleetCounts {
+    let until = Instant::now() + deadline;
+    let mut tick = tokio::time::interval(POLL);
+    loop {
+        tick.tick().await;
+        let counts = env.stack.fleet().expect("the fleet's counts");
+        if done(&counts) {
+            return counts;
+        }
+        assert!(sims.iter_mut().all(|s| s.running()), "a bcd sim ended early; {counts:?}");
+        assert!(Instant::now() < until, "{what}: not within {deadline:?}; last {counts:?}");
+    }
+}
+
+/// The crypto floor: the P-256 and Ed25519 operations one node's join and
+/// first session cost (as counted in docs/harness.md, "The scale
+/// benchmark"), bcd's side timed with Go's crypto (`bcd sim
+/// --crypto-floor`) and the stack's with its own crates, times N, over
+/// the cores.
+async fn crypto_floor(node: &Node, nodes: usize) -> Duration {
+    let out = node.run(&["sim", "--crypto-floor"], None, Duration::from_secs(60)).await.unwrap();
+    assert!(out.success(), "{out:?}");
+    let go: serde_json::Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    let go = |k: &str| go[k].as_u64().unwrap_or_else(|| panic!("{k} in {go}")) as f64;
+    let rust = rust_crypto_ns();
+    // (sign, verify, ecdh) P-256, (sign, verify) Ed25519, per node.
+    let node_side = 3.0 * go("p256_sign_ns")
+        + 5.0 * go("p256_verify_ns")
+        + 7.0 * go("p256_ecdh_ns")
+        + 3.0 * go("ed25519_verify_ns");
+    let stack_side = 3.0 * rust[0] + 4.0 * rust[1] + 5.0 * rust[2] + 2.0 * rust[3];
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
+    Duration::from_nanos(((node_side + stack_side) * nodes as f64 / cores) as u64)
+}
+
+/// The stack's side, timed here: P-256 sign, verify, ECDH, Ed25519 sign (ns).
+fn rust_crypto_ns() -> [f64; 4] {
+    use pki::Signer;
+    const ROUNDS: u32 = 200;
+    let msg = b"bcd crypto floor";
+    let p256 = pki::keys::random_p256();
+    let public = p256.public_key();
+    let sig = Signer::sign(&p256, msg);
+    let ed = pki::keys::random_ed25519();
+    let peer = pki::keys::random_p256().public_key();
+    let time = |f: &mut dyn FnMut()| {
+        let start = Instant::now();
+        for _ in 0..ROUNDS {
+            f();
+        }
+        start.elapsed().as_nanos() as f64 / f64::from(ROUNDS)
+    };
+    let public_key = pki::PublicKey::P256(public);
+    [
+        time(&mut || drop(std::hint::black_box(Signer::sign(&p256, msg)))),
+        time(&mut || assert!(public_key.verify(msg, &sig))),
+        time(&mut || {
+            let e = pki::keys::random_p256();
+            let shared = p256::ecdh::diffie_hellman(e.to_nonzero_scalar(), peer.as_affine());
+            std::hint::black_box(shared);
+        }),
+        time(&mut || drop(std::hint::black_box(Signer::sign(&ed, msg)))),
+    ]
+}
+
+/// How many times fakehw executed `command` under an agent's `dir`.
+fn executions(dir: &Path, command: &str) -> u64 {
+    let path = dir.join("fakehw-root/var/lib/fakehw/executions").join(command);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => text.trim().parse().unwrap_or_else(|_| panic!("{} holds {text:?}", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+        Err(e) => panic!("reading {}: {e}", path.display()),
+    }
+}
+
+/// The node id an agent's config.toml names.
+fn config_node_id(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    text.lines()
+        .filter_map(|l| l.split_once('='))
+        .find(|(k, _)| k.trim() == "node_id")
+        .map(|(_, v)| v.trim().trim_matches('"').to_string())
+        .filter(|id| !id.is_empty())
+        .unwrap_or_else(|| panic!("{} names no node", path.display()))
+}
+
+/// Where the agents' directories go: `/dev/shm` when it is there (the
+/// agents are simulated machines, each with its files, journal and fake
+/// root: on this machine's shared disk, creating and fsyncing them is what
+/// bcd sim spent its time on), else the temporary directory. The stack's
+/// store stays on the disk.
+fn agents_parent() -> std::path::PathBuf {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() }
+}
+
+fn unix_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+/// A process's resident memory (VmRSS), in bytes.
+fn rss(pid: u32) -> Option<u64> {
+    status_kib(&format!("/proc/{pid}/status"), "VmRSS:").map(|k| k * 1024)
+}
+
+/// This process's peak resident memory (VmHWM), in bytes.
+fn peak_rss() -> Option<u64> {
+    status_kib("/proc/self/status", "VmHWM:").map(|k| k * 1024)
+}
+
+fn status_kib(path: &str, key: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    text.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// Raises the soft open-file limit to the hard one (the stack holds a
+/// descriptor per session; the bcd sim children inherit it).
+fn raise_open_file_limit() {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit on this process with a valid pointer.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
+}
