@@ -93,17 +93,24 @@ pub struct Host {
     /// take from each NUMA node (a strict numatune takes them there), by
     /// node id.
     pub pinned_pages: std::collections::BTreeMap<u32, (u64, u64)>,
+    /// The huge pages (2 MiB, 1 GiB) its floating (unpinned) instances
+    /// take: the kernel may take them from any NUMA node.
+    pub floating_pages: (u64, u64),
 }
 
 impl Host {
     /// Where pinned vCPUs go: the first NUMA node with as many CPUs
     /// neither reserved nor pinned as `need` has vCPUs, and as many free
     /// huge pages of its node as it needs (its memory comes strictly from
-    /// there), its lowest such CPUs.
+    /// there), its lowest such CPUs. A node's free pages are its own less
+    /// those its pinned instances take and less every page of the host's
+    /// floating instances: the kernel may have taken all of those from this
+    /// node, and a node's pages are never over-committed whatever it did.
     pub fn pin(&self, need: Room) -> Option<proto::InstanceCpus> {
         let vcpus = need.vcpus;
         self.numa.iter().find_map(|node| {
-            let (used_2mi, used_1gi) = self.pinned_pages.get(&node.id).copied().unwrap_or_default();
+            let (pinned_2mi, pinned_1gi) = self.pinned_pages.get(&node.id).copied().unwrap_or_default();
+            let (used_2mi, used_1gi) = (pinned_2mi + self.floating_pages.0, pinned_1gi + self.floating_pages.1);
             if used_2mi + need.hugepages_2mi > node.hugepages_2mi || used_1gi + need.hugepages_1gi > node.hugepages_1gi
             {
                 return None;
@@ -316,6 +323,7 @@ pub fn hosts(c: &Connection, pool_id: &str) -> Result<Vec<Host>> {
         let mut booked = Room::default();
         let mut pinned_cpus = Vec::new();
         let mut pinned_pages = std::collections::BTreeMap::<u32, (u64, u64)>::new();
+        let mut floating_pages = (0, 0);
         for i in instances::on_node(c, &node.id)? {
             pinned_cpus.extend(i.spec.cpus.iter().flat_map(|p| p.host_cpus.iter().copied()));
             let need = Room::default().with_hugepages(i.spec.hugepage_bytes, i.spec.memory_bytes);
@@ -323,6 +331,9 @@ pub fn hosts(c: &Connection, pool_id: &str) -> Result<Vec<Host>> {
                 let pages = pinned_pages.entry(pin.numa_node).or_default();
                 pages.0 += need.hugepages_2mi;
                 pages.1 += need.hugepages_1gi;
+            } else {
+                floating_pages.0 += need.hugepages_2mi;
+                floating_pages.1 += need.hugepages_1gi;
             }
             booked.vcpus += i.spec.vcpus as u64;
             booked.memory_bytes += i.spec.memory_bytes;
@@ -342,6 +353,7 @@ pub fn hosts(c: &Connection, pool_id: &str) -> Result<Vec<Host>> {
             reserved_cpus: policy.reserved_cpus.clone(),
             pinned_cpus,
             pinned_pages,
+            floating_pages,
         });
     }
     Ok(out)
@@ -396,6 +408,7 @@ mod tests {
             reserved_cpus: vec![],
             pinned_cpus: vec![],
             pinned_pages: Default::default(),
+            floating_pages: (0, 0),
         }
     }
 
@@ -480,6 +493,10 @@ mod tests {
         let paged = Room { vcpus: 1, hugepages_2mi: 50, ..Room::default() };
         assert_eq!(a.pin(paged).unwrap().numa_node, 1);
         assert!(a.pin(Room { hugepages_2mi: 101, ..paged }).is_none());
+        // A floating guest's 60 pages may all be on node 1: 40 are left there for sure.
+        a.floating_pages = (60, 0);
+        assert!(a.pin(paged).is_none(), "node 1 could be over-committed");
+        assert_eq!(a.pin(Room { hugepages_2mi: 40, ..paged }).unwrap().numa_node, 1);
         let mut req = request(&p, "libvirt-kvm", 5);
         req.pin_cpus = true;
         let why = choose(&req, &[a]).unwrap_err();
