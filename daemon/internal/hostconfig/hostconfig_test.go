@@ -1,3 +1,6 @@
+// Tests of the host reconciler on the fakehw root: signed units run and the
+// inventory reads the reserved pages back; unsigned specs, bad units and
+// failing units are refused or reported with their codes.
 package hostconfig_test
 
 import (
