@@ -71,6 +71,12 @@ func newRig(t *testing.T, exes []string) *rig {
 	pub, _ := pki.PublicKeyOf(commandRoot)
 	os.WriteFile(filepath.Join(roots, "root.pem"), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub.SPKI()}), 0o644)
 	fakeProgram(t, filepath.Join(dir, "virsh"), r.calls, "")
+	// systemctl start runs a oneshot unit's ExecStart= and fails as it does.
+	fakeProgram(t, filepath.Join(dir, "systemctl"), r.calls, `if [ "$1" = start ]; then
+  cmd=$(sed -n 's/^ExecStart=//p' "`+filepath.Join(dir, "units")+`/$2")
+  $cmd >/dev/null 2>&1 || { echo "Job for $2 failed because the control process exited with error code." >&2; exit 1; }
+fi
+`)
 	fakeProgram(t, filepath.Join(dir, "ip"), r.calls, `if [ "$1" = "-o" ]; then
   echo "1: lo: <LOOPBACK> mtu 65536"
   echo "7: `+TapName("vm1", 0)+`: <BROADCAST> mtu 1500 master bcbr0"
@@ -84,7 +90,7 @@ if [ "$1 $2" = "link delete" ]; then exit 1; fi
 	os.WriteFile(nodeConfig, []byte("# The node's config.toml, after its join.\ndata_dir = \"data\"\nnode_id = \"node_1\"\n"), 0o600)
 	toml := "[helper]\nsocket = \"" + r.socket + "\"\nnode_config = \"" + nodeConfig + "\"\ninstance_bridges = [\"bcbr0\"]\nunit_dir = \"" + filepath.Join(dir, "units") +
 		"\"\nstate_dir = \"" + filepath.Join(dir, "state") + "\"\ncommand_roots_dir = \"" + roots + "\"\nvirsh = \"" + filepath.Join(dir, "virsh") +
-		"\"\nip = \"" + filepath.Join(dir, "ip") + "\"\n\n" + up.String()
+		"\"\nip = \"" + filepath.Join(dir, "ip") + "\"\nsystemctl = \"" + filepath.Join(dir, "systemctl") + "\"\n\n" + up.String()
 	path := filepath.Join(dir, "helper.toml")
 	if err := os.WriteFile(path, []byte(toml), 0o644); err != nil {
 		t.Fatal(err)
@@ -304,6 +310,45 @@ func TestHostUnits(t *testing.T) {
 	}
 	_, err = apply(spec(t, 1, commandRoot, km))
 	wantRefused(t, err, string(CodeGeneration))
+}
+
+func TestHostStartRunsOnlyTheAppliedUnits(t *testing.T) {
+	r := newRig(t, nil)
+	ok := &agentv1.HostUnit{Name: "bcd-ok.service", Content: []byte("[Service]\nType=oneshot\nExecStart=/bin/true\n")}
+	bad := &agentv1.HostUnit{Name: "bcd-bad.service", Content: []byte("[Service]\nType=oneshot\nExecStart=/bin/false\n")}
+	start := func(name string) error {
+		return Call(context.Background(), r.socket, OpHostStart, HostStartArgs{Name: name}, nil)
+	}
+	// Before any apply, and for names that are no host unit's, nothing runs.
+	wantRefused(t, start(ok.Name), string(CodeUnitUnknown))
+	wantRefused(t, start("sshd.service"), string(CodeUnitName))
+	wantRefused(t, start("bcd-../../x.service"), string(CodeUnitName))
+	wantRefused(t, Call(context.Background(), r.socket, OpHostStart, nil, nil), string(CodeArgs))
+	if got := r.callLog(t); got != "" {
+		t.Fatalf("systemctl ran for a refused start: %q", got)
+	}
+	if err := Call(context.Background(), r.socket, OpHostApply, map[string]json.RawMessage{"spec": spec(t, 2, commandRoot, ok, bad)}, &HostResult{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := start(ok.Name); err != nil {
+		t.Fatal(err)
+	}
+	err := start(bad.Name)
+	wantRefused(t, err, string(CodeCommand))
+	if !strings.Contains(err.Error(), "systemctl start bcd-bad.service: Job for bcd-bad.service failed") {
+		t.Fatalf("reason %v", err)
+	}
+	// A unit the next apply dropped is no longer started.
+	if err := Call(context.Background(), r.socket, OpHostApply, map[string]json.RawMessage{"spec": spec(t, 3, commandRoot, ok)}, &HostResult{}); err != nil {
+		t.Fatal(err)
+	}
+	wantRefused(t, start(bad.Name), string(CodeUnitUnknown))
+	if got, want := r.callLog(t), "systemctl start bcd-ok.service\nsystemctl start bcd-bad.service\n"; got != want {
+		t.Fatalf("systemctl calls:\n%s\nwant:\n%s", got, want)
+	}
+	if !strings.Contains(r.log.String(), "host.started") {
+		t.Fatalf("log:\n%s", r.log.String())
+	}
 }
 
 func (r *rig) callLog(t *testing.T) string {
