@@ -24,6 +24,8 @@ import (
 	"strings"
 	"testing"
 
+	"bcd/internal/converge"
+	"bcd/internal/hostconfig"
 	"bcd/internal/pki"
 	"bcd/internal/proto/agentv1"
 	"bcd/internal/runtime/plan"
@@ -517,4 +519,59 @@ func TestHostApplyRefusesASpecSignedForAnotherNode(t *testing.T) {
 	os.Symlink(filepath.Join(r.dir, "helper.toml"), filepath.Join(r.dir, "node", "config.toml"))
 	_, err = apply(spec(t, 3, commandRoot, hp))
 	wantRefused(t, err, string(CodeNodeUnknown))
+}
+
+var _ hostconfig.System = (*HostUnits)(nil)
+
+// The host reconciler over HostUnits: the signed envelope goes to
+// host.apply, each unit to host.start, a failing one is the section's reason.
+func TestTheHostReconcilerThroughTheHelper(t *testing.T) {
+	r := newRig(t, nil)
+	ok := &agentv1.HostUnit{Name: "bcd-ok.service", Content: []byte("[Service]\nType=oneshot\nExecStart=/bin/true\n")}
+	bad := &agentv1.HostUnit{Name: "bcd-bad.service", Content: []byte("[Service]\nType=oneshot\nExecStart=/bin/false\n")}
+	rec := hostconfig.New(&HostUnits{Socket: r.socket})
+	pass := func(raw json.RawMessage, signed bool) converge.Result {
+		env, err := pki.ParseEnvelopeJSON(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec := &agentv1.NodeSpec{}
+		if err := proto.Unmarshal(env.Payload, spec); err != nil {
+			t.Fatal(err)
+		}
+		res, err := rec.Reconcile(context.Background(), converge.Input{Spec: spec, Envelope: env.Proto(), Signed: signed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	res := pass(spec(t, 2, commandRoot, ok, bad), true)
+	if res.State != agentv1.SectionState_SECTION_STATE_FAILED || res.Reason != hostconfig.ReasonUnitFailed ||
+		!strings.Contains(res.Message, "1 of 2 unit(s) failed: bcd-bad.service: helper-command: ") ||
+		!strings.Contains(res.Message, "systemctl start bcd-bad.service: Job for bcd-bad.service failed") {
+		t.Fatalf("%+v", res)
+	}
+	for _, u := range []*agentv1.HostUnit{ok, bad} {
+		if data, _ := os.ReadFile(filepath.Join(r.dir, "units", u.Name)); string(data) != string(u.Content) {
+			t.Fatalf("%s holds %q", u.Name, data)
+		}
+	}
+	if res := pass(spec(t, 3, commandRoot, ok), true); res.State != agentv1.SectionState_SECTION_STATE_APPLIED {
+		t.Fatalf("%+v", res)
+	}
+	if _, err := os.Stat(filepath.Join(r.dir, "units", bad.Name)); !os.IsNotExist(err) {
+		t.Fatal("the dropped unit remains")
+	}
+	// A spec signed by a key the helper does not trust: the helper refuses
+	// it even though the reconciler was told it is signed.
+	res = pass(spec(t, 4, pki.DeriveEd25519("helper-test", "someone-else"), ok), true)
+	if res.State != agentv1.SectionState_SECTION_STATE_FAILED || !strings.Contains(res.Message, "installing the units: dsse-unknown-key") {
+		t.Fatalf("%+v", res)
+	}
+	if got, want := r.callLog(t), "systemctl start bcd-ok.service\nsystemctl start bcd-bad.service\nsystemctl start bcd-ok.service\n"; got != want {
+		t.Fatalf("systemctl calls:\n%s\nwant:\n%s", got, want)
+	}
+	if err := (&HostUnits{Socket: r.socket}).Install(context.Background(), nil, nil); err == nil {
+		t.Fatal("an Install without the envelope")
+	}
 }
