@@ -1,7 +1,8 @@
 // Tests of bcd helper in one process, unprivileged: the peer check, the
 // update operations through Client (every refusal of the helper e2e, and
 // the good path), host units (signed, unsigned, tampered, names,
-// generations), domains against a fake virsh, taps against a fake ip, and
+// generations; host.start against a fake systemctl; the host reconciler
+// over HostUnits), domains against a fake virsh, taps against a fake ip, and
 // the install script's syntax and content. The same operations run as
 // real root in roote2e (TestHelperAsRoot).
 
