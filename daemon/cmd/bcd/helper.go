@@ -1,7 +1,7 @@
 // bcd helper: the root helper of an unprivileged bcd (serve), and
 // `bcd helper install-script`, which renders the install script. A
-// helpere2e build also has `bcd helper call` and `bcd helper vps-pass`
-// (helper_e2e.go).
+// helpere2e build also has `bcd helper call`, `bcd helper vps-pass` and
+// `bcd helper host-pass` (helper_e2e.go).
 
 package main
 
@@ -49,6 +49,9 @@ var helperCall func(args []string, e env) int
 // helperVPSPass is `bcd helper vps-pass` (helpere2e builds only).
 var helperVPSPass func(args []string, e env) int
 
+// helperHostPass is `bcd helper host-pass` (helpere2e builds only).
+var helperHostPass func(args []string, e env) int
+
 // multiFlag collects a repeated flag.
 type multiFlag []string
 
@@ -63,6 +66,10 @@ func runHelper(args []string, e env) int {
 		case "vps-pass":
 			if helperVPSPass != nil {
 				return helperVPSPass(args[1:], e)
+			}
+		case "host-pass":
+			if helperHostPass != nil {
+				return helperHostPass(args[1:], e)
 			}
 		case "call":
 			if helperCall != nil {

@@ -10,6 +10,14 @@
 // [instances] (through bcd helper), on the NodeSpec read from standard
 // input (protobuf JSON), printing the section's status and the instances'
 // and volumes' as JSON: the VPS host path of TestHelperAsRoot.
+//
+// `bcd helper host-pass --config PATH` (helpere2e builds only): one pass of
+// the host reconciler over the host build's machine (withHostUnits: bcd
+// helper at config.toml's helper socket) on the signed NodeSpec envelope
+// read from standard input (DSSE JSON), printing the section's status as
+// JSON: the host units path of TestHelperAsRoot. The pass is told the
+// spec is signed, as the converge core says after its own check; the
+// helper verifies the envelope again against its command roots.
 
 package main
 
@@ -25,15 +33,19 @@ import (
 	"bcd/internal/config"
 	"bcd/internal/converge"
 	"bcd/internal/helper"
+	"bcd/internal/hostconfig"
 	"bcd/internal/instances"
 	"bcd/internal/machine"
+	"bcd/internal/pki"
 	"bcd/internal/proto/agentv1"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 )
 
 func init() {
 	helperCall = runHelperCall
 	helperVPSPass = runVPSPass
+	helperHostPass = runHostPass
 }
 
 const helperCallUsage = `usage: bcd helper call [--socket PATH] OP < ARGS.json
@@ -115,6 +127,47 @@ func runVPSPass(args []string, e env) int {
 	statuses, _ := protojson.Marshal(&agentv1.StatusReport{Instances: rep.GetInstances(), Volumes: rep.GetVolumes()})
 	out, _ := json.Marshal(map[string]any{"state": res.State.String(), "reason": res.Reason, "message": res.Message,
 		"report": json.RawMessage(statuses)})
+	fmt.Fprintln(e.stdout, string(out))
+	return 0
+}
+
+func runHostPass(args []string, e env) int {
+	fs := flag.NewFlagSet("helper host-pass", flag.ContinueOnError)
+	configPath := fs.String("config", config.DefaultPath, "")
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
+		fmt.Fprint(e.stderr, "usage: bcd helper host-pass [--config PATH] < ENVELOPE.json\n")
+		return 2
+	}
+	c, err := config.Load(*configPath)
+	if err != nil {
+		return fail(e, "helper host-pass", err)
+	}
+	m, err := withHostUnits(machine.NewHost(), c, logger(e))
+	if err != nil {
+		return fail(e, "helper host-pass", err)
+	}
+	system, ok := m.(hostconfig.System)
+	if !ok {
+		return fail(e, "helper host-pass", fmt.Errorf("no helper_socket in %s", *configPath))
+	}
+	input, err := io.ReadAll(e.stdin)
+	if err != nil {
+		return fail(e, "helper host-pass", err)
+	}
+	env, err := pki.ParseEnvelopeJSON(input)
+	if err != nil {
+		return fail(e, "helper host-pass", err)
+	}
+	spec := &agentv1.NodeSpec{}
+	if err := proto.Unmarshal(env.Payload, spec); err != nil {
+		return fail(e, "helper host-pass", err)
+	}
+	res, err := hostconfig.New(system).Reconcile(context.Background(), converge.Input{Spec: spec, Envelope: env.Proto(), Signed: true})
+	if err != nil {
+		return fail(e, "helper host-pass", err)
+	}
+	out, _ := json.Marshal(map[string]any{"state": res.State.String(), "reason": res.Reason, "message": res.Message})
 	fmt.Fprintln(e.stdout, string(out))
 	return 0
 }

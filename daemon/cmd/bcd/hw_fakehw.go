@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"bcd/internal/config"
 	"bcd/internal/fakehw"
 	"bcd/internal/machine"
 	"bcd/internal/tpm"
@@ -20,6 +21,11 @@ import (
 
 // fakehwBuild says this build runs on fake hardware.
 const fakehwBuild = true
+
+// withHostUnits is m: the fake machine applies host units itself.
+func withHostUnits(m machine.Machine, _ *config.Config, _ *slog.Logger) (machine.Machine, error) {
+	return m, nil
+}
 
 // newMachine returns the fake machine of the knobs; seed overrides
 // BCD_FAKEHW_SEED when not empty (bcd sim).

@@ -38,6 +38,9 @@ func runNode(args []string, e env) int {
 	if err != nil {
 		return fail(e, "node", err)
 	}
+	if m, err = withHostUnits(m, c, log); err != nil {
+		return fail(e, "node", err)
+	}
 	k := readKnobs(e.getenv, log)
 	updater, err := newUpdater(c, e.getenv, log)
 	if err != nil {

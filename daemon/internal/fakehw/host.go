@@ -41,8 +41,9 @@ const (
 // UnitDir is etc/systemd/system under the fake root.
 func (m *Machine) UnitDir() string { return filepath.Join(m.root, "etc", "systemd", "system") }
 
-// Install writes the units and removes the bcd-* units not among them.
-func (m *Machine) Install(units []*agentv1.HostUnit) error {
+// Install writes the units and removes the bcd-* units not among them
+// (the envelope is for a helper; the fake root trusts the converge core).
+func (m *Machine) Install(_ context.Context, _ *agentv1.Envelope, units []*agentv1.HostUnit) error {
 	dir := m.UnitDir()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err

@@ -1,7 +1,8 @@
 // Tests of bcd helper in one process, unprivileged: the peer check, the
 // update operations through Client (every refusal of the helper e2e, and
 // the good path), host units (signed, unsigned, tampered, names,
-// generations), domains against a fake virsh, taps against a fake ip, and
+// generations; host.start against a fake systemctl; the host reconciler
+// over HostUnits), domains against a fake virsh, taps against a fake ip, and
 // the install script's syntax and content. The same operations run as
 // real root in roote2e (TestHelperAsRoot).
 
@@ -24,6 +25,8 @@ import (
 	"strings"
 	"testing"
 
+	"bcd/internal/converge"
+	"bcd/internal/hostconfig"
 	"bcd/internal/pki"
 	"bcd/internal/proto/agentv1"
 	"bcd/internal/runtime/plan"
@@ -71,6 +74,12 @@ func newRig(t *testing.T, exes []string) *rig {
 	pub, _ := pki.PublicKeyOf(commandRoot)
 	os.WriteFile(filepath.Join(roots, "root.pem"), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub.SPKI()}), 0o644)
 	fakeProgram(t, filepath.Join(dir, "virsh"), r.calls, "")
+	// systemctl start runs a oneshot unit's ExecStart= and fails as it does.
+	fakeProgram(t, filepath.Join(dir, "systemctl"), r.calls, `if [ "$1" = start ]; then
+  cmd=$(sed -n 's/^ExecStart=//p' "`+filepath.Join(dir, "units")+`/$2")
+  $cmd >/dev/null 2>&1 || { echo "Job for $2 failed because the control process exited with error code." >&2; exit 1; }
+fi
+`)
 	fakeProgram(t, filepath.Join(dir, "ip"), r.calls, `if [ "$1" = "-o" ]; then
   echo "1: lo: <LOOPBACK> mtu 65536"
   echo "7: `+TapName("vm1", 0)+`: <BROADCAST> mtu 1500 master bcbr0"
@@ -84,7 +93,7 @@ if [ "$1 $2" = "link delete" ]; then exit 1; fi
 	os.WriteFile(nodeConfig, []byte("# The node's config.toml, after its join.\ndata_dir = \"data\"\nnode_id = \"node_1\"\n"), 0o600)
 	toml := "[helper]\nsocket = \"" + r.socket + "\"\nnode_config = \"" + nodeConfig + "\"\ninstance_bridges = [\"bcbr0\"]\nunit_dir = \"" + filepath.Join(dir, "units") +
 		"\"\nstate_dir = \"" + filepath.Join(dir, "state") + "\"\ncommand_roots_dir = \"" + roots + "\"\nvirsh = \"" + filepath.Join(dir, "virsh") +
-		"\"\nip = \"" + filepath.Join(dir, "ip") + "\"\n\n" + up.String()
+		"\"\nip = \"" + filepath.Join(dir, "ip") + "\"\nsystemctl = \"" + filepath.Join(dir, "systemctl") + "\"\n\n" + up.String()
 	path := filepath.Join(dir, "helper.toml")
 	if err := os.WriteFile(path, []byte(toml), 0o644); err != nil {
 		t.Fatal(err)
@@ -306,6 +315,45 @@ func TestHostUnits(t *testing.T) {
 	wantRefused(t, err, string(CodeGeneration))
 }
 
+func TestHostStartRunsOnlyTheAppliedUnits(t *testing.T) {
+	r := newRig(t, nil)
+	ok := &agentv1.HostUnit{Name: "bcd-ok.service", Content: []byte("[Service]\nType=oneshot\nExecStart=/bin/true\n")}
+	bad := &agentv1.HostUnit{Name: "bcd-bad.service", Content: []byte("[Service]\nType=oneshot\nExecStart=/bin/false\n")}
+	start := func(name string) error {
+		return Call(context.Background(), r.socket, OpHostStart, HostStartArgs{Name: name}, nil)
+	}
+	// Before any apply, and for names that are no host unit's, nothing runs.
+	wantRefused(t, start(ok.Name), string(CodeUnitUnknown))
+	wantRefused(t, start("sshd.service"), string(CodeUnitName))
+	wantRefused(t, start("bcd-../../x.service"), string(CodeUnitName))
+	wantRefused(t, Call(context.Background(), r.socket, OpHostStart, nil, nil), string(CodeArgs))
+	if got := r.callLog(t); got != "" {
+		t.Fatalf("systemctl ran for a refused start: %q", got)
+	}
+	if err := Call(context.Background(), r.socket, OpHostApply, map[string]json.RawMessage{"spec": spec(t, 2, commandRoot, ok, bad)}, &HostResult{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := start(ok.Name); err != nil {
+		t.Fatal(err)
+	}
+	err := start(bad.Name)
+	wantRefused(t, err, string(CodeCommand))
+	if !strings.Contains(err.Error(), "systemctl start bcd-bad.service: Job for bcd-bad.service failed") {
+		t.Fatalf("reason %v", err)
+	}
+	// A unit the next apply dropped is no longer started.
+	if err := Call(context.Background(), r.socket, OpHostApply, map[string]json.RawMessage{"spec": spec(t, 3, commandRoot, ok)}, &HostResult{}); err != nil {
+		t.Fatal(err)
+	}
+	wantRefused(t, start(bad.Name), string(CodeUnitUnknown))
+	if got, want := r.callLog(t), "systemctl start bcd-ok.service\nsystemctl start bcd-bad.service\n"; got != want {
+		t.Fatalf("systemctl calls:\n%s\nwant:\n%s", got, want)
+	}
+	if !strings.Contains(r.log.String(), "host.started") {
+		t.Fatalf("log:\n%s", r.log.String())
+	}
+}
+
 func (r *rig) callLog(t *testing.T) string {
 	data, _ := os.ReadFile(r.calls)
 	return string(data)
@@ -472,4 +520,59 @@ func TestHostApplyRefusesASpecSignedForAnotherNode(t *testing.T) {
 	os.Symlink(filepath.Join(r.dir, "helper.toml"), filepath.Join(r.dir, "node", "config.toml"))
 	_, err = apply(spec(t, 3, commandRoot, hp))
 	wantRefused(t, err, string(CodeNodeUnknown))
+}
+
+var _ hostconfig.System = (*HostUnits)(nil)
+
+// The host reconciler over HostUnits: the signed envelope goes to
+// host.apply, each unit to host.start, a failing one is the section's reason.
+func TestTheHostReconcilerThroughTheHelper(t *testing.T) {
+	r := newRig(t, nil)
+	ok := &agentv1.HostUnit{Name: "bcd-ok.service", Content: []byte("[Service]\nType=oneshot\nExecStart=/bin/true\n")}
+	bad := &agentv1.HostUnit{Name: "bcd-bad.service", Content: []byte("[Service]\nType=oneshot\nExecStart=/bin/false\n")}
+	rec := hostconfig.New(&HostUnits{Socket: r.socket})
+	pass := func(raw json.RawMessage, signed bool) converge.Result {
+		env, err := pki.ParseEnvelopeJSON(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec := &agentv1.NodeSpec{}
+		if err := proto.Unmarshal(env.Payload, spec); err != nil {
+			t.Fatal(err)
+		}
+		res, err := rec.Reconcile(context.Background(), converge.Input{Spec: spec, Envelope: env.Proto(), Signed: signed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	res := pass(spec(t, 2, commandRoot, ok, bad), true)
+	if res.State != agentv1.SectionState_SECTION_STATE_FAILED || res.Reason != hostconfig.ReasonUnitFailed ||
+		!strings.Contains(res.Message, "1 of 2 unit(s) failed: bcd-bad.service: helper-command: ") ||
+		!strings.Contains(res.Message, "systemctl start bcd-bad.service: Job for bcd-bad.service failed") {
+		t.Fatalf("%+v", res)
+	}
+	for _, u := range []*agentv1.HostUnit{ok, bad} {
+		if data, _ := os.ReadFile(filepath.Join(r.dir, "units", u.Name)); string(data) != string(u.Content) {
+			t.Fatalf("%s holds %q", u.Name, data)
+		}
+	}
+	if res := pass(spec(t, 3, commandRoot, ok), true); res.State != agentv1.SectionState_SECTION_STATE_APPLIED {
+		t.Fatalf("%+v", res)
+	}
+	if _, err := os.Stat(filepath.Join(r.dir, "units", bad.Name)); !os.IsNotExist(err) {
+		t.Fatal("the dropped unit remains")
+	}
+	// A spec signed by a key the helper does not trust: the helper refuses
+	// it even though the reconciler was told it is signed.
+	res = pass(spec(t, 4, pki.DeriveEd25519("helper-test", "someone-else"), ok), true)
+	if res.State != agentv1.SectionState_SECTION_STATE_FAILED || !strings.Contains(res.Message, "installing the units: dsse-unknown-key") {
+		t.Fatalf("%+v", res)
+	}
+	if got, want := r.callLog(t), "systemctl start bcd-ok.service\nsystemctl start bcd-bad.service\nsystemctl start bcd-ok.service\n"; got != want {
+		t.Fatalf("systemctl calls:\n%s\nwant:\n%s", got, want)
+	}
+	if err := (&HostUnits{Socket: r.socket}).Install(context.Background(), nil, nil); err == nil {
+		t.Fatal("an Install without the envelope")
+	}
 }

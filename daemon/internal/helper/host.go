@@ -6,7 +6,8 @@
 // host-node-unknown) and a generation below the last applied (host-generation),
 // writes the host section's units into unit_dir (names bcd-*.service and
 // kin only: host-unit-name), removes the units of the last apply that are
-// gone, and reloads systemd when it runs.
+// gone, and reloads systemd when it runs. host.start starts one unit the
+// last apply wrote (else host-unit-unknown) with systemctl start.
 
 package helper
 
@@ -120,13 +121,9 @@ func (s *Server) hostApply(ctx context.Context, req Request) (any, error) {
 	if spec.GetNodeId() != nodeID {
 		return nil, refuse(pki.CodeSpecWrongNode, "spec for node %q, this host is %q", spec.GetNodeId(), nodeID)
 	}
-	statePath := filepath.Join(s.cfg.Helper.StateDir, "host-units.json")
-	state := hostState{}
-	if data, err := os.ReadFile(statePath); err == nil {
-		if err := json.Unmarshal(data, &state); err != nil {
-			return nil, fmt.Errorf("%s: %w", statePath, err)
-		}
-	} else if !errors.Is(err, fs.ErrNotExist) {
+	statePath := s.hostStatePath()
+	state, err := s.loadHostState()
+	if err != nil {
 		return nil, err
 	}
 	if spec.GetGeneration() < state.Generation {
@@ -175,6 +172,60 @@ func (s *Server) hostApply(ctx context.Context, req Request) (any, error) {
 	}
 	s.log.Info("host.applied", "generation", res.Generation, "written", res.Written, "removed", res.Removed, "reloaded", res.Reloaded)
 	return res, nil
+}
+
+// hostStatePath is <state_dir>/host-units.json.
+func (s *Server) hostStatePath() string {
+	return filepath.Join(s.cfg.Helper.StateDir, "host-units.json")
+}
+
+// loadHostState reads what the last host.apply wrote (nothing before the first).
+func (s *Server) loadHostState() (hostState, error) {
+	path := s.hostStatePath()
+	state := hostState{}
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return state, nil
+	}
+	if err != nil {
+		return state, err
+	}
+	if err := json.Unmarshal(data, &state); err != nil {
+		return state, fmt.Errorf("%s: %w", path, err)
+	}
+	return state, nil
+}
+
+// HostStartArgs names the unit host.start starts.
+type HostStartArgs struct {
+	// Name is the unit's whole name, as host.apply wrote it (bcd-<name>.service, …).
+	Name string `json:"name"`
+}
+
+// hostStart runs `systemctl start <name>` for a unit the last host.apply
+// wrote. systemctl start waits for a Type=oneshot unit's commands and
+// fails when they do, so a failing unit is refused helper-command with
+// systemctl's words as the reason.
+func (s *Server) hostStart(ctx context.Context, req Request) (any, error) {
+	var a HostStartArgs
+	if err := decode(req, &a); err != nil {
+		return nil, err
+	}
+	if !unitName.MatchString(a.Name) {
+		return nil, refuse(CodeUnitName, "%q is not a host unit name (bcd-<name>.service, .mount, .timer, …)", a.Name)
+	}
+	state, err := s.loadHostState()
+	if err != nil {
+		return nil, err
+	}
+	if !slices.Contains(state.Units, a.Name) {
+		return nil, refuse(CodeUnitUnknown, "%s is not a unit of the last host.apply (generation %d)", a.Name, state.Generation)
+	}
+	if _, err := run(ctx, s.cfg.Helper.Systemctl, "start", a.Name); err != nil {
+		return nil, err
+	}
+	s.log.Info("host.started", "unit", a.Name, "generation", state.Generation)
+	return map[string]string{"unit": a.Name}, nil
 }
 
 // maxNodeConfig is the most of the node's config.toml the helper reads.

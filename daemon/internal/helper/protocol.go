@@ -25,6 +25,7 @@ const MaxMessage = 1 << 20
 const (
 	OpPing           = "ping"
 	OpHostApply      = "host.apply"
+	OpHostStart      = "host.start"
 	OpDomainDefine   = "domain.define"
 	OpDomainStart    = "domain.start"
 	OpDomainDestroy  = "domain.destroy"

@@ -15,10 +15,12 @@ const (
 	CodeCommand Code = "helper-command"
 )
 
-// The codes of domain "host": The helper's host.apply (daemon/internal/helper).
+// The codes of domain "host": The helper's host.apply and host.start (daemon/internal/helper).
 const (
 	// CodeUnitName: A unit name the helper does not write.
 	CodeUnitName Code = "host-unit-name"
+	// CodeUnitUnknown: host.start of a unit the last host.apply did not write.
+	CodeUnitUnknown Code = "host-unit-unknown"
 	// CodeGeneration: A spec older than the last applied.
 	CodeGeneration Code = "host-generation"
 	// CodeNoRoots: No command root is configured, so nothing is applied.

@@ -284,6 +284,8 @@ func (s *Server) do(ctx context.Context, peer *Peer, req Request) (any, error) {
 		return map[string]any{"uid": peer.UID, "exe": peer.Exe}, nil
 	case OpHostApply:
 		return s.hostApply(ctx, req)
+	case OpHostStart:
+		return s.hostStart(ctx, req)
 	case OpDomainDefine, OpDomainStart, OpDomainDestroy, OpDomainUndefine, OpDomainState:
 		return s.domain(ctx, req)
 	case OpChTaps:

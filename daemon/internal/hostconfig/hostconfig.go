@@ -1,7 +1,8 @@
 // Package hostconfig reconciles the NodeSpec host section (docs/daemon.md,
 // "Host units"): the systemd units a pool's policy became (huge pages,
 // kernel modules), installed and started through a System (the fake root
-// of fakehw builds; systemd through bcd helper's host.apply on a host).
+// of fakehw builds; systemd through bcd helper's host.apply and
+// host.start on a host, cmd/bcd's hostSystem).
 // Units come only from a spec a command root signed; a unit whose name or
 // content bcd does not read fails the section before anything is
 // installed, and a unit whose start fails is reported with its reason
@@ -21,8 +22,11 @@ import (
 // System is where host units run.
 type System interface {
 	// Install writes units (bcd-*) into the unit directory and removes
-	// the bcd-* units there that are not among them.
-	Install(units []*agentv1.HostUnit) error
+	// the bcd-* units there that are not among them. envelope is the
+	// signed NodeSpec the units are from, as it came (the converge core
+	// verified it): a host build hands it to bcd helper's host.apply,
+	// which verifies it again; the fake root ignores it.
+	Install(ctx context.Context, envelope *agentv1.Envelope, units []*agentv1.HostUnit) error
 	// Start starts one installed unit; its error is the reason it failed.
 	Start(ctx context.Context, name string) error
 }
@@ -63,7 +67,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, in converge.Input) (converge
 			return failed(ReasonUnitInvalid, "%s: %v", u.GetName(), err), nil
 		}
 	}
-	if err := r.system.Install(units); err != nil {
+	if err := r.system.Install(ctx, in.Envelope, units); err != nil {
 		return failed(ReasonUnitFailed, "installing the units: %v", err), nil
 	}
 	var failures []string

@@ -118,3 +118,35 @@ func TestRefusalsAndFailures(t *testing.T) {
 		t.Fatal("an invalid unit was installed")
 	}
 }
+
+// recorder is a System that keeps what it was handed.
+type recorder struct {
+	envelope *agentv1.Envelope
+	units    []string
+	started  []string
+}
+
+func (r *recorder) Install(_ context.Context, env *agentv1.Envelope, units []*agentv1.HostUnit) error {
+	r.envelope = env
+	for _, u := range units {
+		r.units = append(r.units, u.GetName())
+	}
+	return nil
+}
+
+func (r *recorder) Start(_ context.Context, name string) error {
+	r.started = append(r.started, name)
+	return nil
+}
+
+func TestTheSystemGetsTheSignedEnvelope(t *testing.T) {
+	rec := &recorder{}
+	env := &agentv1.Envelope{PayloadType: "application/vnd.bcd.node-spec+protobuf", Payload: []byte("as it came")}
+	res, err := hostconfig.New(rec).Reconcile(context.Background(), converge.Input{Spec: spec(unit("bcd-hugepages.service", hugepages)), Envelope: env, Signed: true})
+	if err != nil || res.State != agentv1.SectionState_SECTION_STATE_APPLIED {
+		t.Fatalf("%v %+v", err, res)
+	}
+	if rec.envelope != env || strings.Join(rec.units, ",") != "bcd-hugepages.service" || strings.Join(rec.started, ",") != "bcd-hugepages.service" {
+		t.Fatalf("%+v", rec)
+	}
+}

@@ -143,6 +143,7 @@ var entries = []Entry{
 	{Code: "helper-args", Domain: "helper", GRPC: codes.InvalidArgument, Meaning: "Helper arguments that do not decode or are not allowed."},
 	{Code: "helper-command", Domain: "helper", GRPC: codes.Internal, Meaning: "A program the helper ran failed."},
 	{Code: "host-unit-name", Domain: "host", GRPC: codes.InvalidArgument, Meaning: "A unit name the helper does not write."},
+	{Code: "host-unit-unknown", Domain: "host", GRPC: codes.FailedPrecondition, Meaning: "host.start of a unit the last host.apply did not write."},
 	{Code: "host-generation", Domain: "host", GRPC: codes.FailedPrecondition, Meaning: "A spec older than the last applied."},
 	{Code: "host-no-command-roots", Domain: "host", GRPC: codes.FailedPrecondition, Meaning: "No command root is configured, so nothing is applied."},
 	{Code: "host-node-unknown", Domain: "host", GRPC: codes.FailedPrecondition, Meaning: "The helper does not know this host's node id ([helper] node_id, or node_id in the node's config.toml), so it applies no spec."},

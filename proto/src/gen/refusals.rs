@@ -39,7 +39,7 @@ pub enum Domain {
     Update,
     /// bcd helper's socket protocol (daemon/internal/helper). Owner: `bcd`.
     Helper,
-    /// The helper's host.apply (daemon/internal/helper). Owner: `bcd`.
+    /// The helper's host.apply and host.start (daemon/internal/helper). Owner: `bcd`.
     Host,
     /// The helper's instance operations: domains and taps (daemon/internal/helper). Owner: `bcd`.
     Instance,
@@ -397,6 +397,8 @@ pub enum Code {
     HelperCommand,
     /// `host-unit-name` (host, InvalidArgument): A unit name the helper does not write.
     HostUnitName,
+    /// `host-unit-unknown` (host, FailedPrecondition): host.start of a unit the last host.apply did not write.
+    HostUnitUnknown,
     /// `host-generation` (host, FailedPrecondition): A spec older than the last applied.
     HostGeneration,
     /// `host-no-command-roots` (host, FailedPrecondition): No command root is configured, so nothing is applied.
@@ -613,6 +615,7 @@ impl Code {
             Code::HelperArgs => "helper-args",
             Code::HelperCommand => "helper-command",
             Code::HostUnitName => "host-unit-name",
+            Code::HostUnitUnknown => "host-unit-unknown",
             Code::HostGeneration => "host-generation",
             Code::HostNoCommandRoots => "host-no-command-roots",
             Code::HostNodeUnknown => "host-node-unknown",
@@ -792,6 +795,7 @@ impl Code {
             Code::HelperArgs => Domain::Helper,
             Code::HelperCommand => Domain::Helper,
             Code::HostUnitName => Domain::Host,
+            Code::HostUnitUnknown => Domain::Host,
             Code::HostGeneration => Domain::Host,
             Code::HostNoCommandRoots => Domain::Host,
             Code::HostNodeUnknown => Domain::Host,
@@ -971,6 +975,7 @@ impl Code {
             Code::HelperArgs => Grpc::InvalidArgument,
             Code::HelperCommand => Grpc::Internal,
             Code::HostUnitName => Grpc::InvalidArgument,
+            Code::HostUnitUnknown => Grpc::FailedPrecondition,
             Code::HostGeneration => Grpc::FailedPrecondition,
             Code::HostNoCommandRoots => Grpc::FailedPrecondition,
             Code::HostNodeUnknown => Grpc::FailedPrecondition,
@@ -1150,6 +1155,7 @@ impl Code {
             Code::HelperArgs => "Helper arguments that do not decode or are not allowed.",
             Code::HelperCommand => "A program the helper ran failed.",
             Code::HostUnitName => "A unit name the helper does not write.",
+            Code::HostUnitUnknown => "host.start of a unit the last host.apply did not write.",
             Code::HostGeneration => "A spec older than the last applied.",
             Code::HostNoCommandRoots => "No command root is configured, so nothing is applied.",
             Code::HostNodeUnknown => "The helper does not know this host's node id ([helper] node_id, or node_id in the node's config.toml), so it applies no spec.",
@@ -1329,6 +1335,7 @@ impl Code {
             "helper-args" => Some(Code::HelperArgs),
             "helper-command" => Some(Code::HelperCommand),
             "host-unit-name" => Some(Code::HostUnitName),
+            "host-unit-unknown" => Some(Code::HostUnitUnknown),
             "host-generation" => Some(Code::HostGeneration),
             "host-no-command-roots" => Some(Code::HostNoCommandRoots),
             "host-node-unknown" => Some(Code::HostNodeUnknown),
@@ -1509,6 +1516,7 @@ pub const TABLE: &[Code] = &[
     Code::HelperArgs,
     Code::HelperCommand,
     Code::HostUnitName,
+    Code::HostUnitUnknown,
     Code::HostGeneration,
     Code::HostNoCommandRoots,
     Code::HostNodeUnknown,

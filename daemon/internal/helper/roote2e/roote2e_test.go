@@ -8,8 +8,9 @@
 // the two release keys of testdata/release (threshold 2, sequence 5),
 // starts the helper exactly as its unit's ExecStart= says, and sends every
 // request as the bcd user from the installed slot (`bcd helper call`, a
-// helpere2e build): the peer check, host units, libvirt against a fake
-// virsh, real taps, an unprivileged bcd as a VPS host (vps_test.go), and
+// helpere2e build): the peer check, host units (host.apply, host.start
+// against a fake systemctl, and the host build's reconciler through them,
+// `bcd helper host-pass`), libvirt against a fake virsh, real taps, an unprivileged bcd as a VPS host (vps_test.go), and
 // self-update of the root-owned slots.
 //
 // Inputs (environment): BCD_HELPER_E2E_BCD (the helpere2e build of bcd),
@@ -249,6 +250,18 @@ func TestHelperAsRoot(t *testing.T) {
 	fakebin := t.TempDir()
 	virshLog := filepath.Join(fakebin, "virsh.log")
 	fakeVirsh(t, fakebin, virshLog)
+	// A fake systemctl: start runs the unit's ExecStart= (one command, no
+	// shell) as systemctl start does a Type=oneshot unit's.
+	systemctlLog := filepath.Join(fakebin, "systemctl.log")
+	if err := os.WriteFile(filepath.Join(fakebin, "systemctl"), []byte(`#!/bin/sh
+echo "$*" >> `+systemctlLog+`
+if [ "$1" = start ]; then
+  cmd=$(sed -n 's/^ExecStart=//p' "/etc/systemd/system/$2")
+  $cmd || { echo "Job for $2 failed because the control process exited with error code." >&2; exit 1; }
+fi
+`), 0o755); err != nil {
+		t.Fatal(err)
+	}
 
 	// 2. The helper, started the way its unit starts it.
 	unit, _ := os.ReadFile(helper.HelperUnitPath)
@@ -345,6 +358,50 @@ func TestHelperAsRoot(t *testing.T) {
 		wantOwned(t, "/etc/systemd/system/bcd-hugepages.service", 0, 0o644)
 		if got, _ := os.ReadFile("/etc/systemd/system/bcd-hugepages.service"); !bytes.Equal(got, hugepages.Content) {
 			t.Fatalf("the unit holds %q", got)
+		}
+
+		// host.start: only a unit of the last apply (the huge pages one is
+		// not started here: the kernel's vm sysctls are not namespaced).
+		n.refused(helper.OpHostStart, helper.HostStartArgs{Name: "bcd-other.service"}, string(helper.CodeUnitUnknown))
+		n.refused(helper.OpHostStart, helper.HostStartArgs{Name: "ssh.service"}, string(helper.CodeUnitName))
+		if _, err := os.Stat(systemctlLog); !os.IsNotExist(err) {
+			t.Fatal("systemctl ran for a refused start")
+		}
+
+		// The host build's reconciler as the bcd user, through the helper
+		// of config.toml's [update] helper_socket: the next generation's
+		// units written, the dropped one removed, each started as root, a
+		// failing one the section's reason.
+		marker := &agentv1.HostUnit{Name: "bcd-marker.service", Content: []byte("[Service]\nType=oneshot\nExecStart=/usr/bin/touch /run/bcd-host-marker\n")}
+		bad := &agentv1.HostUnit{Name: "bcd-bad.service", Content: []byte("[Service]\nType=oneshot\nExecStart=/bin/false\n")}
+		next, _ := proto.Marshal(&agentv1.NodeSpec{NodeId: "node_e2e", Generation: 5, Host: &agentv1.HostSection{Units: []*agentv1.HostUnit{marker, bad}}})
+		nextEnv, err := pki.SignEnvelope(rand.Reader, pki.PayloadTypeNodeSpec, next, interopRoot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := n.passOf("host-pass", string(nextEnv.JSON()))
+		msg, _ := got["message"].(string)
+		if got["state"] != "SECTION_STATE_FAILED" || got["reason"] != "UnitFailed" || !strings.Contains(msg, "1 of 2 unit(s) failed: bcd-bad.service: helper-command: ") ||
+			!strings.Contains(msg, "Job for bcd-bad.service failed") {
+			t.Fatalf("host pass %v", got)
+		}
+		if uid, _ := owner(t, "/run/bcd-host-marker"); uid != 0 {
+			t.Fatalf("the unit ran as uid %d, not root's", uid)
+		}
+		wantOwned(t, "/etc/systemd/system/bcd-marker.service", 0, 0o644)
+		if _, err := os.Stat("/etc/systemd/system/bcd-hugepages.service"); !os.IsNotExist(err) {
+			t.Fatal("the unit the spec dropped remains")
+		}
+		if calls, _ := os.ReadFile(systemctlLog); string(calls) != "start bcd-marker.service\nstart bcd-bad.service\n" {
+			t.Fatalf("systemctl calls:\n%s", calls)
+		}
+		// A spec another key signed does not get past the helper.
+		forged, err := pki.SignEnvelope(rand.Reader, pki.PayloadTypeNodeSpec, next, pki.DeriveEd25519("bc-interop-v1", "someone-else"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := n.passOf("host-pass", string(forged.JSON())); got["state"] != "SECTION_STATE_FAILED" || !strings.Contains(got["message"].(string), "dsse-unknown-key") {
+			t.Fatalf("forged host pass %v", got)
 		}
 	})
 

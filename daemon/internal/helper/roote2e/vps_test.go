@@ -51,14 +51,21 @@ esac
 // pass runs one reconciler pass of spec (protobuf JSON) as the bcd user.
 func (n *node) pass(spec string) map[string]any {
 	n.t.Helper()
-	cmd := exec.Command(n.bin, "helper", "vps-pass", "--config", "/etc/bcd/config.toml")
-	cmd.Stdin = strings.NewReader(spec)
+	return n.passOf("vps-pass", spec)
+}
+
+// passOf runs `bcd helper <sub> --config /etc/bcd/config.toml` on input as
+// the bcd user and decodes what it prints.
+func (n *node) passOf(sub, input string) map[string]any {
+	n.t.Helper()
+	cmd := exec.Command(n.bin, "helper", sub, "--config", "/etc/bcd/config.toml")
+	cmd.Stdin = strings.NewReader(input)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: n.uid, Gid: n.gid}}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		n.t.Fatalf("bcd helper vps-pass: %v\n%s", err, stderr.String())
+		n.t.Fatalf("bcd helper %s: %v\n%s", sub, err, stderr.String())
 	}
 	res := map[string]any{}
 	if err := json.Unmarshal(out, &res); err != nil {
