@@ -413,11 +413,14 @@ impl DevStack {
             warn!(sessions = shared.hub.len(), "devstack: sessions still open after the drain grace period");
         }
         let _ = self.stop.send(true);
-        for task in std::mem::take(&mut self.tasks) {
-            let abort = task.abort_handle();
-            if tokio::time::timeout(SHUTDOWN_GRACE, task).await.is_err() {
+        for mut task in std::mem::take(&mut self.tasks) {
+            if tokio::time::timeout(SHUTDOWN_GRACE, &mut task).await.is_err() {
                 warn!("devstack: a server did not stop in time; aborted");
-                abort.abort();
+                task.abort();
+                // An aborted task is dropped at the runtime's next turn, its
+                // listener with it: wait for that, so that a stack started
+                // next on the same ports can bind them.
+                let _ = task.await;
             }
         }
         info!(gateway = %shared.settings.gateway_url, "devstack: stopped");

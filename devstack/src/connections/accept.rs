@@ -27,7 +27,6 @@ use crate::tls::Alpn;
 
 /// What one listener serves.
 struct Listener<S> {
-    listener: TcpListener,
     service: S,
     protocol: Protocol,
     options: ConnectionOptions,
@@ -43,9 +42,9 @@ pub(crate) async fn gateway(
     options: ConnectionOptions,
     stop: watch::Receiver<bool>,
 ) {
-    let l = Listener { listener, service: routes, protocol: Protocol::Http2, options, stop };
+    let l = Listener { service: routes, protocol: Protocol::Http2, options, stop };
     let acceptor = Arc::new(acceptor);
-    accept(l, "gateway", move |tcp, addr, permit, l| {
+    accept(listener, l, "gateway", move |tcp, addr, permit, l| {
         let acceptor = acceptor.clone();
         async move {
             let timeout = l.options.handshake_timeout;
@@ -90,8 +89,8 @@ pub(crate) async fn http(
 ) {
     let mut options = options;
     options.max_connections = options.http_max_connections;
-    let l = Listener { listener, service: router, protocol: Protocol::Auto, options, stop };
-    accept(l, "http", |mut tcp, addr, permit, l| async move {
+    let l = Listener { service: router, protocol: Protocol::Auto, options, stop };
+    accept(listener, l, "http", |mut tcp, addr, permit, l| async move {
         match permit {
             Permit::Held(_held) => {
                 let (open, count) = Open::new();
@@ -136,9 +135,9 @@ pub(crate) async fn https(
 ) {
     let mut options = options;
     options.max_connections = options.http_max_connections;
-    let l = Listener { listener, service: router, protocol: Protocol::Auto, options, stop };
+    let l = Listener { service: router, protocol: Protocol::Auto, options, stop };
     let acceptor = Arc::new(acceptor);
-    accept(l, "https", move |tcp, addr, permit, l| {
+    accept(listener, l, "https", move |tcp, addr, permit, l| {
         let acceptor = acceptor.clone();
         async move {
             let timeout = l.options.handshake_timeout;
@@ -218,8 +217,9 @@ fn request_late() -> http::Response<tonic::body::Body> {
 
 /// Accepts until the stack stops, admitting each connection by the cap,
 /// and gives the admitted ones to `serve` in their own tasks; at the end it
-/// waits up to `SHUTDOWN_GRACE` for them and aborts the rest.
-async fn accept<S, F, Fut>(l: Listener<S>, name: &'static str, serve: F)
+/// closes the listening socket, waits up to `SHUTDOWN_GRACE` for the
+/// connections and aborts the rest.
+async fn accept<S, F, Fut>(listener: TcpListener, l: Listener<S>, name: &'static str, serve: F)
 where
     S: Send + Sync + 'static,
     F: Fn(TcpStream, SocketAddr, Permit, Arc<Listener<S>>) -> Fut,
@@ -234,7 +234,7 @@ where
         tokio::select! {
             _ = async { let _ = stop.wait_for(|s| *s).await; } => break,
             Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
-            accepted = l.listener.accept() => match accepted {
+            accepted = listener.accept() => match accepted {
                 Ok((tcp, addr)) => {
                     let _ = tcp.set_nodelay(true);
                     let permit = if let Ok(p) = held.clone().try_acquire_owned() {
@@ -256,6 +256,9 @@ where
             },
         }
     }
+    // The listening socket closes now, not when the last connection ends:
+    // a stack started next on the same port binds it at once.
+    drop(listener);
     let _ = tokio::time::timeout(SHUTDOWN_GRACE, async { while tasks.join_next().await.is_some() {} }).await;
     tasks.abort_all();
 }
