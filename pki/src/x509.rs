@@ -214,8 +214,10 @@ pub struct EkCertificate<'a> {
 /// tcg-kp-EKCertificate.
 const TCG_KP_EK_CERTIFICATE: &[u64] = &[2, 23, 133, 8, 1];
 
-/// A DER TLV (short or long definite length).
-fn tlv(tag: u8, content: &[u8]) -> Vec<u8> {
+/// A DER TLV (short or long definite length): `tag`, the length, then
+/// `content`. Public for the fixture generator, which re-assembles
+/// certificates it alters with it.
+pub fn tlv(tag: u8, content: &[u8]) -> Vec<u8> {
     let mut out = vec![tag];
     let n = content.len();
     if n < 0x80 {

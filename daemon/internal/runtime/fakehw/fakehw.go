@@ -26,7 +26,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -294,21 +293,7 @@ func (r *Runtime) running(rec *Record) bool {
 
 // List returns every domain's id, sorted.
 func (r *Runtime) List(context.Context) ([]string, error) {
-	entries, err := os.ReadDir(r.DomainsDir())
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var ids []string
-	for _, e := range entries {
-		if id, ok := strings.CutSuffix(e.Name(), ".json"); ok && !e.IsDir() {
-			ids = append(ids, id)
-		}
-	}
-	sort.Strings(ids)
-	return ids, nil
+	return runtime.RecordIDs(r.DomainsDir())
 }
 
 // Seed reads an instance's seed (what the metadata endpoint serves).

@@ -11,8 +11,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
-	"strings"
 
 	"bcd/internal/config"
 	"bcd/internal/runtime"
@@ -105,19 +103,5 @@ func (f *Files) Remove(id string) error {
 
 // List returns the ids of the recorded domains, sorted.
 func (f *Files) List() ([]string, error) {
-	entries, err := os.ReadDir(f.dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var ids []string
-	for _, e := range entries {
-		if id, ok := strings.CutSuffix(e.Name(), ".json"); ok && !e.IsDir() {
-			ids = append(ids, id)
-		}
-	}
-	sort.Strings(ids)
-	return ids, nil
+	return runtime.RecordIDs(f.dir)
 }
