@@ -1,11 +1,13 @@
-// The file-backed runtimes' one shared piece: a domain kept as
+// The file-backed runtimes' shared pieces: a domain kept as
 // <dir>/<id>.json (runtime/fakehw's domains, runtime/hostfiles' records),
-// listed by RecordIDs.
+// read by ReadRecord and listed by RecordIDs.
 
 package runtime
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"sort"
 	"strings"
@@ -29,4 +31,21 @@ func RecordIDs(dir string) ([]string, error) {
 	}
 	sort.Strings(ids)
 	return ids, nil
+}
+
+// ReadRecord decodes the JSON record at path (nil when there is none); a
+// record that does not decode is an error naming it as what.
+func ReadRecord[T any](path, what string) (*T, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	rec := new(T)
+	if err := json.Unmarshal(data, rec); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return rec, nil
 }

@@ -108,18 +108,7 @@ func (r *Runtime) ErrorPath(id string) string { return filepath.Join(r.opts.Plan
 
 // Read returns a domain's record (nil when it has none).
 func (r *Runtime) Read(id string) (*Record, error) {
-	data, err := os.ReadFile(r.recordPath(id))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	rec := &Record{}
-	if err := json.Unmarshal(data, rec); err != nil {
-		return nil, fmt.Errorf("fakehw domain %s: %w", id, err)
-	}
-	return rec, nil
+	return runtime.ReadRecord[Record](r.recordPath(id), "fakehw domain "+id)
 }
 
 func (r *Runtime) write(rec *Record) error {

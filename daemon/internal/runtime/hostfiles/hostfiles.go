@@ -42,18 +42,7 @@ func (f *Files) Dir() string { return f.dir }
 
 // Read returns a record (nil when there is none).
 func (f *Files) Read(id string) (*Record, error) {
-	data, err := os.ReadFile(f.path(id))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	rec := &Record{}
-	if err := json.Unmarshal(data, rec); err != nil {
-		return nil, fmt.Errorf("domain record %s: %w", id, err)
-	}
-	return rec, nil
+	return runtime.ReadRecord[Record](f.path(id), "domain record "+id)
 }
 
 // Write records a domain and its fingerprint.
