@@ -365,15 +365,34 @@ impl Tmux {
         (rows.parse().unwrap(), cols.parse().unwrap())
     }
 
+    /// Types `line` and Enter at the node's shell once its prompt is the
+    /// screen's last line, as a person would: keys typed ahead are echoed by
+    /// the local terminal (cooked until `devstack console` goes raw) and by
+    /// the node's PTY before the prompt, which garbles the lines the test
+    /// then looks for.
+    fn type_line(&self, line: &str) {
+        self.await_screen(|screen| {
+            screen.lines().map(str::trim_end).rfind(|l| !l.is_empty()).is_some_and(|l| l.ends_with(['#', '$']))
+        });
+        self.keys(true, line);
+        self.keys(false, "Enter");
+    }
+
     /// Reads the screen until one of its lines satisfies `what`.
     fn await_line(&self, what: impl Fn(&str) -> bool) -> String {
+        let screen = self.await_screen(|screen| screen.lines().any(|l| what(l.trim_end())));
+        screen.lines().map(str::trim_end).find(|l| what(l)).unwrap().to_string()
+    }
+
+    /// Reads the screen until it satisfies `what`, and returns it.
+    fn await_screen(&self, what: impl Fn(&str) -> bool) -> String {
         let deadline = Instant::now() + DEADLINE;
         loop {
             let screen = text(&self.run(&["capture-pane", "-p", "-t", "console"]).stdout);
-            if let Some(line) = screen.lines().find(|l| what(l.trim_end())) {
-                return line.trim_end().to_string();
+            if what(&screen) {
+                return screen;
             }
-            assert!(Instant::now() < deadline, "no such line on the screen:\n{screen}");
+            assert!(Instant::now() < deadline, "the screen did not change as awaited:\n{screen}");
             // The screen changes with no notification to await: read it
             // again after a short step, under the deadline.
             std::thread::sleep(Duration::from_millis(50));
@@ -435,26 +454,22 @@ fn console_in_tmux_relays_resizes_exits_with_the_shell_status_and_detaches_on_ct
         )
     };
     tmux.run(&["new-session", "-d", "-s", "console", "-x", "120", "-y", "40", &console(&status)]);
-    tmux.keys(true, "echo hi-$((6*7))");
-    tmux.keys(false, "Enter");
+    tmux.type_line("echo hi-$((6*7))");
     tmux.await_line(|l| l == "hi-42");
 
     // The shell sees the terminal's size, and each change of it (SIGWINCH).
     let (rows, cols) = tmux.size();
-    tmux.keys(true, "stty size");
-    tmux.keys(false, "Enter");
+    tmux.type_line("stty size");
     tmux.await_line(|l| l == format!("{rows} {cols}"));
     tmux.run(&["resize-window", "-t", "console", "-x", "100", "-y", "30"]);
     let (rows, cols) = tmux.size();
     assert_eq!(cols, 100, "tmux resized the pane");
     tmux.keys(false, "C-l");
-    tmux.keys(true, "stty size");
-    tmux.keys(false, "Enter");
+    tmux.type_line("stty size");
     tmux.await_line(|l| l == format!("{rows} {cols}"));
 
     // The shell's exit status is the console's.
-    tmux.keys(true, "exit 5");
-    tmux.keys(false, "Enter");
+    tmux.type_line("exit 5");
     assert_eq!(await_status_file(&status), "5");
     tmux.await_line(|l| l.contains("the shell exited with status 5"));
 
@@ -462,8 +477,7 @@ fn console_in_tmux_relays_resizes_exits_with_the_shell_status_and_detaches_on_ct
     tmux.run(&["kill-session", "-t", "console"]);
     let detached = home.path().join("detached");
     tmux.run(&["new-session", "-d", "-s", "console", "-x", "120", "-y", "40", &console(&detached)]);
-    tmux.keys(true, "echo ready-$((2+3))");
-    tmux.keys(false, "Enter");
+    tmux.type_line("echo ready-$((2+3))");
     tmux.await_line(|l| l == "ready-5");
     tmux.keys(false, "C-]");
     assert_eq!(await_status_file(&detached), "254");
