@@ -73,21 +73,30 @@ func (a *Agent) startVPS(ctx context.Context) error {
 	return metadata.Serve(ctx, filepath.Join(a.opts.Config.DataDir, metadata.SocketName), h)
 }
 
-// PressureEvery is how often a VPS host reads its pressure.
+// PressureEvery is how often a VPS host reads its pressure while a guest
+// can balloon.
 const PressureEvery = 500 * time.Millisecond
 
 // watchPressure passes the instances section again whenever the memory
 // pressure changes band (instances.PressureBand), so that guests with a
-// floor are ballooned or deflated.
+// memory floor balloon or get their memory back. It reads the pressure
+// only while a running guest can balloon (instances.Reconciler.Balloonable):
+// a host without one, like every agent of a bcd sim fleet, reads nothing.
 func (a *Agent) watchPressure(ctx context.Context, ps machine.PressureSource) {
-	t := time.NewTicker(PressureEvery)
-	defer t.Stop()
 	last := 0
 	for {
+		if balloonable, changed := a.instances.Balloonable(); !balloonable {
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+				continue
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-time.After(PressureEvery):
 		}
 		hp, err := ps.Pressure()
 		if err != nil {

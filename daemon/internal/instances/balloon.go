@@ -9,6 +9,7 @@
 package instances
 
 import (
+	"bcd/internal/proto/agentv1"
 	"bcd/internal/runtime"
 )
 
@@ -28,6 +29,23 @@ func PressureBand(memoryPercent uint32) int {
 		return 0
 	}
 	return 1
+}
+
+// canBalloon says whether a guest of spec w can give memory back: a floor
+// below its memory, and no huge-page backing (those pages are locked).
+func canBalloon(w *agentv1.InstanceSpec) bool {
+	floor := w.GetMemoryFloorBytes()
+	return floor != 0 && floor < w.GetMemoryBytes() && w.GetHugepageBytes() == 0
+}
+
+// balloonable says whether a running guest of the pass can balloon.
+func (p *pass) balloonable() bool {
+	for id, st := range p.statuses {
+		if w := p.wanted[id]; w != nil && st.GetState() == StateRunning && canBalloon(w) {
+			return true
+		}
+	}
+	return false
 }
 
 // balloon sets what each running guest has under the current pressure.
@@ -57,7 +75,7 @@ func (p *pass) balloon() error {
 		}
 		target := now
 		switch {
-		case floor == 0 || floor >= full || w.GetHugepageBytes() != 0:
+		case !canBalloon(w):
 			target = full
 		case band == 2:
 			target = floor

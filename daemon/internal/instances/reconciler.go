@@ -111,6 +111,10 @@ type Reconciler struct {
 	vols     []*agentv1.VolumeStatus
 	usage    volumes.Usage
 	started  map[string]time.Time
+	// balloonable says whether a running guest can give memory back
+	// (balloon.go); balloonChanged is closed, and replaced, when that changes.
+	balloonable    bool
+	balloonChanged chan struct{}
 }
 
 var (
@@ -131,7 +135,8 @@ func New(cfg Config) (*Reconciler, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	r := &Reconciler{cfg: cfg, log: log, runtimes: map[string]runtime.Runtime{},
-		statuses: map[string]*agentv1.InstanceStatus{}, started: map[string]time.Time{}}
+		statuses: map[string]*agentv1.InstanceStatus{}, started: map[string]time.Time{},
+		balloonChanged: make(chan struct{})}
 	for _, rt := range cfg.Runtimes {
 		if _, dup := r.runtimes[rt.Name()]; dup {
 			return nil, fmt.Errorf("two runtimes named %q", rt.Name())
@@ -227,6 +232,11 @@ func (r *Reconciler) finish(p *pass) (converge.Result, error) {
 			r.started[id] = r.cfg.Now()
 		}
 	}
+	if b := p.balloonable(); b != r.balloonable {
+		r.balloonable = b
+		close(r.balloonChanged)
+		r.balloonChanged = make(chan struct{})
+	}
 	r.mu.Unlock()
 	res := p.result()
 	if len(p.retry) > 0 || len(p.exhausted) > 0 {
@@ -263,6 +273,17 @@ func (r *Reconciler) Report(rep *agentv1.StatusReport) error {
 			ReservedBytes: r.usage.Reserved, CommittedBytes: r.usage.Committed}
 	}
 	return nil
+}
+
+// Balloonable says whether a running guest of the applied spec can give
+// memory back under pressure (a memory floor, not huge-page backed), and
+// returns a channel closed when that changes: the host's pressure is worth
+// reading only while it is true (a fleet of agents with no such guest reads
+// nothing).
+func (r *Reconciler) Balloonable() (bool, <-chan struct{}) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.balloonable, r.balloonChanged
 }
 
 // Running says whether an instance of the applied spec runs now (the

@@ -335,3 +335,42 @@ func TestPressureBands(t *testing.T) {
 		}
 	}
 }
+
+func TestBalloonableOnlyWhileARunningGuestHasAFloor(t *testing.T) {
+	g := newRig(t)
+	closed := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	if b, _ := g.r.Balloonable(); b {
+		t.Fatal("balloonable with no guest")
+	}
+	g.pass(section(vm("i-plain", 2, 4)))
+	b, changed := g.r.Balloonable()
+	if b {
+		t.Fatal("balloonable with a guest that has no floor")
+	}
+	floored := vm("i-floored", 2, 4)
+	floored.MemoryFloorBytes = 1 << 30
+	g.pass(section(vm("i-plain", 2, 4), floored))
+	if !closed(changed) {
+		t.Fatal("a guest with a floor running: the change is signalled")
+	}
+	b, changed = g.r.Balloonable()
+	if !b {
+		t.Fatal("not balloonable with a running guest that has a floor")
+	}
+	g.pass(section(vm("i-plain", 2, 4), floored))
+	if closed(changed) {
+		t.Fatal("signalled without a change")
+	}
+	floored.State = StateStopped
+	g.pass(section(vm("i-plain", 2, 4), floored))
+	if b, _ := g.r.Balloonable(); b || !closed(changed) {
+		t.Fatal("a stopped guest does not balloon: the change is signalled")
+	}
+}
