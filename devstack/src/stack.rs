@@ -21,10 +21,10 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::clock::now_ms;
-use crate::connections::ConnectionOptions;
+use crate::connections::{ConnectionOptions, Phase};
 use crate::error::{Error, Result};
 use crate::gateway::{GatewayService, limit};
 use crate::hub::Control;
@@ -38,8 +38,11 @@ use crate::tpm::{TpmAttestorOptions, TpmJoin};
 use crate::tunnels::TunnelOptions;
 use crate::{connections, http, tls};
 
-/// How long shutdown waits for sessions to drain and servers to stop.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// How long shutdown waits for the sessions to drain …
+const DRAIN_GRACE: Duration = Duration::from_secs(4);
+/// … and then for the servers to close their connections, before it cuts
+/// what is left: a shutdown takes at most the two (docs/devstack.md).
+const STOP_GRACE: Duration = Duration::from_secs(1);
 
 /// How to start a stack.
 #[derive(Clone, Debug)]
@@ -162,7 +165,8 @@ pub struct DevStack {
     gateway_addr: SocketAddr,
     http_addr: SocketAddr,
     https_addr: SocketAddr,
-    stop: watch::Sender<bool>,
+    /// The listeners' phase (closed, then stopped, at shutdown).
+    stop: watch::Sender<Phase>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -216,7 +220,7 @@ fn settings(options: &DevStackOptions, gateway_addr: SocketAddr, http_addr: Sock
 
 /// The gateway: our TLS acceptor and connection handling in front of
 /// tonic's routes (Join and Gateway).
-fn serve_gateway(shared: &Arc<Shared>, listener: TcpListener, stop: &watch::Sender<bool>) -> Result<JoinHandle<()>> {
+fn serve_gateway(shared: &Arc<Shared>, listener: TcpListener, stop: &watch::Sender<Phase>) -> Result<JoinHandle<()>> {
     let acceptor = tokio_rustls::TlsAcceptor::from(tls::server_config(&shared.keys, tls::Alpn::GATEWAY)?);
     let join = proto::join_server::JoinServer::new(JoinService::new(shared.clone()))
         .max_decoding_message_size(limit::MAX_MESSAGE_BYTES);
@@ -228,7 +232,7 @@ fn serve_gateway(shared: &Arc<Shared>, listener: TcpListener, stop: &watch::Send
 }
 
 /// The HTTP side (well-known document, release downloads).
-fn serve_http(shared: &Arc<Shared>, listener: TcpListener, stop: &watch::Sender<bool>) -> JoinHandle<()> {
+fn serve_http(shared: &Arc<Shared>, listener: TcpListener, stop: &watch::Sender<Phase>) -> JoinHandle<()> {
     let router = http::router(shared.clone());
     tokio::spawn(connections::http(listener, router, shared.settings.connections.clone(), stop.subscribe()))
 }
@@ -264,7 +268,7 @@ impl DevStack {
         let settings = settings(&options, gateway_addr, http_addr, https_addr.port());
         let tpm = options.tpm_attestor.clone().map(TpmJoin::new);
         let shared = Arc::new(Shared::new(store, keys, settings, tpm));
-        let (stop, _) = watch::channel(false);
+        let (stop, _) = watch::channel(Phase::Serving);
         let tasks = vec![
             serve_gateway(&shared, gateway_listener, &stop)?,
             serve_http(&shared, http_listener, &stop),
@@ -388,10 +392,12 @@ impl DevStack {
         self.shared.keys.join_encryption.public_key()
     }
 
-    /// Shuts down gracefully: Drain to every session, then the servers stop.
-    /// The store file (if any) can be opened by a new stack afterwards.
+    /// Shuts down gracefully: the listeners close (a node that redials is
+    /// refused at connect), Drain goes to every session, then the servers
+    /// stop. The store file (if any) can be opened by a new stack afterwards.
     pub async fn shutdown(mut self) -> Result<()> {
         let shared = self.shared.clone();
+        let _ = self.stop.send(Phase::Closed);
         let drain = Control::Drain {
             reason: "the dev stack is shutting down".into(),
             retry_after_ms: shared.settings.drain_retry_after_ms,
@@ -405,17 +411,24 @@ impl DevStack {
                 )))
                 .await;
         }
+        let started = tokio::time::Instant::now();
+        let sessions = shared.hub.len();
         shared.hub.broadcast(&drain);
         let drained = shared
-            .wait_for(SHUTDOWN_GRACE, || "sessions to drain".into(), || Ok(shared.hub.is_empty().then_some(())))
+            .wait_for(DRAIN_GRACE, || "sessions to drain".into(), || Ok(shared.hub.is_empty().then_some(())))
             .await;
         if drained.is_err() {
-            warn!(sessions = shared.hub.len(), "devstack: sessions still open after the drain grace period");
+            warn!(
+                sessions = shared.hub.len(),
+                grace_ms = DRAIN_GRACE.as_millis() as u64,
+                "devstack: sessions still open after the drain grace; their connections are cut"
+            );
         }
-        let _ = self.stop.send(true);
+        let _ = self.stop.send(Phase::Stopped);
+        let cut = tokio::time::Instant::now() + STOP_GRACE;
         for mut task in std::mem::take(&mut self.tasks) {
-            if tokio::time::timeout(SHUTDOWN_GRACE, &mut task).await.is_err() {
-                warn!("devstack: a server did not stop in time; aborted");
+            if tokio::time::timeout_at(cut, &mut task).await.is_err() {
+                debug!("devstack: a server still had connections after the stop grace; aborted");
                 task.abort();
                 // An aborted task is dropped at the runtime's next turn, its
                 // listener with it: wait for that, so that a stack started
@@ -423,7 +436,12 @@ impl DevStack {
                 let _ = task.await;
             }
         }
-        info!(gateway = %shared.settings.gateway_url, "devstack: stopped");
+        info!(
+            gateway = %shared.settings.gateway_url,
+            sessions,
+            took_ms = started.elapsed().as_millis() as u64,
+            "devstack: stopped"
+        );
         Ok(())
     }
 }
@@ -431,7 +449,7 @@ impl DevStack {
 impl Drop for DevStack {
     fn drop(&mut self) {
         // A stack dropped without shutdown() stops at once.
-        let _ = self.stop.send(true);
+        let _ = self.stop.send(Phase::Stopped);
         for task in &self.tasks {
             task.abort();
         }

@@ -128,15 +128,20 @@ impl Env {
     }
 
     /// Shuts the dev stack down (Drain to every session) and starts it again
-    /// on the same store and ports, as an operator restart would.
-    pub async fn restart_stack(&mut self) {
+    /// on the same store and ports, as an operator restart would; returns
+    /// how long the shutdown and the start took.
+    pub async fn restart_stack(&mut self) -> (Duration, Duration) {
         let options = self.stack.restart_options();
         // `shutdown` consumes the stack: park a throwaway one in its place.
         let parked = DevStack::start(DevStackOptions::default()).await.expect("a throwaway stack starts");
         let old = std::mem::replace(&mut self.stack, parked);
+        let shutdown = Instant::now();
         old.shutdown().await.expect("the dev stack shuts down");
+        let start = Instant::now();
         let new = DevStack::start(options).await.expect("the dev stack starts again on its file");
+        let took = (start - shutdown, start.elapsed());
         std::mem::replace(&mut self.stack, new).shutdown().await.expect("the throwaway stack shuts down");
+        took
     }
 
     /// Kills the dev stack (dropped without shutdown: no Drain, every

@@ -53,6 +53,12 @@ struct Figures {
     floor: Duration,
     restart_connected: Duration,
     restart_connected_since_shutdown: Duration,
+    /// The restart's shutdown (Drain to every session, the servers stopped).
+    restart_shutdown: Duration,
+    /// The restart's start on the same file.
+    restart_start: Duration,
+    /// When 50 %, 90 % and 99 % were connected again after the start.
+    restart_quantiles: [Duration; 3],
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -90,9 +96,11 @@ async fn bench_scale() {
         f.adopted.as_secs_f64() / f.floor.as_secs_f64().max(1e-9)
     );
     println!(
-        "restart: all {} connected again {:.2?} after the stack was up ({:.2?} after its shutdown began); no node adopted twice, no command lost or run twice",
-        scale.nodes, f.restart_connected, f.restart_connected_since_shutdown
+        "restart: all {} connected again {:.2?} after the stack was up ({:.2?} after its shutdown began: shutdown {:.2?}, start {:.2?}); no node adopted twice, no command lost or run twice",
+        scale.nodes, f.restart_connected, f.restart_connected_since_shutdown, f.restart_shutdown, f.restart_start
     );
+    let [q50, q90, q99] = f.restart_quantiles;
+    println!("restart: 50 % connected again after {q50:.2?}, 90 % after {q90:.2?}, 99 % after {q99:.2?}");
 }
 
 /// One run; None when a prerequisite is missing (skipped).
@@ -190,10 +198,17 @@ async fn run(name: &str, scale: Scale) -> Option<Figures> {
         commands.push((n.id.clone(), id));
     }
     let shutdown = Instant::now();
-    env.restart_stack().await;
+    let (restart_shutdown, restart_start) = env.restart_stack().await;
     let up = Instant::now();
     let mut back = None;
+    // When half, 90 % and 99 % of the agents were connected again.
+    let mut quantiles: [Option<Duration>; 3] = [None; 3];
     poll(&env, deadline, "every agent connected again after the restart", &mut sims, |c| {
+        for (at, q) in quantiles.iter_mut().zip([0.5, 0.9, 0.99]) {
+            if at.is_none() && c.sessions as f64 >= scale.nodes as f64 * q {
+                *at = Some(up.elapsed());
+            }
+        }
         if back.is_none() && c.sessions == scale.nodes as u64 {
             back = Some(up.elapsed());
         }
@@ -201,6 +216,7 @@ async fn run(name: &str, scale: Scale) -> Option<Figures> {
     })
     .await;
     let restart_connected = back.expect("all connected again");
+    let restart_quantiles = quantiles.map(|q| q.expect("all connected again"));
     let restart_connected_since_shutdown = restart_connected + (up - shutdown);
 
     let after = env.stack.nodes().await.unwrap();
@@ -234,6 +250,9 @@ async fn run(name: &str, scale: Scale) -> Option<Figures> {
         floor,
         restart_connected,
         restart_connected_since_shutdown,
+        restart_shutdown,
+        restart_start,
+        restart_quantiles,
     })
 }
 

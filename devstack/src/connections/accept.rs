@@ -21,7 +21,7 @@ use tracing::{debug, warn};
 
 use super::serve::{self, Protocol, Serving};
 use super::track::{Open, TrackLayer};
-use super::{ConnectionOptions, RETRY_AFTER_MS, SHED_LIFETIME, SHUTDOWN_GRACE};
+use super::{ConnectionOptions, Phase, RETRY_AFTER_MS, SHED_LIFETIME, SHUTDOWN_GRACE};
 use crate::status::{Code, refuse};
 use crate::tls::Alpn;
 
@@ -30,7 +30,7 @@ struct Listener<S> {
     service: S,
     protocol: Protocol,
     options: ConnectionOptions,
-    stop: watch::Receiver<bool>,
+    stop: watch::Receiver<Phase>,
 }
 
 /// The gateway: TLS 1.3 `h2` connections served with `routes` (Join and
@@ -40,7 +40,7 @@ pub(crate) async fn gateway(
     acceptor: TlsAcceptor,
     routes: tonic::service::Routes,
     options: ConnectionOptions,
-    stop: watch::Receiver<bool>,
+    stop: watch::Receiver<Phase>,
 ) {
     let l = Listener { service: routes, protocol: Protocol::Http2, options, stop };
     let acceptor = Arc::new(acceptor);
@@ -85,7 +85,7 @@ pub(crate) async fn http(
     listener: TcpListener,
     router: axum::Router,
     options: ConnectionOptions,
-    stop: watch::Receiver<bool>,
+    stop: watch::Receiver<Phase>,
 ) {
     let mut options = options;
     options.max_connections = options.http_max_connections;
@@ -131,7 +131,7 @@ pub(crate) async fn https(
     acceptor: TlsAcceptor,
     router: axum::Router,
     options: ConnectionOptions,
-    stop: watch::Receiver<bool>,
+    stop: watch::Receiver<Phase>,
 ) {
     let mut options = options;
     options.max_connections = options.http_max_connections;
@@ -215,10 +215,10 @@ fn request_late() -> http::Response<tonic::body::Body> {
     refuse(Code::RequestTimeout, "the request did not arrive and get its answer in time").into_http()
 }
 
-/// Accepts until the stack stops, admitting each connection by the cap,
-/// and gives the admitted ones to `serve` in their own tasks; at the end it
-/// closes the listening socket, waits up to `SHUTDOWN_GRACE` for the
-/// connections and aborts the rest.
+/// Accepts until the listener is closed, admitting each connection by the
+/// cap, and gives the admitted ones to `serve` in their own tasks; then it
+/// closes the listening socket, lets the connections go on until the stack
+/// stops, waits up to `SHUTDOWN_GRACE` for them and aborts the rest.
 async fn accept<S, F, Fut>(listener: TcpListener, l: Listener<S>, name: &'static str, serve: F)
 where
     S: Send + Sync + 'static,
@@ -232,7 +232,7 @@ where
     let mut tasks = JoinSet::new();
     loop {
         tokio::select! {
-            _ = async { let _ = stop.wait_for(|s| *s).await; } => break,
+            _ = async { let _ = stop.wait_for(|p| *p >= Phase::Closed).await; } => break,
             Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
             accepted = listener.accept() => match accepted {
                 Ok((tcp, addr)) => {
@@ -259,6 +259,12 @@ where
     // The listening socket closes now, not when the last connection ends:
     // a stack started next on the same port binds it at once.
     drop(listener);
+    loop {
+        tokio::select! {
+            _ = async { let _ = stop.wait_for(|p| *p == Phase::Stopped).await; } => break,
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+        }
+    }
     let _ = tokio::time::timeout(SHUTDOWN_GRACE, async { while tasks.join_next().await.is_some() {} }).await;
     tasks.abort_all();
 }

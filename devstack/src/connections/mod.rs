@@ -66,6 +66,22 @@ impl Default for ConnectionOptions {
     }
 }
 
+/// Where a stack's listeners are in their life. A shutdown first closes
+/// them (`Closed`: the listening sockets close, the connections they hold
+/// go on, so that the sessions drain while a node that redials meets a
+/// refused connection instead of a TLS handshake the stack would spend
+/// its CPU on), then stops them (`Stopped`: every connection is told to
+/// end, and closed `SHUTDOWN_GRACE` later).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Phase {
+    /// Accepting and serving.
+    Serving,
+    /// Serving what they hold, accepting nothing more.
+    Closed,
+    /// Every connection told to end.
+    Stopped,
+}
+
 /// How long a connection that was told to shut down may take to do so.
 pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// How long a shed connection is kept at most.

@@ -17,7 +17,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::debug;
 
-use super::{ConnectionOptions, SHUTDOWN_GRACE};
+use super::{ConnectionOptions, Phase, SHUTDOWN_GRACE};
 
 /// Which HTTP a connection speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,7 +38,7 @@ pub(crate) struct Serving<'a> {
     /// Shut down after its first request ends (a shed connection), and at
     /// the latest after this long.
     pub first_request_only: Option<Duration>,
-    pub stop: watch::Receiver<bool>,
+    pub stop: watch::Receiver<Phase>,
 }
 
 /// Serves `io` with `service` until the connection ends or is closed.
@@ -91,7 +91,7 @@ where
                 conn.as_mut().graceful_shutdown();
                 closing = Some(Instant::now() + SHUTDOWN_GRACE);
             }
-            _ = async { let _ = s.stop.wait_for(|stop| *stop).await; }, if closing.is_none() => {
+            _ = async { let _ = s.stop.wait_for(|p| *p == Phase::Stopped).await; }, if closing.is_none() => {
                 conn.as_mut().graceful_shutdown();
                 closing = Some(Instant::now() + SHUTDOWN_GRACE);
             }

@@ -20,6 +20,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::connections::Phase;
 use crate::error::Result;
 use crate::shared::Shared;
 use crate::tls::{self, Alpn};
@@ -36,9 +37,13 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .with_state(shared)
 }
 
-/// Serves the HTTPS listener until `stop` turns true, through the stack's
+/// Serves the HTTPS listener until `stop` closes it, through the stack's
 /// connection handling (`connections::https`).
-pub fn serve(shared: &Arc<Shared>, listener: TcpListener, stop: &watch::Sender<bool>) -> Result<JoinHandle<()>> {
+pub(crate) fn serve(
+    shared: &Arc<Shared>,
+    listener: TcpListener,
+    stop: &watch::Sender<Phase>,
+) -> Result<JoinHandle<()>> {
     let acceptor = tokio_rustls::TlsAcceptor::from(tls::server_config(&shared.keys, Alpn::HTTPS)?);
     let options = shared.settings.connections.clone();
     Ok(tokio::spawn(crate::connections::https(listener, acceptor, router(shared.clone()), options, stop.subscribe())))
