@@ -110,16 +110,19 @@ fn run_rust(sh: &Shell, root: &Path, budget: Budget) -> Result<Vec<String>> {
 
 fn run_go(sh: &Shell, root: &Path, budget: Budget) -> Result<Vec<String>> {
     let _dir = sh.push_dir(root.join("daemon"));
-    let fuzztime = match budget {
-        Budget::Seconds(s) => format!("{s}s"),
-        Budget::Runs(n) => format!("{n}x"),
+    // A time-boxed smoke runs one worker; a count of executions (the
+    // 10-million bench) one per core, or it takes twice as long.
+    let (fuzztime, parallel) = match budget {
+        Budget::Seconds(s) => (format!("{s}s"), 1),
+        Budget::Runs(n) => (format!("{n}x"), std::thread::available_parallelism().map_or(1, |n| n.get())),
     };
+    let parallel = parallel.to_string();
     let mut lines = Vec::new();
     for (package, target) in GO_TARGETS {
         let started = Instant::now();
         let pattern = format!("^{target}$");
         let out =
-            cmd!(sh, "go test {package} -run ^$ -fuzz {pattern} -fuzztime {fuzztime} -fuzzminimizetime 1s -parallel 1")
+            cmd!(sh, "go test {package} -run ^$ -fuzz {pattern} -fuzztime {fuzztime} -fuzzminimizetime 1s -parallel {parallel}")
                 .ignore_status()
                 .quiet()
                 .output()?;
