@@ -121,11 +121,13 @@ fn run_go(sh: &Shell, root: &Path, budget: Budget) -> Result<Vec<String>> {
     for (package, target) in GO_TARGETS {
         let started = Instant::now();
         let pattern = format!("^{target}$");
-        let out =
-            cmd!(sh, "go test {package} -run ^$ -fuzz {pattern} -fuzztime {fuzztime} -fuzzminimizetime 1s -parallel {parallel}")
-                .ignore_status()
-                .quiet()
-                .output()?;
+        let out = cmd!(
+            sh,
+            "go test {package} -run ^$ -fuzz {pattern} -fuzztime {fuzztime} -fuzzminimizetime 1s -parallel {parallel}"
+        )
+        .ignore_status()
+        .quiet()
+        .output()?;
         let log = String::from_utf8_lossy(&out.stdout);
         if !out.status.success() {
             bail!("go fuzz target {target} failed (its input is under daemon/{package}/testdata/fuzz/):\n{log}");

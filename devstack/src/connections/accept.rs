@@ -16,6 +16,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
 use tower::ServiceBuilder;
 use tracing::{debug, warn};
 
@@ -23,7 +24,7 @@ use super::serve::{self, Protocol, Serving};
 use super::track::{Open, TrackLayer};
 use super::{ConnectionOptions, Phase, RETRY_AFTER_MS, SHED_LIFETIME, SHUTDOWN_GRACE};
 use crate::status::{Code, refuse};
-use crate::tls::Alpn;
+use crate::tls::{Alpn, PeerInfo};
 
 /// What one listener serves.
 struct Listener<S> {
@@ -43,37 +44,29 @@ pub(crate) async fn gateway(
     stop: watch::Receiver<Phase>,
 ) {
     let l = Listener { service: routes, protocol: Protocol::Http2, options, stop };
-    let acceptor = Arc::new(acceptor);
-    accept(listener, l, "gateway", move |tcp, addr, permit, l| {
-        let acceptor = acceptor.clone();
-        async move {
-            let timeout = l.options.handshake_timeout;
-            let Some((tls, info)) = crate::tls::handshake(&acceptor, tcp, addr, timeout, Alpn::GATEWAY).await else {
-                return;
-            };
-            let (open, count) = Open::new();
-            match permit {
-                Permit::Held(_held) => {
-                    let service = ServiceBuilder::new()
-                        .layer(TrackLayer { open, timeout: l.options.request_timeout, late: request_late })
-                        .map_request(move |mut r: http::Request<hyper::body::Incoming>| {
-                            r.extensions_mut().insert(info.clone());
-                            r
-                        })
-                        .layer(crate::gateway::limit::FrameLimitLayer)
-                        .service(l.service.clone());
-                    serve::connection(tls, service, serving(&l, addr, count, None)).await;
-                }
-                Permit::Shed(_shed) => {
-                    let retry = l.options.shed_retry_after;
-                    let shed = tower::service_fn(move |_: http::Request<hyper::body::Incoming>| async move {
-                        Ok::<_, Infallible>(connection_limit(retry).into_http::<tonic::body::Body>())
-                    });
-                    let service = ServiceBuilder::new()
-                        .layer(TrackLayer { open, timeout: l.options.request_timeout, late: request_late })
-                        .service(shed);
-                    serve::connection(tls, service, serving(&l, addr, count, Some(SHED_LIFETIME))).await;
-                }
+    accept_tls(listener, l, "gateway", acceptor, Alpn::GATEWAY, |tls, info, permit, open, count, l| async move {
+        match permit {
+            Permit::Held(_held) => {
+                let peer = info.remote_addr;
+                let service = ServiceBuilder::new()
+                    .layer(TrackLayer { open, timeout: l.options.request_timeout, late: request_late })
+                    .map_request(move |mut r: http::Request<hyper::body::Incoming>| {
+                        r.extensions_mut().insert(info.clone());
+                        r
+                    })
+                    .layer(crate::gateway::limit::FrameLimitLayer)
+                    .service(l.service.clone());
+                serve::connection(tls, service, serving(&l, peer, count, None)).await;
+            }
+            Permit::Shed(_shed) => {
+                let retry = l.options.shed_retry_after;
+                let shed = tower::service_fn(move |_: http::Request<hyper::body::Incoming>| async move {
+                    Ok::<_, Infallible>(connection_limit(retry).into_http::<tonic::body::Body>())
+                });
+                let service = ServiceBuilder::new()
+                    .layer(TrackLayer { open, timeout: l.options.request_timeout, late: request_late })
+                    .service(shed);
+                serve::connection(tls, service, serving(&l, info.remote_addr, count, Some(SHED_LIFETIME))).await;
             }
         }
     })
@@ -136,50 +129,71 @@ pub(crate) async fn https(
     let mut options = options;
     options.max_connections = options.http_max_connections;
     let l = Listener { service: router, protocol: Protocol::Auto, options, stop };
+    accept_tls(listener, l, "https", acceptor, Alpn::HTTPS, |tls, info, permit, open, count, l| async move {
+        let late = || (http::StatusCode::GATEWAY_TIMEOUT, "request-timeout").into_response();
+        match permit {
+            Permit::Held(_held) => {
+                let peer = info.remote_addr;
+                let service = ServiceBuilder::new()
+                    .layer(TrackLayer { open, timeout: l.options.request_timeout, late })
+                    .map_request(move |mut r: http::Request<hyper::body::Incoming>| {
+                        r.extensions_mut().insert(axum::extract::ConnectInfo(info.clone()));
+                        r.extensions_mut().insert(info.clone());
+                        r
+                    })
+                    .service(l.service.clone());
+                serve::connection(tls, service, serving(&l, peer, count, None)).await;
+            }
+            Permit::Shed(_shed) => {
+                let retry = l.options.shed_retry_after.as_secs().max(1);
+                let shed = tower::service_fn(move |_: http::Request<hyper::body::Incoming>| async move {
+                    let body =
+                        format!("{}: the dev stack holds as many connections as it allows\n", Code::ConnectionLimit);
+                    Ok::<_, Infallible>(
+                        (http::StatusCode::SERVICE_UNAVAILABLE, [(http::header::RETRY_AFTER, retry.to_string())], body)
+                            .into_response(),
+                    )
+                });
+                let service = ServiceBuilder::new()
+                    .layer(TrackLayer { open, timeout: l.options.request_timeout, late })
+                    .service(shed);
+                serve::connection(tls, service, serving(&l, info.remote_addr, count, Some(SHED_LIFETIME))).await;
+            }
+        }
+    })
+    .await
+}
+
+/// [`accept`] for a TLS listener: each admitted connection's handshake
+/// (ALPN `alpn`, within `handshake_timeout`; a refused or late one is
+/// closed), then `serve` with the TLS stream, its peer, its permit and the
+/// count of its open requests.
+async fn accept_tls<S, F, Fut>(
+    listener: TcpListener,
+    l: Listener<S>,
+    name: &'static str,
+    acceptor: TlsAcceptor,
+    alpn: Alpn,
+    serve: F,
+) where
+    S: Send + Sync + 'static,
+    F: Fn(TlsStream<TcpStream>, PeerInfo, Permit, Open, watch::Receiver<usize>, Arc<Listener<S>>) -> Fut
+        + Send
+        + Sync
+        + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
     let acceptor = Arc::new(acceptor);
-    accept(listener, l, "https", move |tcp, addr, permit, l| {
-        let acceptor = acceptor.clone();
+    let serve = Arc::new(serve);
+    accept(listener, l, name, move |tcp, addr, permit, l| {
+        let (acceptor, serve) = (acceptor.clone(), serve.clone());
         async move {
             let timeout = l.options.handshake_timeout;
-            let Some((tls, info)) = crate::tls::handshake(&acceptor, tcp, addr, timeout, Alpn::HTTPS).await else {
+            let Some((tls, info)) = crate::tls::handshake(&acceptor, tcp, addr, timeout, alpn).await else {
                 return;
             };
             let (open, count) = Open::new();
-            let late = || (http::StatusCode::GATEWAY_TIMEOUT, "request-timeout").into_response();
-            match permit {
-                Permit::Held(_held) => {
-                    let service = ServiceBuilder::new()
-                        .layer(TrackLayer { open, timeout: l.options.request_timeout, late })
-                        .map_request(move |mut r: http::Request<hyper::body::Incoming>| {
-                            r.extensions_mut().insert(axum::extract::ConnectInfo(info.clone()));
-                            r.extensions_mut().insert(info.clone());
-                            r
-                        })
-                        .service(l.service.clone());
-                    serve::connection(tls, service, serving(&l, addr, count, None)).await;
-                }
-                Permit::Shed(_shed) => {
-                    let retry = l.options.shed_retry_after.as_secs().max(1);
-                    let shed = tower::service_fn(move |_: http::Request<hyper::body::Incoming>| async move {
-                        let body = format!(
-                            "{}: the dev stack holds as many connections as it allows\n",
-                            Code::ConnectionLimit
-                        );
-                        Ok::<_, Infallible>(
-                            (
-                                http::StatusCode::SERVICE_UNAVAILABLE,
-                                [(http::header::RETRY_AFTER, retry.to_string())],
-                                body,
-                            )
-                                .into_response(),
-                        )
-                    });
-                    let service = ServiceBuilder::new()
-                        .layer(TrackLayer { open, timeout: l.options.request_timeout, late })
-                        .service(shed);
-                    serve::connection(tls, service, serving(&l, addr, count, Some(SHED_LIFETIME))).await;
-                }
-            }
+            serve(tls, info, permit, open, count, l).await;
         }
     })
     .await
