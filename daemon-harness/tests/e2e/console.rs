@@ -11,12 +11,10 @@
 //! `bench_console_open_and_keystroke_echo` (ignored) is `cargo xtask bench
 //! console`.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use daemon_harness::node::Node;
-use devstack::{ConsoleEnd, ConsoleEvent, ConsoleOptions, ConsoleSize, DevStack, TicketChoice};
+use devstack::{ConsoleEnd, ConsoleEvent, ConsoleOptions, ConsoleSize, DevStack, LogCapture, TicketChoice};
 
 use crate::common::{DEADLINE, Env};
 
@@ -34,47 +32,9 @@ fn shells_started(node: &Node) -> u64 {
     }
 }
 
-/// The dev stack's log lines (every stack of this test binary), captured
-/// once by a global subscriber so a scenario can assert what never
-/// appears in them.
-#[derive(Clone, Default)]
-struct StackLogs(Arc<Mutex<Vec<u8>>>);
-
-impl StackLogs {
-    fn capture() -> StackLogs {
-        static LOGS: OnceLock<StackLogs> = OnceLock::new();
-        LOGS.get_or_init(|| {
-            let logs = StackLogs::default();
-            let writer = logs.clone();
-            let subscriber = tracing_subscriber::fmt()
-                .with_env_filter(tracing_subscriber::EnvFilter::new("debug"))
-                .with_ansi(false)
-                .with_writer(move || writer.clone())
-                .finish();
-            tracing::subscriber::set_global_default(subscriber).expect("the only global subscriber");
-            logs
-        })
-        .clone()
-    }
-
-    fn assert_never_logged(&self, secret: &str, what: &str) {
-        let text = String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned();
-        assert!(!text.contains(secret), "{what} appears in the dev stack's log");
-    }
-
-    fn contains(&self, needle: &str) -> bool {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).contains(needle)
-    }
-}
-
-impl Write for StackLogs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
+/// Asserts that `secret` never appears in the dev stack's log lines.
+fn assert_never_logged(logs: &LogCapture, secret: &str, what: &str) {
+    assert!(!logs.contains(secret), "{what} appears in the dev stack's log");
 }
 
 /// Opens a console with `ticket` and returns how it ended (it must end:
@@ -87,7 +47,7 @@ async fn must_be_refused(stack: &DevStack, node_id: &str, ticket: TicketChoice) 
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_console_runs_a_real_shell_that_computes_resizes_and_exits_with_its_status() {
-    let logs = StackLogs::capture();
+    let logs = LogCapture::global();
     let Some(env) = Env::start("a_console_runs_a_real_shell_that_computes_resizes_and_exits_with_its_status").await
     else {
         return;
@@ -114,8 +74,8 @@ async fn a_console_runs_a_real_shell_that_computes_resizes_and_exits_with_its_st
     node.assert_never_printed(console.ticket(), "the exec ticket");
     node.assert_never_printed("typed-c0ffee", "the typed bytes");
     assert!(node.logs().contains(console.tunnel_id()), "bcd logs the tunnel by its id");
-    logs.assert_never_logged(console.ticket(), "the exec ticket");
-    logs.assert_never_logged("typed-c0ffee", "the typed bytes");
+    assert_never_logged(&logs, console.ticket(), "the exec ticket");
+    assert_never_logged(&logs, "typed-c0ffee", "the typed bytes");
     assert!(logs.contains(console.tunnel_id()), "the stack logs the tunnel by its id");
     node.stop().await;
     env.report();
@@ -123,7 +83,7 @@ async fn a_console_runs_a_real_shell_that_computes_resizes_and_exits_with_its_st
 
 #[tokio::test(flavor = "multi_thread")]
 async fn refused_tickets_open_nothing_and_carry_their_codes_and_a_replay_stays_refused_after_a_restart() {
-    let logs = StackLogs::capture();
+    let logs = LogCapture::global();
     let scenario = "refused_tickets_open_nothing_and_carry_their_codes_and_a_replay_stays_refused_after_a_restart";
     let Some(env) = Env::start(scenario).await else { return };
     let pool = env.must_create_pool("console", None).await;
@@ -159,7 +119,7 @@ async fn refused_tickets_open_nothing_and_carry_their_codes_and_a_replay_stays_r
     assert_eq!(shells_started(&node), 1, "no refused ticket started a shell");
 
     node.assert_never_printed(&ticket, "the exec ticket");
-    logs.assert_never_logged(&ticket, "the exec ticket");
+    assert_never_logged(&logs, &ticket, "the exec ticket");
     node.stop().await;
     env.report();
 }

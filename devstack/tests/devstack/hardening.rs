@@ -31,7 +31,7 @@ async fn a_store_file_is_owner_only_even_when_it_was_world_readable() {
 
 #[tokio::test]
 async fn a_release_url_cannot_forge_a_log_line() {
-    let logs = crate::Logs::capture();
+    let logs = crate::Logs::global();
     let stack = DevStack::start(DevStackOptions::memory()).await.unwrap();
     // A newline, a forged line and an escape sequence in the URL-decoded
     // version, and in the file name.
@@ -173,7 +173,7 @@ async fn an_undecodable_join_request_is_invalid_argument_not_internal() {
 
 #[tokio::test]
 async fn an_undecodable_session_frame_is_refused_never_a_clean_close() {
-    let logs = crate::Logs::capture();
+    let logs = crate::Logs::global();
     let (stack, _pool, token) = crate::stack_with_pool(DevStackOptions::memory(), None).await;
     let node = crate::node::TestNode::join(&stack, &token).await.unwrap();
     let hello = prost::Message::encode_to_vec(&node.hello(0));

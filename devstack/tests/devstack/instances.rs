@@ -61,7 +61,7 @@ async fn token_answer(session: &mut Session, instance_id: &str) -> proto::Worklo
 
 #[tokio::test]
 async fn an_instance_is_placed_run_given_its_secret_and_token_and_deleted() {
-    let logs = crate::Logs::capture();
+    let logs = crate::Logs::global();
     let stack =
         devstack::DevStack::start(DevStackOptions { signed_intent: true, ..DevStackOptions::memory() }).await.unwrap();
     let spec =

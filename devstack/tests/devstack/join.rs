@@ -12,7 +12,7 @@ use crate::{Logs, stack_with_pool};
 
 #[tokio::test]
 async fn a_node_joins_is_adopted_and_gets_its_desired_state() {
-    let logs = Logs::capture();
+    let logs = Logs::global();
     let (stack, pool, token) = stack_with_pool(DevStackOptions::memory(), Some(8)).await;
     let mark = stack.join_mark().await.unwrap();
     let node = TestNode::join(&stack, &token).await.unwrap();

@@ -30,7 +30,7 @@ fn code(status: &tonic::Status) -> (tonic::Code, &str) {
 
 #[tokio::test]
 async fn a_node_cannot_grow_the_store_with_section_names() {
-    let logs = Logs::capture();
+    let logs = Logs::global();
     let (stack, _pool, token) = stack_with_pool(DevStackOptions::memory(), None).await;
     let (node, mut session) = node::adopted(&stack, &token, 1).await;
     report(&mut session, proto::StatusReport { inventory: vec![node::gpus_section(1)], ..Default::default() }).await;

@@ -20,52 +20,12 @@ mod tpm;
 mod tunnels;
 mod websocket;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use devstack::{DevStack, DevStackOptions, PoolSpec};
 
-/// The captured logs of the test binary.
-#[derive(Clone, Default)]
-pub struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl Logs {
-    /// The logs of this test binary: one subscriber for every thread, so
-    /// every task of every stack is captured (a per-thread subscriber would
-    /// miss events whose callsites another thread registered first). Tests
-    /// look for their own node ids and tokens in it.
-    pub fn capture() -> Logs {
-        static LOGS: OnceLock<Logs> = OnceLock::new();
-        LOGS.get_or_init(|| {
-            let logs = Logs::default();
-            let writer = logs.clone();
-            let subscriber = tracing_subscriber::fmt()
-                .with_env_filter(tracing_subscriber::EnvFilter::new("debug"))
-                .with_ansi(false)
-                .with_writer(move || writer.clone())
-                .finish();
-            tracing::subscriber::set_global_default(subscriber).expect("the only global subscriber");
-            logs
-        })
-        .clone()
-    }
-
-    /// Everything captured so far.
-    pub fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
-impl Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
+/// The captured logs of the test binary (every stack's).
+pub use devstack::LogCapture as Logs;
 
 /// A stack on an in-memory store with a pool expecting `gpus` GPUs and a
 /// five-use token.

@@ -48,7 +48,7 @@ pub(crate) fn foreign_cert(node_id: &str, serial: &[u8]) -> ClientCert {
 
 #[tokio::test]
 async fn bad_connections_are_refused_while_a_session_keeps_working() {
-    let logs = Logs::capture();
+    let logs = Logs::global();
     let (stack, _pool, token) = stack_with_pool(DevStackOptions::memory(), None).await;
     let node = TestNode::join(&stack, &token).await.unwrap();
     let mut session = node.connect(&stack, 0).await.unwrap();

@@ -75,7 +75,7 @@ async fn open_tunnel(session: &mut Session) -> proto::OpenTunnel {
 
 #[tokio::test]
 async fn a_console_relays_both_ways_and_ends_with_the_exit_status() {
-    let logs = Logs::capture();
+    let logs = Logs::global();
     let (stack, node, mut session) = stack_and_node(TunnelOptions::default()).await;
     let options = ConsoleOptions {
         size: ConsoleSize { rows: 40, cols: 120 },

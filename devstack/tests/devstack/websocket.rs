@@ -156,7 +156,7 @@ async fn renewal_over_https_answers_a_renew_reply_or_a_refusal() {
 
 #[tokio::test]
 async fn the_otlp_receiver_keeps_good_exports_and_refuses_malformed_ones() {
-    let logs = crate::Logs::capture();
+    let logs = crate::Logs::global();
     let stack = DevStack::start(DevStackOptions::memory()).await.unwrap();
     let addr = stack.otlp_url().trim_start_matches("http://").split('/').next().unwrap().to_string();
     let export = r#"{"resourceMetrics":[{"resource":{"attributes":[{"key":"bcd.node.id","value":{"stringValue":"node_otlp"}}]},
