@@ -13,7 +13,8 @@
 //! The session routes what the node sends to the features'
 //! handlers ([`super::handlers::HANDLERS`]): an event (StatusReport,
 //! CommandUpdate) is recorded once by node, journal and seq, its handlers
-//! run inside that transaction, then it is acknowledged; a request
+//! run inside that transaction, then it is acknowledged (once the stack
+//! drains, it is neither: the node sends it again next session); a request
 //! (SpecRequest, SecretRequest, WorkloadTokenRequest) goes to its one
 //! handler. The session then carries out what the handlers asked
 //! ([`Effects`]): specs and frames to send, commands to deliver again.
@@ -71,6 +72,17 @@ fn inbound_refusal(status: &Status) -> Option<Status> {
     }
     let code = crate::status::code_of(status);
     [Code::FrameTooLarge, Code::FrameMalformed].iter().any(|c| c.as_str() == code).then(|| status.clone())
+}
+
+/// What recording an event did.
+enum Recorded {
+    /// Recorded now; its handlers asked for these effects.
+    New(Effects),
+    /// Recorded before (a re-sent event): acknowledged again, nothing done.
+    Again,
+    /// Not recorded: the stack is draining. Left unacknowledged, the node
+    /// sends it again on its next session (its journal keeps it).
+    Deferred,
 }
 
 /// Why a session ended.
@@ -430,20 +442,26 @@ impl Session {
         let recorded = tokio::task::spawn_blocking(move || {
             let (shared, node) = (&*shared, &node);
             shared.store.tx(|c| {
+                // Checked under the store's lock: an event that waited for
+                // it while the stack began to drain is left to the next
+                // session, which the drain is waiting for no more than it must.
+                if shared.is_draining() {
+                    return Ok(Recorded::Deferred);
+                }
                 let now = now_ms();
                 if seq > 0 && !events::record(c, &node.node_id, &journal_id, seq, kind, now)? {
-                    return Ok(None);
+                    return Ok(Recorded::Again);
                 }
                 let event = Event { c, shared, node, now_ms: now };
                 let mut effects = Effects::default();
                 for handler in handlers {
                     effects.merge(handler.record(&event, &message)?);
                 }
-                Ok(Some(effects))
+                Ok(Recorded::New(effects))
             })
         })
         .await;
-        let effects = match recorded {
+        let recorded = match recorded {
             Ok(r) => r.map_err(store_end)?,
             Err(e) => {
                 warn!(node_id = %self.node.node_id, error = %e, "session: an event's handlers panicked");
@@ -451,9 +469,17 @@ impl Session {
             }
         };
         let node_id = &self.node.node_id;
-        if effects.is_none() {
-            debug!(node_id = %node_id, seq, kind, "session: event already recorded");
-        }
+        let effects = match recorded {
+            Recorded::Deferred => {
+                debug!(node_id = %node_id, seq, kind, "session: draining, the event is left unacknowledged");
+                return Ok(());
+            }
+            Recorded::Again => {
+                debug!(node_id = %node_id, seq, kind, "session: event already recorded");
+                None
+            }
+            Recorded::New(effects) => Some(effects),
+        };
         if seq > 0 {
             self.send(frame(Out::EventAck(proto::EventAck { up_to_seq: seq }))).await?;
         }
