@@ -87,15 +87,14 @@ pub(crate) async fn http(
         match permit {
             Permit::Held(_held) => {
                 let (open, count) = Open::new();
-                let late = || (http::StatusCode::GATEWAY_TIMEOUT, "request-timeout").into_response();
                 let service = ServiceBuilder::new()
-                    .layer(TrackLayer { open, timeout: l.options.request_timeout, late })
+                    .layer(TrackLayer { open, timeout: l.options.request_timeout, late: http_request_late })
                     .service(l.service.clone());
                 serve::connection(tcp, service, serving(&l, addr, count, None)).await;
             }
             Permit::Shed(_shed) => {
                 let retry = l.options.shed_retry_after.as_secs().max(1);
-                let body = format!("{}: the dev stack holds as many connections as it allows\n", Code::ConnectionLimit);
+                let body = http_shed_sentence();
                 let answer = format!(
                     "HTTP/1.1 503 Service Unavailable\r\nRetry-After: {retry}\r\nContent-Type: text/plain\r\n\
                      Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -130,7 +129,7 @@ pub(crate) async fn https(
     options.max_connections = options.http_max_connections;
     let l = Listener { service: router, protocol: Protocol::Auto, options, stop };
     accept_tls(listener, l, "https", acceptor, Alpn::HTTPS, |tls, info, permit, open, count, l| async move {
-        let late = || (http::StatusCode::GATEWAY_TIMEOUT, "request-timeout").into_response();
+        let late = http_request_late;
         match permit {
             Permit::Held(_held) => {
                 let peer = info.remote_addr;
@@ -147,8 +146,7 @@ pub(crate) async fn https(
             Permit::Shed(_shed) => {
                 let retry = l.options.shed_retry_after.as_secs().max(1);
                 let shed = tower::service_fn(move |_: http::Request<hyper::body::Incoming>| async move {
-                    let body =
-                        format!("{}: the dev stack holds as many connections as it allows\n", Code::ConnectionLimit);
+                    let body = http_shed_sentence();
                     Ok::<_, Infallible>(
                         (http::StatusCode::SERVICE_UNAVAILABLE, [(http::header::RETRY_AFTER, retry.to_string())], body)
                             .into_response(),
@@ -222,6 +220,16 @@ fn connection_limit(retry_after: Duration) -> tonic::Status {
         status.metadata_mut().insert(RETRY_AFTER_MS, value);
     }
     status
+}
+
+/// The HTTP sides' answer to a request not answered within `request_timeout`.
+fn http_request_late() -> axum::response::Response {
+    (http::StatusCode::GATEWAY_TIMEOUT, "request-timeout").into_response()
+}
+
+/// The body of the HTTP sides' `503` to a connection beyond the cap.
+fn http_shed_sentence() -> String {
+    format!("{}: the dev stack holds as many connections as it allows\n", Code::ConnectionLimit)
 }
 
 /// The answer to a request not answered within `request_timeout`.
