@@ -464,7 +464,6 @@ fn console_in_tmux_relays_resizes_exits_with_the_shell_status_and_detaches_on_ct
     tmux.run(&["resize-window", "-t", "console", "-x", "100", "-y", "30"]);
     let (rows, cols) = tmux.size();
     assert_eq!(cols, 100, "tmux resized the pane");
-    tmux.keys(false, "C-l");
     tmux.type_line("stty size");
     tmux.await_line(|l| l == format!("{rows} {cols}"));
 
