@@ -169,14 +169,16 @@ pub struct PeerInfo {
 }
 
 /// One handshake within `timeout`; `None` (logged) for anything but a TLS
-/// 1.3 connection that negotiated `alpn`.
+/// 1.3 connection that negotiated `alpn`. The stream is boxed: it is 1.2 KiB,
+/// and each future it is moved through on its way to hyper would otherwise
+/// keep its own copy for the connection's life.
 pub(crate) async fn handshake(
     acceptor: &TlsAcceptor,
     tcp: TcpStream,
     addr: SocketAddr,
     timeout: Duration,
     alpn: Alpn,
-) -> Option<(TlsStream<TcpStream>, PeerInfo)> {
+) -> Option<(Box<TlsStream<TcpStream>>, PeerInfo)> {
     let mut tls = match tokio::time::timeout(timeout, acceptor.accept(tcp)).await {
         Ok(Ok(tls)) => tls,
         Ok(Err(e)) => {
@@ -200,5 +202,5 @@ pub(crate) async fn handshake(
         .peer_certificates()
         .map(|certs| Arc::new(certs.iter().map(|c| c.as_ref().to_vec()).collect::<Vec<_>>()));
     debug!(peer = %addr, client_cert = client_chain.is_some(), "gateway: TLS connection accepted");
-    Some((tls, PeerInfo { remote_addr: addr, client_chain }))
+    Some((Box::new(tls), PeerInfo { remote_addr: addr, client_chain }))
 }

@@ -175,7 +175,7 @@ async fn accept_tls<S, F, Fut>(
     serve: F,
 ) where
     S: Send + Sync + 'static,
-    F: Fn(TlsStream<TcpStream>, PeerInfo, Permit, Open, watch::Receiver<usize>, Arc<Listener<S>>) -> Fut
+    F: Fn(Box<TlsStream<TcpStream>>, PeerInfo, Permit, Open, watch::Receiver<usize>, Arc<Listener<S>>) -> Fut
         + Send
         + Sync
         + 'static,

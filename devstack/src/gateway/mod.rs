@@ -5,8 +5,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
-use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::{Stream, StreamExt as _};
 use tonic::{Request, Response, Status, Streaming};
 use tracing::warn;
 
@@ -59,7 +59,7 @@ impl proto::gateway_server::Gateway for GatewayService {
         let (tx, rx) = mpsc::channel(OUTBOUND_BUFFER);
         let transport = crate::hub::Transport::Grpc;
         tokio::spawn(session::run(self.shared.clone(), node, transport, request.into_inner(), tx));
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx).map(|item| item.map(|frame| *frame)))))
     }
 
     async fn renew(&self, request: Request<proto::RenewRequest>) -> Result<Response<proto::RenewReply>, Status> {

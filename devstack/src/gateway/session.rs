@@ -47,8 +47,10 @@ use crate::store::sessions::NewSession;
 use crate::store::{commands, events, nodes, sessions, specs};
 
 /// The sending half of a session's response stream: frames, then at most
-/// one refusal.
-pub type Outbound = mpsc::Sender<Result<proto::GatewayFrame, Status>>;
+/// one refusal. A frame is boxed: a channel allocates its slots 32 at a
+/// time, and 32 frames held inline (152 bytes each) would be 4.8 KiB that
+/// every idle session keeps.
+pub type Outbound = mpsc::Sender<Result<Box<proto::GatewayFrame>, Status>>;
 
 /// What a session reads: the node's frames as its transport decoded them;
 /// an `Err` is the transport's error (too large, malformed, a reset), the
@@ -98,6 +100,11 @@ enum End {
 }
 
 /// Runs a session until it ends; every exit path closes its row.
+///
+/// An idle session is this future, parked in [`Session::serve`]: what runs
+/// only for a moment (the Hello and opening, each frame's handling, the
+/// close) is boxed, so that the thousands of idle sessions of a fleet do
+/// not each keep room for it (docs/devstack.md, "The gateway").
 pub async fn run(
     shared: Arc<Shared>,
     node: AuthedNode,
@@ -105,31 +112,39 @@ pub async fn run(
     mut inbound: impl Inbound,
     out: Outbound,
 ) {
-    let interval = shared.settings.heartbeat_interval;
-    let hello = match first_frame(&mut inbound, interval * 3).await {
-        Ok(hello) => hello,
-        Err(status) => {
-            warn!(node_id = %node.node_id, message = status.message(), "session: refused");
-            let _ = out.send(Err(status)).await;
-            return;
-        }
-    };
-    if hello.node_id != node.node_id {
-        let status =
-            refuse(Code::NodeMismatch, format!("Hello names {:?}, the certificate {}", hello.node_id, node.node_id));
-        warn!(node_id = %node.node_id, message = status.message(), "session: refused");
-        let _ = out.send(Err(status)).await;
+    let Some(mut session) = Box::pin(start(shared, node, transport, &mut inbound, out)).await else {
         return;
-    }
-    let mut session = match Session::open(shared.clone(), node, transport, &hello, out.clone()).await {
-        Ok(session) => session,
-        Err(status) => {
-            let _ = out.send(Err(status)).await;
-            return;
-        }
     };
     let end = session.serve(&mut inbound).await;
-    session.close(end).await;
+    Box::pin(session.close(end)).await;
+}
+
+/// The Hello, then the session opened for it; a refusal is sent to the
+/// node and ends it (`None`).
+async fn start(
+    shared: Arc<Shared>,
+    node: AuthedNode,
+    transport: Transport,
+    inbound: &mut impl Inbound,
+    out: Outbound,
+) -> Option<Session> {
+    let interval = shared.settings.heartbeat_interval;
+    let refusal = match first_frame(inbound, interval * 3).await {
+        Err(status) => status,
+        Ok(hello) if hello.node_id != node.node_id => {
+            refuse(Code::NodeMismatch, format!("Hello names {:?}, the certificate {}", hello.node_id, node.node_id))
+        }
+        Ok(hello) => match Session::open(shared, node, transport, &hello, out.clone()).await {
+            Ok(session) => return Some(session),
+            Err(status) => {
+                let _ = out.send(Err(status)).await;
+                return None;
+            }
+        },
+    };
+    warn!(node_id = %node.node_id, message = refusal.message(), "session: refused");
+    let _ = out.send(Err(refusal)).await;
+    None
 }
 
 /// Waits for the first frame, which must be a Hello.
@@ -252,12 +267,12 @@ impl Session {
     }
 
     async fn send(&self, f: proto::GatewayFrame) -> Result<(), End> {
-        self.out.send(Ok(f)).await.map_err(|_| End::Gone)
+        self.out.send(Ok(Box::new(f))).await.map_err(|_| End::Gone)
     }
 
     /// The session's main loop.
     async fn serve(&mut self, inbound: &mut impl Inbound) -> End {
-        if let Err(end) = self.after_welcome().await {
+        if let Err(end) = Box::pin(self.after_welcome()).await {
             return end;
         }
         let start = Instant::now();
@@ -270,7 +285,7 @@ impl Session {
                 message = inbound.next() => match message {
                     Some(Ok(f)) => {
                         self.last_heard = Instant::now();
-                        self.on_frame(f).await
+                        Box::pin(self.on_frame(f)).await
                     }
                     None => Err(End::Closed),
                     Some(Err(status)) => match inbound_refusal(&status) {
@@ -282,19 +297,19 @@ impl Session {
                     },
                 },
                 control = self.control.recv() => match control {
-                    Some(c) => self.on_control(c).await,
+                    Some(c) => Box::pin(self.on_control(c)).await,
                     None => Err(End::Done("the hub closed")),
                 },
                 _ = ping.tick() => {
                     let p = proto::Ping { nonce: crate::ids::nonce(), server_time_ms: now_ms() };
-                    self.send(frame(Out::Ping(p))).await
+                    Box::pin(self.send(frame(Out::Ping(p)))).await
                 }
                 _ = tokio::time::sleep_until(liveness) => Err(End::Refuse(refuse(
                     Code::Liveness,
                     format!("nothing heard for {} ms", (self.interval * 3).as_millis()),
                 ))),
                 _ = tokio::time::sleep_until(next_busy.unwrap_or(liveness)), if next_busy.is_some() => {
-                    self.retry_busy().await
+                    Box::pin(self.retry_busy()).await
                 }
                 _ = self.out.closed() => Err(End::Gone),
             };
@@ -546,4 +561,32 @@ impl Session {
 
 fn store_end(e: crate::error::Error) -> End {
     End::Refuse(crate::join::internal(e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What every idle session of a fleet keeps (docs/devstack.md, "The
+    /// gateway"): the task's future, and a slot of its outbound channel.
+    #[test]
+    fn an_idle_session_stays_small() {
+        let shared = Arc::new(crate::shared::testing::shared_with_node("none"));
+        let key = pki::PublicKey::P256(pki::keys::random_p256().public_key());
+        let node = AuthedNode {
+            node_id: "node_1".into(),
+            serial: "01".into(),
+            key,
+            not_before_ms: 0,
+            not_after_ms: i64::MAX,
+            peer: None,
+        };
+        let (out, _rx) = mpsc::channel(1);
+        let inbound = tokio_stream::empty::<std::result::Result<proto::NodeFrame, Status>>();
+        let session = run(shared, node, Transport::Grpc, inbound, out);
+        let bytes = std::mem::size_of_val(&session);
+        assert!(bytes <= 2560, "the session future is {bytes} bytes");
+        let slot = std::mem::size_of::<std::result::Result<Box<proto::GatewayFrame>, Status>>();
+        assert!(slot <= 16, "an outbound slot is {slot} bytes");
+    }
 }
