@@ -67,18 +67,25 @@ fn await_line(rx: &Receiver<String>, seen: &mut Vec<String>, within: Duration, w
     }
 }
 
-/// Waits for a child's exit within the deadline.
-fn await_exit(child: &mut Child, within: Duration) -> ExitStatus {
+/// Checks `check` every `step` until it is `Ok`, failing at `within` with
+/// its last `Err`: for what has no notification to await here (a child's
+/// exit, a tmux screen, a file another process writes).
+fn poll<T>(within: Duration, step: Duration, mut check: impl FnMut() -> Result<T, String>) -> T {
     let deadline = Instant::now() + within;
     loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
+        match check() {
+            Ok(done) => return done,
+            Err(why) => assert!(Instant::now() < deadline, "{why}"),
         }
-        assert!(Instant::now() < deadline, "the process did not exit within {within:?}");
-        // A child's exit has no notification we can await here: poll it
-        // with a short step under the deadline.
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(step);
     }
+}
+
+/// Waits for a child's exit within the deadline.
+fn await_exit(child: &mut Child, within: Duration) -> ExitStatus {
+    poll(within, Duration::from_millis(20), || {
+        child.try_wait().unwrap().ok_or_else(|| format!("the process did not exit within {within:?}"))
+    })
 }
 
 fn sigint(child: &Child) {
@@ -386,17 +393,10 @@ impl Tmux {
 
     /// Reads the screen until it satisfies `what`, and returns it.
     fn await_screen(&self, what: impl Fn(&str) -> bool) -> String {
-        let deadline = Instant::now() + DEADLINE;
-        loop {
+        poll(DEADLINE, Duration::from_millis(50), || {
             let screen = text(&self.run(&["capture-pane", "-p", "-t", "console"]).stdout);
-            if what(&screen) {
-                return screen;
-            }
-            assert!(Instant::now() < deadline, "the screen did not change as awaited:\n{screen}");
-            // The screen changes with no notification to await: read it
-            // again after a short step, under the deadline.
-            std::thread::sleep(Duration::from_millis(50));
-        }
+            if what(&screen) { Ok(screen) } else { Err(format!("the screen did not change as awaited:\n{screen}")) }
+        })
     }
 }
 
@@ -408,17 +408,10 @@ impl Drop for Tmux {
 
 /// Waits for the exit status `devstack console` left in `file`.
 fn await_status_file(file: &Path) -> String {
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        if let Ok(said) = std::fs::read_to_string(file)
-            && said.ends_with('\n')
-        {
-            return said.trim().to_string();
-        }
-        assert!(Instant::now() < deadline, "devstack console did not exit within {DEADLINE:?}");
-        // The status file has no notification to await: poll it under the deadline.
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    poll(DEADLINE, Duration::from_millis(20), || match std::fs::read_to_string(file) {
+        Ok(said) if said.ends_with('\n') => Ok(said.trim().to_string()),
+        _ => Err(format!("devstack console did not exit within {DEADLINE:?}")),
+    })
 }
 
 #[test]
