@@ -7,11 +7,13 @@
 package identity
 
 import (
+	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"bcd/internal/pki"
@@ -30,18 +32,80 @@ func VerifyServer(pin, serverName string, now func() time.Time) func([][]byte, [
 		if len(raw) == 0 {
 			return fmt.Errorf("%w: the gateway presented no certificate", ErrServingCert)
 		}
+		at := now()
+		if lastVerified.holds(pin, serverName, raw, at) {
+			return nil
+		}
 		for _, der := range raw {
-			info, err := pki.DescribeCertificate(der)
-			if err != nil || info.Pin != pin {
+			ca, err := pki.DescribeCertificate(der)
+			if err != nil || ca.Pin != pin {
 				continue
 			}
-			if _, err := pki.VerifyIssued(raw[0], der, pki.VerifyOptions{Usage: pki.UsageServer, DNSName: serverName, At: now()}); err != nil {
+			leaf, err := pki.VerifyIssued(raw[0], der, pki.VerifyOptions{Usage: pki.UsageServer, DNSName: serverName, At: at})
+			if err != nil {
 				return fmt.Errorf("%w: the gateway's certificate does not verify under the pinned CA for %q: %w", ErrServingCert, serverName, err)
 			}
+			lastVerified.remember(pin, serverName, raw[0], der, leaf, ca)
 			return nil
 		}
 		return fmt.Errorf("%w: no certificate in the gateway's chain has the pinned SPKI %s", ErrServingPin, pin)
 	}
+}
+
+// lastVerified is the gateway certificate that last verified in this
+// process, so that a reconnection to the same gateway (and in bcd sim each
+// of the process's agents) does not parse and verify the same bytes again:
+// the outcome depends only on them, the pin, the server name and the time,
+// and the time is checked against both certificates' validity.
+var lastVerified verifiedPair
+
+type verifiedPair struct {
+	mu                  sync.Mutex
+	pin, serverName     string
+	leaf, ca            []byte
+	notBefore, notAfter time.Time // when both certificates are valid
+}
+
+// holds reports whether raw presents the remembered leaf and, in its chain,
+// the remembered CA, for the same pin and name, at a time both are valid.
+func (v *verifiedPair) holds(pin, serverName string, raw [][]byte, at time.Time) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.leaf == nil || v.pin != pin || v.serverName != serverName || !bytes.Equal(raw[0], v.leaf) {
+		return false
+	}
+	if at.Before(v.notBefore) || at.After(v.notAfter) {
+		return false
+	}
+	for _, der := range raw {
+		if bytes.Equal(der, v.ca) {
+			return true
+		}
+	}
+	return false
+}
+
+func (v *verifiedPair) remember(pin, serverName string, leafDER, caDER []byte, leaf, ca *pki.CertificateInfo) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.pin, v.serverName = pin, serverName
+	v.leaf, v.ca = bytes.Clone(leafDER), bytes.Clone(caDER)
+	v.notBefore = later(leaf.NotBefore, ca.NotBefore)
+	v.notAfter = earlier(leaf.NotAfter, ca.NotAfter)
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // ClientTLS is the TLS configuration for dialing the gateway; with
