@@ -396,6 +396,7 @@ impl DevStack {
     /// refused at connect), Drain goes to every session, then the servers
     /// stop. The store file (if any) can be opened by a new stack afterwards.
     pub async fn shutdown(mut self) -> Result<()> {
+        let started = tokio::time::Instant::now();
         let shared = self.shared.clone();
         let _ = self.stop.send(Phase::Closed);
         let drain = Control::Drain {
@@ -411,7 +412,6 @@ impl DevStack {
                 )))
                 .await;
         }
-        let started = tokio::time::Instant::now();
         let sessions = shared.hub.len();
         shared.hub.broadcast(&drain);
         let drained = shared
