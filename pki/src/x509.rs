@@ -9,7 +9,6 @@
 use std::net::IpAddr;
 
 use der::{Decode, Encode};
-use p256::ecdsa::signature::Verifier as _;
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyIdMethod,
     KeyUsagePurpose, PublicKeyData, SanType, SerialNumber,
@@ -401,7 +400,9 @@ pub fn parse_csr(der: &[u8]) -> Result<Csr> {
     let public_key = p256::PublicKey::from_public_key_der(&spki_der).map_err(|e| malformed(format!("key: {e}")))?;
     let tbs = req.info.to_der().map_err(|e| malformed(e.to_string()))?;
     let sig = p256::ecdsa::Signature::from_der(req.signature.raw_bytes()).map_err(|_| X509Error::CsrSignature)?;
-    p256::ecdsa::VerifyingKey::from(&public_key).verify(&tbs, &sig).map_err(|_| X509Error::CsrSignature)?;
+    if !crate::keys::verify_ecdsa_p256(&public_key, &tbs, &sig) {
+        return Err(X509Error::CsrSignature.into());
+    }
     Ok(Csr { public_key, pin: pin::pin(&spki_der), spki_der })
 }
 
@@ -450,9 +451,9 @@ pub fn verify_issued(leaf_der: &[u8], ca_der: &[u8], now_ms: i64) -> Result<Veri
     let tbs = leaf.tbs_certificate().to_der().map_err(|e| malformed(e.to_string()))?;
     let sig = p256::ecdsa::Signature::from_der(leaf.signature().raw_bytes())
         .map_err(|_| X509Error::CertChain { reason: "signature is not DER ECDSA".into() })?;
-    p256::ecdsa::VerifyingKey::from(&ca_key)
-        .verify(&tbs, &sig)
-        .map_err(|_| X509Error::CertChain { reason: "signature does not verify under the CA key".into() })?;
+    if !crate::keys::verify_ecdsa_p256(&ca_key, &tbs, &sig) {
+        return Err(X509Error::CertChain { reason: "signature does not verify under the CA key".into() }.into());
+    }
     for (cert, whose) in [(&leaf, "the certificate"), (&ca, "the CA")] {
         if let Some(oid) = unknown_critical_extension(cert) {
             return Err(

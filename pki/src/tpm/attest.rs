@@ -5,8 +5,6 @@
 //! its size prefix); verification is over those exact bytes, so they are
 //! kept as received and never re-encoded.
 
-use p256::ecdsa::signature::Verifier as _;
-
 use super::wire::{Reader, Writer};
 use super::{GENERATED_VALUE, ST_ATTEST_CERTIFY, ST_ATTEST_QUOTE, alg};
 use crate::Result;
@@ -202,7 +200,7 @@ pub fn verify_ecdsa_sha256(key: &p256::PublicKey, message: &[u8], signature: &[u
     rs[32 - sig.r.len()..32].copy_from_slice(&sig.r);
     rs[64 - sig.s.len()..].copy_from_slice(&sig.s);
     let Ok(sig) = p256::ecdsa::Signature::from_slice(&rs) else { return false };
-    p256::ecdsa::VerifyingKey::from(key).verify(message, &sig).is_ok()
+    crate::keys::verify_ecdsa_p256(key, message, &sig)
 }
 
 #[cfg(test)]
