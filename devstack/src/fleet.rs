@@ -3,6 +3,7 @@
 //! aggregate query, so that a watcher of 10,000 nodes reads a few numbers
 //! instead of every row.
 
+use crate::store::Cached as _;
 use rusqlite::Connection;
 
 use crate::error::{Error, Result};
@@ -28,13 +29,13 @@ pub struct FleetCounts {
 
 fn counts(c: &Connection) -> Result<FleetCounts> {
     let (nodes, adopted, rejected) = c
-        .query_row(
+        .query_row_cached(
             "SELECT COUNT(*), COALESCE(SUM(state = 'adopted'), 0), COALESCE(SUM(state = 'rejected'), 0) FROM nodes",
             [],
             |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?)),
         )
         .map_err(Error::store("counting nodes"))?;
-    let (commands, commands_done) = c.query_row(
+    let (commands, commands_done) = c.query_row_cached(
         "SELECT COUNT(*), COALESCE(SUM(state IN ('succeeded', 'failed', 'expired', 'unsupported')), 0) FROM commands",
         [],
         |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)),

@@ -4,6 +4,7 @@
 //! host's StatusReports say whether it holds them (`ready`, `failed`) and
 //! confirm them gone (`deleted`).
 
+use crate::store::Cached as _;
 use std::time::Duration;
 
 use tracing::info;
@@ -31,7 +32,7 @@ fn create(shared: &Shared, node_id: &str, size_bytes: u64) -> Result<String> {
         }
         rows::insert(c, &id, node_id, size_bytes, 0, now_ms())?;
         let spec = super::respec(c, shared, node_id)?;
-        c.execute("UPDATE volumes SET generation = ?2 WHERE id = ?1", rusqlite::params![id, spec.generation])
+        c.execute_cached("UPDATE volumes SET generation = ?2 WHERE id = ?1", rusqlite::params![id, spec.generation])
             .map_err(Error::store("set volume generation"))?;
         Ok(spec)
     })?;

@@ -2,6 +2,7 @@
 //! is bound to (a TPM's EK, with the AK of its latest join), and how each
 //! join of a node went.
 
+use super::Cached as _;
 use rusqlite::{Connection, Row, params};
 
 use super::rows::{NodeBindingRow, NodeJoinRow, NodeKeyLevel};
@@ -40,7 +41,7 @@ fn join(r: &Row<'_>) -> rusqlite::Result<NodeJoinRow> {
 /// The binding of a hardware identity (`kind`, lowercase hex SHA-256).
 pub fn get(c: &Connection, kind: &str, sha256: &str) -> Result<Option<NodeBindingRow>> {
     optional(
-        c.query_row(
+        c.query_row_cached(
             &format!("SELECT {BINDING_COLUMNS} FROM node_bindings WHERE kind = ?1 AND sha256 = ?2"),
             [kind, sha256],
             binding,
@@ -52,7 +53,9 @@ pub fn get(c: &Connection, kind: &str, sha256: &str) -> Result<Option<NodeBindin
 /// Every binding of a node.
 pub fn of_node(c: &Connection, node_id: &str) -> Result<Vec<NodeBindingRow>> {
     let mut stmt = c
-        .prepare(&format!("SELECT {BINDING_COLUMNS} FROM node_bindings WHERE node_id = ?1 ORDER BY created_at_ms"))
+        .prepare_cached(&format!(
+            "SELECT {BINDING_COLUMNS} FROM node_bindings WHERE node_id = ?1 ORDER BY created_at_ms"
+        ))
         .map_err(Error::store("list node bindings"))?;
     let rows = stmt.query_map([node_id], binding).map_err(Error::store("list node bindings"))?;
     rows.collect::<rusqlite::Result<_>>().map_err(Error::store("list node bindings"))
@@ -65,7 +68,7 @@ pub fn tpm_of_node(c: &Connection, node_id: &str) -> Result<Option<NodeBindingRo
 
 /// Binds a hardware identity to a node, or records the AK of a rejoin.
 pub fn upsert(c: &Connection, b: &NodeBindingRow) -> Result<()> {
-    c.execute(
+    c.execute_cached(
         &format!(
             "INSERT INTO node_bindings ({BINDING_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
              ON CONFLICT (kind, sha256) DO UPDATE
@@ -80,7 +83,7 @@ pub fn upsert(c: &Connection, b: &NodeBindingRow) -> Result<()> {
 
 /// Records a join.
 pub fn record_join(c: &Connection, j: &NodeJoinRow) -> Result<()> {
-    c.execute(
+    c.execute_cached(
         &format!("INSERT INTO node_joins ({JOIN_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"),
         params![j.node_id, j.method.as_str(), j.node_key.as_str(), j.policy, j.serial, j.at_ms],
     )
@@ -91,7 +94,7 @@ pub fn record_join(c: &Connection, j: &NodeJoinRow) -> Result<()> {
 /// Every join of a node, oldest first.
 pub fn joins(c: &Connection, node_id: &str) -> Result<Vec<NodeJoinRow>> {
     let mut stmt = c
-        .prepare(&format!("SELECT {JOIN_COLUMNS} FROM node_joins WHERE node_id = ?1 ORDER BY id"))
+        .prepare_cached(&format!("SELECT {JOIN_COLUMNS} FROM node_joins WHERE node_id = ?1 ORDER BY id"))
         .map_err(Error::store("list node joins"))?;
     let rows = stmt.query_map([node_id], join).map_err(Error::store("list node joins"))?;
     rows.collect::<rusqlite::Result<_>>().map_err(Error::store("list node joins"))

@@ -1,5 +1,6 @@
 //! The `node_certs` table: every certificate issued to a node, and revocation.
 
+use super::Cached as _;
 use rusqlite::{Connection, Row, params};
 
 use super::optional;
@@ -22,7 +23,7 @@ fn row(r: &Row<'_>) -> rusqlite::Result<NodeCertRow> {
 
 /// Inserts an issued certificate.
 pub fn insert(c: &Connection, cert: &NodeCertRow, now_ms: i64) -> Result<()> {
-    c.execute(
+    c.execute_cached(
         &format!("INSERT INTO node_certs ({COLUMNS}, created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"),
         params![
             cert.node_id,
@@ -42,7 +43,7 @@ pub fn insert(c: &Connection, cert: &NodeCertRow, now_ms: i64) -> Result<()> {
 /// A node's certificate by serial.
 pub fn get(c: &Connection, node_id: &str, serial: &str) -> Result<Option<NodeCertRow>> {
     optional(
-        c.query_row(
+        c.query_row_cached(
             &format!("SELECT {COLUMNS} FROM node_certs WHERE node_id = ?1 AND serial = ?2"),
             [node_id, serial],
             row,
@@ -54,7 +55,7 @@ pub fn get(c: &Connection, node_id: &str, serial: &str) -> Result<Option<NodeCer
 /// Every certificate of a node, oldest first.
 pub fn of_node(c: &Connection, node_id: &str) -> Result<Vec<NodeCertRow>> {
     let mut stmt = c
-        .prepare(&format!("SELECT {COLUMNS} FROM node_certs WHERE node_id = ?1 ORDER BY created_at_ms, serial"))
+        .prepare_cached(&format!("SELECT {COLUMNS} FROM node_certs WHERE node_id = ?1 ORDER BY created_at_ms, serial"))
         .map_err(Error::store("list node certificates"))?;
     let rows = stmt.query_map([node_id], row).map_err(Error::store("list node certificates"))?;
     rows.collect::<rusqlite::Result<_>>().map_err(Error::store("list node certificates"))
@@ -64,7 +65,7 @@ pub fn of_node(c: &Connection, node_id: &str) -> Result<Vec<NodeCertRow>> {
 /// at `now_ms` and not revoked (the one issued last, if several).
 pub fn valid_by_pin(c: &Connection, node_id: &str, spki_pin: &str, now_ms: i64) -> Result<Option<NodeCertRow>> {
     optional(
-        c.query_row(
+        c.query_row_cached(
             &format!(
                 "SELECT {COLUMNS} FROM node_certs WHERE node_id = ?1 AND spki_pin = ?2 AND revoked_at_ms IS NULL
                  AND not_before_ms <= ?3 AND not_after_ms > ?3 ORDER BY created_at_ms DESC LIMIT 1"
@@ -79,7 +80,7 @@ pub fn valid_by_pin(c: &Connection, node_id: &str, spki_pin: &str, now_ms: i64) 
 /// How many certificates of a node were renewed (issued other than by a
 /// join) since `since_ms`.
 pub fn renewed_since(c: &Connection, node_id: &str, since_ms: i64) -> Result<u32> {
-    c.query_row(
+    c.query_row_cached(
         "SELECT COUNT(*) FROM node_certs WHERE node_id = ?1 AND created_at_ms >= ?2
          AND serial NOT IN (SELECT serial FROM node_joins WHERE node_id = ?1)",
         params![node_id, since_ms],
@@ -90,7 +91,7 @@ pub fn renewed_since(c: &Connection, node_id: &str, since_ms: i64) -> Result<u32
 
 /// Revokes every unrevoked certificate of a node; returns how many.
 pub fn revoke_all(c: &Connection, node_id: &str, now_ms: i64) -> Result<usize> {
-    c.execute(
+    c.execute_cached(
         "UPDATE node_certs SET revoked_at_ms = ?2 WHERE node_id = ?1 AND revoked_at_ms IS NULL",
         params![node_id, now_ms],
     )

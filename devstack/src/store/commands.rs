@@ -1,6 +1,7 @@
 //! The `commands` and `command_updates` tables: the queue, the delivery
 //! counters, the states a node reports and the verified outcome.
 
+use super::Cached as _;
 use rusqlite::{Connection, Row, params};
 
 use super::rows::{CommandRow, CommandStatus, CommandUpdateRow};
@@ -40,7 +41,7 @@ fn row(r: &Row<'_>) -> rusqlite::Result<CommandRow> {
 
 fn list(c: &Connection, where_clause: &str, node_id: &str) -> Result<Vec<CommandRow>> {
     let mut stmt = c
-        .prepare(&format!("SELECT {COLUMNS} FROM commands WHERE node_id = ?1 {where_clause} ORDER BY seq"))
+        .prepare_cached(&format!("SELECT {COLUMNS} FROM commands WHERE node_id = ?1 {where_clause} ORDER BY seq"))
         .map_err(Error::store("list commands"))?;
     let rows = stmt.query_map([node_id], row).map_err(Error::store("list commands"))?;
     rows.collect::<rusqlite::Result<_>>().map_err(Error::store("list commands"))
@@ -48,7 +49,7 @@ fn list(c: &Connection, where_clause: &str, node_id: &str) -> Result<Vec<Command
 
 /// Inserts a command in state `pending`.
 pub fn insert(c: &Connection, cmd: &CommandRow) -> Result<()> {
-    c.execute(
+    c.execute_cached(
         &format!(
             "INSERT INTO commands ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, \
              ?16, ?17, ?18, ?19)"
@@ -81,7 +82,7 @@ pub fn insert(c: &Connection, cmd: &CommandRow) -> Result<()> {
 
 /// A command by id.
 pub fn get(c: &Connection, id: &str) -> Result<Option<CommandRow>> {
-    optional(c.query_row(&format!("SELECT {COLUMNS} FROM commands WHERE id = ?1"), [id], row), "read command")
+    optional(c.query_row_cached(&format!("SELECT {COLUMNS} FROM commands WHERE id = ?1"), [id], row), "read command")
 }
 
 /// Every command of a node, in enqueue order.
@@ -101,7 +102,7 @@ pub fn open(c: &Connection, node_id: &str) -> Result<Vec<CommandRow>> {
 
 /// Counts a delivery; a `pending` command becomes `delivered`.
 pub fn mark_delivered(c: &Connection, id: &str, now_ms: i64) -> Result<()> {
-    c.execute(
+    c.execute_cached(
         "UPDATE commands SET deliveries = deliveries + 1, delivered_at_ms = ?2,
                 state = CASE WHEN state = 'pending' THEN 'delivered' ELSE state END
          WHERE id = ?1",
@@ -113,7 +114,7 @@ pub fn mark_delivered(c: &Connection, id: &str, now_ms: i64) -> Result<()> {
 
 /// Appends a state the node reported to the command's history.
 pub fn record_update(c: &Connection, id: &str, state: CommandStatus, reason: &str, now_ms: i64) -> Result<()> {
-    c.execute(
+    c.execute_cached(
         "INSERT INTO command_updates (command_id, state, reason, at_ms) VALUES (?1, ?2, ?3, ?4)",
         params![id, state.as_str(), reason, now_ms],
     )
@@ -138,7 +139,7 @@ pub struct Outcome<'a> {
 pub fn set_state(c: &Connection, id: &str, o: &Outcome<'_>, now_ms: i64) -> Result<bool> {
     let finished = o.state.is_terminal().then_some(now_ms);
     let n = c
-        .execute(
+        .execute_cached(
             &format!(
                 "UPDATE commands SET state = ?2, reason = ?3, result = COALESCE(?4, result), output = COALESCE(?5, output),
                         finished_at_ms = ?6
@@ -153,7 +154,9 @@ pub fn set_state(c: &Connection, id: &str, o: &Outcome<'_>, now_ms: i64) -> Resu
 /// A command's history, oldest first.
 pub fn updates(c: &Connection, id: &str) -> Result<Vec<CommandUpdateRow>> {
     let mut stmt = c
-        .prepare("SELECT command_id, state, reason, at_ms FROM command_updates WHERE command_id = ?1 ORDER BY id")
+        .prepare_cached(
+            "SELECT command_id, state, reason, at_ms FROM command_updates WHERE command_id = ?1 ORDER BY id",
+        )
         .map_err(Error::store("list command updates"))?;
     let rows = stmt
         .query_map([id], |r| {

@@ -1,6 +1,7 @@
 //! The `instances` table: VPS instances, where placement put them, and
 //! what their host reported.
 
+use super::Cached as _;
 use prost::Message as _;
 use rusqlite::{Connection, Row, params};
 
@@ -37,7 +38,7 @@ fn row(r: &Row<'_>) -> rusqlite::Result<InstanceRow> {
 
 fn list(c: &Connection, where_clause: &str, args: impl rusqlite::Params) -> Result<Vec<InstanceRow>> {
     let mut stmt = c
-        .prepare(&format!("SELECT {COLUMNS} FROM instances {where_clause} ORDER BY seq"))
+        .prepare_cached(&format!("SELECT {COLUMNS} FROM instances {where_clause} ORDER BY seq"))
         .map_err(Error::store("list instances"))?;
     let rows = stmt.query_map(args, row).map_err(Error::store("list instances"))?;
     rows.collect::<rusqlite::Result<_>>().map_err(Error::store("list instances"))
@@ -45,7 +46,7 @@ fn list(c: &Connection, where_clause: &str, args: impl rusqlite::Params) -> Resu
 
 /// Inserts an instance.
 pub fn insert(c: &Connection, i: &InstanceRow) -> Result<()> {
-    c.execute(
+    c.execute_cached(
         &format!(
             "INSERT INTO instances ({COLUMNS}, runtime, vcpus, memory_bytes) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"
@@ -77,7 +78,7 @@ pub fn insert(c: &Connection, i: &InstanceRow) -> Result<()> {
 
 /// An instance by id.
 pub fn get(c: &Connection, id: &str) -> Result<Option<InstanceRow>> {
-    optional(c.query_row(&format!("SELECT {COLUMNS} FROM instances WHERE id = ?1"), [id], row), "read instance")
+    optional(c.query_row_cached(&format!("SELECT {COLUMNS} FROM instances WHERE id = ?1"), [id], row), "read instance")
 }
 
 /// Every instance, oldest first.
@@ -97,7 +98,7 @@ pub fn unschedulable(c: &Connection, pool_id: &str) -> Result<Vec<InstanceRow>> 
 
 /// Places an instance on a node at a spec generation (`pending`).
 pub fn place(c: &Connection, id: &str, node_id: &str, generation: u64, now: i64) -> Result<()> {
-    c.execute(
+    c.execute_cached(
         "UPDATE instances SET node_id = ?2, generation = ?3, state = 'pending', reason = '', updated_at_ms = ?4 WHERE id = ?1",
         params![id, node_id, generation, now],
     )
@@ -107,7 +108,7 @@ pub fn place(c: &Connection, id: &str, node_id: &str, generation: u64, now: i64)
 
 /// Replaces an instance's spec (placement's pinned CPUs).
 pub fn set_spec(c: &Connection, id: &str, spec: &proto::InstanceSpec) -> Result<()> {
-    c.execute("UPDATE instances SET spec = ?2 WHERE id = ?1", params![id, spec.encode_to_vec()])
+    c.execute_cached("UPDATE instances SET spec = ?2 WHERE id = ?1", params![id, spec.encode_to_vec()])
         .map_err(Error::store("update instance spec"))?;
     Ok(())
 }
@@ -116,7 +117,7 @@ pub fn set_spec(c: &Connection, id: &str, spec: &proto::InstanceSpec) -> Result<
 /// true when it changed.
 pub fn report_memory(c: &Connection, id: &str, bytes: u64) -> Result<bool> {
     let n = c
-        .execute(
+        .execute_cached(
             "UPDATE instances SET current_memory_bytes = ?2
              WHERE id = ?1 AND (current_memory_bytes IS NULL OR current_memory_bytes != ?2)",
             params![id, bytes as i64],
@@ -128,7 +129,7 @@ pub fn report_memory(c: &Connection, id: &str, bytes: u64) -> Result<bool> {
 /// Records what the instance's host reported; true when it changed.
 pub fn report(c: &Connection, id: &str, state: InstanceState, reason: &str, now: i64) -> Result<bool> {
     let n = c
-        .execute(
+        .execute_cached(
             "UPDATE instances SET state = ?2, reason = ?3, updated_at_ms = ?4,
                 running_at_ms = CASE WHEN ?2 = 'running' AND running_at_ms IS NULL THEN ?4 ELSE running_at_ms END
              WHERE id = ?1 AND state != 'deleted' AND (state != ?2 OR reason != ?3)",
@@ -140,7 +141,7 @@ pub fn report(c: &Connection, id: &str, state: InstanceState, reason: &str, now:
 
 /// Sets the unschedulable reason.
 pub fn set_unschedulable(c: &Connection, id: &str, reason: &str, now: i64) -> Result<()> {
-    c.execute(
+    c.execute_cached(
         "UPDATE instances SET state = 'unschedulable', reason = ?2, updated_at_ms = ?3 WHERE id = ?1",
         params![id, reason, now],
     )
@@ -158,7 +159,7 @@ pub fn set_desired(
     delete_generation: Option<u64>,
     now: i64,
 ) -> Result<()> {
-    c.execute(
+    c.execute_cached(
         "UPDATE instances SET desired = ?2, spec = ?3, delete_generation = ?4, updated_at_ms = ?5 WHERE id = ?1",
         params![id, desired.as_str(), spec.encode_to_vec(), delete_generation, now],
     )
@@ -169,7 +170,7 @@ pub fn set_desired(
 /// Marks an instance deleted (its host confirmed it, or it was never placed).
 pub fn finish_delete(c: &Connection, id: &str, now: i64) -> Result<bool> {
     let n = c
-        .execute(
+        .execute_cached(
             "UPDATE instances SET state = 'deleted', deleted_at_ms = ?2, updated_at_ms = ?2 WHERE id = ?1 AND state != 'deleted'",
             params![id, now],
         )

@@ -1,5 +1,6 @@
 //! The `node_inventory` table: the latest verified section of each name.
 
+use super::Cached as _;
 use rusqlite::{Connection, params};
 
 use super::rows::InventoryRow;
@@ -7,7 +8,7 @@ use crate::error::{Error, Result};
 
 /// Stores (or replaces) a verified section.
 pub fn upsert(c: &Connection, node_id: &str, name: &str, sha256: &str, content: &[u8], now_ms: i64) -> Result<()> {
-    c.execute(
+    c.execute_cached(
         "INSERT INTO node_inventory (node_id, name, sha256, content, updated_at_ms) VALUES (?1, ?2, ?3, ?4, ?5)
          ON CONFLICT (node_id, name) DO UPDATE
          SET sha256 = excluded.sha256, content = excluded.content, updated_at_ms = excluded.updated_at_ms",
@@ -20,7 +21,7 @@ pub fn upsert(c: &Connection, node_id: &str, name: &str, sha256: &str, content: 
 /// A node's sections, by name.
 pub fn of_node(c: &Connection, node_id: &str) -> Result<Vec<InventoryRow>> {
     let mut stmt = c
-        .prepare(
+        .prepare_cached(
             "SELECT node_id, name, sha256, content, updated_at_ms FROM node_inventory WHERE node_id = ?1 ORDER BY name",
         )
         .map_err(Error::store("list inventory"))?;
@@ -41,7 +42,7 @@ pub fn of_node(c: &Connection, node_id: &str) -> Result<Vec<InventoryRow>> {
 /// The names of a node's stored sections.
 pub fn names(c: &Connection, node_id: &str) -> Result<Vec<String>> {
     let mut stmt = c
-        .prepare("SELECT name FROM node_inventory WHERE node_id = ?1 ORDER BY name")
+        .prepare_cached("SELECT name FROM node_inventory WHERE node_id = ?1 ORDER BY name")
         .map_err(Error::store("list inventory names"))?;
     let rows = stmt.query_map([node_id], |r| r.get(0)).map_err(Error::store("list inventory names"))?;
     rows.collect::<rusqlite::Result<_>>().map_err(Error::store("list inventory names"))

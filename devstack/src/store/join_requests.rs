@@ -3,6 +3,7 @@
 //! answered, so that the same request again (a retry, a replay) is answered
 //! the same node and certificate and spends no use of the token.
 
+use super::Cached as _;
 use rusqlite::{Connection, params};
 
 use super::optional;
@@ -10,7 +11,7 @@ use crate::error::{Error, Result};
 
 /// Records the answer to a join request.
 pub fn insert(c: &Connection, request_sha256: &str, node_id: &str, response: &str, now_ms: i64) -> Result<()> {
-    c.execute(
+    c.execute_cached(
         "INSERT INTO join_requests (request_sha256, node_id, response, created_at_ms) VALUES (?1, ?2, ?3, ?4)",
         params![request_sha256, node_id, response, now_ms],
     )
@@ -21,9 +22,11 @@ pub fn insert(c: &Connection, request_sha256: &str, node_id: &str, response: &st
 /// The node and JoinResponse (DSSE JSON) a join request was answered.
 pub fn get(c: &Connection, request_sha256: &str) -> Result<Option<(String, String)>> {
     optional(
-        c.query_row("SELECT node_id, response FROM join_requests WHERE request_sha256 = ?1", [request_sha256], |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        }),
+        c.query_row_cached(
+            "SELECT node_id, response FROM join_requests WHERE request_sha256 = ?1",
+            [request_sha256],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        ),
         "read join request",
     )
 }

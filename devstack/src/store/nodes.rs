@@ -1,5 +1,6 @@
 //! The `nodes` table.
 
+use super::Cached as _;
 use rusqlite::{Connection, Row, params};
 
 use super::rows::NodeRow;
@@ -29,7 +30,7 @@ fn row(r: &Row<'_>) -> rusqlite::Result<NodeRow> {
 
 fn list(c: &Connection, where_clause: &str, args: impl rusqlite::Params) -> Result<Vec<NodeRow>> {
     let mut stmt = c
-        .prepare(&format!("SELECT {COLUMNS} FROM nodes {where_clause} ORDER BY seq"))
+        .prepare_cached(&format!("SELECT {COLUMNS} FROM nodes {where_clause} ORDER BY seq"))
         .map_err(Error::store("list nodes"))?;
     let rows = stmt.query_map(args, row).map_err(Error::store("list nodes"))?;
     rows.collect::<rusqlite::Result<_>>().map_err(Error::store("list nodes"))
@@ -55,7 +56,7 @@ pub struct NewNode<'a> {
 
 /// Inserts a node in state `joined`.
 pub fn insert(c: &Connection, n: &NewNode<'_>) -> Result<()> {
-    c.execute(
+    c.execute_cached(
         "INSERT INTO nodes (id, pool_id, state, hostname, daemon_version, hardware_id, join_token_id, created_at_ms)
          VALUES (?1, ?2, 'joined', ?3, ?4, ?5, ?6, ?7)",
         params![n.id, n.pool_id, n.hostname, n.daemon_version, n.hardware_id, n.join_token_id, n.created_at_ms],
@@ -66,7 +67,7 @@ pub fn insert(c: &Connection, n: &NewNode<'_>) -> Result<()> {
 
 /// A node by id.
 pub fn get(c: &Connection, id: &str) -> Result<Option<NodeRow>> {
-    optional(c.query_row(&format!("SELECT {COLUMNS} FROM nodes WHERE id = ?1"), [id], row), "read node")
+    optional(c.query_row_cached(&format!("SELECT {COLUMNS} FROM nodes WHERE id = ?1"), [id], row), "read node")
 }
 
 /// The nodes of a pool, in join order.
@@ -86,12 +87,13 @@ pub fn after(c: &Connection, seq: i64) -> Result<Vec<NodeRow>> {
 
 /// The highest join order so far (0 with no node).
 pub fn last_seq(c: &Connection) -> Result<i64> {
-    c.query_row("SELECT COALESCE(MAX(seq), 0) FROM nodes", [], |r| r.get(0)).map_err(Error::store("read node seq"))
+    c.query_row_cached("SELECT COALESCE(MAX(seq), 0) FROM nodes", [], |r| r.get(0))
+        .map_err(Error::store("read node seq"))
 }
 
 /// Rejects a node that is `accepting`, with its reason.
 pub fn reject(c: &Connection, id: &str, reason: &str) -> Result<()> {
-    c.execute(
+    c.execute_cached(
         "UPDATE nodes SET state = 'rejected', reason = ?2 WHERE id = ?1 AND state = 'accepting'",
         params![id, reason],
     )
@@ -104,7 +106,7 @@ pub fn reject(c: &Connection, id: &str, reason: &str) -> Result<()> {
 /// `joined` (another session of the node got there first).
 pub fn set_accepting(c: &Connection, id: &str, command_id: &str) -> Result<bool> {
     let n = c
-        .execute(
+        .execute_cached(
             "UPDATE nodes SET state = 'accepting', acceptance_command_id = ?2 WHERE id = ?1 AND state = 'joined'",
             params![id, command_id],
         )
@@ -116,7 +118,7 @@ pub fn set_accepting(c: &Connection, id: &str, command_id: &str) -> Result<bool>
 /// already adopted or rejected.
 pub fn adopt(c: &Connection, id: &str, now_ms: i64) -> Result<bool> {
     let n = c
-        .execute(
+        .execute_cached(
             "UPDATE nodes SET state = 'adopted', reason = '', adopted_at_ms = ?2
              WHERE id = ?1 AND state IN ('joined', 'accepting')",
             params![id, now_ms],
@@ -127,7 +129,7 @@ pub fn adopt(c: &Connection, id: &str, now_ms: i64) -> Result<bool> {
 
 /// Records what a Hello says (daemon version, applied generation).
 pub fn record_hello(c: &Connection, id: &str, daemon_version: &str, applied_generation: u64) -> Result<()> {
-    c.execute(
+    c.execute_cached(
         "UPDATE nodes SET daemon_version = ?2, applied_generation = ?3 WHERE id = ?1",
         params![id, daemon_version, applied_generation],
     )
@@ -138,7 +140,7 @@ pub fn record_hello(c: &Connection, id: &str, daemon_version: &str, applied_gene
 /// Records the applied generation a node reports; returns whether it changed.
 pub fn set_applied_generation(c: &Connection, id: &str, generation: u64) -> Result<bool> {
     let n = c
-        .execute(
+        .execute_cached(
             "UPDATE nodes SET applied_generation = ?2 WHERE id = ?1 AND applied_generation != ?2",
             params![id, generation],
         )

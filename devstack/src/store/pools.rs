@@ -1,5 +1,6 @@
 //! The `pools` table.
 
+use super::Cached as _;
 use rusqlite::{Connection, Row, params};
 
 use super::optional;
@@ -24,7 +25,7 @@ fn row(r: &Row<'_>) -> rusqlite::Result<PoolRow> {
 
 /// Inserts a pool.
 pub fn insert(c: &Connection, p: &PoolRow) -> Result<()> {
-    c.execute(
+    c.execute_cached(
         &format!("INSERT INTO pools ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"),
         params![p.id, p.name, p.gpu_model, p.expect_gpu_count, p.acceptance, p.created_at_ms, p.kind, p.policy],
     )
@@ -44,18 +45,18 @@ pub fn policy_of(p: &PoolRow) -> Result<PoolPolicy> {
 
 /// A pool by id.
 pub fn get(c: &Connection, id: &str) -> Result<Option<PoolRow>> {
-    optional(c.query_row(&format!("SELECT {COLUMNS} FROM pools WHERE id = ?1"), [id], row), "read pool")
+    optional(c.query_row_cached(&format!("SELECT {COLUMNS} FROM pools WHERE id = ?1"), [id], row), "read pool")
 }
 
 /// A pool by name.
 pub fn by_name(c: &Connection, name: &str) -> Result<Option<PoolRow>> {
-    optional(c.query_row(&format!("SELECT {COLUMNS} FROM pools WHERE name = ?1"), [name], row), "read pool")
+    optional(c.query_row_cached(&format!("SELECT {COLUMNS} FROM pools WHERE name = ?1"), [name], row), "read pool")
 }
 
 /// Every pool, oldest first.
 pub fn all(c: &Connection) -> Result<Vec<PoolRow>> {
     let mut stmt = c
-        .prepare(&format!("SELECT {COLUMNS} FROM pools ORDER BY created_at_ms, id"))
+        .prepare_cached(&format!("SELECT {COLUMNS} FROM pools ORDER BY created_at_ms, id"))
         .map_err(Error::store("list pools"))?;
     let rows = stmt.query_map([], row).map_err(Error::store("list pools"))?;
     rows.collect::<rusqlite::Result<_>>().map_err(Error::store("list pools"))

@@ -1,6 +1,7 @@
 //! The `releases` and `release_artifacts` tables: published daemon releases,
 //! their signed manifests and the artifacts' bytes served over HTTP.
 
+use super::Cached as _;
 use rusqlite::{Connection, Row, params};
 
 use super::optional;
@@ -21,7 +22,7 @@ fn row(r: &Row<'_>) -> rusqlite::Result<ReleaseRow> {
 
 /// Inserts a release.
 pub fn insert(c: &Connection, r: &ReleaseRow) -> Result<()> {
-    c.execute(
+    c.execute_cached(
         &format!("INSERT INTO releases ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5)"),
         params![r.version, r.sequence, r.manifest, r.envelope, r.created_at_ms],
     )
@@ -31,7 +32,7 @@ pub fn insert(c: &Connection, r: &ReleaseRow) -> Result<()> {
 
 /// Inserts an artifact of a release.
 pub fn insert_artifact(c: &Connection, a: &ReleaseArtifactRow, bytes: &[u8]) -> Result<()> {
-    c.execute(
+    c.execute_cached(
         "INSERT INTO release_artifacts (version, os, arch, sha256, size, bytes) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         params![a.version, a.os, a.arch, a.sha256, a.size, bytes],
     )
@@ -41,13 +42,18 @@ pub fn insert_artifact(c: &Connection, a: &ReleaseArtifactRow, bytes: &[u8]) -> 
 
 /// A release by version.
 pub fn get(c: &Connection, version: &str) -> Result<Option<ReleaseRow>> {
-    optional(c.query_row(&format!("SELECT {COLUMNS} FROM releases WHERE version = ?1"), [version], row), "read release")
+    optional(
+        c.query_row_cached(&format!("SELECT {COLUMNS} FROM releases WHERE version = ?1"), [version], row),
+        "read release",
+    )
 }
 
 /// The artifacts of a release (without bytes), by platform.
 pub fn artifacts(c: &Connection, version: &str) -> Result<Vec<ReleaseArtifactRow>> {
     let mut stmt = c
-        .prepare("SELECT version, os, arch, sha256, size FROM release_artifacts WHERE version = ?1 ORDER BY os, arch")
+        .prepare_cached(
+            "SELECT version, os, arch, sha256, size FROM release_artifacts WHERE version = ?1 ORDER BY os, arch",
+        )
         .map_err(Error::store("list release artifacts"))?;
     let rows = stmt
         .query_map([version], |r| {
@@ -66,7 +72,7 @@ pub fn artifacts(c: &Connection, version: &str) -> Result<Vec<ReleaseArtifactRow
 /// The bytes of an artifact.
 pub fn artifact_bytes(c: &Connection, version: &str, os: &str, arch: &str) -> Result<Option<Vec<u8>>> {
     optional(
-        c.query_row(
+        c.query_row_cached(
             "SELECT bytes FROM release_artifacts WHERE version = ?1 AND os = ?2 AND arch = ?3",
             [version, os, arch],
             |r| r.get(0),

@@ -1,6 +1,7 @@
 //! The `reservations` table: GPU holds on a node and what the node reported
 //! about them.
 
+use super::Cached as _;
 use rusqlite::{Connection, Row, params};
 
 use super::rows::{ReservationRow, ReservationState};
@@ -45,7 +46,7 @@ fn row(r: &Row<'_>) -> rusqlite::Result<ReservationRow> {
 
 fn list(c: &Connection, where_clause: &str, node_id: &str) -> Result<Vec<ReservationRow>> {
     let mut stmt = c
-        .prepare(&format!("SELECT {COLUMNS} FROM reservations WHERE node_id = ?1 {where_clause} ORDER BY seq"))
+        .prepare_cached(&format!("SELECT {COLUMNS} FROM reservations WHERE node_id = ?1 {where_clause} ORDER BY seq"))
         .map_err(Error::store("list reservations"))?;
     let rows = stmt.query_map([node_id], row).map_err(Error::store("list reservations"))?;
     rows.collect::<rusqlite::Result<_>>().map_err(Error::store("list reservations"))
@@ -76,7 +77,7 @@ pub fn insert(
     generation: u64,
     now_ms: i64,
 ) -> Result<()> {
-    c.execute(
+    c.execute_cached(
         "INSERT INTO reservations (id, node_id, gpu_indexes, state, generation, created_at_ms, vcpus, memory_bytes, binding)
          VALUES (?1, ?2, ?3, 'pending', ?4, ?5, ?6, ?7, ?8)",
         params![
@@ -96,7 +97,10 @@ pub fn insert(
 
 /// A reservation by id.
 pub fn get(c: &Connection, id: &str) -> Result<Option<ReservationRow>> {
-    optional(c.query_row(&format!("SELECT {COLUMNS} FROM reservations WHERE id = ?1"), [id], row), "read reservation")
+    optional(
+        c.query_row_cached(&format!("SELECT {COLUMNS} FROM reservations WHERE id = ?1"), [id], row),
+        "read reservation",
+    )
 }
 
 /// Every reservation of a node, oldest first.
@@ -126,7 +130,7 @@ pub fn activate(
     now_ms: i64,
 ) -> Result<bool> {
     let n = c
-        .execute(
+        .execute_cached(
             "UPDATE reservations SET state = 'active', bound_generation = ?2, cdi_devices = ?3, statement = ?4,
                     last_refusal = '', active_at_ms = ?5, cgroup_parent = ?6
              WHERE id = ?1 AND state = 'pending'",
@@ -138,7 +142,7 @@ pub fn activate(
 
 /// Records why a report about a reservation was refused.
 pub fn refuse(c: &Connection, id: &str, refusal: &str) -> Result<()> {
-    c.execute("UPDATE reservations SET last_refusal = ?2 WHERE id = ?1", params![id, refusal])
+    c.execute_cached("UPDATE reservations SET last_refusal = ?2 WHERE id = ?1", params![id, refusal])
         .map_err(Error::store("record reservation refusal"))?;
     Ok(())
 }
@@ -147,7 +151,7 @@ pub fn refuse(c: &Connection, id: &str, refusal: &str) -> Result<()> {
 /// generation that dropped its hold; returns false otherwise.
 pub fn start_release(c: &Connection, id: &str, generation: u64) -> Result<bool> {
     let n = c
-        .execute(
+        .execute_cached(
             "UPDATE reservations SET state = 'releasing', release_generation = ?2
              WHERE id = ?1 AND state IN ('pending', 'active')",
             params![id, generation],
@@ -159,7 +163,7 @@ pub fn start_release(c: &Connection, id: &str, generation: u64) -> Result<bool> 
 /// Moves a releasing reservation to `released`; returns false otherwise.
 pub fn finish_release(c: &Connection, id: &str, now_ms: i64) -> Result<bool> {
     let n = c
-        .execute(
+        .execute_cached(
             "UPDATE reservations SET state = 'released', released_at_ms = ?2 WHERE id = ?1 AND state = 'releasing'",
             params![id, now_ms],
         )
@@ -171,7 +175,7 @@ pub fn finish_release(c: &Connection, id: &str, now_ms: i64) -> Result<bool> {
 /// before, or `None` when it was already over.
 pub fn fail(c: &Connection, id: &str, reason: &str, now_ms: i64) -> Result<Option<ReservationState>> {
     let Some(before) = get(c, id)?.map(|r| r.state).filter(|s| !s.is_terminal()) else { return Ok(None) };
-    c.execute(
+    c.execute_cached(
         "UPDATE reservations SET state = 'failed', reason = ?2, released_at_ms = ?3 WHERE id = ?1",
         params![id, reason, now_ms],
     )
@@ -181,7 +185,7 @@ pub fn fail(c: &Connection, id: &str, reason: &str, now_ms: i64) -> Result<Optio
 
 /// Records the spec generation that dropped a failed reservation's hold.
 pub fn set_release_generation(c: &Connection, id: &str, generation: u64) -> Result<()> {
-    c.execute("UPDATE reservations SET release_generation = ?2 WHERE id = ?1", params![id, generation])
+    c.execute_cached("UPDATE reservations SET release_generation = ?2 WHERE id = ?1", params![id, generation])
         .map_err(Error::store("set reservation release generation"))?;
     Ok(())
 }

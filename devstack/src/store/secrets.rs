@@ -2,6 +2,7 @@
 //! user data marked secret). Values are never logged; a test or an
 //! operator puts them with `DevStack::put_secret`.
 
+use super::Cached as _;
 use rusqlite::{Connection, params};
 
 use super::optional;
@@ -9,12 +10,12 @@ use crate::error::{Error, Result};
 
 /// Stores a secret under `id`.
 pub fn insert(c: &Connection, id: &str, value: &[u8], now: i64) -> Result<()> {
-    c.execute("INSERT INTO secrets (id, value, created_at_ms) VALUES (?1, ?2, ?3)", params![id, value, now])
+    c.execute_cached("INSERT INTO secrets (id, value, created_at_ms) VALUES (?1, ?2, ?3)", params![id, value, now])
         .map_err(Error::store("insert secret"))?;
     Ok(())
 }
 
 /// A secret's value.
 pub fn get(c: &Connection, id: &str) -> Result<Option<Vec<u8>>> {
-    optional(c.query_row("SELECT value FROM secrets WHERE id = ?1", [id], |r| r.get(0)), "read secret")
+    optional(c.query_row_cached("SELECT value FROM secrets WHERE id = ?1", [id], |r| r.get(0)), "read secret")
 }

@@ -1,6 +1,7 @@
 //! The `node_section_status` table: the latest status a node reported for
 //! each section of its NodeSpec.
 
+use super::Cached as _;
 use rusqlite::{Connection, Row, params};
 
 use super::{enum_col, optional};
@@ -23,7 +24,7 @@ fn row(r: &Row<'_>) -> rusqlite::Result<SectionStatus> {
 
 /// Stores (or replaces) a node's status of one section.
 pub fn upsert(c: &Connection, s: &SectionStatus) -> Result<()> {
-    c.execute(
+    c.execute_cached(
         &format!(
             "INSERT INTO node_section_status ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
              ON CONFLICT (node_id, section) DO UPDATE
@@ -39,7 +40,7 @@ pub fn upsert(c: &Connection, s: &SectionStatus) -> Result<()> {
 /// A node's status of one section.
 pub fn get(c: &Connection, node_id: &str, section: &str) -> Result<Option<SectionStatus>> {
     optional(
-        c.query_row(
+        c.query_row_cached(
             &format!("SELECT {COLUMNS} FROM node_section_status WHERE node_id = ?1 AND section = ?2"),
             params![node_id, section],
             row,
@@ -51,7 +52,7 @@ pub fn get(c: &Connection, node_id: &str, section: &str) -> Result<Option<Sectio
 /// A node's statuses, by section.
 pub fn of_node(c: &Connection, node_id: &str) -> Result<Vec<SectionStatus>> {
     let mut stmt = c
-        .prepare(&format!("SELECT {COLUMNS} FROM node_section_status WHERE node_id = ?1 ORDER BY section"))
+        .prepare_cached(&format!("SELECT {COLUMNS} FROM node_section_status WHERE node_id = ?1 ORDER BY section"))
         .map_err(Error::store("list section statuses"))?;
     let rows = stmt.query_map([node_id], row).map_err(Error::store("list section statuses"))?;
     rows.collect::<rusqlite::Result<_>>().map_err(Error::store("list section statuses"))
@@ -60,7 +61,7 @@ pub fn of_node(c: &Connection, node_id: &str) -> Result<Vec<SectionStatus>> {
 /// The sections a node has a status of.
 pub fn names(c: &Connection, node_id: &str) -> Result<Vec<String>> {
     let mut stmt = c
-        .prepare("SELECT section FROM node_section_status WHERE node_id = ?1 ORDER BY section")
+        .prepare_cached("SELECT section FROM node_section_status WHERE node_id = ?1 ORDER BY section")
         .map_err(Error::store("list section names"))?;
     let rows = stmt.query_map([node_id], |r| r.get(0)).map_err(Error::store("list section names"))?;
     rows.collect::<rusqlite::Result<_>>().map_err(Error::store("list section names"))

@@ -1,5 +1,6 @@
 //! The `node_sessions` table: one row per Welcome, closed when the stream ends.
 
+use super::Cached as _;
 use rusqlite::{Connection, Row, params};
 
 use super::rows::NodeSessionRow;
@@ -38,11 +39,13 @@ pub struct NewSession<'a> {
 /// across restarts of the stack), recorded in the same statement group.
 pub fn open(c: &Connection, s: &NewSession<'_>) -> Result<NodeSessionRow> {
     let epoch: u64 = c
-        .query_row("SELECT COALESCE(MAX(epoch), 0) + 1 FROM node_sessions WHERE node_id = ?1", [s.node_id], |r| {
-            r.get(0)
-        })
+        .query_row_cached(
+            "SELECT COALESCE(MAX(epoch), 0) + 1 FROM node_sessions WHERE node_id = ?1",
+            [s.node_id],
+            |r| r.get(0),
+        )
         .map_err(Error::store("next session epoch"))?;
-    c.execute(
+    c.execute_cached(
         "INSERT INTO node_sessions (node_id, epoch, journal_id, boot_id, daemon_version, connected_at_ms)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         params![s.node_id, epoch, s.journal_id, s.boot_id, s.daemon_version, s.now_ms],
@@ -62,7 +65,7 @@ pub fn open(c: &Connection, s: &NewSession<'_>) -> Result<NodeSessionRow> {
 
 /// Closes a session.
 pub fn close(c: &Connection, id: i64, now_ms: i64) -> Result<()> {
-    c.execute(
+    c.execute_cached(
         "UPDATE node_sessions SET disconnected_at_ms = ?2 WHERE id = ?1 AND disconnected_at_ms IS NULL",
         params![id, now_ms],
     )
@@ -72,14 +75,14 @@ pub fn close(c: &Connection, id: i64, now_ms: i64) -> Result<()> {
 
 /// Closes every session left open (by a stack that stopped without closing).
 pub fn close_all_open(c: &Connection, now_ms: i64) -> Result<usize> {
-    c.execute("UPDATE node_sessions SET disconnected_at_ms = ?1 WHERE disconnected_at_ms IS NULL", [now_ms])
+    c.execute_cached("UPDATE node_sessions SET disconnected_at_ms = ?1 WHERE disconnected_at_ms IS NULL", [now_ms])
         .map_err(Error::store("close open sessions"))
 }
 
 /// The journal id of a node's latest session, if it had one.
 pub fn last_journal(c: &Connection, node_id: &str) -> Result<Option<String>> {
     let mut stmt = c
-        .prepare("SELECT journal_id FROM node_sessions WHERE node_id = ?1 ORDER BY epoch DESC LIMIT 1")
+        .prepare_cached("SELECT journal_id FROM node_sessions WHERE node_id = ?1 ORDER BY epoch DESC LIMIT 1")
         .map_err(Error::store("read the last journal id"))?;
     let mut rows = stmt.query_map([node_id], |r| r.get(0)).map_err(Error::store("read the last journal id"))?;
     rows.next().transpose().map_err(Error::store("read the last journal id"))
@@ -88,7 +91,7 @@ pub fn last_journal(c: &Connection, node_id: &str) -> Result<Option<String>> {
 /// Every session of a node, oldest first.
 pub fn of_node(c: &Connection, node_id: &str) -> Result<Vec<NodeSessionRow>> {
     let mut stmt = c
-        .prepare(&format!("SELECT {COLUMNS} FROM node_sessions WHERE node_id = ?1 ORDER BY epoch"))
+        .prepare_cached(&format!("SELECT {COLUMNS} FROM node_sessions WHERE node_id = ?1 ORDER BY epoch"))
         .map_err(Error::store("list node sessions"))?;
     let rows = stmt.query_map([node_id], row).map_err(Error::store("list node sessions"))?;
     rows.collect::<rusqlite::Result<_>>().map_err(Error::store("list node sessions"))

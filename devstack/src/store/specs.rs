@@ -1,5 +1,6 @@
 //! The `node_specs` table: every NodeSpec generation made for a node.
 
+use super::Cached as _;
 use rusqlite::{Connection, Row, params};
 
 use super::optional;
@@ -20,12 +21,12 @@ fn row(r: &Row<'_>) -> rusqlite::Result<NodeSpecRow> {
 
 /// Inserts a spec and makes it the node's `spec_generation`.
 pub fn insert(c: &Connection, s: &NodeSpecRow) -> Result<()> {
-    c.execute(
+    c.execute_cached(
         &format!("INSERT INTO node_specs ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5)"),
         params![s.node_id, s.generation, s.payload, s.envelope, s.created_at_ms],
     )
     .map_err(Error::store("insert node spec"))?;
-    c.execute("UPDATE nodes SET spec_generation = ?2 WHERE id = ?1", params![s.node_id, s.generation])
+    c.execute_cached("UPDATE nodes SET spec_generation = ?2 WHERE id = ?1", params![s.node_id, s.generation])
         .map_err(Error::store("set spec generation"))?;
     Ok(())
 }
@@ -33,7 +34,7 @@ pub fn insert(c: &Connection, s: &NodeSpecRow) -> Result<()> {
 /// A node's latest spec.
 pub fn latest(c: &Connection, node_id: &str) -> Result<Option<NodeSpecRow>> {
     optional(
-        c.query_row(
+        c.query_row_cached(
             &format!("SELECT {COLUMNS} FROM node_specs WHERE node_id = ?1 ORDER BY generation DESC LIMIT 1"),
             [node_id],
             row,
@@ -45,7 +46,7 @@ pub fn latest(c: &Connection, node_id: &str) -> Result<Option<NodeSpecRow>> {
 /// Every spec of a node, by generation.
 pub fn of_node(c: &Connection, node_id: &str) -> Result<Vec<NodeSpecRow>> {
     let mut stmt = c
-        .prepare(&format!("SELECT {COLUMNS} FROM node_specs WHERE node_id = ?1 ORDER BY generation"))
+        .prepare_cached(&format!("SELECT {COLUMNS} FROM node_specs WHERE node_id = ?1 ORDER BY generation"))
         .map_err(Error::store("list node specs"))?;
     let rows = stmt.query_map([node_id], row).map_err(Error::store("list node specs"))?;
     rows.collect::<rusqlite::Result<_>>().map_err(Error::store("list node specs"))

@@ -1,5 +1,6 @@
 //! The `join_tokens` table: tokens by SHA-256, and the atomic use of one.
 
+use super::Cached as _;
 use rusqlite::{Connection, Row, params};
 
 use super::optional;
@@ -22,7 +23,7 @@ fn row(r: &Row<'_>) -> rusqlite::Result<JoinTokenRow> {
 
 /// Inserts a token (its hash only).
 pub fn insert(c: &Connection, t: &JoinTokenRow) -> Result<()> {
-    c.execute(
+    c.execute_cached(
         &format!("INSERT INTO join_tokens ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"),
         params![t.id, t.token_sha256, t.pool_id, t.max_uses, t.uses, t.expires_at_ms, t.created_at_ms],
     )
@@ -33,7 +34,7 @@ pub fn insert(c: &Connection, t: &JoinTokenRow) -> Result<()> {
 /// The token whose SHA-256 (lowercase hex) is `sha256`.
 pub fn by_sha256(c: &Connection, sha256: &str) -> Result<Option<JoinTokenRow>> {
     optional(
-        c.query_row(&format!("SELECT {COLUMNS} FROM join_tokens WHERE token_sha256 = ?1"), [sha256], row),
+        c.query_row_cached(&format!("SELECT {COLUMNS} FROM join_tokens WHERE token_sha256 = ?1"), [sha256], row),
         "read join token",
     )
 }
@@ -43,7 +44,7 @@ pub fn by_sha256(c: &Connection, sha256: &str) -> Result<Option<JoinTokenRow>> {
 /// the last use cannot both win.
 pub fn use_once(c: &Connection, id: &str, now_ms: i64) -> Result<bool> {
     let n = c
-        .execute(
+        .execute_cached(
             "UPDATE join_tokens SET uses = uses + 1 WHERE id = ?1 AND uses < max_uses AND expires_at_ms > ?2",
             params![id, now_ms],
         )
@@ -54,7 +55,7 @@ pub fn use_once(c: &Connection, id: &str, now_ms: i64) -> Result<bool> {
 /// Every token of a pool.
 pub fn of_pool(c: &Connection, pool_id: &str) -> Result<Vec<JoinTokenRow>> {
     let mut stmt = c
-        .prepare(&format!("SELECT {COLUMNS} FROM join_tokens WHERE pool_id = ?1 ORDER BY created_at_ms, id"))
+        .prepare_cached(&format!("SELECT {COLUMNS} FROM join_tokens WHERE pool_id = ?1 ORDER BY created_at_ms, id"))
         .map_err(Error::store("list join tokens"))?;
     let rows = stmt.query_map([pool_id], row).map_err(Error::store("list join tokens"))?;
     rows.collect::<rusqlite::Result<_>>().map_err(Error::store("list join tokens"))

@@ -1,6 +1,7 @@
 //! The `volumes` table: volumes of a host's store, and what the host
 //! reported about them.
 
+use super::Cached as _;
 use rusqlite::{Connection, Row, params};
 
 use super::instance_rows::{VolumeRow, VolumeState};
@@ -28,7 +29,7 @@ fn row(r: &Row<'_>) -> rusqlite::Result<VolumeRow> {
 
 fn list(c: &Connection, where_clause: &str, args: impl rusqlite::Params) -> Result<Vec<VolumeRow>> {
     let mut stmt = c
-        .prepare(&format!("SELECT {COLUMNS} FROM volumes {where_clause} ORDER BY seq"))
+        .prepare_cached(&format!("SELECT {COLUMNS} FROM volumes {where_clause} ORDER BY seq"))
         .map_err(Error::store("list volumes"))?;
     let rows = stmt.query_map(args, row).map_err(Error::store("list volumes"))?;
     rows.collect::<rusqlite::Result<_>>().map_err(Error::store("list volumes"))
@@ -36,7 +37,7 @@ fn list(c: &Connection, where_clause: &str, args: impl rusqlite::Params) -> Resu
 
 /// Inserts a volume (`pending`).
 pub fn insert(c: &Connection, id: &str, node_id: &str, size_bytes: u64, generation: u64, now: i64) -> Result<()> {
-    c.execute(
+    c.execute_cached(
         "INSERT INTO volumes (id, node_id, size_bytes, desired, state, generation, created_at_ms)
          VALUES (?1, ?2, ?3, 'present', 'pending', ?4, ?5)",
         params![id, node_id, size_bytes as i64, generation, now],
@@ -47,7 +48,7 @@ pub fn insert(c: &Connection, id: &str, node_id: &str, size_bytes: u64, generati
 
 /// A volume by id.
 pub fn get(c: &Connection, id: &str) -> Result<Option<VolumeRow>> {
-    optional(c.query_row(&format!("SELECT {COLUMNS} FROM volumes WHERE id = ?1"), [id], row), "read volume")
+    optional(c.query_row_cached(&format!("SELECT {COLUMNS} FROM volumes WHERE id = ?1"), [id], row), "read volume")
 }
 
 /// Every volume, oldest first.
@@ -62,22 +63,25 @@ pub fn on_node(c: &Connection, node_id: &str) -> Result<Vec<VolumeRow>> {
 
 /// Grows a volume.
 pub fn resize(c: &Connection, id: &str, size_bytes: u64) -> Result<()> {
-    c.execute("UPDATE volumes SET size_bytes = ?2 WHERE id = ?1", params![id, size_bytes as i64])
+    c.execute_cached("UPDATE volumes SET size_bytes = ?2 WHERE id = ?1", params![id, size_bytes as i64])
         .map_err(Error::store("resize volume"))?;
     Ok(())
 }
 
 /// Takes a volume out of its host's spec at `generation`.
 pub fn start_delete(c: &Connection, id: &str, generation: u64) -> Result<()> {
-    c.execute("UPDATE volumes SET desired = 'deleted', delete_generation = ?2 WHERE id = ?1", params![id, generation])
-        .map_err(Error::store("delete volume"))?;
+    c.execute_cached(
+        "UPDATE volumes SET desired = 'deleted', delete_generation = ?2 WHERE id = ?1",
+        params![id, generation],
+    )
+    .map_err(Error::store("delete volume"))?;
     Ok(())
 }
 
 /// Records what the host reported; true when it changed.
 pub fn report(c: &Connection, id: &str, state: VolumeState, reason: &str) -> Result<bool> {
     let n = c
-        .execute(
+        .execute_cached(
             "UPDATE volumes SET state = ?2, reason = ?3 WHERE id = ?1 AND state != 'deleted' AND (state != ?2 OR reason != ?3)",
             params![id, state.as_str(), reason],
         )
@@ -88,7 +92,7 @@ pub fn report(c: &Connection, id: &str, state: VolumeState, reason: &str) -> Res
 /// Marks a volume deleted.
 pub fn finish_delete(c: &Connection, id: &str, now: i64) -> Result<bool> {
     let n = c
-        .execute(
+        .execute_cached(
             "UPDATE volumes SET state = 'deleted', deleted_at_ms = ?2 WHERE id = ?1 AND state != 'deleted'",
             params![id, now],
         )
