@@ -50,7 +50,7 @@ struct Figures {
     stack_peak_rss: u64,
     stack_rss_per_session: u64,
     sim_rss_per_agent: u64,
-    floor: Duration,
+    floor: Floor,
     restart_connected: Duration,
     restart_connected_since_shutdown: Duration,
     /// The restart's shutdown (Drain to every session, the servers stopped).
@@ -91,9 +91,11 @@ async fn bench_scale() {
     );
     println!("bcd sim: {:.1} KiB per agent (RSS with all connected, / agents)", kib(f.sim_rss_per_agent));
     println!(
-        "crypto floor: {:.2?} (the join's and first session's P-256 and Ed25519 operations, both sides, x N / {cores} cores); wall (all adopted) / floor = {:.1}",
-        f.floor,
-        f.adopted.as_secs_f64() / f.floor.as_secs_f64().max(1e-9)
+        "crypto floor: {:.2?} (the join's and first session's P-256, X25519 and Ed25519 operations, a node's {:.0?} on bcd and {:.0?} on the stack, x N / {cores} cores); wall (all adopted) / floor = {:.1}",
+        f.floor.total,
+        f.floor.node,
+        f.floor.stack,
+        f.adopted.as_secs_f64() / f.floor.total.as_secs_f64().max(1e-9)
     );
     println!(
         "restart: all {} connected again {:.2?} after the stack was up ({:.2?} after its shutdown began: shutdown {:.2?}, start {:.2?}); no node adopted twice, no command lost or run twice",
@@ -278,55 +280,105 @@ async fn poll(
     }
 }
 
-/// The crypto floor: the P-256 and Ed25519 operations one node's join and
-/// first session cost (as counted in docs/harness.md, "The scale
-/// benchmark"), bcd's side timed with Go's crypto (`bcd sim
-/// --crypto-floor`) and the stack's with its own crates, times N, over
-/// the cores.
-async fn crypto_floor(node: &Node, nodes: usize) -> Duration {
+/// The crypto floor: the P-256, X25519 and Ed25519 operations one node's
+/// join and first session cost (as counted in docs/harness.md, "The scale
+/// benchmark"), each timed with the implementation that does it: bcd's
+/// with Go's crypto (`bcd sim --crypto-floor`), the stack's TLS with ring
+/// (rustls's provider) and the rest with pki's crates; times N, over the
+/// cores.
+async fn crypto_floor(node: &Node, nodes: usize) -> Floor {
     let out = node.run(&["sim", "--crypto-floor"], None, Duration::from_secs(60)).await.unwrap();
     assert!(out.success(), "{out:?}");
     let go: serde_json::Value = serde_json::from_str(out.stdout.trim()).unwrap();
     let go = |k: &str| go[k].as_u64().unwrap_or_else(|| panic!("{k} in {go}")) as f64;
-    let rust = rust_crypto_ns();
-    // (sign, verify, ecdh) P-256, (sign, verify) Ed25519, per node.
+    let stack = StackCrypto::measure();
     let node_side = 3.0 * go("p256_sign_ns")
-        + 5.0 * go("p256_verify_ns")
-        + 7.0 * go("p256_ecdh_ns")
+        + 3.0 * go("p256_verify_ns")
+        + go("p256_keygen_ns")
+        + go("p256_ecdh_ns")
+        + 2.0 * go("x25519_ns")
         + 3.0 * go("ed25519_verify_ns");
-    let stack_side = 3.0 * rust[0] + 4.0 * rust[1] + 5.0 * rust[2] + 2.0 * rust[3];
+    let stack_side = 2.0 * stack.tls_sign
+        + stack.pki_sign
+        + 5.0 * stack.verify
+        + 2.0 * stack.tls_x25519
+        + stack.pki_ecdh
+        + 2.0 * stack.ed25519_sign;
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
-    Duration::from_nanos(((node_side + stack_side) * nodes as f64 / cores) as u64)
+    Floor {
+        total: Duration::from_nanos(((node_side + stack_side) * nodes as f64 / cores) as u64),
+        node: Duration::from_nanos(node_side as u64),
+        stack: Duration::from_nanos(stack_side as u64),
+    }
 }
 
-/// The stack's side, timed here: P-256 sign, verify, ECDH, Ed25519 sign (ns).
-fn rust_crypto_ns() -> [f64; 4] {
-    use pki::Signer;
-    const ROUNDS: u32 = 200;
-    let msg = b"bcd crypto floor";
-    let p256 = pki::keys::random_p256();
-    let public = p256.public_key();
-    let sig = Signer::sign(&p256, msg);
-    let ed = pki::keys::random_ed25519();
-    let peer = pki::keys::random_p256().public_key();
-    let time = |f: &mut dyn FnMut()| {
-        let start = Instant::now();
-        for _ in 0..ROUNDS {
-            f();
+/// The crypto floor of a run, and what one node costs each side.
+#[derive(Debug)]
+struct Floor {
+    total: Duration,
+    node: Duration,
+    stack: Duration,
+}
+
+/// The stack's operations, timed here (ns each).
+struct StackCrypto {
+    /// A TLS CertificateVerify signature (ring, P-256).
+    tls_sign: f64,
+    /// A certificate signature (pki: p256, RFC 6979).
+    pki_sign: f64,
+    /// A P-256 verification (pki and rustls both use ring's).
+    verify: f64,
+    /// A TLS key share: an X25519 key and the shared secret (ring).
+    tls_x25519: f64,
+    /// A JWE ECDH-ES open (p256).
+    pki_ecdh: f64,
+    /// An Ed25519 signature (ed25519-dalek).
+    ed25519_sign: f64,
+}
+
+impl StackCrypto {
+    fn measure() -> Self {
+        use pki::Signer;
+        const ROUNDS: u32 = 200;
+        let msg = b"bcd crypto floor";
+        let p256 = pki::keys::random_p256();
+        let public_key = pki::PublicKey::P256(p256.public_key());
+        let sig = Signer::sign(&p256, msg);
+        let ed = pki::keys::random_ed25519();
+        let peer = pki::keys::random_p256().public_key();
+        let rng = ring::rand::SystemRandom::new();
+        let alg = &ring::signature::ECDSA_P256_SHA256_ASN1_SIGNING;
+        let pkcs8 = ring::signature::EcdsaKeyPair::generate_pkcs8(alg, &rng).unwrap();
+        let tls_key = ring::signature::EcdsaKeyPair::from_pkcs8(alg, pkcs8.as_ref(), &rng).unwrap();
+        let x25519_peer = ring::agreement::EphemeralPrivateKey::generate(&ring::agreement::X25519, &rng)
+            .and_then(|k| k.compute_public_key())
+            .unwrap();
+        let time = |f: &mut dyn FnMut()| {
+            let start = Instant::now();
+            for _ in 0..ROUNDS {
+                f();
+            }
+            start.elapsed().as_nanos() as f64 / f64::from(ROUNDS)
+        };
+        StackCrypto {
+            tls_sign: time(&mut || {
+                std::hint::black_box(tls_key.sign(&rng, msg).unwrap());
+            }),
+            pki_sign: time(&mut || drop(std::hint::black_box(Signer::sign(&p256, msg)))),
+            verify: time(&mut || assert!(public_key.verify(msg, &sig))),
+            tls_x25519: time(&mut || {
+                let k = ring::agreement::EphemeralPrivateKey::generate(&ring::agreement::X25519, &rng).unwrap();
+                let theirs = ring::agreement::UnparsedPublicKey::new(&ring::agreement::X25519, x25519_peer.as_ref());
+                std::hint::black_box(ring::agreement::agree_ephemeral(k, &theirs, |s| s[0]).unwrap());
+            }),
+            pki_ecdh: time(&mut || {
+                let e = pki::keys::random_p256();
+                let shared = p256::ecdh::diffie_hellman(e.to_nonzero_scalar(), peer.as_affine());
+                std::hint::black_box(shared);
+            }),
+            ed25519_sign: time(&mut || drop(std::hint::black_box(Signer::sign(&ed, msg)))),
         }
-        start.elapsed().as_nanos() as f64 / f64::from(ROUNDS)
-    };
-    let public_key = pki::PublicKey::P256(public);
-    [
-        time(&mut || drop(std::hint::black_box(Signer::sign(&p256, msg)))),
-        time(&mut || assert!(public_key.verify(msg, &sig))),
-        time(&mut || {
-            let e = pki::keys::random_p256();
-            let shared = p256::ecdh::diffie_hellman(e.to_nonzero_scalar(), peer.as_affine());
-            std::hint::black_box(shared);
-        }),
-        time(&mut || drop(std::hint::black_box(Signer::sign(&ed, msg)))),
-    ]
+    }
 }
 
 /// How many times fakehw executed `command` under an agent's `dir`.

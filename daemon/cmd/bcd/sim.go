@@ -50,8 +50,9 @@ Flags:
   --seed S              the first seed (default BCD_FAKEHW_SEED, else 41)
   --token-file FILE     read the token from FILE instead of standard input
   --join-concurrency C  joins under way at once (1 to 1000, default 64)
-  --crypto-floor        print what a P-256 sign, verify and ECDH and an
-                        Ed25519 sign and verify cost here (ns, JSON) and exit
+  --crypto-floor        print what a P-256 sign, verify, key generation and
+                        ECDH, an X25519 exchange and an Ed25519 sign and
+                        verify cost here (ns, JSON) and exit
 `
 
 // MaxSimNodes is the most agents one bcd sim runs.

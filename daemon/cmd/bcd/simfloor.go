@@ -1,7 +1,8 @@
-// bcd sim --crypto-floor: what one P-256 sign, verify and ECDH and one
-// Ed25519 sign and verify cost bcd's crypto (Go's) on this machine, as one
-// JSON line of nanoseconds, for the scale benchmark's crypto floor
-// (docs/harness.md, "The scale benchmark").
+// bcd sim --crypto-floor: what one P-256 sign, verify, key generation and
+// ECDH, one X25519 exchange (TLS 1.3's key share) and one Ed25519 sign and
+// verify cost bcd's crypto (Go's) on this machine, as one JSON line of
+// nanoseconds, for the scale benchmark's crypto floor (docs/harness.md,
+// "The scale benchmark").
 
 package main
 
@@ -36,6 +37,10 @@ func cryptoFloor(w io.Writer) error {
 	if err != nil {
 		return err
 	}
+	x25519Peer, err := ecdh.X25519().GenerateKey(rand.Reader)
+	if err != nil {
+		return err
+	}
 	_, edKey, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		return err
@@ -60,12 +65,23 @@ func cryptoFloor(w io.Writer) error {
 			}
 			return nil
 		}),
-		// An ECDH is a fresh key and the shared secret, as a TLS key share or
-		// a JWE ECDH-ES seal makes.
+		// A node key, as the join makes.
+		"p256_keygen_ns": each(func() error { _, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader); return err }),
+		// An ECDH is a fresh key and the shared secret, as a JWE ECDH-ES
+		// seal makes.
 		"p256_ecdh_ns": each(func() error {
 			k, err := ecdh.P256().GenerateKey(rand.Reader)
 			if err == nil {
 				_, err = k.ECDH(peer.PublicKey())
+			}
+			return err
+		}),
+		// The same on X25519, the group a TLS 1.3 handshake with the dev
+		// stack agrees on.
+		"x25519_ns": each(func() error {
+			k, err := ecdh.X25519().GenerateKey(rand.Reader)
+			if err == nil {
+				_, err = k.ECDH(x25519Peer.PublicKey())
 			}
 			return err
 		}),
