@@ -34,7 +34,7 @@ pub const NODE_CERT_VALIDITY_MS: i64 = 24 * 3600 * 1000;
 /// rcgen's default key pair (ring) signs with random nonces; this adapter
 /// makes certificates and CSRs reproducible.
 pub struct Rfc6979Key {
-    key: p256::ecdsa::SigningKey,
+    secret: p256::NonZeroScalar,
     point: Vec<u8>,
 }
 
@@ -43,7 +43,7 @@ impl Rfc6979Key {
     pub fn new(secret: &p256::SecretKey) -> Self {
         use p256::elliptic_curve::sec1::ToSec1Point;
         let point = secret.public_key().to_sec1_point(false).as_bytes().to_vec();
-        Rfc6979Key { key: p256::ecdsa::SigningKey::from(secret), point }
+        Rfc6979Key { secret: secret.to_nonzero_scalar(), point }
     }
 }
 
@@ -58,8 +58,7 @@ impl PublicKeyData for Rfc6979Key {
 
 impl rcgen::SigningKey for Rfc6979Key {
     fn sign(&self, msg: &[u8]) -> std::result::Result<Vec<u8>, rcgen::Error> {
-        let sig: p256::ecdsa::Signature = p256::ecdsa::signature::Signer::sign(&self.key, msg);
-        Ok(sig.to_der().as_bytes().to_vec())
+        Ok(crate::keys::sign_p256(&self.secret, msg).to_der().as_bytes().to_vec())
     }
 }
 
