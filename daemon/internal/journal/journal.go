@@ -126,7 +126,11 @@ func Open(path string, opts Options) (*Journal, error) {
 	if timeout <= 0 {
 		timeout = time.Second
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout})
+	// The free-page list is not written at each commit but rebuilt from the
+	// tree when the journal opens (etcd's settings): a commit still syncs
+	// its pages and meta, so nothing committed is lost on a crash, and it
+	// writes a page fewer (the list was a sixth of a commit's time).
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout, NoFreelistSync: true, FreelistType: bolt.FreelistMapType})
 	if err != nil {
 		if errors.Is(err, bolt.ErrTimeout) {
 			return nil, fmt.Errorf("%s: %w", path, ErrLocked)
