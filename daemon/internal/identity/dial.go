@@ -65,7 +65,9 @@ func Dial(c *config.Config, opts DialOptions) (*grpc.ClientConn, error) {
 		if id := opts.Identity; id != nil {
 			cert = func() (*tls.Certificate, error) { return id.Certificate(), nil }
 		}
-		dialOpts = append(dialOpts, grpc.WithTransportCredentials(credentials.NewTLS(ClientTLS(c.ServingCASPKIPin, c.ServerName(), cert))))
+		tlsConfig := ClientTLS(c.ServingCASPKIPin, c.ServerName(), cert)
+		creds := learningGroups(credentials.NewTLS(tlsConfig), tlsConfig)
+		dialOpts = append(dialOpts, grpc.WithTransportCredentials(creds))
 	}
 	return grpc.NewClient(target, dialOpts...)
 }

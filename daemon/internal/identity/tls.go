@@ -119,6 +119,7 @@ func ClientTLS(pin, serverName string, certificate func() (*tls.Certificate, err
 		// The pin replaces the system roots: VerifyServer does all checks.
 		InsecureSkipVerify:    true,
 		VerifyPeerCertificate: VerifyServer(pin, serverName, time.Now),
+		CurvePreferences:      agreedGroups.offer(serverName, time.Now()),
 	}
 	if certificate != nil {
 		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return certificate() }
