@@ -70,7 +70,7 @@ pub fn sign<C: Serialize>(key: &p256::SecretKey, claims: &C) -> String {
     let header = format!(r#"{{"alg":"ES256","kid":"{}","typ":"JWT"}}"#, key.keyid());
     let payload = serde_json::to_vec(claims).expect("claims always serialize");
     let input = format!("{}.{}", b64::url(header.as_bytes()), b64::url(&payload));
-    let sig = crate::keys::sign_p256(&key.to_nonzero_scalar(), input.as_bytes());
+    let sig = crate::keys::sign_p256(key, input.as_bytes());
     format!("{input}.{}", b64::url(&sig.to_bytes()))
 }
 

@@ -149,16 +149,17 @@ impl Signer for p256::SecretKey {
         PublicKey::P256(self.public_key())
     }
     fn sign(&self, msg: &[u8]) -> Vec<u8> {
-        sign_p256(&self.to_nonzero_scalar(), msg).to_der().as_bytes().to_vec()
+        sign_p256(self, msg).to_der().as_bytes().to_vec()
     }
 }
 
 /// The RFC 6979 ECDSA-SHA256 signature of `secret` over `msg`: what
 /// `p256::ecdsa::SigningKey` signs, without the public point it derives
 /// first (a scalar multiplication, a third of the signature's cost).
-pub fn sign_p256(secret: &p256::NonZeroScalar, msg: &[u8]) -> p256::ecdsa::Signature {
+pub fn sign_p256(secret: &p256::SecretKey, msg: &[u8]) -> p256::ecdsa::Signature {
     use sha2::Digest as _;
-    ecdsa::hazmat::sign_prehashed_rfc6979::<p256::NistP256, Sha256>(secret, &Sha256::digest(msg), &[]).0
+    let scalar = secret.to_nonzero_scalar();
+    ecdsa::hazmat::sign_prehashed_rfc6979::<p256::NistP256, Sha256>(&scalar, &Sha256::digest(msg), &[]).0
 }
 
 /// A fresh P-256 key from the OS random number generator.
@@ -213,7 +214,7 @@ mod tests {
         use p256::ecdsa::signature::{Signer as _, Verifier as _};
         let secret = p256("s", "y");
         let key = p256::ecdsa::SigningKey::from(&secret);
-        let ours = sign_p256(&secret.to_nonzero_scalar(), b"m");
+        let ours = sign_p256(&secret, b"m");
         let theirs: p256::ecdsa::Signature = key.sign(b"m");
         assert_eq!(ours, theirs);
         let public = secret.public_key();

@@ -34,7 +34,7 @@ pub const NODE_CERT_VALIDITY_MS: i64 = 24 * 3600 * 1000;
 /// rcgen's default key pair (ring) signs with random nonces; this adapter
 /// makes certificates and CSRs reproducible.
 pub struct Rfc6979Key {
-    secret: p256::NonZeroScalar,
+    secret: p256::SecretKey,
     point: Vec<u8>,
 }
 
@@ -43,7 +43,7 @@ impl Rfc6979Key {
     pub fn new(secret: &p256::SecretKey) -> Self {
         use p256::elliptic_curve::sec1::ToSec1Point;
         let point = secret.public_key().to_sec1_point(false).as_bytes().to_vec();
-        Rfc6979Key { secret: secret.to_nonzero_scalar(), point }
+        Rfc6979Key { secret: secret.clone(), point }
     }
 }
 
