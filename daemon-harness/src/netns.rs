@@ -119,14 +119,33 @@ fn pids_in(name: &str) -> Vec<i32> {
         .unwrap_or_default()
 }
 
-/// Kills every process inside namespace `name`: all of them were started
-/// there by the harness (the namespace is its own).
+/// Kills every process inside namespace `name` (all of them were started
+/// there by the harness: the namespace is its own) and every one on its way
+/// in: an `ip netns exec <name> …` that has not entered the namespace yet is
+/// not among `ip netns pids` and would run on, in a namespace kept alive by
+/// its descriptor. So those go first; one that entered and exec'd before
+/// they were looked for is inside (ip enters before it execs), so among the
+/// pids read after.
 fn kill_inside(name: &str) {
-    for pid in pids_in(name) {
+    for pid in entering(name).into_iter().chain(pids_in(name)) {
         // SAFETY: kill(2) has no memory preconditions; a pid that exited
         // meanwhile only yields ESRCH.
         unsafe { libc::kill(pid, libc::SIGKILL) };
     }
+}
+
+/// The pids of the `ip netns exec <name> …` processes not yet exec'd.
+fn entering(name: &str) -> Vec<i32> {
+    let Ok(procs) = std::fs::read_dir("/proc") else { return Vec::new() };
+    procs
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+            (args.len() > 4 && args[1..4] == [&b"netns"[..], b"exec", name.as_bytes()]).then_some(pid)
+        })
+        .collect()
 }
 
 /// The host side of namespace `name`'s veth pair, which [`Netns::create`]
