@@ -90,13 +90,27 @@ fn a_panicking_test_leaves_nothing_behind() {
     let outcome = std::panic::catch_unwind(|| {
         let runner = NetnsRunner::new().unwrap();
         *names.lock().unwrap() = Some((runner.netns().name().to_string(), runner.netns().host_interface().to_string()));
-        // A process still running inside is killed by the cleanup too.
-        *sleeper.lock().unwrap() = Some(runner.netns().command("sleep".as_ref(), &["600".into()]).spawn().unwrap());
+        // A process still running inside is killed by the cleanup too: once
+        // it is inside (`ip netns pids` lists it), the panic.
+        let child = runner.netns().command("sleep".as_ref(), &["600".into()]).spawn().unwrap();
+        let pid = child.id().to_string();
+        *sleeper.lock().unwrap() = Some(child);
+        let name = runner.netns().name().to_string();
+        await_condition("the sleeper inside the namespace", || {
+            let out = Command::new(netns::ip_program()).args(["netns", "pids", &name]).output().unwrap();
+            String::from_utf8_lossy(&out.stdout).split_whitespace().any(|p| p == pid)
+        });
         panic!("a deliberate panic, to test the cleanup");
     });
     assert!(outcome.is_err());
     let mut sleeper = sleeper.into_inner().unwrap().expect("the sleeper was started");
-    let status = sleeper.wait().unwrap();
+    let mut status = None;
+    await_condition("the sleeper's end", || {
+        status = sleeper.try_wait().unwrap();
+        status.is_some()
+    });
+    let _ = sleeper.kill();
+    let status = status.unwrap();
     assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(libc::SIGKILL), "killed by the cleanup");
     let (name, veth) = names.into_inner().unwrap().expect("the runner was created");
     assert!(!netns_exists(&name), "namespace {name} is left");
@@ -128,4 +142,13 @@ fn namespaces_of_dead_test_processes_are_reaped() {
     }
     assert!(!netns_exists(&name), "stale namespace {name} is left");
     assert!(!veth_left, "veth {veth} outlived its namespace");
+}
+
+/// Polls `done` until it holds, for at most 10 s (then fails, naming `what`).
+fn await_condition(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "{what}: not within 10 s");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 }
