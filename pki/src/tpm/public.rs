@@ -13,14 +13,18 @@ use super::wire::{Reader, Writer};
 use super::{alg, attr};
 use crate::Result;
 
-/// A `TPMT_SYM_DEF_OBJECT`: the symmetric algorithm of a storage key.
+/// A `TPMT_SYM_DEF_OBJECT`: the symmetric algorithm of a storage key. The
+/// algorithms taken are the ones go-tpm (bcd's side) decodes: `TPM_ALG_NULL`,
+/// `TPM_ALG_AES` (key bits and mode) and `TPM_ALG_XOR` (its hash, no mode);
+/// any other is malformed on both sides.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SymDef {
-    /// `TPM_ALG_AES`, …, or `TPM_ALG_NULL`.
+    /// `TPM_ALG_AES`, `TPM_ALG_XOR` or `TPM_ALG_NULL`.
     pub algorithm: u16,
-    /// Key size in bits (absent for `TPM_ALG_NULL`).
+    /// Key size in bits for AES, the hash for XOR (absent for `TPM_ALG_NULL`).
     pub key_bits: u16,
-    /// The block mode, such as `TPM_ALG_CFB` (absent for `TPM_ALG_NULL`).
+    /// The block mode for AES, such as `TPM_ALG_CFB` (0, absent on the wire,
+    /// otherwise).
     pub mode: u16,
 }
 
@@ -31,17 +35,24 @@ impl SymDef {
     pub const AES_128_CFB: SymDef = SymDef { algorithm: alg::AES, key_bits: 128, mode: alg::CFB };
 
     fn read(r: &mut Reader<'_>) -> Result<Self> {
-        let algorithm = r.u16()?;
-        if algorithm == alg::NULL {
-            return Ok(SymDef::NULL);
+        match r.u16()? {
+            alg::NULL => Ok(SymDef::NULL),
+            algorithm @ alg::AES => Ok(SymDef { algorithm, key_bits: r.u16()?, mode: r.u16()? }),
+            algorithm @ alg::XOR => Ok(SymDef { algorithm, key_bits: r.u16()?, mode: 0 }),
+            other => Err(r.malformed(format!("symmetric algorithm {other:#06x}"))),
         }
-        Ok(SymDef { algorithm, key_bits: r.u16()?, mode: r.u16()? })
     }
 
     fn write(&self, w: &mut Writer) {
         w.u16(self.algorithm);
-        if self.algorithm != alg::NULL {
-            w.u16(self.key_bits).u16(self.mode);
+        match self.algorithm {
+            alg::NULL => {}
+            alg::XOR => {
+                w.u16(self.key_bits);
+            }
+            _ => {
+                w.u16(self.key_bits).u16(self.mode);
+            }
         }
     }
 }
@@ -385,6 +396,26 @@ mod tests {
             },
         ] {
             assert_eq!(Public::parse(&p.to_bytes(), "object").unwrap(), p);
+        }
+    }
+
+    #[test]
+    fn symmetric_definitions_are_the_ones_go_tpm_decodes() {
+        let xor = SymDef { algorithm: alg::XOR, key_bits: alg::SHA256, mode: 0 };
+        let with = |symmetric| Public {
+            name_alg: alg::SHA256,
+            attributes: attr::DECRYPT,
+            auth_policy: vec![],
+            key: Key::SymCipher { symmetric, unique: vec![3; 32] },
+        };
+        let bytes = with(xor).to_bytes();
+        assert_eq!(&bytes[10..14], &[0x00, 0x0a, 0x00, 0x0b], "XOR carries its hash and no mode");
+        assert_eq!(Public::parse(&bytes, "object").unwrap(), with(xor));
+        // TPM_ALG_ERROR (the fuzzer's find), TDES, SM4, Camellia: go-tpm has
+        // no member for them.
+        for algorithm in [0x0000, 0x0003, 0x0013, 0x0026] {
+            let bytes = with(SymDef { algorithm, key_bits: 128, mode: alg::CFB }).to_bytes();
+            assert_eq!(Public::parse(&bytes, "object").unwrap_err().code(), "tpm-malformed", "{algorithm:#06x}");
         }
     }
 }
