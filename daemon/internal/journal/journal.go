@@ -5,7 +5,11 @@
 // with the boot id, done results kept 7 days), the server-time mark that
 // only moves forward, and the applied spec. It is one bbolt file: every
 // change is a transaction that is fsynced before it returns, so nothing a
-// caller was told is written is lost on a crash.
+// caller was told is written is lost on a crash. The one exception is an
+// ack: it takes effect at once for every reader but is written with the
+// next change, or AckFlushDelay after it came; one lost in a crash drops
+// nothing that is needed, since the next Welcome names the gateway's acked
+// seq again. A transaction that changes nothing is not written at all.
 package journal
 
 import (
@@ -16,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"bcd/internal/proto/agentv1"
@@ -31,7 +36,16 @@ const (
 	MaxUnackedBytes = 64 << 20
 	// DoneRetention is how long a done command's result is kept.
 	DoneRetention = 7 * 24 * time.Hour
+	// AckFlushDelay is the longest an ack waits in memory for the journal's
+	// next change before it is written on its own: a gateway acks every
+	// event, and a commit of its own for each was a third of the journal's
+	// commits (and of its allocations) while a fleet joined.
+	AckFlushDelay = time.Second
 )
+
+// errUnchanged, returned by an Update's function, ends the transaction
+// without writing it (it changed nothing); Update then returns nil.
+var errUnchanged = errors.New("journal: nothing changed")
 
 // ErrLocked means another process holds the journal.
 var ErrLocked = errors.New("journal is locked by another process (is another bcd running on this data dir?)")
@@ -117,6 +131,11 @@ type Journal struct {
 	maxBytes  int64
 	now       func() time.Time
 	log       *slog.Logger
+
+	// mu guards the ack that is taken but not yet written.
+	mu         sync.Mutex
+	pendingAck uint64      // the highest seq acked since the last write (0: none)
+	ackFlush   *time.Timer // writes pendingAck when no change came first
 }
 
 // Open opens (or creates) the journal at path. A new journal gets a fresh
@@ -178,8 +197,28 @@ func newID(prefix string) string {
 	return prefix + hex.EncodeToString(b[:])
 }
 
-// Close closes the file.
-func (j *Journal) Close() error { return j.db.Close() }
+// Close writes a pending ack and closes the file.
+func (j *Journal) Close() error {
+	j.mu.Lock()
+	if j.ackFlush != nil {
+		j.ackFlush.Stop()
+		j.ackFlush = nil
+	}
+	j.mu.Unlock()
+	flushErr := j.flushAck()
+	if err := j.db.Close(); err != nil {
+		return err
+	}
+	return flushErr
+}
+
+// flushAck writes the pending ack, if any, in a transaction of its own.
+func (j *Journal) flushAck() error {
+	if j.acked() == 0 {
+		return nil
+	}
+	return j.Update(func(*Tx) error { return errUnchanged })
+}
 
 // ID is the journal id, which the Hello carries.
 func (j *Journal) ID() string { return j.id }
@@ -211,17 +250,41 @@ type Tx struct {
 	dropped int
 }
 
-// Update runs fn in one transaction, fsynced before Update returns.
+// Update runs fn in one transaction, fsynced before Update returns; a
+// pending ack is written in it first. A transaction that changes nothing
+// (fn returned errUnchanged and no ack was pending) is not written.
 func (j *Journal) Update(fn func(*Tx) error) error {
+	j.mu.Lock()
+	ack := j.pendingAck
+	j.mu.Unlock()
 	var dropped int
 	err := j.db.Update(func(tx *bolt.Tx) error {
 		t := &Tx{j: j, tx: tx}
-		if err := fn(t); err != nil {
+		if ack > 0 {
+			if err := t.ack(ack); err != nil {
+				return err
+			}
+		}
+		if err := fn(t); err != nil && (!errors.Is(err, errUnchanged) || ack == 0) {
 			return err
 		}
 		dropped = t.dropped
 		return nil
 	})
+	if errors.Is(err, errUnchanged) {
+		err = nil
+	}
+	if err == nil && ack > 0 {
+		j.mu.Lock()
+		if j.pendingAck == ack { // not overtaken by a later ack meanwhile
+			j.pendingAck = 0
+			if j.ackFlush != nil {
+				j.ackFlush.Stop()
+				j.ackFlush = nil
+			}
+		}
+		j.mu.Unlock()
+	}
 	if err == nil && dropped > 0 {
 		j.log.Warn("journal.dropped", "events", dropped, "reason", "unacked events over the cap")
 	}
@@ -283,33 +346,62 @@ func (j *Journal) Append(frame *agentv1.NodeFrame) (uint64, error) {
 	return seq, err
 }
 
-// Ack drops every event with seq ≤ upTo. An upTo beyond the last event
-// appended is ErrAckBeyond and changes nothing.
+// Ack drops every event with seq ≤ upTo: at once for every reader, in the
+// file with the journal's next change or AckFlushDelay later (see the
+// package comment). An upTo beyond the last event appended is ErrAckBeyond
+// and changes nothing.
 func (j *Journal) Ack(upTo uint64) error {
-	return j.Update(func(t *Tx) error {
-		meta, events := t.tx.Bucket(bucketMeta), t.tx.Bucket(bucketEvents)
-		if next := max(u64(meta.Get(keyNextSeq)), 1); upTo >= next {
-			return fmt.Errorf("%w: ack of %d, last event %d", ErrAckBeyond, upTo, next-1)
-		}
-		count, size := u64(meta.Get(keyEventCount)), u64(meta.Get(keyEventBytes))
-		c := events.Cursor()
-		for k, v := c.First(); k != nil && u64(k) <= upTo; k, v = c.First() {
-			count--
-			size -= uint64(len(v))
-			if err := c.Delete(); err != nil {
-				return err
+	if last := j.LastSeq(); upTo > last {
+		return fmt.Errorf("%w: ack of %d, last event %d", ErrAckBeyond, upTo, last)
+	}
+	if upTo <= j.LastAcked() {
+		return nil // the events up to it are gone already
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.pendingAck = max(j.pendingAck, upTo)
+	if j.ackFlush == nil {
+		j.ackFlush = time.AfterFunc(AckFlushDelay, func() {
+			j.mu.Lock()
+			j.ackFlush = nil
+			j.mu.Unlock()
+			if err := j.flushAck(); err != nil && !errors.Is(err, bolt.ErrDatabaseNotOpen) {
+				j.log.Error("journal.ack_failed", "err", err)
 			}
-		}
-		if err := putU64(meta, keyEventCount, count); err != nil {
+		})
+	}
+	return nil
+}
+
+// ack drops the events with seq ≤ upTo and records upTo as the last acked
+// seq; upTo is at most the last seq appended.
+func (t *Tx) ack(upTo uint64) error {
+	meta, events := t.tx.Bucket(bucketMeta), t.tx.Bucket(bucketEvents)
+	count, size := u64(meta.Get(keyEventCount)), u64(meta.Get(keyEventBytes))
+	c := events.Cursor()
+	for k, v := c.First(); k != nil && u64(k) <= upTo; k, v = c.First() {
+		count--
+		size -= uint64(len(v))
+		if err := c.Delete(); err != nil {
 			return err
 		}
-		if upTo > u64(meta.Get(keyLastAcked)) {
-			if err := putU64(meta, keyLastAcked, upTo); err != nil {
-				return err
-			}
+	}
+	if err := putU64(meta, keyEventCount, count); err != nil {
+		return err
+	}
+	if upTo > u64(meta.Get(keyLastAcked)) {
+		if err := putU64(meta, keyLastAcked, upTo); err != nil {
+			return err
 		}
-		return putU64(meta, keyEventBytes, size)
-	})
+	}
+	return putU64(meta, keyEventBytes, size)
+}
+
+// acked is the ack taken but not yet written (0 for none).
+func (j *Journal) acked() uint64 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.pendingAck
 }
 
 // LastAcked is the highest seq the gateway acked (0 for none).
@@ -319,11 +411,12 @@ func (j *Journal) LastAcked() uint64 {
 		seq = u64(tx.Bucket(bucketMeta).Get(keyLastAcked))
 		return nil
 	})
-	return seq
+	return max(seq, j.acked())
 }
 
 // Unacked returns the stored events with seq > after, in seq order.
 func (j *Journal) Unacked(after uint64) ([]*agentv1.NodeFrame, error) {
+	after = max(after, j.acked())
 	var out []*agentv1.NodeFrame
 	err := j.db.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketEvents).Cursor()
@@ -341,9 +434,15 @@ func (j *Journal) Unacked(after uint64) ([]*agentv1.NodeFrame, error) {
 
 // EventStats returns the number and total size of unacked events.
 func (j *Journal) EventStats() (count int, size int64) {
+	acked := j.acked()
 	_ = j.db.View(func(tx *bolt.Tx) error {
 		meta := tx.Bucket(bucketMeta)
 		count, size = int(u64(meta.Get(keyEventCount))), int64(u64(meta.Get(keyEventBytes)))
+		c := tx.Bucket(bucketEvents).Cursor()
+		for k, v := c.First(); k != nil && u64(k) <= acked; k, v = c.Next() {
+			count--
+			size -= int64(len(v))
+		}
 		return nil
 	})
 	return count, size
@@ -434,6 +533,9 @@ func (j *Journal) Sweep() (int, error) {
 				removed++
 			}
 		}
+		if removed == 0 {
+			return errUnchanged
+		}
 		return nil
 	})
 	if removed > 0 {
@@ -468,7 +570,7 @@ func (j *Journal) AdvanceMark(serverTimeMs int64) (int64, error) {
 		meta := t.tx.Bucket(bucketMeta)
 		mark = int64(u64(meta.Get(keyMark)))
 		if serverTimeMs <= mark {
-			return nil
+			return errUnchanged
 		}
 		mark = serverTimeMs
 		if err := putU64(meta, keyMarkHeard, uint64(max(j.now().UnixMilli(), 0))); err != nil {

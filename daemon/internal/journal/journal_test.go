@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"bcd/internal/proto/agentv1"
+	bolt "go.etcd.io/bbolt"
 )
 
 func open(t *testing.T, path string, opts Options) *Journal {
@@ -213,5 +214,103 @@ func TestTheMarkKeepsWhenItWasHeard(t *testing.T) {
 	j.AdvanceMark(4000) // does not move: the time is kept
 	if mark, at := j.MarkHeard(); mark != 5000 || at != 1_700_000_000_000 {
 		t.Fatalf("mark %d heard at %d", mark, at)
+	}
+}
+
+// committed is the id of the journal's last written transaction.
+func committed(t *testing.T, j *Journal) (id int, lastAcked uint64) {
+	t.Helper()
+	if err := j.db.View(func(tx *bolt.Tx) error {
+		id, lastAcked = tx.ID(), u64(tx.Bucket(bucketMeta).Get(keyLastAcked))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return id, lastAcked
+}
+
+func TestAnAckIsSeenAtOnceAndWrittenWithTheNextChange(t *testing.T) {
+	j := open(t, filepath.Join(t.TempDir(), "journal.db"), Options{})
+	for i := 1; i <= 5; i++ {
+		if _, err := j.Append(heartbeat(int64(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before, _ := committed(t, j)
+	if err := j.Ack(3); err != nil {
+		t.Fatal(err)
+	}
+	events, err := j.Unacked(0)
+	if n, _ := j.EventStats(); err != nil || len(events) != 2 || events[0].GetSeq() != 4 || n != 2 || j.LastAcked() != 3 {
+		t.Fatalf("after the ack: %d events from %v, %d counted, last acked %d (%v)", len(events), events, n, j.LastAcked(), err)
+	}
+	if id, acked := committed(t, j); id != before || acked != 0 {
+		t.Fatalf("the ack had a transaction of its own: tx %d → %d, written ack %d", before, id, acked)
+	}
+	if _, err := j.Append(heartbeat(6)); err != nil {
+		t.Fatal(err)
+	}
+	if id, acked := committed(t, j); id != before+1 || acked != 3 {
+		t.Fatalf("the next change did not carry the ack: tx %d → %d, written ack %d", before, id, acked)
+	}
+}
+
+func TestAnAckWithNoChangeAfterItIsWrittenOnItsOwn(t *testing.T) {
+	j := open(t, filepath.Join(t.TempDir(), "journal.db"), Options{})
+	if _, err := j.Append(heartbeat(1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Ack(1); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * AckFlushDelay)
+	for _, acked := committed(t, j); acked != 1; _, acked = committed(t, j) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the ack was not written within %v", 10*AckFlushDelay)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestAnAckPendingAtCloseIsKept(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal.db")
+	j, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 2; i++ {
+		if _, err := j.Append(heartbeat(int64(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := j.Ack(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	j = open(t, path, Options{})
+	if events, _ := j.Unacked(0); j.LastAcked() != 1 || len(events) != 1 {
+		t.Fatalf("after a reopen: last acked %d, %d unacked", j.LastAcked(), len(events))
+	}
+}
+
+func TestATransactionThatChangesNothingIsNotWritten(t *testing.T) {
+	j := open(t, filepath.Join(t.TempDir(), "journal.db"), Options{})
+	if _, err := j.AdvanceMark(1_000); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := committed(t, j)
+	if mark, err := j.AdvanceMark(500); err != nil || mark != 1_000 {
+		t.Fatalf("mark %d, %v", mark, err)
+	}
+	if n, err := j.Sweep(); err != nil || n != 0 {
+		t.Fatalf("swept %d, %v", n, err)
+	}
+	if err := j.Ack(0); err != nil {
+		t.Fatal(err)
+	}
+	if id, _ := committed(t, j); id != before {
+		t.Fatalf("unchanged journal written: tx %d → %d", before, id)
 	}
 }
