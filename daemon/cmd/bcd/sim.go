@@ -20,6 +20,7 @@ import (
 
 	"bcd/internal/agent"
 	"bcd/internal/config"
+	"bcd/internal/identity"
 	"bcd/internal/join"
 	"bcd/internal/machine"
 	"bcd/internal/retry"
@@ -158,7 +159,7 @@ type sim struct {
 func (s *sim) agent(i int, dir string) int {
 	log, ctx := s.log.With("sim", i), s.e.ctx
 	s.slots <- struct{}{}
-	path, m, err := s.setup(i, dir, log)
+	path, m, id, err := s.setup(i, dir, log)
 	<-s.slots
 	if err != nil {
 		if ctx.Err() != nil {
@@ -177,7 +178,7 @@ func (s *sim) agent(i int, dir string) int {
 	if err == nil {
 		var a *agent.Agent
 		a, err = agent.New(agent.Options{Config: c, Machine: m, Version: version, AllowH2C: true,
-			BackoffCap: s.knobs.backoffCap, RenewAfter: s.knobs.renewAfter, Log: log, VPS: vps})
+			BackoffCap: s.knobs.backoffCap, RenewAfter: s.knobs.renewAfter, Log: log, VPS: vps, Identity: id})
 		if err == nil {
 			s.ran.Add(1)
 			var code int
@@ -191,27 +192,29 @@ func (s *sim) agent(i int, dir string) int {
 }
 
 // setup writes agent i's configuration and machine and joins it when it
-// has not joined, retrying transient failures until the sim stops.
-func (s *sim) setup(i int, dir string, log *slog.Logger) (string, machine.Machine, error) {
+// has not joined, retrying transient failures until the sim stops. It
+// returns the identity it joined with (nil when the agent had joined
+// before: the agent reads its data dir's).
+func (s *sim) setup(i int, dir string, log *slog.Logger) (string, machine.Machine, *identity.Identity, error) {
 	path, err := simConfig(dir, s.baseText, s.jwk)
 	if err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
 	m, err := newMachine(dir, s.e.getenv, simSeed(s.seed, i))
 	if err != nil {
-		return "", nil, err
-	}
-	if _, joined := join.AlreadyJoined(path); joined {
-		return path, m, nil
+		return "", nil, nil, err
 	}
 	policy := simJoinRetry
 	r, err := join.Join(s.e.ctx, join.Options{ConfigPath: path, Token: s.token, Machine: m, Version: version,
 		Capabilities: agent.Capabilities, AllowH2C: true, Log: log, Retry: &policy})
-	if err != nil && !errors.Is(err, join.ErrAlreadyJoined) {
-		return "", nil, err
+	switch {
+	case errors.Is(err, join.ErrAlreadyJoined):
+		return path, m, nil, nil
+	case err != nil:
+		return "", nil, nil, err
 	}
 	fmt.Fprintf(s.e.stdout, "agent %d joined as %s\n", i, r.NodeID)
-	return path, m, nil
+	return path, m, r.Identity, nil
 }
 
 // simSeed is agent i's seed: S+i for a numeric S, else S-i.
@@ -235,12 +238,7 @@ func simConfig(dir string, baseText, jwk []byte) (string, error) {
 	if err := config.WriteFileAtomic(filepath.Join(dir, config.JWKFileName), jwk, 0o644); err != nil {
 		return "", err
 	}
-	tmp := path + ".base"
-	if err := config.WriteFileAtomic(tmp, baseText, 0o644); err != nil {
-		return "", err
-	}
-	if err := config.Set(tmp, map[string]string{"data_dir": dir, "node_id": ""}, []string{"data_dir", "node_id"}); err != nil {
-		return "", err
-	}
-	return path, os.Rename(tmp, path)
+	// config.toml comes last: that it exists says the agent's files do.
+	text := config.Update(baseText, map[string]string{"data_dir": dir, "node_id": ""}, []string{"data_dir", "node_id"})
+	return path, config.WriteFileAtomic(path, text, 0o644)
 }

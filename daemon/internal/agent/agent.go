@@ -88,6 +88,10 @@ type Options struct {
 	RenewAfter time.Duration
 	// VPS makes the node a VPS host (vps.go; nil: no instances section).
 	VPS *VPS
+	// Identity is the identity this process just joined with and wrote
+	// (join.Result.Identity), taken as it is; nil: the data dir's, read
+	// and verified again (identity.Open).
+	Identity *identity.Identity
 }
 
 // ErrNeverConnects is every dial's error in the never-connecting build.
@@ -129,9 +133,11 @@ func New(opts Options) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	id, err := identity.Open(c.DataDir, signing, identity.Options{TPM: opts.TPM})
-	if err != nil {
-		return nil, err
+	id := opts.Identity
+	if id == nil {
+		if id, err = identity.Open(c.DataDir, signing, identity.Options{TPM: opts.TPM}); err != nil {
+			return nil, err
+		}
 	}
 	if id.NodeID != c.NodeID {
 		return nil, fmt.Errorf("%s names node %q, the identity in %s is %q", c.Path, c.NodeID, c.DataDir, id.NodeID)

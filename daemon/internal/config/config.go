@@ -270,31 +270,58 @@ func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
 // WriteFileAtomicFrom is WriteFileAtomic of what write writes; where write
 // fails, path is left as it was and its error returned.
 func WriteFileAtomicFrom(path string, perm os.FileMode, write func(io.Writer) error) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err := replaceFile(path, perm, write); err != nil {
+		return err
+	}
+	return SyncDir(filepath.Dir(path))
+}
+
+// File is one file of WriteFilesAtomic.
+type File struct {
+	Name string // within the directory
+	Data []byte
+	Perm os.FileMode
+}
+
+// WriteFilesAtomic writes each file into dir as WriteFileAtomic does, in
+// order, and fsyncs the directory once at the end: a crash leaves each
+// file either old or new (which of them is new, if any, it does not say).
+func WriteFilesAtomic(dir string, files ...File) error {
+	for _, f := range files {
+		if err := replaceFile(filepath.Join(dir, f.Name), f.Perm, func(w io.Writer) error {
+			_, err := w.Write(f.Data)
+			return err
+		}); err != nil {
+			return err
+		}
+	}
+	return SyncDir(dir)
+}
+
+// replaceFile writes a temporary file beside path, fsyncs it and renames
+// it over path (the directory is the caller's to fsync).
+func replaceFile(path string, perm os.FileMode, write func(io.Writer) error) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp.Name())
-	if err := write(tmp); err != nil {
-		tmp.Close()
-		return err
+	err = write(tmp)
+	if err == nil {
+		err = tmp.Chmod(perm)
 	}
-	if err := tmp.Chmod(perm); err != nil {
-		tmp.Close()
-		return err
+	if err == nil {
+		err = tmp.Sync()
 	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
+	if closeErr := tmp.Close(); err == nil {
+		err = closeErr
 	}
-	if err := tmp.Close(); err != nil {
-		return err
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
 	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
+	if err != nil {
+		os.Remove(tmp.Name()) // after a rename there is nothing to remove
 	}
-	return SyncDir(dir)
+	return err
 }
 
 // SyncDir fsyncs a directory so that a rename or a new file in it survives a crash.

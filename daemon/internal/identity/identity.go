@@ -8,6 +8,7 @@ package identity
 
 import (
 	"crypto"
+	"crypto/ecdsa"
 	"encoding/base64"
 	"encoding/pem"
 	"errors"
@@ -179,25 +180,43 @@ func CheckChain(r *agentv1.JoinResponse, csrPin string, now time.Time) error {
 // Save writes an identity into dataDir (created 0700): node.key (the
 // software key, or the record of a *tpm.NodeKey certified by the AK at
 // tpm.AKHandle), the chain and the signed response, each written
-// atomically.
-func Save(dataDir string, key crypto.Signer, chain [][]byte, response *pki.Envelope) error {
+// atomically (config.WriteFilesAtomic). response is env's payload, verified by the caller (join).
+// For a software key Save returns the identity as Open would read it
+// back, so a process that just joined need not read and verify it again;
+// for a TPM key it returns nil (Open it: it needs the TPM).
+func Save(dataDir string, key crypto.Signer, env *pki.Envelope, response *agentv1.JoinResponse) (*Identity, error) {
+	roots, bundle, err := Trust(response)
+	if err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
-		return err
+		return nil, err
 	}
 	if err := os.Chmod(dataDir, 0o700); err != nil {
-		return err
+		return nil, err
 	}
 	keyFile, err := encodeKey(key, tpm.AKHandle)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if err := config.WriteFileAtomic(filepath.Join(dataDir, KeyFile), keyFile, 0o600); err != nil {
-		return err
+	chain := response.GetCertificateChain()
+	// The identity exists only with all three files (Exists), so one fsync
+	// of the directory after the three renames is enough.
+	if err := config.WriteFilesAtomic(dataDir,
+		config.File{Name: KeyFile, Data: keyFile, Perm: 0o600},
+		config.File{Name: CertFile, Data: encodeChain(chain), Perm: 0o644},
+		config.File{Name: ResponseFile, Data: append(env.JSON(), '\n'), Perm: 0o644}); err != nil {
+		return nil, err
 	}
-	if err := config.WriteFileAtomic(filepath.Join(dataDir, CertFile), encodeChain(chain), 0o644); err != nil {
-		return err
+	software, ok := key.(*ecdsa.PrivateKey)
+	if !ok {
+		return nil, nil
 	}
-	return config.WriteFileAtomic(filepath.Join(dataDir, ResponseFile), append(response.JSON(), '\n'), 0o644)
+	id := &Identity{NodeID: response.GetNodeId(), Response: response, Roots: roots, TrustBundle: bundle,
+		dataDir: dataDir, stored: &storedKey{software: software, key: &software.PublicKey}, signer: software,
+		chain: chain}
+	id.Key = currentKey{id}
+	return id, nil
 }
 
 func encodeChain(chain [][]byte) []byte {

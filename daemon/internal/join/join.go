@@ -118,6 +118,9 @@ type Result struct {
 	NodeID string
 	// DataDir holds the identity.
 	DataDir string
+	// Identity is the identity written, as identity.Open would read it
+	// back (nil after a TPM join, or when the node had joined before).
+	Identity *identity.Identity
 }
 
 // AlreadyJoined reports whether the configuration at path names a node
@@ -211,7 +214,8 @@ func Join(ctx context.Context, opts Options) (*Result, error) {
 	if _, _, err := identity.Trust(response); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrResponse, err)
 	}
-	if err := identity.Save(c.DataDir, key, response.GetCertificateChain(), env); err != nil {
+	id, err := identity.Save(c.DataDir, key, env, response)
+	if err != nil {
 		return nil, fmt.Errorf("writing the identity: %w", err)
 	}
 	if err := config.Set(c.Path, map[string]string{"node_id": response.GetNodeId()}, nil); err != nil {
@@ -219,7 +223,7 @@ func Join(ctx context.Context, opts Options) (*Result, error) {
 	}
 	log.Info("join.joined", "node_id", response.GetNodeId(), "trust_domain", response.GetTrustDomain(),
 		"command_roots", len(response.GetTrust().GetCommandRoots()), "attestor", cmp.Or(opts.Attestor, AttestorToken))
-	return &Result{NodeID: response.GetNodeId(), DataDir: c.DataDir}, nil
+	return &Result{NodeID: response.GetNodeId(), DataDir: c.DataDir, Identity: id}, nil
 }
 
 // joinToken is the token join's one round: a fresh software key, its CSR,
@@ -237,15 +241,16 @@ func joinToken(ctx context.Context, client agentv1.JoinClient, c *config.Config,
 	if err != nil {
 		return nil, "", nil, err
 	}
-	csr, err := pki.ParseCSR(csrDER)
+	public, err := pki.PublicKeyOf(key)
 	if err != nil {
 		return nil, "", nil, err
 	}
-	sealed, err := pki.SealJoinToken(encryption, strings.TrimSpace(opts.Token), csr.Pin, time.Now().Unix())
+	csrPin := public.Pin()
+	sealed, err := pki.SealJoinToken(encryption, strings.TrimSpace(opts.Token), csrPin, time.Now().Unix())
 	if err != nil {
 		return nil, "", nil, fmt.Errorf("sealing the token: %w", err)
 	}
-	log.Info("join.request", "gateway", c.GatewayURL, "csr_pin", csr.Pin)
+	log.Info("join.request", "gateway", c.GatewayURL, "csr_pin", csrPin)
 	reply, err := call(ctx, client, &agentv1.JoinRequest{
 		Method: &agentv1.JoinRequest_Token{Token: &agentv1.TokenJoin{SealedToken: sealed, CsrDer: csrDER}},
 		Claims: claims(opts),
@@ -256,7 +261,7 @@ func joinToken(ctx context.Context, client agentv1.JoinClient, c *config.Config,
 	if reply.GetResponse() == nil {
 		return nil, "", nil, fmt.Errorf("%w: the reply carries no JoinResponse (a TPM challenge?)", ErrResponse)
 	}
-	return key, csr.Pin, reply.GetResponse(), nil
+	return key, csrPin, reply.GetResponse(), nil
 }
 
 // CallTimeout bounds one attempt of a Join call.

@@ -9,6 +9,7 @@ package join
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -16,6 +17,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -26,6 +28,7 @@ import (
 	"bcd/internal/pki"
 	"bcd/internal/retry"
 	"bcd/internal/testgw"
+	"google.golang.org/protobuf/proto"
 )
 
 const token = "bc_jt_secret_token_0123456789"
@@ -67,6 +70,15 @@ func TestAJoinWritesTheIdentity(t *testing.T) {
 	}
 	if id.NodeID != r.NodeID || len(id.Roots) != 1 || id.TrustBundle.GetSequence() != 1 {
 		t.Fatalf("identity %+v", id)
+	}
+	// The result's identity is the one read back, so an agent in this
+	// process can take it without verifying it again.
+	got := r.Identity
+	if got == nil || got.NodeID != id.NodeID || len(got.Roots) != 1 || got.Roots[0].Pin() != id.Roots[0].Pin() ||
+		!proto.Equal(got.TrustBundle, id.TrustBundle) || !proto.Equal(got.Response, id.Response) ||
+		!slices.EqualFunc(got.Chain(), id.Chain(), bytes.Equal) ||
+		!got.Key.Public().(*ecdsa.PublicKey).Equal(id.Key.Public()) || got.Certificate() == nil {
+		t.Fatalf("the join's identity %+v differs from the one read back %+v", got, id)
 	}
 	if strings.Contains(logs.String(), token) {
 		t.Fatal("the token is in the log")
