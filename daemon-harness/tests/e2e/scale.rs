@@ -50,6 +50,9 @@ struct Figures {
     stack_peak_rss: u64,
     stack_rss_per_session: u64,
     sim_rss_per_agent: u64,
+    /// CPU time used until all were adopted: the stack's (this process's,
+    /// since the fleet started) and every bcd sim's.
+    cpu_until_adopted: [Duration; 2],
     floor: Floor,
     restart_connected: Duration,
     restart_connected_since_shutdown: Duration,
@@ -90,6 +93,15 @@ async fn bench_scale() {
         kib(f.stack_rss_per_session)
     );
     println!("bcd sim: {:.1} KiB per agent (RSS with all connected, / agents)", kib(f.sim_rss_per_agent));
+    let [stack_cpu, sim_cpu] = f.cpu_until_adopted;
+    let per_node = |d: Duration| d / scale.nodes as u32;
+    println!(
+        "cpu until all adopted: stack {stack_cpu:.2?}, bcd sim {sim_cpu:.2?} (a node's {:.2?} on the stack and {:.2?} on bcd; {:.2?} of {cores} cores' {:.2?})",
+        per_node(stack_cpu),
+        per_node(sim_cpu),
+        stack_cpu + sim_cpu,
+        f.adopted * cores as u32
+    );
     println!(
         "crypto floor: {:.2?} (the join's and first session's P-256, X25519 and Ed25519 operations, a node's {:.0?} on bcd and {:.0?} on the stack, x N / {cores} cores); wall (all adopted) / floor = {:.1}",
         f.floor.total,
@@ -127,6 +139,7 @@ async fn run(name: &str, scale: Scale) -> Option<Figures> {
         let node = env.must_make_node_in(&agents_parent(), &format!("fleet-{p}"), "hgx-h100", SEED).await;
         procs.push((node, *share, (1_000_000 + p * 20_000).to_string()));
     }
+    let cpu_before = cpu_time("self").unwrap_or_default();
     let started_ms = unix_ms();
     let started = Instant::now();
     let mut sims: Vec<Background> = Vec::new();
@@ -153,6 +166,10 @@ async fn run(name: &str, scale: Scale) -> Option<Figures> {
         at.iter().all(Option::is_some)
     })
     .await;
+    let cpu_until_adopted = [
+        cpu_time("self").unwrap_or_default().saturating_sub(cpu_before),
+        sims.iter().filter_map(|s| s.pid()).filter_map(|pid| cpu_time(&pid.to_string())).sum(),
+    ];
     if counts.sessions == scale.nodes as u64 {
         stack_rss_connected = rss(std::process::id()).unwrap_or(0);
         sim_rss = sims.iter().filter_map(|s| s.pid()).filter_map(rss).sum::<u64>();
@@ -249,6 +266,7 @@ async fn run(name: &str, scale: Scale) -> Option<Figures> {
         stack_peak_rss,
         stack_rss_per_session: per_session,
         sim_rss_per_agent: sim_rss / scale.nodes as u64,
+        cpu_until_adopted,
         floor,
         restart_connected,
         restart_connected_since_shutdown,
@@ -419,6 +437,18 @@ fn unix_ms() -> i64 {
 /// A process's resident memory (VmRSS), in bytes.
 fn rss(pid: u32) -> Option<u64> {
     status_kib(&format!("/proc/{pid}/status"), "VmRSS:").map(|k| k * 1024)
+}
+
+/// The CPU time (user and system) a process has used: `pid` or "self".
+fn cpu_time(pid: &str) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command's ")": utime and stime are the 14th and
+    // 15th of the line, in clock ticks.
+    let mut rest = stat.rsplit_once(')')?.1.split_whitespace().skip(11);
+    let ticks: u64 = rest.next()?.parse::<u64>().ok()? + rest.next()?.parse::<u64>().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    Some(Duration::from_secs_f64(ticks as f64 / per_second))
 }
 
 /// This process's peak resident memory (VmHWM), in bytes.
