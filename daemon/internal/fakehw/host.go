@@ -143,8 +143,9 @@ func (m *Machine) tee(paths []string, text string) error {
 func (m *Machine) reservePages(size string, node int, n uint64) error {
 	nodes := int(m.inventory.System.GetNumaNodes())
 	counts := make([]uint64, nodes)
+	machineWide := m.machinePages(size)
 	for i := range counts {
-		counts[i] = m.nodePages(size, i)
+		counts[i] = m.nodePages(size, i, machineWide)
 	}
 	if node >= 0 {
 		counts[node] = n
@@ -193,13 +194,12 @@ func (m *Machine) machinePages(size string) uint64 {
 }
 
 // nodePages is a node's count of size: its own file, or an even share of
-// the machine-wide count (node 0 taking the remainder).
-func (m *Machine) nodePages(size string, node int) uint64 {
+// total, the machine-wide count (node 0 taking the remainder).
+func (m *Machine) nodePages(size string, node int, total uint64) uint64 {
 	if n, ok := m.readKernel(nodePagesPath(node, size)); ok {
 		return n
 	}
 	nodes := uint64(m.inventory.System.GetNumaNodes())
-	total := m.machinePages(size)
 	share := total / nodes
 	if node == 0 {
 		share += total % nodes

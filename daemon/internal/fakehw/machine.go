@@ -114,8 +114,8 @@ func (m *Machine) Inventory() (*machine.Inventory, error) {
 	sys.Hugepages_2Mi = m.machinePages(HugePages2Mi)
 	sys.Hugepages_1Gi = m.machinePages(HugePages1Gi)
 	for i, node := range sys.GetNuma() {
-		node.Hugepages_2Mi = m.nodePages(HugePages2Mi, i)
-		node.Hugepages_1Gi = m.nodePages(HugePages1Gi, i)
+		node.Hugepages_2Mi = m.nodePages(HugePages2Mi, i, sys.Hugepages_2Mi)
+		node.Hugepages_1Gi = m.nodePages(HugePages1Gi, i, sys.Hugepages_1Gi)
 	}
 	return &machine.Inventory{System: sys, GPUs: m.inventory.GPUs, Network: m.inventory.Network}, nil
 }

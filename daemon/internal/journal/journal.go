@@ -5,11 +5,13 @@
 // with the boot id, done results kept 7 days), the server-time mark that
 // only moves forward, and the applied spec. It is one bbolt file: every
 // change is a transaction that is fsynced before it returns, so nothing a
-// caller was told is written is lost on a crash. The one exception is an
-// ack: it takes effect at once for every reader but is written with the
-// next change, or AckFlushDelay after it came; one lost in a crash drops
-// nothing that is needed, since the next Welcome names the gateway's acked
-// seq again. A transaction that changes nothing is not written at all.
+// caller was told is written is lost on a crash. The exceptions are an ack
+// and a move of the mark: each takes effect at once for every reader but is
+// written with the next change, or LazyWriteDelay after it came. An ack
+// lost in a crash drops nothing that is needed (the next Welcome names the
+// gateway's acked seq again); a mark lost in a crash is at most that much
+// older, far inside the 5 minutes the mark's rules allow. A transaction
+// that changes nothing is not written at all.
 package journal
 
 import (
@@ -36,11 +38,12 @@ const (
 	MaxUnackedBytes = 64 << 20
 	// DoneRetention is how long a done command's result is kept.
 	DoneRetention = 7 * 24 * time.Hour
-	// AckFlushDelay is the longest an ack waits in memory for the journal's
-	// next change before it is written on its own: a gateway acks every
-	// event, and a commit of its own for each was a third of the journal's
+	// LazyWriteDelay is the longest an ack or a move of the mark waits in
+	// memory for the journal's next change before it is written on its own:
+	// a gateway acks every event and sends its time in every Welcome and
+	// Ping, and a commit of its own for each was half of the journal's
 	// commits (and of its allocations) while a fleet joined.
-	AckFlushDelay = time.Second
+	LazyWriteDelay = time.Second
 )
 
 // errUnchanged, returned by an Update's function, ends the transaction
@@ -132,10 +135,16 @@ type Journal struct {
 	now       func() time.Time
 	log       *slog.Logger
 
-	// mu guards the ack that is taken but not yet written.
-	mu         sync.Mutex
-	pendingAck uint64      // the highest seq acked since the last write (0: none)
-	ackFlush   *time.Timer // writes pendingAck when no change came first
+	// mu guards what is taken but not yet written.
+	mu      sync.Mutex
+	pending lazy
+	flush   *time.Timer // writes pending when no change came first
+}
+
+// lazy is what the journal has taken but not yet written (zero: nothing).
+type lazy struct {
+	ack             uint64 // the highest seq acked
+	mark, markHeard int64  // the mark and when it moved (Unix ms)
 }
 
 // Open opens (or creates) the journal at path. A new journal gets a fresh
@@ -200,24 +209,47 @@ func newID(prefix string) string {
 // Close writes a pending ack and closes the file.
 func (j *Journal) Close() error {
 	j.mu.Lock()
-	if j.ackFlush != nil {
-		j.ackFlush.Stop()
-		j.ackFlush = nil
+	if j.flush != nil {
+		j.flush.Stop()
+		j.flush = nil
 	}
 	j.mu.Unlock()
-	flushErr := j.flushAck()
+	flushErr := j.writeLazy()
 	if err := j.db.Close(); err != nil {
 		return err
 	}
 	return flushErr
 }
 
-// flushAck writes the pending ack, if any, in a transaction of its own.
-func (j *Journal) flushAck() error {
-	if j.acked() == 0 {
+// writeLazy writes what is pending, if anything, in a transaction of its own.
+func (j *Journal) writeLazy() error {
+	if j.lazy() == (lazy{}) {
 		return nil
 	}
 	return j.Update(func(*Tx) error { return errUnchanged })
+}
+
+// lazy is what is taken but not yet written.
+func (j *Journal) lazy() lazy {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.pending
+}
+
+// takeLazily records a change to write later and makes sure it will be
+// (mu held).
+func (j *Journal) takeLazily(change func(*lazy)) {
+	change(&j.pending)
+	if j.flush == nil {
+		j.flush = time.AfterFunc(LazyWriteDelay, func() {
+			j.mu.Lock()
+			j.flush = nil
+			j.mu.Unlock()
+			if err := j.writeLazy(); err != nil && !errors.Is(err, bolt.ErrDatabaseNotOpen) {
+				j.log.Error("journal.write_failed", "err", err)
+			}
+		})
+	}
 }
 
 // ID is the journal id, which the Hello carries.
@@ -250,22 +282,19 @@ type Tx struct {
 	dropped int
 }
 
-// Update runs fn in one transaction, fsynced before Update returns; a
-// pending ack is written in it first. A transaction that changes nothing
-// (fn returned errUnchanged and no ack was pending) is not written.
+// Update runs fn in one transaction, fsynced before Update returns; what
+// is pending (an ack, a mark) is written in it first. A transaction that
+// changes nothing (fn returned errUnchanged and nothing was pending) is not
+// written.
 func (j *Journal) Update(fn func(*Tx) error) error {
-	j.mu.Lock()
-	ack := j.pendingAck
-	j.mu.Unlock()
+	pending := j.lazy()
 	var dropped int
 	err := j.db.Update(func(tx *bolt.Tx) error {
 		t := &Tx{j: j, tx: tx}
-		if ack > 0 {
-			if err := t.ack(ack); err != nil {
-				return err
-			}
+		if err := t.writeLazy(pending); err != nil {
+			return err
 		}
-		if err := fn(t); err != nil && (!errors.Is(err, errUnchanged) || ack == 0) {
+		if err := fn(t); err != nil && (!errors.Is(err, errUnchanged) || pending == (lazy{})) {
 			return err
 		}
 		dropped = t.dropped
@@ -274,13 +303,13 @@ func (j *Journal) Update(fn func(*Tx) error) error {
 	if errors.Is(err, errUnchanged) {
 		err = nil
 	}
-	if err == nil && ack > 0 {
+	if err == nil && pending != (lazy{}) {
 		j.mu.Lock()
-		if j.pendingAck == ack { // not overtaken by a later ack meanwhile
-			j.pendingAck = 0
-			if j.ackFlush != nil {
-				j.ackFlush.Stop()
-				j.ackFlush = nil
+		if j.pending == pending { // else a later change came meanwhile: it stays pending
+			j.pending = lazy{}
+			if j.flush != nil {
+				j.flush.Stop()
+				j.flush = nil
 			}
 		}
 		j.mu.Unlock()
@@ -347,7 +376,7 @@ func (j *Journal) Append(frame *agentv1.NodeFrame) (uint64, error) {
 }
 
 // Ack drops every event with seq ≤ upTo: at once for every reader, in the
-// file with the journal's next change or AckFlushDelay later (see the
+// file with the journal's next change or LazyWriteDelay later (see the
 // package comment). An upTo beyond the last event appended is ErrAckBeyond
 // and changes nothing.
 func (j *Journal) Ack(upTo uint64) error {
@@ -359,18 +388,26 @@ func (j *Journal) Ack(upTo uint64) error {
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	j.pendingAck = max(j.pendingAck, upTo)
-	if j.ackFlush == nil {
-		j.ackFlush = time.AfterFunc(AckFlushDelay, func() {
-			j.mu.Lock()
-			j.ackFlush = nil
-			j.mu.Unlock()
-			if err := j.flushAck(); err != nil && !errors.Is(err, bolt.ErrDatabaseNotOpen) {
-				j.log.Error("journal.ack_failed", "err", err)
-			}
-		})
-	}
+	j.takeLazily(func(p *lazy) { p.ack = max(p.ack, upTo) })
 	return nil
+}
+
+// writeLazy writes what was pending when the transaction began: the ack
+// (at most the last seq appended) and the mark, each only forward.
+func (t *Tx) writeLazy(p lazy) error {
+	if p.ack > 0 {
+		if err := t.ack(p.ack); err != nil {
+			return err
+		}
+	}
+	meta := t.tx.Bucket(bucketMeta)
+	if p.mark <= int64(u64(meta.Get(keyMark))) {
+		return nil
+	}
+	if err := putU64(meta, keyMarkHeard, uint64(max(p.markHeard, 0))); err != nil {
+		return err
+	}
+	return putU64(meta, keyMark, uint64(p.mark))
 }
 
 // ack drops the events with seq ≤ upTo and records upTo as the last acked
@@ -398,11 +435,7 @@ func (t *Tx) ack(upTo uint64) error {
 }
 
 // acked is the ack taken but not yet written (0 for none).
-func (j *Journal) acked() uint64 {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return j.pendingAck
-}
+func (j *Journal) acked() uint64 { return j.lazy().ack }
 
 // LastAcked is the highest seq the gateway acked (0 for none).
 func (j *Journal) LastAcked() uint64 {
@@ -559,26 +592,30 @@ func (j *Journal) MarkHeard() (mark, heardAtMs int64) {
 		mark, heardAtMs = int64(u64(meta.Get(keyMark))), int64(u64(meta.Get(keyMarkHeard)))
 		return nil
 	})
+	if p := j.lazy(); p.mark > mark {
+		return p.mark, p.markHeard
+	}
 	return mark, heardAtMs
 }
 
 // AdvanceMark sets the mark to max(mark, serverTimeMs) and returns it; when
-// it moves, the local time is kept with it (MarkHeard).
+// it moves, the local time is kept with it (MarkHeard). The move takes
+// effect at once and is written with the journal's next change or
+// LazyWriteDelay later (see the package comment).
 func (j *Journal) AdvanceMark(serverTimeMs int64) (int64, error) {
-	var mark int64
-	err := j.Update(func(t *Tx) error {
-		meta := t.tx.Bucket(bucketMeta)
-		mark = int64(u64(meta.Get(keyMark)))
-		if serverTimeMs <= mark {
-			return errUnchanged
+	mark, _ := j.MarkHeard()
+	if serverTimeMs <= mark {
+		return mark, nil
+	}
+	heard := j.now().UnixMilli()
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.takeLazily(func(p *lazy) {
+		if serverTimeMs > p.mark {
+			p.mark, p.markHeard = serverTimeMs, heard
 		}
-		mark = serverTimeMs
-		if err := putU64(meta, keyMarkHeard, uint64(max(j.now().UnixMilli(), 0))); err != nil {
-			return err
-		}
-		return putU64(meta, keyMark, uint64(mark))
 	})
-	return mark, err
+	return max(serverTimeMs, j.pending.mark), nil
 }
 
 // Applied returns the applied generation and the applied spec's envelope

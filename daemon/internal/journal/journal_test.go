@@ -263,10 +263,10 @@ func TestAnAckWithNoChangeAfterItIsWrittenOnItsOwn(t *testing.T) {
 	if err := j.Ack(1); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * AckFlushDelay)
+	deadline := time.Now().Add(10 * LazyWriteDelay)
 	for _, acked := committed(t, j); acked != 1; _, acked = committed(t, j) {
 		if time.Now().After(deadline) {
-			t.Fatalf("the ack was not written within %v", 10*AckFlushDelay)
+			t.Fatalf("the ack was not written within %v", 10*LazyWriteDelay)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -300,6 +300,9 @@ func TestATransactionThatChangesNothingIsNotWritten(t *testing.T) {
 	if _, err := j.AdvanceMark(1_000); err != nil {
 		t.Fatal(err)
 	}
+	if err := j.writeLazy(); err != nil {
+		t.Fatal(err)
+	}
 	before, _ := committed(t, j)
 	if mark, err := j.AdvanceMark(500); err != nil || mark != 1_000 {
 		t.Fatalf("mark %d, %v", mark, err)
@@ -312,5 +315,27 @@ func TestATransactionThatChangesNothingIsNotWritten(t *testing.T) {
 	}
 	if id, _ := committed(t, j); id != before {
 		t.Fatalf("unchanged journal written: tx %d → %d", before, id)
+	}
+}
+
+func TestAMarkIsSeenAtOnceAndWrittenWithTheNextChange(t *testing.T) {
+	j := open(t, filepath.Join(t.TempDir(), "journal.db"), Options{Now: func() time.Time { return time.UnixMilli(7) }})
+	before, _ := committed(t, j)
+	if mark, err := j.AdvanceMark(5_000); err != nil || mark != 5_000 {
+		t.Fatalf("mark %d, %v", mark, err)
+	}
+	if mark, heard := j.MarkHeard(); mark != 5_000 || heard != 7 {
+		t.Fatalf("after the move: mark %d heard at %d", mark, heard)
+	}
+	if id, _ := committed(t, j); id != before {
+		t.Fatalf("the mark had a transaction of its own: tx %d → %d", before, id)
+	}
+	if _, err := j.Append(heartbeat(1)); err != nil {
+		t.Fatal(err)
+	}
+	var written int64
+	_ = j.db.View(func(tx *bolt.Tx) error { written = int64(u64(tx.Bucket(bucketMeta).Get(keyMark))); return nil })
+	if id, _ := committed(t, j); id != before+1 || written != 5_000 {
+		t.Fatalf("the next change did not carry the mark: tx %d → %d, written mark %d", before, id, written)
 	}
 }
