@@ -206,7 +206,7 @@ func newID(prefix string) string {
 	return prefix + hex.EncodeToString(b[:])
 }
 
-// Close writes a pending ack and closes the file.
+// Close writes what is pending (an ack, a mark) and closes the file.
 func (j *Journal) Close() error {
 	j.mu.Lock()
 	if j.flush != nil {
