@@ -180,32 +180,34 @@ func CheckChain(r *agentv1.JoinResponse, csrPin string, now time.Time) error {
 // Save writes an identity into dataDir (created 0700): node.key (the
 // software key, or the record of a *tpm.NodeKey certified by the AK at
 // tpm.AKHandle), the chain and the signed response, each written
-// atomically (config.WriteFilesAtomic). response is env's payload, verified by the caller (join).
-// For a software key Save returns the identity as Open would read it
-// back, so a process that just joined need not read and verify it again;
-// for a TPM key it returns nil (Open it: it needs the TPM).
-func Save(dataDir string, key crypto.Signer, env *pki.Envelope, response *agentv1.JoinResponse) (*Identity, error) {
-	roots, bundle, err := Trust(response)
-	if err != nil {
-		return nil, err
-	}
+// atomically (config.WriteFilesAtomic).
+func Save(dataDir string, key crypto.Signer, chain [][]byte, response *pki.Envelope) error {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
-		return nil, err
+		return err
 	}
 	if err := os.Chmod(dataDir, 0o700); err != nil {
-		return nil, err
+		return err
 	}
 	keyFile, err := encodeKey(key, tpm.AKHandle)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	chain := response.GetCertificateChain()
 	// The identity exists only with all three files (Exists), so one fsync
 	// of the directory after the three renames is enough.
-	if err := config.WriteFilesAtomic(dataDir,
+	return config.WriteFilesAtomic(dataDir,
 		config.File{Name: KeyFile, Data: keyFile, Perm: 0o600},
 		config.File{Name: CertFile, Data: encodeChain(chain), Perm: 0o644},
-		config.File{Name: ResponseFile, Data: append(env.JSON(), '\n'), Perm: 0o644}); err != nil {
+		config.File{Name: ResponseFile, Data: append(response.JSON(), '\n'), Perm: 0o644})
+}
+
+// Joined is the identity a join's verified response makes with key, as
+// Open reads it back once Save wrote it to dataDir, so a process that just
+// joined need not read and verify it again. It refuses a response whose
+// trust does not decode (Trust). For a TPM key it returns nil: Open that
+// identity (it needs the TPM).
+func Joined(dataDir string, key crypto.Signer, response *agentv1.JoinResponse) (*Identity, error) {
+	roots, bundle, err := Trust(response)
+	if err != nil {
 		return nil, err
 	}
 	software, ok := key.(*ecdsa.PrivateKey)
@@ -214,7 +216,7 @@ func Save(dataDir string, key crypto.Signer, env *pki.Envelope, response *agentv
 	}
 	id := &Identity{NodeID: response.GetNodeId(), Response: response, Roots: roots, TrustBundle: bundle,
 		dataDir: dataDir, stored: &storedKey{software: software, key: &software.PublicKey}, signer: software,
-		chain: chain}
+		chain: response.GetCertificateChain()}
 	id.Key = currentKey{id}
 	return id, nil
 }

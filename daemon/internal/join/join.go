@@ -119,7 +119,8 @@ type Result struct {
 	// DataDir holds the identity.
 	DataDir string
 	// Identity is the identity written, as identity.Open would read it
-	// back (nil after a TPM join, or when the node had joined before).
+	// back (identity.Joined; nil after a TPM join, or when the node had
+	// joined before).
 	Identity *identity.Identity
 }
 
@@ -211,11 +212,11 @@ func Join(ctx context.Context, opts Options) (*Result, error) {
 	if err := identity.CheckChain(response, csrPin, time.Now()); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrResponse, err)
 	}
-	if _, _, err := identity.Trust(response); err != nil {
+	id, err := identity.Joined(c.DataDir, key, response)
+	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrResponse, err)
 	}
-	id, err := identity.Save(c.DataDir, key, env, response)
-	if err != nil {
+	if err := identity.Save(c.DataDir, key, response.GetCertificateChain(), env); err != nil {
 		return nil, fmt.Errorf("writing the identity: %w", err)
 	}
 	if err := config.Set(c.Path, map[string]string{"node_id": response.GetNodeId()}, nil); err != nil {
