@@ -236,10 +236,9 @@ func (j *Journal) lazy() lazy {
 	return j.pending
 }
 
-// takeLazily records a change to write later and makes sure it will be
+// writeLater makes sure what is pending is written within LazyWriteDelay
 // (mu held).
-func (j *Journal) takeLazily(change func(*lazy)) {
-	change(&j.pending)
+func (j *Journal) writeLater() {
 	if j.flush == nil {
 		j.flush = time.AfterFunc(LazyWriteDelay, func() {
 			j.mu.Lock()
@@ -388,7 +387,8 @@ func (j *Journal) Ack(upTo uint64) error {
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	j.takeLazily(func(p *lazy) { p.ack = max(p.ack, upTo) })
+	j.pending.ack = max(j.pending.ack, upTo)
+	j.writeLater()
 	return nil
 }
 
@@ -610,12 +610,11 @@ func (j *Journal) AdvanceMark(serverTimeMs int64) (int64, error) {
 	heard := j.now().UnixMilli()
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	j.takeLazily(func(p *lazy) {
-		if serverTimeMs > p.mark {
-			p.mark, p.markHeard = serverTimeMs, heard
-		}
-	})
-	return max(serverTimeMs, j.pending.mark), nil
+	if serverTimeMs > j.pending.mark {
+		j.pending.mark, j.pending.markHeard = serverTimeMs, heard
+		j.writeLater()
+	}
+	return j.pending.mark, nil
 }
 
 // Applied returns the applied generation and the applied spec's envelope
