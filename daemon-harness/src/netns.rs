@@ -111,7 +111,7 @@ pub fn link_exists(name: &str) -> bool {
 }
 
 /// The pids of the processes inside namespace `name`.
-fn pids_in(name: &str) -> Vec<i32> {
+pub fn pids_in(name: &str) -> Vec<i32> {
     Command::new(ip_program())
         .args(["netns", "pids", name])
         .output()

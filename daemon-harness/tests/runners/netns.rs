@@ -93,13 +93,10 @@ fn a_panicking_test_leaves_nothing_behind() {
         // A process still running inside is killed by the cleanup too: once
         // it is inside (`ip netns pids` lists it), the panic.
         let child = runner.netns().command("sleep".as_ref(), &["600".into()]).spawn().unwrap();
-        let pid = child.id().to_string();
+        let pid = child.id() as i32;
         *sleeper.lock().unwrap() = Some(child);
         let name = runner.netns().name().to_string();
-        await_condition("the sleeper inside the namespace", || {
-            let out = Command::new(netns::ip_program()).args(["netns", "pids", &name]).output().unwrap();
-            String::from_utf8_lossy(&out.stdout).split_whitespace().any(|p| p == pid)
-        });
+        await_condition("the sleeper inside the namespace", || netns::pids_in(&name).contains(&pid));
         panic!("a deliberate panic, to test the cleanup");
     });
     assert!(outcome.is_err());
