@@ -62,6 +62,9 @@ struct Figures {
     restart_start: Duration,
     /// When 50 %, 90 % and 99 % were connected again after the start.
     restart_quantiles: [Duration; 3],
+    /// CPU time the stack and every bcd sim used from the stack's start on
+    /// its file until all were connected again.
+    cpu_until_back: [Duration; 2],
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -115,6 +118,12 @@ async fn bench_scale() {
     );
     let [q50, q90, q99] = f.restart_quantiles;
     println!("restart: 50 % connected again after {q50:.2?}, 90 % after {q90:.2?}, 99 % after {q99:.2?}");
+    let [stack_cpu, sim_cpu] = f.cpu_until_back;
+    println!(
+        "cpu until all connected again: stack {stack_cpu:.2?}, bcd sim {sim_cpu:.2?} ({:.2?} of {cores} cores' {:.2?})",
+        stack_cpu + sim_cpu,
+        f.restart_connected * cores as u32
+    );
 }
 
 /// One run; None when a prerequisite is missing (skipped).
@@ -139,7 +148,7 @@ async fn run(name: &str, scale: Scale) -> Option<Figures> {
         let node = env.must_make_node_in(&agents_parent(), &format!("fleet-{p}"), "hgx-h100", SEED).await;
         procs.push((node, *share, (1_000_000 + p * 20_000).to_string()));
     }
-    let cpu_before = cpu_time("self").unwrap_or_default();
+    let cpu_before = cpu_times(&[])[0];
     let started_ms = unix_ms();
     let started = Instant::now();
     let mut sims: Vec<Background> = Vec::new();
@@ -166,10 +175,9 @@ async fn run(name: &str, scale: Scale) -> Option<Figures> {
         at.iter().all(Option::is_some)
     })
     .await;
-    let cpu_until_adopted = [
-        cpu_time("self").unwrap_or_default().saturating_sub(cpu_before),
-        sims.iter().filter_map(|s| s.pid()).filter_map(|pid| cpu_time(&pid.to_string())).sum(),
-    ];
+    let pids: Vec<u32> = sims.iter().filter_map(|s| s.pid()).collect();
+    let [stack_cpu, sims_cpu] = cpu_times(&pids);
+    let cpu_until_adopted = [stack_cpu.saturating_sub(cpu_before), sims_cpu];
     if counts.sessions == scale.nodes as u64 {
         stack_rss_connected = rss(std::process::id()).unwrap_or(0);
         sim_rss = sims.iter().filter_map(|s| s.pid()).filter_map(rss).sum::<u64>();
@@ -219,6 +227,9 @@ async fn run(name: &str, scale: Scale) -> Option<Figures> {
     let shutdown = Instant::now();
     let (restart_shutdown, restart_start) = env.restart_stack().await;
     let up = Instant::now();
+    let pids: Vec<u32> = sims.iter().filter_map(|s| s.pid()).collect();
+    let cpu_at_up = cpu_times(&pids);
+    let mut cpu_until_back = [Duration::ZERO; 2];
     let mut back = None;
     // When half, 90 % and 99 % of the agents were connected again.
     let mut quantiles: [Option<Duration>; 3] = [None; 3];
@@ -230,6 +241,8 @@ async fn run(name: &str, scale: Scale) -> Option<Figures> {
         }
         if back.is_none() && c.sessions == scale.nodes as u64 {
             back = Some(up.elapsed());
+            let now = cpu_times(&pids);
+            cpu_until_back = [0, 1].map(|i| now[i].saturating_sub(cpu_at_up[i]));
         }
         back.is_some() && c.commands_done == c.commands
     })
@@ -273,6 +286,7 @@ async fn run(name: &str, scale: Scale) -> Option<Figures> {
         restart_shutdown,
         restart_start,
         restart_quantiles,
+        cpu_until_back,
     })
 }
 
@@ -440,6 +454,13 @@ fn rss(pid: u32) -> Option<u64> {
 }
 
 /// The CPU time (user and system) a process has used: `pid` or "self".
+/// The CPU time used so far by this process (the stack) and by the bcd sim
+/// processes, in total.
+fn cpu_times(sims: &[u32]) -> [Duration; 2] {
+    let sims = sims.iter().filter_map(|pid| cpu_time(&pid.to_string())).sum();
+    [cpu_time("self").unwrap_or_default(), sims]
+}
+
 fn cpu_time(pid: &str) -> Option<Duration> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The fields after the command's ")": utime and stime are the 14th and

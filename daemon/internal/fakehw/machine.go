@@ -51,10 +51,8 @@ func New(dataDir, seed, variant string) (*Machine, error) {
 		return nil, err
 	}
 	m := &Machine{root: filepath.Join(dataDir, RootName), seed: seed, variant: variant, inventory: inv}
-	for _, dir := range []string{"run", "etc/cdi", "var/lib/fakehw/executions", "var/log", "proc/sys/kernel/random"} {
-		if err := os.MkdirAll(filepath.Join(m.root, dir), 0o755); err != nil {
-			return nil, err
-		}
+	if err := mkdirTree(m.root, rootDirs); err != nil {
+		return nil, err
 	}
 	data, err := os.ReadFile(m.bootIDPath())
 	switch {
@@ -68,6 +66,30 @@ func New(dataDir, seed, variant string) (*Machine, error) {
 		return nil, err
 	}
 	return m, nil
+}
+
+// rootDirs are the fake root's directories, each after its parent.
+var rootDirs = []string{"run", "etc", "etc/cdi", "var", "var/lib", "var/lib/fakehw", "var/lib/fakehw/executions",
+	"var/log", "proc", "proc/sys", "proc/sys/kernel", "proc/sys/kernel/random"}
+
+// mkdirTree creates root (and its parents) and dirs under it, each listed
+// after its parent; one that exists is left as it is. Hand-written rather
+// than os.MkdirAll per directory, which stats every path and its parents
+// before it creates one: a bcd sim creates 10,000 such trees.
+func mkdirTree(root string, dirs []string) error {
+	err := os.Mkdir(root, 0o755)
+	if errors.Is(err, os.ErrNotExist) {
+		err = os.MkdirAll(root, 0o755)
+	}
+	if err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	for _, dir := range dirs {
+		if err := os.Mkdir(filepath.Join(root, dir), 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return err
+		}
+	}
+	return nil
 }
 
 func (m *Machine) bootIDPath() string {
