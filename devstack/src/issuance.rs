@@ -28,8 +28,7 @@ pub fn issue(
         not_before_ms: now_ms - SKEW_MS,
     };
     let keys = &shared.keys;
-    let der = x509::issue_node_certificate(&keys.node_ca_key, &keys.node_ca_der, csr, &node)
-        .map_err(Error::pki("issue a node certificate"))?;
+    let der = keys.node_issuer().issue(csr, &node).map_err(Error::pki("issue a node certificate"))?;
     let described = x509::describe_der(&der).map_err(Error::pki("read an issued certificate"))?;
     Ok(NodeCertRow {
         node_id: node_id.to_string(),

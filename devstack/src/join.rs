@@ -47,15 +47,21 @@ impl JoinService {
         let shared = &self.shared;
         let now = now_ms();
         let csr = pki::x509::parse_csr(&token.csr_der).map_err(|e| status::from_pki(&e))?;
-        let payload = pki::join::open_token(&shared.keys.join_encryption, &token.sealed_token, &csr.pin, now).map_err(
-            |e| match e {
-                // The decoder's message may quote the sealed payload: keep it out.
-                pki::Error::Join(pki::JoinError::TokenPayload { .. }) => {
-                    refuse(e.refusal(), "the sealed payload is not {token, csr, iat} JSON")
-                }
-                _ => status::from_pki(&e),
-            },
-        )?;
+        let keys = &shared.keys;
+        let payload = pki::join::open_token_as(
+            &keys.join_encryption,
+            &keys.join_encryption_pin(),
+            &token.sealed_token,
+            &csr.pin,
+            now,
+        )
+        .map_err(|e| match e {
+            // The decoder's message may quote the sealed payload: keep it out.
+            pki::Error::Join(pki::JoinError::TokenPayload { .. }) => {
+                refuse(e.refusal(), "the sealed payload is not {token, csr, iat} JSON")
+            }
+            _ => status::from_pki(&e),
+        })?;
         let sha = hex::encode(Sha256::digest(payload.token.as_bytes()));
         let token_row = shared
             .store

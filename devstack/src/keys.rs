@@ -115,12 +115,8 @@ impl IntentKeys {
 
 /// Every key and certificate of the stack.
 pub struct StackKeys {
-    /// Issues node certificates.
-    pub node_ca_key: p256::SecretKey,
     /// The node CA certificate (DER).
     pub node_ca_der: Vec<u8>,
-    /// Issues the gateway's serving certificate.
-    pub serving_ca_key: p256::SecretKey,
     /// The serving CA certificate (DER); bcd pins its key.
     pub serving_ca_der: Vec<u8>,
     /// The gateway's TLS key.
@@ -135,6 +131,12 @@ pub struct StackKeys {
     pub intent: Option<IntentKeys>,
     /// Sign release manifests.
     pub release: Vec<ed25519_dalek::SigningKey>,
+    /// The node CA with its key, ready to issue, and the pins every join
+    /// sends or checks: derived once (each derivation is a scalar
+    /// multiplication).
+    node_issuer: pki::x509::NodeIssuer,
+    serving_ca_pin: String,
+    join_encryption_pin: String,
 }
 
 impl StackKeys {
@@ -164,10 +166,15 @@ impl StackKeys {
                 }
                 ReleaseKeys::Given(seeds) => seeds.iter().map(ed25519_dalek::SigningKey::from_bytes).collect(),
             };
+            let node_issuer =
+                pki::x509::NodeIssuer::new(&node_ca_key, &node_ca_der).map_err(|e| stored_key_err("node-ca.crt", e))?;
+            let serving_ca_pin = Signer::public_key(&serving_ca_key).pin();
+            let join_encryption_pin = join_encryption.keyid();
             Ok(StackKeys {
-                node_ca_key,
+                node_issuer,
+                serving_ca_pin,
+                join_encryption_pin,
                 node_ca_der,
-                serving_ca_key,
                 serving_ca_der,
                 gateway_key,
                 gateway_der,
@@ -181,7 +188,12 @@ impl StackKeys {
 
     /// The serving CA's pin (bcd's `serving_ca_spki_pin`).
     pub fn serving_ca_pin(&self) -> String {
-        Signer::public_key(&self.serving_ca_key).pin()
+        self.serving_ca_pin.clone()
+    }
+
+    /// The node CA, ready to issue node certificates.
+    pub fn node_issuer(&self) -> &pki::x509::NodeIssuer {
+        &self.node_issuer
     }
 
     /// The join-signing key's pin.
@@ -197,7 +209,7 @@ impl StackKeys {
 
     /// The join-encryption key's pin (the sealed token's `kid`).
     pub fn join_encryption_pin(&self) -> String {
-        self.join_encryption.keyid()
+        self.join_encryption_pin.clone()
     }
 
     /// The join-encryption key as a public JWK with its `kid`.

@@ -55,7 +55,20 @@ pub fn open_token(
     csr_pin: &str,
     now_ms: i64,
 ) -> Result<SealedTokenPayload> {
-    let plain = jwe::open(join_encryption, &join_encryption.keyid(), sealed)?;
+    open_token_as(join_encryption, &join_encryption.keyid(), sealed, csr_pin, now_ms)
+}
+
+/// [`open_token`] for a caller that keeps the join-encryption key's pin
+/// (`kid`): deriving it from the secret is a scalar multiplication at every
+/// join.
+pub fn open_token_as(
+    join_encryption: &p256::SecretKey,
+    kid: &str,
+    sealed: &str,
+    csr_pin: &str,
+    now_ms: i64,
+) -> Result<SealedTokenPayload> {
+    let plain = jwe::open(join_encryption, kid, sealed)?;
     let payload: SealedTokenPayload =
         crate::json::object(&plain).map_err(|reason| JoinError::TokenPayload { reason })?;
     if payload.csr != csr_pin {

@@ -41,9 +41,12 @@ pub struct Rfc6979Key {
 impl Rfc6979Key {
     /// Wraps a P-256 secret key.
     pub fn new(secret: &p256::SecretKey) -> Self {
+        Self::with_public_key(secret, &secret.public_key())
+    }
+
+    fn with_public_key(secret: &p256::SecretKey, public_key: &p256::PublicKey) -> Self {
         use p256::elliptic_curve::sec1::ToSec1Point;
-        let point = secret.public_key().to_sec1_point(false).as_bytes().to_vec();
-        Rfc6979Key { secret: secret.clone(), point }
+        Rfc6979Key { secret: secret.clone(), point: public_key.to_sec1_point(false).as_bytes().to_vec() }
     }
 }
 
@@ -160,27 +163,47 @@ pub fn tpm_ak_uri(ak_name: &[u8]) -> String {
     format!("urn:bc:tpm-ak:{}", hex::encode(Sha256::digest(ak_name)))
 }
 
-/// Issues a node certificate (EKU clientAuth) for the key of a verified CSR.
+/// Issues a node certificate (EKU clientAuth) for the key of a verified CSR
+/// (a [`NodeIssuer`] made for this one certificate).
 pub fn issue_node_certificate(
     ca_key: &p256::SecretKey,
     ca_der: &[u8],
     csr: &Csr,
     node: &NodeCertificate<'_>,
 ) -> Result<Vec<u8>> {
-    let mut params = CertificateParams::default();
-    params.distinguished_name = DistinguishedName::new();
-    params.distinguished_name.push(DnType::CommonName, node.node_id);
-    let mut sans = vec![node_spiffe_id(node.trust_domain, node.node_id)];
-    if let Some(ak) = node.tpm_ak_name {
-        sans.push(tpm_ak_uri(ak));
+    NodeIssuer::new(ca_key, ca_der)?.issue(csr, node)
+}
+
+/// A node CA ready to issue: its name read from its certificate and its
+/// public key derived once, not at every certificate (the derivation is a
+/// scalar multiplication, as costly as the signature itself).
+pub struct NodeIssuer {
+    issuer: Issuer<'static, Rfc6979Key>,
+}
+
+impl NodeIssuer {
+    /// The CA of `ca_der` (made by [`ca_certificate`]) with its key.
+    pub fn new(ca_key: &p256::SecretKey, ca_der: &[u8]) -> Result<Self> {
+        Ok(NodeIssuer { issuer: issuer(ca_der, ca_key)? })
     }
-    params.subject_alt_names =
-        sans.into_iter().map(|u| Ok(SanType::URI(u.try_into().map_err(build_err)?))).collect::<Result<_>>()?;
-    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-    let validity =
-        Validity { not_before_ms: node.not_before_ms, not_after_ms: node.not_before_ms + NODE_CERT_VALIDITY_MS };
-    issue_leaf(ca_key, ca_der, &csr.public_key, params, node.serial, validity)
+
+    /// Issues a node certificate (EKU clientAuth) for the key of a verified CSR.
+    pub fn issue(&self, csr: &Csr, node: &NodeCertificate<'_>) -> Result<Vec<u8>> {
+        let mut params = CertificateParams::default();
+        params.distinguished_name = DistinguishedName::new();
+        params.distinguished_name.push(DnType::CommonName, node.node_id);
+        let mut sans = vec![node_spiffe_id(node.trust_domain, node.node_id)];
+        if let Some(ak) = node.tpm_ak_name {
+            sans.push(tpm_ak_uri(ak));
+        }
+        params.subject_alt_names =
+            sans.into_iter().map(|u| Ok(SanType::URI(u.try_into().map_err(build_err)?))).collect::<Result<_>>()?;
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let validity =
+            Validity { not_before_ms: node.not_before_ms, not_after_ms: node.not_before_ms + NODE_CERT_VALIDITY_MS };
+        sign_leaf(&self.issuer, &csr.public_key, params, node.serial, validity)
+    }
 }
 
 /// What an EK certificate says about its TPM (TCG EK Credential Profile,
@@ -318,6 +341,16 @@ fn issue_leaf(
     ca_key: &p256::SecretKey,
     ca_der: &[u8],
     subject: &p256::PublicKey,
+    params: CertificateParams,
+    serial: &[u8],
+    validity: Validity,
+) -> Result<Vec<u8>> {
+    sign_leaf(&issuer(ca_der, ca_key)?, subject, params, serial, validity)
+}
+
+fn sign_leaf(
+    issuer: &Issuer<'static, Rfc6979Key>,
+    subject: &p256::PublicKey,
     mut params: CertificateParams,
     serial: &[u8],
     validity: Validity,
@@ -328,9 +361,8 @@ fn issue_leaf(
     params.not_after = datetime(validity.not_after_ms)?;
     params.use_authority_key_identifier_extension = true;
     params.key_identifier_method = KeyIdMethod::PreSpecified(key_id(&p256_spki(subject)));
-    let issuer = issuer(ca_der, ca_key)?;
     let subject = SubjectKey { point: subject.to_sec1_point(false).as_bytes().to_vec() };
-    Ok(params.signed_by(&subject, &issuer).map_err(build_err)?.der().to_vec())
+    Ok(params.signed_by(&subject, issuer).map_err(build_err)?.der().to_vec())
 }
 
 /// The rcgen issuer of a CA made by [`ca_certificate`]: its subject name
@@ -355,8 +387,9 @@ fn issuer(ca_der: &[u8], ca_key: &p256::SecretKey) -> Result<Issuer<'static, Rfc
         }
     }
     params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
-    params.key_identifier_method = KeyIdMethod::PreSpecified(key_id(&p256_spki(&ca_key.public_key())));
-    Ok(Issuer::new(params, Rfc6979Key::new(ca_key)))
+    let public_key = ca_key.public_key();
+    params.key_identifier_method = KeyIdMethod::PreSpecified(key_id(&p256_spki(&public_key)));
+    Ok(Issuer::new(params, Rfc6979Key::with_public_key(ca_key, &public_key)))
 }
 
 fn attribute_string(atv: &x509_cert::attr::AttributeTypeAndValue) -> Result<String> {
@@ -627,6 +660,14 @@ mod tests {
             not_before_ms: T0,
         };
         let leaf = issue_node_certificate(&ca_key, &ca_der, &csr, &node).unwrap();
+        // A NodeIssuer kept across certificates issues the same bytes.
+        let issuer = NodeIssuer::new(&ca_key, &ca_der).unwrap();
+        let second = NodeCertificate { node_id: "node_2", serial: &[3], ..node };
+        assert_eq!(
+            issuer.issue(&csr, &second).unwrap(),
+            issue_node_certificate(&ca_key, &ca_der, &csr, &second).unwrap()
+        );
+        assert_eq!(issuer.issue(&csr, &node).unwrap(), leaf);
         let v = verify_issued(&leaf, &ca_der, T0 + 1000).unwrap();
         assert_eq!(v.common_name, "node_1");
         assert_eq!(v.uris, vec!["spiffe://compute.dev.local/node/node_1".to_string(), tpm_ak_uri(b"ak")]);
