@@ -129,8 +129,10 @@ pub fn adopt(c: &Connection, id: &str, now_ms: i64) -> Result<bool> {
 
 /// Records what a Hello says (daemon version, applied generation).
 pub fn record_hello(c: &Connection, id: &str, daemon_version: &str, applied_generation: u64) -> Result<()> {
+    // A row already so is not written again (a reconnect changes neither).
     c.execute_cached(
-        "UPDATE nodes SET daemon_version = ?2, applied_generation = ?3 WHERE id = ?1",
+        "UPDATE nodes SET daemon_version = ?2, applied_generation = ?3
+         WHERE id = ?1 AND (daemon_version IS NOT ?2 OR applied_generation IS NOT ?3)",
         params![id, daemon_version, applied_generation],
     )
     .map_err(Error::store("record hello"))?;
