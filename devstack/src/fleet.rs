@@ -66,6 +66,12 @@ impl DevStack {
     pub fn fleet(&self) -> Result<FleetCounts> {
         self.view(|v| v.fleet())
     }
+
+    /// How many sessions are live: [`FleetCounts::sessions`] alone, read
+    /// without the store.
+    pub fn live_sessions(&self) -> u64 {
+        self.shared().hub.len() as u64
+    }
 }
 
 #[cfg(test)]
