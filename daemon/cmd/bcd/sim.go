@@ -64,10 +64,10 @@ const MaxSimNodes = 10_000
 
 // SimGCPercent is the GOGC bcd sim runs at when GOGC is not set. Its heap
 // is thousands of agents' long-lived state and it allocates fast while
-// they join: at Go's default (100) a fifth of its CPU goes to collecting;
-// at 200 that falls by about half for a fifth more memory (cargo xtask
-// bench scale, docs/daemon.md), and higher values cost memory for no more
-// speed.
+// they join: at Go's default (100) the collector and its assists took about
+// a quarter of its CPU. At 200, bcd sim used a fifth less CPU for a fifth
+// more memory (cargo xtask bench scale, 10,000 agents); at 400, no less CPU
+// than at 200 for a third more memory again.
 const SimGCPercent = 200
 
 // DefaultJoinConcurrency is how many joins bcd sim has under way at once.
