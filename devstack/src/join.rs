@@ -48,7 +48,7 @@ impl JoinService {
         let now = now_ms();
         let csr = pki::x509::parse_csr(&token.csr_der).map_err(|e| status::from_pki(&e))?;
         let keys = &shared.keys;
-        let payload = pki::join::open_token_as(
+        let payload = pki::join::open_token_with_kid(
             &keys.join_encryption,
             &keys.join_encryption_pin(),
             &token.sealed_token,

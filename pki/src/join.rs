@@ -55,13 +55,13 @@ pub fn open_token(
     csr_pin: &str,
     now_ms: i64,
 ) -> Result<SealedTokenPayload> {
-    open_token_as(join_encryption, &join_encryption.keyid(), sealed, csr_pin, now_ms)
+    open_token_with_kid(join_encryption, &join_encryption.keyid(), sealed, csr_pin, now_ms)
 }
 
 /// [`open_token`] for a caller that keeps the join-encryption key's pin
 /// (`kid`): deriving it from the secret is a scalar multiplication at every
 /// join.
-pub fn open_token_as(
+pub fn open_token_with_kid(
     join_encryption: &p256::SecretKey,
     kid: &str,
     sealed: &str,

@@ -469,7 +469,6 @@ fn rss(pid: u32) -> Option<u64> {
     status_kib(&format!("/proc/{pid}/status"), "VmRSS:").map(|k| k * 1024)
 }
 
-/// The CPU time (user and system) a process has used: `pid` or "self".
 /// The CPU time used so far by this process (the stack) and by the bcd sim
 /// processes, in total.
 fn cpu_times(sims: &[u32]) -> [Duration; 2] {
@@ -477,6 +476,7 @@ fn cpu_times(sims: &[u32]) -> [Duration; 2] {
     [cpu_time("self").unwrap_or_default(), sims]
 }
 
+/// The CPU time (user and system) a process has used: `pid` or "self".
 fn cpu_time(pid: &str) -> Option<Duration> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The fields after the command's ")": utime and stime are the 14th and

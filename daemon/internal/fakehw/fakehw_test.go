@@ -203,3 +203,24 @@ func TestTheFailureKnobs(t *testing.T) {
 		t.Fatalf("nvml: %v", err)
 	}
 }
+
+func TestMkdirTreeMakesTheTreeOnceAndRefusesAFileInTheWay(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "a", "root")
+	dirs := []string{"x", "x/y", "z"}
+	for range 2 { // a second time finds everything there
+		if err := mkdirTree(root, dirs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range dirs {
+		if fi, err := os.Stat(filepath.Join(root, d)); err != nil || !fi.IsDir() {
+			t.Fatalf("%s: %v", d, err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, "w"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := mkdirTree(root, []string{"w"}); err == nil || !strings.Contains(err.Error(), "not a directory") {
+		t.Fatalf("a file where a directory goes: %v", err)
+	}
+}

@@ -73,21 +73,35 @@ var rootDirs = []string{"run", "etc", "etc/cdi", "var", "var/lib", "var/lib/fake
 	"var/log", "proc", "proc/sys", "proc/sys/kernel", "proc/sys/kernel/random"}
 
 // mkdirTree creates root (and its parents) and dirs under it, each listed
-// after its parent; one that exists is left as it is. Hand-written rather
-// than os.MkdirAll per directory, which stats every path and its parents
-// before it creates one: a bcd sim creates 10,000 such trees.
+// after its parent; a directory that exists is left as it is, anything else
+// there is an error (as with os.MkdirAll). Hand-written rather than
+// os.MkdirAll per directory, which stats every path and its parents before
+// it creates one: a bcd sim creates 10,000 such trees.
 func mkdirTree(root string, dirs []string) error {
 	err := os.Mkdir(root, 0o755)
 	if errors.Is(err, os.ErrNotExist) {
 		err = os.MkdirAll(root, 0o755)
 	}
-	if err != nil && !errors.Is(err, os.ErrExist) {
+	if err := existingDir(root, err); err != nil {
 		return err
 	}
 	for _, dir := range dirs {
-		if err := os.Mkdir(filepath.Join(root, dir), 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		path := filepath.Join(root, dir)
+		if err := existingDir(path, os.Mkdir(path, 0o755)); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// existingDir is the error of a mkdir of path: none when it made the
+// directory or one was there already.
+func existingDir(path string, err error) error {
+	if !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	if fi, serr := os.Stat(path); serr != nil || !fi.IsDir() {
+		return fmt.Errorf("mkdir %s: not a directory", path)
 	}
 	return nil
 }
