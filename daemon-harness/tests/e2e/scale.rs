@@ -161,6 +161,7 @@ async fn run(name: &str, scale: Scale) -> Option<Figures> {
         let args = ["sim", "--config", &config, "--nodes", &share, "--seed", seed];
         sims.push(node.spawn_to_file(&args, Some(&token)).await.expect("bcd sim starts"));
     }
+    let pids: Vec<u32> = sims.iter().filter_map(|s| s.pid()).collect();
 
     // Joined, connected, adopted: the first read that sees all N.
     let mut at: [Option<Duration>; 3] = [None; 3];
@@ -178,12 +179,11 @@ async fn run(name: &str, scale: Scale) -> Option<Figures> {
         at.iter().all(Option::is_some)
     })
     .await;
-    let pids: Vec<u32> = sims.iter().filter_map(|s| s.pid()).collect();
     let [stack_cpu, sims_cpu] = cpu_times(&pids);
     let cpu_until_adopted = [stack_cpu.saturating_sub(cpu_before), sims_cpu];
     if counts.sessions == scale.nodes as u64 {
         stack_rss_connected = rss(std::process::id()).unwrap_or(0);
-        sim_rss = sims.iter().filter_map(|s| s.pid()).filter_map(rss).sum::<u64>();
+        sim_rss = pids.iter().copied().filter_map(rss).sum::<u64>();
     }
     let stack_peak_rss = peak_rss().unwrap_or(0);
 
@@ -230,7 +230,6 @@ async fn run(name: &str, scale: Scale) -> Option<Figures> {
     let shutdown = Instant::now();
     let (restart_shutdown, restart_start) = env.restart_stack().await;
     let up = Instant::now();
-    let pids: Vec<u32> = sims.iter().filter_map(|s| s.pid()).collect();
     let cpu_at_up = cpu_times(&pids);
     let mut cpu_until_back = [Duration::ZERO; 2];
     let mut back = None;

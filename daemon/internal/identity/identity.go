@@ -214,11 +214,21 @@ func Joined(dataDir string, key crypto.Signer, response *agentv1.JoinResponse) (
 	if !ok {
 		return nil, nil
 	}
-	id := &Identity{NodeID: response.GetNodeId(), Response: response, Roots: roots, TrustBundle: bundle,
-		dataDir: dataDir, stored: &storedKey{software: software, key: &software.PublicKey}, signer: software,
-		chain: response.GetCertificateChain()}
-	id.Key = currentKey{id}
+	id := newIdentity(dataDir, response, roots, bundle, &storedKey{software: software, key: &software.PublicKey},
+		response.GetCertificateChain())
+	id.signer = software
 	return id, nil
+}
+
+// newIdentity is the identity of a verified response with its stored key
+// and chain, its Key signing with whatever signer it holds (the caller
+// sets it: Joined and Open).
+func newIdentity(dataDir string, response *agentv1.JoinResponse, roots []*pki.PublicKey, bundle *agentv1.TrustBundle,
+	stored *storedKey, chain [][]byte) *Identity {
+	id := &Identity{NodeID: response.GetNodeId(), Response: response, Roots: roots, TrustBundle: bundle,
+		dataDir: dataDir, stored: stored, chain: chain}
+	id.Key = currentKey{id}
+	return id
 }
 
 func encodeChain(chain [][]byte) []byte {
@@ -294,8 +304,7 @@ func Open(dataDir string, joinSigning *pki.PublicKey, opts Options) (*Identity, 
 	if leaf.Pin != pin {
 		return nil, fmt.Errorf("%s: the certificate is not for %s", CertFile, KeyFile)
 	}
-	id := &Identity{NodeID: response.GetNodeId(), Response: response, Roots: roots, TrustBundle: bundle,
-		dataDir: dataDir, stored: stored, chain: chain}
+	id := newIdentity(dataDir, response, roots, bundle, stored, chain)
 	if stored.software == nil {
 		if opts.TPM == nil {
 			return nil, fmt.Errorf("%s: %w", KeyFile, ErrNoTPM)
@@ -307,7 +316,6 @@ func Open(dataDir string, joinSigning *pki.PublicKey, opts Options) (*Identity, 
 	if id.signer, err = stored.signer(id.tpm); err != nil {
 		return nil, fmt.Errorf("%s: %w", KeyFile, err)
 	}
-	id.Key = currentKey{id}
 	return id, nil
 }
 

@@ -13,25 +13,26 @@ pub const DRIVER_PREFIX: &str = "bc.dev/driver.";
 /// Replaces a node's driver labels with `drivers` (name, version; a name
 /// given twice takes its last version) and says whether they changed. Labels
 /// that are already so are not written again: every Hello announces the
-/// drivers, and a fleet reconnecting must not rewrite them all.
+/// drivers, and a fleet reconnecting must not rewrite them all. Written,
+/// they are the ones asked for, so they changed.
 pub fn set_drivers(c: &Connection, node_id: &str, drivers: &[(String, String)], now: i64) -> Result<bool> {
-    let before = of_node(c, node_id)?;
     let wanted: std::collections::BTreeMap<String, &str> =
         drivers.iter().map(|(name, version)| (format!("{DRIVER_PREFIX}{name}"), version.as_str())).collect();
+    let before = of_node(c, node_id)?;
     let current = before.iter().filter(|l| l.label.starts_with(DRIVER_PREFIX));
     if current.map(|l| (l.label.as_str(), l.value.as_str())).eq(wanted.iter().map(|(l, v)| (l.as_str(), *v))) {
         return Ok(false);
     }
     c.execute_cached("DELETE FROM node_labels WHERE node_id = ?1 AND label LIKE 'bc.dev/driver.%'", [node_id])
         .map_err(Error::store("clear driver labels"))?;
-    for (name, version) in drivers {
+    for (label, version) in &wanted {
         c.execute_cached(
             "INSERT OR REPLACE INTO node_labels (node_id, label, value, updated_at_ms) VALUES (?1, ?2, ?3, ?4)",
-            params![node_id, format!("{DRIVER_PREFIX}{name}"), version, now],
+            params![node_id, label, version, now],
         )
         .map_err(Error::store("insert driver label"))?;
     }
-    Ok(before != of_node(c, node_id)?)
+    Ok(true)
 }
 
 /// A node's labels, by label.
