@@ -176,12 +176,17 @@ fn build_fixtures_bin(bin: &str) -> Result<()> {
     )
 }
 
+/// How cargo selects the e2e scenarios: the workspace's feature set, so that
+/// they reuse what `cargo test --workspace` built (`-p daemon-harness` would
+/// resolve the dependencies' features anew and build most of them again).
+const E2E: [&str; 5] = ["--workspace", "--features", "daemon-harness/bcd-e2e", "--test", "e2e"];
+
 /// The e2e scenarios' test binary, built with progress.
 fn build_e2e() -> Result<()> {
     build_with_progress(
         "the e2e scenarios (daemon-harness, bcd-e2e)",
-        &["test", "-p", "daemon-harness", "--features", "bcd-e2e", "--test", "e2e", "--no-run"],
-        &["-p", "daemon-harness", "--features", "bcd-e2e", "-e", "normal,build,dev"],
+        &[&["test"], &E2E[..], &["--no-run"]].concat(),
+        &["--workspace", "--features", "daemon-harness/bcd-e2e", "-e", "normal,build,dev"],
     )
 }
 
@@ -346,7 +351,7 @@ fn ci(sh: &Shell) -> Result<()> {
     })?;
     step("e2e: bcd against the dev stack (--features bcd-e2e)", || {
         build_e2e()?;
-        Ok(cmd!(sh, "{cargo} test -p daemon-harness --features bcd-e2e --test e2e --quiet").run()?)
+        Ok(cmd!(sh, "{cargo} test {E2E...} --quiet").run()?)
     })?;
     step("helper-e2e: bcd helper as root in private namespaces", || helper_e2e::run(sh, &root(), &target_dir()))?;
     step("no process left behind by the e2e scenarios", no_leftover_processes)?;
@@ -387,7 +392,7 @@ fn bench_scale(sh: &Shell, nodes: usize, procs: usize) -> Result<()> {
     let _nodes = sh.push_env("BCD_SCALE_NODES", &nodes);
     let _procs = sh.push_env("BCD_SCALE_PROCS", &procs);
     // The release profile: the dev stack (in the test process) and its crypto optimized.
-    cmd!(sh, "{cargo} test --release --quiet -p daemon-harness --features bcd-e2e --test e2e -- --ignored --exact scale::bench_scale --nocapture")
+    cmd!(sh, "{cargo} test --release --quiet {E2E...} -- --ignored --exact scale::bench_scale --nocapture")
         .run()?;
     Ok(())
 }
@@ -403,7 +408,7 @@ fn bench_scenario(sh: &Shell, filter: &str, runs: usize, runner: &str) -> Result
     build_e2e()?;
     cmd!(
         sh,
-        "{cargo} test --quiet -p daemon-harness --features bcd-e2e --test e2e -- --ignored --test-threads 1 {filter} --nocapture"
+        "{cargo} test --quiet {E2E...} -- --ignored --test-threads 1 {filter} --nocapture"
     )
     .run()?;
     Ok(())
@@ -415,7 +420,7 @@ fn bench_e2e(sh: &Shell, runner: &str) -> Result<()> {
     // Build first, so the figure is the suite's own time with binaries built.
     build_e2e()?;
     let started = Instant::now();
-    let out = cmd!(sh, "{cargo} test --quiet -p daemon-harness --features bcd-e2e --test e2e -- --nocapture")
+    let out = cmd!(sh, "{cargo} test --quiet {E2E...} -- --nocapture")
         .ignore_status()
         .output()?;
     let took = started.elapsed();
