@@ -392,8 +392,7 @@ fn bench_scale(sh: &Shell, nodes: usize, procs: usize) -> Result<()> {
     let _nodes = sh.push_env("BCD_SCALE_NODES", &nodes);
     let _procs = sh.push_env("BCD_SCALE_PROCS", &procs);
     // The release profile: the dev stack (in the test process) and its crypto optimized.
-    cmd!(sh, "{cargo} test --release --quiet {E2E...} -- --ignored --exact scale::bench_scale --nocapture")
-        .run()?;
+    cmd!(sh, "{cargo} test --release --quiet {E2E...} -- --ignored --exact scale::bench_scale --nocapture").run()?;
     Ok(())
 }
 
@@ -406,11 +405,7 @@ fn bench_scenario(sh: &Shell, filter: &str, runs: usize, runner: &str) -> Result
     let _runs = sh.push_env("BCD_BENCH_RUNS", &runs);
     let _runner = sh.push_env("BCD_E2E_RUNNER", runner);
     build_e2e()?;
-    cmd!(
-        sh,
-        "{cargo} test --quiet {E2E...} -- --ignored --test-threads 1 {filter} --nocapture"
-    )
-    .run()?;
+    cmd!(sh, "{cargo} test --quiet {E2E...} -- --ignored --test-threads 1 {filter} --nocapture").run()?;
     Ok(())
 }
 
@@ -420,9 +415,7 @@ fn bench_e2e(sh: &Shell, runner: &str) -> Result<()> {
     // Build first, so the figure is the suite's own time with binaries built.
     build_e2e()?;
     let started = Instant::now();
-    let out = cmd!(sh, "{cargo} test --quiet {E2E...} -- --nocapture")
-        .ignore_status()
-        .output()?;
+    let out = cmd!(sh, "{cargo} test --quiet {E2E...} -- --nocapture").ignore_status().output()?;
     let took = started.elapsed();
     let stderr = String::from_utf8_lossy(&out.stderr);
     let mut scenarios: Vec<&str> = stderr.lines().filter(|l| l.starts_with("scenario ")).collect();
