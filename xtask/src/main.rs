@@ -313,7 +313,10 @@ fn ci(sh: &Shell) -> Result<()> {
     let cargo = cargo();
     let started = Instant::now();
     let daemon = root().join("daemon");
-    step("prerequisites", || prereqs(sh))?;
+    step("prerequisites", || {
+        prereqs(sh)?;
+        disk_space(sh)
+    })?;
     step("cargo fmt --check", || Ok(cmd!(sh, "{cargo} fmt --all -- --check").run()?))?;
     step("gofmt", || {
         let _dir = sh.push_dir(&daemon);
@@ -427,6 +430,25 @@ fn bench_e2e(sh: &Shell, runner: &str) -> Result<()> {
         bail!("the e2e suite failed:\n{}{}", String::from_utf8_lossy(&out.stdout), stderr);
     }
     println!("bcd-e2e suite under {runner}: {} scenarios in {took:.2?} wall time (target ≤ 60 s)", scenarios.len());
+    Ok(())
+}
+
+/// What a clean run of `ci` writes under the target directories (measured:
+/// 4.5 GiB, the fuzz targets' 1.1 GiB included), with some room.
+const CI_DISK_BYTES: u64 = 6 << 30;
+
+/// Prints the space free for the build, and warns when a clean run may not
+/// fit: a full disk otherwise shows only as a compiler's I/O error.
+fn disk_space(sh: &Shell) -> Result<()> {
+    let target = target_dir();
+    let probe = if target.exists() { target } else { root() };
+    let out = cmd!(sh, "df --output=avail -B1 {probe}").quiet().read()?;
+    let free: u64 = out.lines().last().unwrap_or("").trim().parse().context("reading df's output")?;
+    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+    println!("disk: {:.1} GiB free under {}", gib(free), probe.display());
+    if free < CI_DISK_BYTES {
+        println!("warning: a clean run writes about {:.1} GiB of build output, more than is free", gib(CI_DISK_BYTES));
+    }
     Ok(())
 }
 
