@@ -21,7 +21,6 @@ import (
 
 	"bcd/internal/agent"
 	"bcd/internal/config"
-	"bcd/internal/identity"
 	"bcd/internal/join"
 	"bcd/internal/machine"
 	"bcd/internal/retry"
@@ -173,7 +172,7 @@ type sim struct {
 func (s *sim) agent(i int, dir string) int {
 	log, ctx := s.log.With("sim", i), s.e.ctx
 	s.slots <- struct{}{}
-	path, m, id, err := s.setup(i, dir, log)
+	r, m, err := s.setup(i, dir, log)
 	<-s.slots
 	if err != nil {
 		if ctx.Err() != nil {
@@ -184,15 +183,12 @@ func (s *sim) agent(i int, dir string) int {
 		s.refused.Add(1)
 		return 1
 	}
-	c, err := config.Load(path)
-	var vps *agent.VPS
-	if err == nil {
-		vps, err = newVPS(c, c.DataDir, m, s.e.getenv, log)
-	}
+	c := r.Config
+	vps, err := newVPS(c, c.DataDir, m, s.e.getenv, log)
 	if err == nil {
 		var a *agent.Agent
 		a, err = agent.New(agent.Options{Config: c, Machine: m, Version: version, AllowH2C: true,
-			BackoffCap: s.knobs.backoffCap, RenewAfter: s.knobs.renewAfter, Log: log, VPS: vps, Identity: id})
+			BackoffCap: s.knobs.backoffCap, RenewAfter: s.knobs.renewAfter, Log: log, VPS: vps, Identity: r.Identity})
 		if err == nil {
 			s.ran.Add(1)
 			var code int
@@ -206,29 +202,30 @@ func (s *sim) agent(i int, dir string) int {
 }
 
 // setup writes agent i's configuration and machine and joins it when it
-// has not joined, retrying transient failures until the sim stops. It
-// returns the identity it joined with (nil when the agent had joined
-// before: the agent reads its data dir's).
-func (s *sim) setup(i int, dir string, log *slog.Logger) (string, machine.Machine, *identity.Identity, error) {
+// has not joined, retrying transient failures until the sim stops. Its
+// result carries the agent's configuration and the identity it joined
+// with (nil when the agent had joined before: the agent reads its data
+// dir's).
+func (s *sim) setup(i int, dir string, log *slog.Logger) (*join.Result, machine.Machine, error) {
 	path, err := simConfig(dir, s.baseText, s.jwk)
 	if err != nil {
-		return "", nil, nil, err
+		return nil, nil, err
 	}
 	m, err := newMachine(dir, s.e.getenv, simSeed(s.seed, i))
 	if err != nil {
-		return "", nil, nil, err
+		return nil, nil, err
 	}
 	policy := simJoinRetry
 	r, err := join.Join(s.e.ctx, join.Options{ConfigPath: path, Token: s.token, Machine: m, Version: version,
 		Capabilities: agent.Capabilities, AllowH2C: true, Log: log, Retry: &policy})
 	switch {
 	case errors.Is(err, join.ErrAlreadyJoined):
-		return path, m, nil, nil
+		return r, m, nil
 	case err != nil:
-		return "", nil, nil, err
+		return nil, nil, err
 	}
 	fmt.Fprintf(s.e.stdout, "agent %d joined as %s\n", i, r.NodeID)
-	return path, m, r.Identity, nil
+	return r, m, nil
 }
 
 // simSeed is agent i's seed: S+i for a numeric S, else S-i.

@@ -122,16 +122,27 @@ type Result struct {
 	// back (identity.Joined; nil after a TPM join, or when the node had
 	// joined before).
 	Identity *identity.Identity
+	// Config is the node's configuration as config.Load reads it now,
+	// node_id included.
+	Config *config.Config
 }
 
 // AlreadyJoined reports whether the configuration at path names a node
 // whose identity is in its data dir.
 func AlreadyJoined(path string) (*Result, bool) {
 	c, err := config.Load(path)
-	if err != nil || c.NodeID == "" || !identity.Exists(c.DataDir) {
+	if err != nil {
 		return nil, false
 	}
-	return &Result{NodeID: c.NodeID, DataDir: c.DataDir}, true
+	return joinedAs(c)
+}
+
+// joinedAs is AlreadyJoined for a configuration read.
+func joinedAs(c *config.Config) (*Result, bool) {
+	if c.NodeID == "" || !identity.Exists(c.DataDir) {
+		return nil, false
+	}
+	return &Result{NodeID: c.NodeID, DataDir: c.DataDir, Config: c}, true
 }
 
 // Document is the well-known document.
@@ -157,13 +168,17 @@ func Join(ctx context.Context, opts Options) (*Result, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if r, ok := AlreadyJoined(opts.ConfigPath); ok {
-		return r, ErrAlreadyJoined
+	c, loadErr := config.Load(opts.ConfigPath)
+	if loadErr == nil {
+		if r, ok := joinedAs(c); ok {
+			return r, ErrAlreadyJoined
+		}
 	}
 	if opts.Server != "" {
 		if err := bootstrap(ctx, opts, log); err != nil {
 			return nil, err
 		}
+		c, loadErr = config.Load(opts.ConfigPath) // as bootstrap wrote it
 	}
 	tpmJoin := false
 	switch opts.Attestor {
@@ -176,9 +191,8 @@ func Join(ctx context.Context, opts Options) (*Result, error) {
 	default:
 		return nil, fmt.Errorf("%w: %q", ErrAttestor, opts.Attestor)
 	}
-	c, err := config.Load(opts.ConfigPath)
-	if err != nil {
-		return nil, err
+	if loadErr != nil {
+		return nil, loadErr
 	}
 	signing, err := identity.JoinSigningKey(c)
 	if err != nil {
@@ -222,9 +236,10 @@ func Join(ctx context.Context, opts Options) (*Result, error) {
 	if err := config.Set(c.Path, map[string]string{"node_id": response.GetNodeId()}, nil); err != nil {
 		return nil, fmt.Errorf("writing node_id into %s: %w", c.Path, err)
 	}
+	c.NodeID = response.GetNodeId() // what Set wrote, so the file need not be read again
 	log.Info("join.joined", "node_id", response.GetNodeId(), "trust_domain", response.GetTrustDomain(),
 		"command_roots", len(response.GetTrust().GetCommandRoots()), "attestor", cmp.Or(opts.Attestor, AttestorToken))
-	return &Result{NodeID: response.GetNodeId(), DataDir: c.DataDir, Identity: id}, nil
+	return &Result{NodeID: response.GetNodeId(), DataDir: c.DataDir, Identity: id, Config: c}, nil
 }
 
 // joinToken is the token join's one round: a fresh software key, its CSR,

@@ -17,6 +17,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -56,6 +57,11 @@ func TestAJoinWritesTheIdentity(t *testing.T) {
 	c, _ := config.Load(path)
 	if c.NodeID != r.NodeID || r.NodeID == "" {
 		t.Fatalf("config node_id %q, result %q", c.NodeID, r.NodeID)
+	}
+	// The result's configuration is the file as it now reads, so that an
+	// agent in this process need not read it again.
+	if !reflect.DeepEqual(r.Config, c) {
+		t.Fatalf("the join's configuration %+v differs from the file's %+v", r.Config, c)
 	}
 	for name, mode := range map[string]os.FileMode{".": 0o700, identity.KeyFile: 0o600} {
 		st, err := os.Stat(filepath.Join(c.DataDir, name))
@@ -209,11 +215,15 @@ func TestServerBootstrapsFromTheWellKnownDocument(t *testing.T) {
 	if err != nil || c.NodeID != r.NodeID || c.DataDir != filepath.Join(dir, "etc", "data") || c.GatewayURL != g.URL {
 		t.Fatalf("config %+v, %v", c, err)
 	}
+	if !reflect.DeepEqual(r.Config, c) {
+		t.Fatalf("the join's configuration %+v differs from the file bootstrap wrote and the join completed %+v", r.Config, c)
+	}
 	if _, err := os.Stat(c.JWKPath()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Join(context.Background(), Options{ConfigPath: path, Server: srv.URL, TrustDocument: true}); !errors.Is(err, ErrAlreadyJoined) {
-		t.Fatalf("re-run: %v", err)
+	again, err := Join(context.Background(), Options{ConfigPath: path, Server: srv.URL, TrustDocument: true})
+	if !errors.Is(err, ErrAlreadyJoined) || !reflect.DeepEqual(again.Config, c) {
+		t.Fatalf("re-run: %v, %+v", err, again)
 	}
 }
 
