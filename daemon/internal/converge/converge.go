@@ -197,8 +197,7 @@ func (c *Converger) Repass(section string) {
 
 // AppliedGeneration is the generation applied last.
 func (c *Converger) AppliedGeneration() uint64 {
-	g, _ := c.cfg.Journal.Applied()
-	return g
+	return c.cfg.Journal.AppliedGeneration()
 }
 
 // Allocations returns the bound allocations, by id.

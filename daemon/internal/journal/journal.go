@@ -639,6 +639,16 @@ func (j *Journal) Applied() (generation uint64, spec []byte) {
 	return generation, spec
 }
 
+// AppliedGeneration is Applied's generation alone, without a copy of the
+// spec (a Hello, a heartbeat and each report read it).
+func (j *Journal) AppliedGeneration() (generation uint64) {
+	_ = j.db.View(func(tx *bolt.Tx) error {
+		generation = u64(tx.Bucket(bucketMeta).Get(keyGeneration))
+		return nil
+	})
+	return generation
+}
+
 // SetApplied records the applied generation and its spec.
 func (t *Tx) SetApplied(generation uint64, spec []byte) error {
 	meta := t.tx.Bucket(bucketMeta)

@@ -79,6 +79,22 @@ func TestJournalIDAndEventsSurviveARestart(t *testing.T) {
 	}
 }
 
+func TestTheAppliedSpecAndGenerationSurviveARestart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal.db")
+	j := open(t, path, Options{})
+	if g := j.AppliedGeneration(); g != 0 {
+		t.Fatalf("a new journal's applied generation is %d", g)
+	}
+	if err := j.Update(func(tx *Tx) error { return tx.SetApplied(7, []byte("spec 7")) }); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	j = open(t, path, Options{})
+	if g, spec := j.Applied(); g != 7 || string(spec) != "spec 7" || j.AppliedGeneration() != 7 {
+		t.Fatalf("applied %d %q, generation %d", g, spec, j.AppliedGeneration())
+	}
+}
+
 func TestASecondOpenIsRefused(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "journal.db")
 	open(t, path, Options{})
