@@ -268,18 +268,6 @@ func (a *Agent) Run(ctx context.Context) (int, error) {
 			return ExitError, fmt.Errorf("the status socket: %w", err)
 		}
 	}
-	go func() {
-		tick := time.NewTicker(time.Hour)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-				_, _ = a.journal.Sweep()
-			}
-		}
-	}()
 	if err := a.resumeUpgrade(ctx); err != nil {
 		return ExitError, err
 	}
@@ -293,34 +281,48 @@ func (a *Agent) Run(ctx context.Context) (int, error) {
 	go func() { done <- a.session.Run(ctx) }()
 	stopRenewal := a.startRenewal(ctx, cancel)
 	defer stopRenewal()
+	// The journal's sweep (done results past their 7 days) runs from this
+	// wait, not from a goroutine of its own: bcd sim runs thousands of agents.
+	sweep := time.NewTicker(JournalSweepEvery)
+	defer sweep.Stop()
 	var code int
 	var err error
-	select {
-	case err = <-done:
-		if errors.Is(err, session.ErrRevoked) {
-			code, err = ExitRevoked, nil
-			a.log.Warn("node.revoked", "node_id", a.id.NodeID)
+wait:
+	for {
+		select {
+		case <-sweep.C:
+			_, _ = a.journal.Sweep()
+		case err = <-done:
+			if errors.Is(err, session.ErrRevoked) {
+				code, err = ExitRevoked, nil
+				a.log.Warn("node.revoked", "node_id", a.id.NodeID)
+			}
+			break wait
+		case path := <-a.exec:
+			cancel()
+			<-done
+			stopRenewal()
+			a.dispatcher.Stop()
+			a.Close()
+			return a.execute(path)
+		case id := <-a.reboot:
+			a.log.Info("node.rebooting", "command_id", id)
+			a.flushEvents(rebootFlushTimeout)
+			if rerr := a.opts.Machine.Reboot(); rerr != nil {
+				a.log.Error("node.reboot_failed", "err", rerr)
+			}
+			cancel()
+			<-done
+			break wait
 		}
-	case path := <-a.exec:
-		cancel()
-		<-done
-		stopRenewal()
-		a.dispatcher.Stop()
-		a.Close()
-		return a.execute(path)
-	case id := <-a.reboot:
-		a.log.Info("node.rebooting", "command_id", id)
-		a.flushEvents(rebootFlushTimeout)
-		if rerr := a.opts.Machine.Reboot(); rerr != nil {
-			a.log.Error("node.reboot_failed", "err", rerr)
-		}
-		cancel()
-		<-done
 	}
 	a.dispatcher.Stop()
 	a.log.Info("node.stopped", "node_id", a.id.NodeID, "exit", code)
 	return code, err
 }
+
+// JournalSweepEvery is how often a running agent sweeps its journal.
+const JournalSweepEvery = time.Hour
 
 // rebootFlushTimeout bounds how long a reboot waits for the gateway to ack
 // the events journaled before it.

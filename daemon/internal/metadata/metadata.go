@@ -147,13 +147,13 @@ func Serve(ctx context.Context, path string, h http.Handler) error {
 		return err
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		<-ctx.Done()
+	// A callback, not a goroutine waiting: a bcd sim process serves one per agent.
+	context.AfterFunc(ctx, func() {
 		shut, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(shut)
 		_ = os.Remove(path)
-	}()
+	})
 	go func() { _ = srv.Serve(lis) }()
 	return nil
 }

@@ -75,10 +75,8 @@ func Serve(ctx context.Context, path string, current func() *Status) error {
 		lis.Close()
 		return err
 	}
-	go func() {
-		<-ctx.Done()
-		lis.Close()
-	}()
+	// A callback, not a goroutine waiting: a bcd sim process serves one per agent.
+	context.AfterFunc(ctx, func() { lis.Close() })
 	go func() {
 		for {
 			conn, err := lis.Accept()
