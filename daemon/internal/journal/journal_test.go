@@ -273,17 +273,18 @@ func TestAnAckIsSeenAtOnceAndWrittenWithTheNextChange(t *testing.T) {
 }
 
 func TestAnAckWithNoChangeAfterItIsWrittenOnItsOwn(t *testing.T) {
-	j := open(t, filepath.Join(t.TempDir(), "journal.db"), Options{})
+	const delay = 20 * time.Millisecond
+	j := open(t, filepath.Join(t.TempDir(), "journal.db"), Options{LazyWriteDelay: delay})
 	if _, err := j.Append(heartbeat(1)); err != nil {
 		t.Fatal(err)
 	}
 	if err := j.Ack(1); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * LazyWriteDelay)
+	deadline := time.Now().Add(100 * delay)
 	for _, acked := committed(t, j); acked != 1; _, acked = committed(t, j) {
 		if time.Now().After(deadline) {
-			t.Fatalf("the ack was not written within %v", 10*LazyWriteDelay)
+			t.Fatalf("the ack was not written within %v", 100*delay)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
