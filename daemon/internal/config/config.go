@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/BurntSushi/toml"
@@ -104,6 +105,9 @@ func Parse(data []byte, path string) (*Config, error) {
 			return nil, fmt.Errorf("%w: %s: [websocket] has unknown key %q", ErrInvalid, path, key.String())
 		}
 	}
+	if key, ok := MixedCaseKey(md, "update"); ok {
+		return nil, fmt.Errorf("%w: %s: there is no key %q: keys are lowercase", ErrInvalid, path, key.String())
+	}
 	if err := c.Websocket.check(); err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrInvalid, path, err)
 	}
@@ -120,6 +124,35 @@ func Parse(data []byte, path string) (*Config, error) {
 		return nil, fmt.Errorf("%w: %s: signed_specs %q is neither \"always\" nor \"access\"", ErrInvalid, path, c.SignedSpecs)
 	}
 	return c, nil
+}
+
+// MixedCaseKey returns a key of md that the decoder took for a field
+// although it is not lowercase: BurntSushi/toml falls back to matching a
+// field's name whatever the case. TOML keys are case-sensitive and every
+// key bcd reads is lowercase, so such a key is a mistake to refuse: Update,
+// which sets a key by its exact name, would add a second node_id beside a
+// "Node_ID" that the decoder would go on reading. Keys under the tables
+// named in skip are maps another reader checks (config.toml's [update]).
+func MixedCaseKey(md toml.MetaData, skip ...string) (toml.Key, bool) {
+	undecoded := map[string]bool{}
+	for _, key := range md.Undecoded() {
+		undecoded[key.String()] = true
+	}
+	for _, key := range md.Keys() {
+		if undecoded[key.String()] {
+			continue
+		}
+		named := key
+		if slices.Contains(skip, key[0]) {
+			named = key[:1]
+		}
+		for _, part := range named {
+			if part != strings.ToLower(part) {
+				return key, true
+			}
+		}
+	}
+	return nil, false
 }
 
 // check accepts an empty table or a wss:// URL with a host.

@@ -4,6 +4,7 @@
 package config
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -32,12 +33,24 @@ func TestLoadRefusesBadValues(t *testing.T) {
 		"no data dir":  "gateway_url = \"https://x:1\"\n",
 		"signed specs": "data_dir = \"/d\"\nsigned_specs = \"never\"\n",
 		"not toml":     "data_dir = \n",
+		// Keys are case-sensitive: Update would add node_id beside it.
+		"a key in another case":       "data_dir = \"/d\"\nnodE_id = \"n\"\n",
+		"a table in another case":     "data_dir = \"/d\"\n[Websocket]\nurl = \"wss://x:1/v1/session\"\n",
+		"a table key in another case": "data_dir = \"/d\"\n[websocket]\nURL = \"wss://x:1/v1/session\"\n",
 	} {
 		path := filepath.Join(dir, strings.ReplaceAll(name, " ", "-")+".toml")
 		os.WriteFile(path, []byte(text), 0o644)
-		if _, err := Load(path); err == nil {
-			t.Errorf("%s: loaded", name)
+		if _, err := Load(path); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: %v", name, err)
 		}
+	}
+}
+
+// The [update] table is a map that internal/update reads and checks.
+func TestTheUpdateTableIsLeftToItsOwnReader(t *testing.T) {
+	c, err := Parse([]byte("data_dir = \"/d\"\n[update]\nKeys = []\nRollbackAfter = \"1m\"\n"), "/c.toml")
+	if err != nil || len(c.Update) != 2 || c.Update["RollbackAfter"] != "1m" {
+		t.Fatalf("%+v, %v", c, err)
 	}
 }
 

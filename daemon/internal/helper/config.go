@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"bcd/internal/config"
 	"bcd/internal/update"
 	"github.com/BurntSushi/toml"
 )
@@ -76,6 +77,9 @@ func LoadConfig(path string) (*Config, error) {
 	}
 	if undecoded := md.Undecoded(); len(undecoded) > 0 {
 		return nil, fmt.Errorf("%w: %s: unknown key %q", ErrConfig, path, undecoded[0].String())
+	}
+	if key, ok := config.MixedCaseKey(md); ok {
+		return nil, fmt.Errorf("%w: %s: there is no key %q: keys are lowercase", ErrConfig, path, key.String())
 	}
 	c.Path = path
 	c.defaults()

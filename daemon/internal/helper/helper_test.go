@@ -576,3 +576,13 @@ func TestTheHostReconcilerThroughTheHelper(t *testing.T) {
 		t.Fatal("an Install without the envelope")
 	}
 }
+
+func TestLoadConfigRefusesAKeyInAnotherCase(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "helper.toml")
+	if err := os.WriteFile(path, []byte("[helper]\nSocket = \"/run/bcd-helper.sock\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadConfig(path); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), `no key "helper.Socket"`) {
+		t.Fatalf("a key in another case: %v", err)
+	}
+}

@@ -60,6 +60,9 @@ func ParseConfig(table map[string]any) (*Config, error) {
 	if undecoded := md.Undecoded(); len(undecoded) > 0 {
 		return nil, refuse(CodeConfig, "[update] has unknown key %q", undecoded[0].String())
 	}
+	if key, ok := config.MixedCaseKey(md); ok {
+		return nil, refuse(CodeConfig, "[update] has no key %q: keys are lowercase", key.String())
+	}
 	return c, nil
 }
 
