@@ -127,12 +127,14 @@ func Parse(data []byte, path string) (*Config, error) {
 }
 
 // MixedCaseKey returns a key of md that the decoder took for a field
-// although it is not lowercase: BurntSushi/toml falls back to matching a
-// field's name whatever the case. TOML keys are case-sensitive and every
-// key bcd reads is lowercase, so such a key is a mistake to refuse: Update,
-// which sets a key by its exact name, would add a second node_id beside a
-// "Node_ID" that the decoder would go on reading. Keys under the tables
-// named in skip are maps another reader checks (config.toml's [update]).
+// although it is not spelled as one: BurntSushi/toml falls back to matching
+// a field's name with Unicode case folding ("Node_ID" reads as node_id, and
+// "ſigned_specs", with a long s, as signed_specs). TOML keys are
+// case-sensitive and every key bcd reads is lowercase ASCII (letters,
+// digits, '_'), so such a key is a mistake to refuse: Update, which sets a
+// key by its exact name, would add a second node_id beside one the decoder
+// would go on reading. Keys under the tables named in skip are maps another
+// reader checks (config.toml's [update]).
 func MixedCaseKey(md toml.MetaData, skip ...string) (toml.Key, bool) {
 	undecoded := map[string]bool{}
 	for _, key := range md.Undecoded() {
@@ -147,13 +149,16 @@ func MixedCaseKey(md toml.MetaData, skip ...string) (toml.Key, bool) {
 			named = key[:1]
 		}
 		for _, part := range named {
-			if part != strings.ToLower(part) {
+			if strings.ContainsFunc(part, notInKeys) {
 				return key, true
 			}
 		}
 	}
 	return nil, false
 }
+
+// notInKeys reports whether r is outside the letters of bcd's keys.
+func notInKeys(r rune) bool { return (r < 'a' || r > 'z') && (r < '0' || r > '9') && r != '_' }
 
 // check accepts an empty table or a wss:// URL with a host.
 func (w Websocket) check() error {

@@ -34,9 +34,10 @@ func TestLoadRefusesBadValues(t *testing.T) {
 		"signed specs": "data_dir = \"/d\"\nsigned_specs = \"never\"\n",
 		"not toml":     "data_dir = \n",
 		// Keys are case-sensitive: Update would add node_id beside it.
-		"a key in another case":       "data_dir = \"/d\"\nnodE_id = \"n\"\n",
-		"a table in another case":     "data_dir = \"/d\"\n[Websocket]\nurl = \"wss://x:1/v1/session\"\n",
-		"a table key in another case": "data_dir = \"/d\"\n[websocket]\nURL = \"wss://x:1/v1/session\"\n",
+		"a key in another case":            "data_dir = \"/d\"\nnodE_id = \"n\"\n",
+		"a table in another case":          "data_dir = \"/d\"\n[Websocket]\nurl = \"wss://x:1/v1/session\"\n",
+		"a table key in another case":      "data_dir = \"/d\"\n[websocket]\nURL = \"wss://x:1/v1/session\"\n",
+		"a key folded from another letter": "data_dir = \"/d\"\n\"ſigned_specs\" = \"access\"\n",
 	} {
 		path := filepath.Join(dir, strings.ReplaceAll(name, " ", "-")+".toml")
 		os.WriteFile(path, []byte(text), 0o644)
