@@ -176,17 +176,19 @@ fn build_fixtures_bin(bin: &str) -> Result<()> {
     )
 }
 
-/// How cargo selects the e2e scenarios: the workspace's feature set, so that
-/// they reuse what `cargo test --workspace` built (`-p daemon-harness` would
-/// resolve the dependencies' features anew and build most of them again).
-const E2E: [&str; 5] = ["--workspace", "--features", "daemon-harness/bcd-e2e", "--test", "e2e"];
+/// The workspace with the e2e scenarios' feature: clippy checks it, and the
+/// scenarios are selected from it (`--test e2e`) with the workspace's
+/// feature set, so that they reuse what `cargo test --workspace` built
+/// (`-p daemon-harness` would resolve the dependencies' features anew and
+/// build most of them again).
+const WITH_E2E: [&str; 3] = ["--workspace", "--features", "daemon-harness/bcd-e2e"];
 
 /// The e2e scenarios' test binary, built with progress.
 fn build_e2e() -> Result<()> {
     build_with_progress(
         "the e2e scenarios (daemon-harness, bcd-e2e)",
-        &[&["test"], &E2E[..], &["--no-run"]].concat(),
-        &["--workspace", "--features", "daemon-harness/bcd-e2e", "-e", "normal,build,dev"],
+        &[&["test"], &WITH_E2E[..], &["--test", "e2e", "--no-run"]].concat(),
+        &[&WITH_E2E[..], &["-e", "normal,build,dev"]].concat(),
     )
 }
 
@@ -335,8 +337,8 @@ fn ci(sh: &Shell) -> Result<()> {
     step("cargo clippy -D warnings", || {
         build_with_progress(
             "the workspace (clippy)",
-            &["clippy", "--workspace", "--all-targets", "--features", "daemon-harness/bcd-e2e", "--", "-D", "warnings"],
-            &["--workspace", "--features", "daemon-harness/bcd-e2e", "-e", "normal,build,dev"],
+            &[&["clippy", "--all-targets"], &WITH_E2E[..], &["--", "-D", "warnings"]].concat(),
+            &[&WITH_E2E[..], &["-e", "normal,build,dev"]].concat(),
         )
     })?;
     step("cargo test", || {
@@ -354,7 +356,7 @@ fn ci(sh: &Shell) -> Result<()> {
     })?;
     step("e2e: bcd against the dev stack (--features bcd-e2e)", || {
         build_e2e()?;
-        Ok(cmd!(sh, "{cargo} test {E2E...} --quiet").run()?)
+        Ok(cmd!(sh, "{cargo} test {WITH_E2E...} --test e2e --quiet").run()?)
     })?;
     step("helper-e2e: bcd helper as root in private namespaces", || helper_e2e::run(sh, &root(), &target_dir()))?;
     step("no process left behind by the e2e scenarios", no_leftover_processes)?;
@@ -395,7 +397,11 @@ fn bench_scale(sh: &Shell, nodes: usize, procs: usize) -> Result<()> {
     let _nodes = sh.push_env("BCD_SCALE_NODES", &nodes);
     let _procs = sh.push_env("BCD_SCALE_PROCS", &procs);
     // The release profile: the dev stack (in the test process) and its crypto optimized.
-    cmd!(sh, "{cargo} test --release --quiet {E2E...} -- --ignored --exact scale::bench_scale --nocapture").run()?;
+    cmd!(
+        sh,
+        "{cargo} test --release --quiet {WITH_E2E...} --test e2e -- --ignored --exact scale::bench_scale --nocapture"
+    )
+    .run()?;
     Ok(())
 }
 
@@ -408,7 +414,8 @@ fn bench_scenario(sh: &Shell, filter: &str, runs: usize, runner: &str) -> Result
     let _runs = sh.push_env("BCD_BENCH_RUNS", &runs);
     let _runner = sh.push_env("BCD_E2E_RUNNER", runner);
     build_e2e()?;
-    cmd!(sh, "{cargo} test --quiet {E2E...} -- --ignored --test-threads 1 {filter} --nocapture").run()?;
+    cmd!(sh, "{cargo} test --quiet {WITH_E2E...} --test e2e -- --ignored --test-threads 1 {filter} --nocapture")
+        .run()?;
     Ok(())
 }
 
@@ -418,7 +425,7 @@ fn bench_e2e(sh: &Shell, runner: &str) -> Result<()> {
     // Build first, so the figure is the suite's own time with binaries built.
     build_e2e()?;
     let started = Instant::now();
-    let out = cmd!(sh, "{cargo} test --quiet {E2E...} -- --nocapture").ignore_status().output()?;
+    let out = cmd!(sh, "{cargo} test --quiet {WITH_E2E...} --test e2e -- --nocapture").ignore_status().output()?;
     let took = started.elapsed();
     let stderr = String::from_utf8_lossy(&out.stderr);
     let mut scenarios: Vec<&str> = stderr.lines().filter(|l| l.starts_with("scenario ")).collect();
