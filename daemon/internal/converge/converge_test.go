@@ -364,3 +364,29 @@ func TestAHoldWithABookedShareRunsInItsSliceUntilReleased(t *testing.T) {
 		}
 	}
 }
+
+func TestTheAppliedSpecSentAgainIsTakenAsAppliedWithoutAnotherVerify(t *testing.T) {
+	dir := t.TempDir()
+	unsigned := desired(spec(1))
+	r := newRig(t, dir, false, "")
+	if ok, err := r.c.Apply(unsigned); !ok || err != nil {
+		t.Fatalf("applied: %v %v", ok, err)
+	}
+	r.c.Stop()
+	r.j.Close()
+	// The same node with command roots: the spec it applied, byte for
+	// byte, is in effect and not verified again; any other bytes are.
+	r = newRig(t, dir, true, "")
+	before, _ := r.j.Unacked(0)
+	if ok, err := r.c.Apply(unsigned); ok || err != nil {
+		t.Fatalf("the applied spec again: %v %v", ok, err)
+	}
+	if after, _ := r.j.Unacked(0); len(after) != len(before) {
+		t.Fatalf("%d events journaled for the applied spec", len(after)-len(before))
+	}
+	other := spec(1)
+	other.Holds = []*agentv1.Hold{hold("a", 0)}
+	if _, err := r.c.Apply(desired(other)); pki.CodeOf(err) != pki.CodeDSSEUnsigned {
+		t.Fatalf("another spec of the applied generation: %v", err)
+	}
+}

@@ -39,6 +39,16 @@ type requeue struct {
 // apply runs a new generation through every reconciler; it returns the
 // applied generation (0: nothing applied). The caller holds c.pass.
 func (c *Converger) apply(ds *agentv1.DesiredState) (uint64, error) {
+	envBytes, err := proto.Marshal(ds.GetSpec())
+	if err != nil {
+		return 0, err
+	}
+	// The gateway sends the latest desired state after every Welcome: the
+	// spec applied now verified when it was applied, so it is not verified
+	// (an Ed25519 signature) again.
+	if c.cfg.Journal.IsApplied(envBytes) {
+		return 0, nil
+	}
 	spec, err := c.verify(ds.GetSpec())
 	if err != nil {
 		c.log.Warn("converge.spec_refused", "code", string(pki.CodeOf(err)), "reason", err.Error())
@@ -50,10 +60,6 @@ func (c *Converger) apply(ds *agentv1.DesiredState) (uint64, error) {
 			c.log.Info("converge.stale", "generation", spec.GetGeneration(), "applied_generation", applied)
 		}
 		return 0, nil
-	}
-	envBytes, err := proto.Marshal(ds.GetSpec())
-	if err != nil {
-		return 0, err
 	}
 	c.cancelRequeues()
 	in := Input{Spec: spec, Previous: c.appliedSpec(), Envelope: ds.GetSpec(), Signed: c.signed(ds.GetSpec())}

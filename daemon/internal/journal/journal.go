@@ -15,6 +15,7 @@
 package journal
 
 import (
+	"bytes"
 	"cmp"
 	"crypto/rand"
 	"encoding/binary"
@@ -645,6 +646,17 @@ func (j *Journal) Applied() (generation uint64, spec []byte) {
 		return nil
 	})
 	return generation, spec
+}
+
+// IsApplied says whether spec is, byte for byte, the applied spec (compared
+// in place, without a copy).
+func (j *Journal) IsApplied(spec []byte) (same bool) {
+	_ = j.db.View(func(tx *bolt.Tx) error {
+		applied := tx.Bucket(bucketMeta).Get(keySpec)
+		same = applied != nil && bytes.Equal(applied, spec)
+		return nil
+	})
+	return same
 }
 
 // AppliedGeneration is Applied's generation alone, without a copy of the

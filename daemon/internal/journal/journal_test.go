@@ -82,7 +82,7 @@ func TestJournalIDAndEventsSurviveARestart(t *testing.T) {
 func TestTheAppliedSpecAndGenerationSurviveARestart(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "journal.db")
 	j := open(t, path, Options{})
-	if g := j.AppliedGeneration(); g != 0 {
+	if g := j.AppliedGeneration(); g != 0 || j.IsApplied(nil) {
 		t.Fatalf("a new journal's applied generation is %d", g)
 	}
 	if err := j.Update(func(tx *Tx) error { return tx.SetApplied(7, []byte("spec 7")) }); err != nil {
@@ -92,6 +92,9 @@ func TestTheAppliedSpecAndGenerationSurviveARestart(t *testing.T) {
 	j = open(t, path, Options{})
 	if g, spec := j.Applied(); g != 7 || string(spec) != "spec 7" || j.AppliedGeneration() != 7 {
 		t.Fatalf("applied %d %q, generation %d", g, spec, j.AppliedGeneration())
+	}
+	if !j.IsApplied([]byte("spec 7")) || j.IsApplied([]byte("spec 8")) {
+		t.Fatal("IsApplied does not compare with the applied spec")
 	}
 }
 
