@@ -62,14 +62,20 @@ enum Next<B> {
 
 /// Initialize the connection with this amount of write buffer.
 ///
-/// bcd-interop patch (vendor/h2/VENDORED.md): 2 KiB instead of 16 KiB. The
-/// buffer grows as frames need (a HEADERS frame of MAX_FRAME_SIZE still
-/// fits: encoding reserves what it writes), and it must hold at least
-/// `min_buffer_capacity` (a chain threshold and a frame head, at most
-/// 1,033 bytes) for `has_capacity` to accept a first frame. An idle
-/// connection of a gateway holding 10,000 of them no longer keeps 16 KiB
-/// that only a burst of small frames would fill.
-const DEFAULT_BUFFER_CAPACITY: usize = 2 * 1_024;
+/// The minimum MAX_FRAME_SIZE is 16kb, so always be able to send a HEADERS
+/// frame that big.
+///
+/// bcd-interop patch (vendor/h2/VENDORED.md): this is now how much the
+/// buffer holds before it must be flushed, not what it allocates at once;
+/// it starts at `INITIAL_BUFFER_CAPACITY`, grows as frames are buffered
+/// (encoding reserves what it writes) and is given back once flushed.
+const DEFAULT_BUFFER_CAPACITY: usize = 16 * 1_024;
+
+/// bcd-interop patch (vendor/h2/VENDORED.md): what the write buffer
+/// allocates when the connection opens and after each flush that emptied it
+/// grown. An idle connection of a gateway holding 10,000 of them keeps 2 KiB
+/// instead of 16 KiB; frames are batched into writes as before.
+const INITIAL_BUFFER_CAPACITY: usize = 2 * 1_024;
 
 /// Chain payloads bigger than this when vectored I/O is enabled. The remote
 /// will never advertise a max frame size less than this (well, the spec says
@@ -98,7 +104,7 @@ where
             final_flush_done: false,
             encoder: Encoder {
                 hpack: hpack::Encoder::default(),
-                buf: Cursor::new(BytesMut::with_capacity(DEFAULT_BUFFER_CAPACITY)),
+                buf: Cursor::new(BytesMut::with_capacity(INITIAL_BUFFER_CAPACITY)),
                 next: None,
                 last_data_frame: None,
                 max_frame_size: frame::DEFAULT_MAX_FRAME_SIZE,
@@ -205,6 +211,10 @@ where
         // Clear internal buffer
         self.buf.set_position(0);
         self.buf.get_mut().clear();
+        // bcd-interop patch: a buffer a burst grew goes back to its first size.
+        if self.buf.get_ref().capacity() > INITIAL_BUFFER_CAPACITY {
+            *self.buf.get_mut() = BytesMut::with_capacity(INITIAL_BUFFER_CAPACITY);
+        }
 
         // The data frame has been written, so unset it
         match self.next.take() {
@@ -312,8 +322,10 @@ where
     }
 
     fn has_capacity(&self) -> bool {
+        // bcd-interop patch: room is counted against DEFAULT_BUFFER_CAPACITY,
+        // the most the buffer holds, not against what it has allocated so far.
         self.next.is_none()
-            && (self.buf.get_ref().capacity() - self.buf.get_ref().len()
+            && (DEFAULT_BUFFER_CAPACITY.saturating_sub(self.buf.get_ref().len())
                 >= self.min_buffer_capacity)
     }
 
