@@ -17,6 +17,10 @@
 //! - No tracked file cites the design document that lives outside the
 //!   repository, by its file name or its relative path: the repository
 //!   explains itself (`docs/`, `ARCHITECTURE.md`).
+//! - Every crate under `vendor/` is the one the workspace builds: `Cargo.lock`
+//!   holds its name and version without a registry source. A `cargo update`
+//!   that moved past the vendored version would otherwise drop the patch
+//!   with no more than a warning.
 //!
 //! The files are those `git ls-files` lists. The needles are spelled in
 //! pieces below, so that this file does not trip its own checks; this file
@@ -375,6 +379,58 @@ mod tests {
     }
 
     // -----------------------------------------------------------------
+    // (d) Every vendored crate is the one Cargo.lock builds.
+    // -----------------------------------------------------------------
+
+    /// A manifest's or lock entry's `key = "value"`, the first at the start
+    /// of a line.
+    fn toml_value<'a>(text: &'a str, key: &str) -> Option<&'a str> {
+        text.lines().find_map(|l| {
+            l.strip_prefix(key)?.trim_start().strip_prefix('=')?.trim().strip_prefix('"')?.strip_suffix('"')
+        })
+    }
+
+    /// Why `lock` does not build the vendored crate `name` `version` from its
+    /// path, or None when it does.
+    fn vendored_lock_problem(lock: &str, name: &str, version: &str) -> Option<String> {
+        let entry = lock
+            .split("[[package]]")
+            .find(|p| toml_value(p, "name") == Some(name) && toml_value(p, "version") == Some(version));
+        match entry {
+            None => Some(format!("Cargo.lock has no {name} {version}: the patch is not used")),
+            Some(p) if p.lines().any(|l| l.starts_with("source")) => {
+                Some(format!("Cargo.lock builds {name} {version} from a registry, not from vendor/"))
+            }
+            Some(_) => None,
+        }
+    }
+
+    #[test]
+    fn every_vendored_crate_is_the_one_the_workspace_builds() {
+        let root = root();
+        let lock = std::fs::read_to_string(root.join("Cargo.lock")).expect("Cargo.lock");
+        let mut problems = Vec::new();
+        for (path, text) in tracked() {
+            let Some(dir) = path.strip_prefix(VENDOR).and_then(|p| p.strip_suffix("/Cargo.toml")) else { continue };
+            let text = text.unwrap_or_default();
+            let package = text.split("[package]").nth(1).unwrap_or("");
+            let (Some(name), Some(version)) = (toml_value(package, "name"), toml_value(package, "version")) else {
+                problems.push(format!("{path}: no [package] name and version"));
+                continue;
+            };
+            if let Some(problem) = vendored_lock_problem(&lock, name, version) {
+                problems.push(format!("{VENDOR}{dir}: {problem}"));
+            }
+        }
+        report(
+            "Vendored crates the workspace does not build",
+            "Keep the root Cargo.toml's [patch.crates-io] entry and the vendored version in step: to move to a \
+             newer release, vendor that release and apply the patch again (its VENDORED.md says how).",
+            &problems,
+        );
+    }
+
+    // -----------------------------------------------------------------
     // The checks' own tests.
     // -----------------------------------------------------------------
 
@@ -435,6 +491,16 @@ mod tests {
         let found: Vec<_> = headings(text).into_iter().map(|(_, h)| h).collect();
         assert_eq!(found, vec!["Title", "`pki`", "Session"]);
         assert!(names("`pki`", "pki") && names("`pki`", "`pki`") && !names("pki", "pkix"));
+    }
+
+    #[test]
+    fn a_vendored_crate_must_be_locked_from_its_path() {
+        let path = "[[package]]\nname = \"h2\"\nversion = \"0.4.20\"\ndependencies = [\n \"bytes\",\n]\n";
+        let registry = "[[package]]\nname = \"h2\"\nversion = \"0.4.20\"\nsource = \"registry+https://x\"\n";
+        assert_eq!(vendored_lock_problem(path, "h2", "0.4.20"), None);
+        assert!(vendored_lock_problem(registry, "h2", "0.4.20").unwrap().contains("registry"));
+        assert!(vendored_lock_problem(path, "h2", "0.4.21").unwrap().contains("not used"));
+        assert_eq!(toml_value("name = \"h2\"\n", "name"), Some("h2"));
     }
 
     #[test]
