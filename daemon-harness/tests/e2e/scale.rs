@@ -347,7 +347,7 @@ async fn crypto_floor(node: &Node, nodes: usize) -> Floor {
         + 3.0 * go("ed25519_verify_ns");
     let stack_side = 2.0 * stack.tls_sign
         + stack.pki_sign
-        + 5.0 * stack.verify
+        + 4.0 * stack.verify
         + 2.0 * stack.tls_x25519
         + stack.pki_ecdh
         + 2.0 * stack.ed25519_sign;
