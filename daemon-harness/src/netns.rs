@@ -64,6 +64,16 @@ static COUNTER: AtomicU32 = AtomicU32::new(0);
 /// Serializes `ip netns add` within the process: the first one mounts
 /// `/run/netns`, and two racing first mounts stack.
 static CREATE_LOCK: Mutex<()> = Mutex::new(());
+/// Serializes [`reap_stale`] within the process, and lets a test hold it
+/// off while it builds a namespace by hand ([`hold_reaping`]): a reaper
+/// that saw a namespace before its veth's alias was set would delete the
+/// namespace alone, leaving the pair to the kernel's later cleanup.
+static REAP_LOCK: Mutex<()> = Mutex::new(());
+
+/// Holds off every [`reap_stale`] of this process while the guard lives.
+pub fn hold_reaping() -> std::sync::MutexGuard<'static, ()> {
+    REAP_LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 /// The host-side and namespace-side addresses of `slot` (a /30 each).
 pub fn slot_addresses(slot: u32) -> (Ipv4Addr, Ipv4Addr) {
@@ -161,6 +171,7 @@ pub fn host_interface_of(name: &str) -> Option<String> {
 /// Removes namespaces `<prefix>-<pid>-<n>` of the harness whose creating
 /// process no longer exists (it was killed before its `Drop` ran).
 pub fn reap_stale() {
+    let _reaping = hold_reaping();
     let Ok(entries) = std::fs::read_dir(NETNS_DIR) else { return };
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();

@@ -127,9 +127,14 @@ fn namespaces_of_dead_test_processes_are_reaped() {
     let veth = format!("bcdvs{dead_pid}");
     let ip =
         |args: &[&str]| assert!(Command::new(netns::ip_program()).args(args).status().unwrap().success(), "{args:?}");
-    ip(&["netns", "add", &name]);
-    ip(&["link", "add", &veth, "type", "veth", "peer", "name", "eth0", "netns", &name]);
-    ip(&["-n", &name, "link", "set", "eth0", "alias", &veth]);
+    {
+        // Built whole before any reaper of a test running beside this one
+        // sees it.
+        let _hold = netns::hold_reaping();
+        ip(&["netns", "add", &name]);
+        ip(&["link", "add", &veth, "type", "veth", "peer", "name", "eth0", "netns", &name]);
+        ip(&["-n", &name, "link", "set", "eth0", "alias", &veth]);
+    }
 
     netns::reap_stale();
 
