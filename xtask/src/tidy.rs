@@ -382,23 +382,19 @@ mod tests {
     // (d) Every vendored crate is the one Cargo.lock builds.
     // -----------------------------------------------------------------
 
-    /// A manifest's or lock entry's `key = "value"`, the first at the start
-    /// of a line.
-    fn toml_value<'a>(text: &'a str, key: &str) -> Option<&'a str> {
-        text.lines().find_map(|l| {
-            l.strip_prefix(key)?.trim_start().strip_prefix('=')?.trim().strip_prefix('"')?.strip_suffix('"')
-        })
+    /// A TOML table's string `key`.
+    fn str_of<'a>(table: &'a toml::Value, key: &str) -> Option<&'a str> {
+        table.get(key).and_then(toml::Value::as_str)
     }
 
-    /// Why `lock` does not build the vendored crate `name` `version` from its
-    /// path, or None when it does.
-    fn vendored_lock_problem(lock: &str, name: &str, version: &str) -> Option<String> {
-        let entry = lock
-            .split("[[package]]")
-            .find(|p| toml_value(p, "name") == Some(name) && toml_value(p, "version") == Some(version));
+    /// Why `lock` (a parsed Cargo.lock) does not build the vendored crate
+    /// `name` `version` from its path, or None when it does.
+    fn vendored_lock_problem(lock: &toml::Table, name: &str, version: &str) -> Option<String> {
+        let packages = lock.get("package").and_then(toml::Value::as_array).map(Vec::as_slice).unwrap_or_default();
+        let entry = packages.iter().find(|p| str_of(p, "name") == Some(name) && str_of(p, "version") == Some(version));
         match entry {
             None => Some(format!("Cargo.lock has no {name} {version}: the patch is not used")),
-            Some(p) if p.lines().any(|l| l.starts_with("source")) => {
+            Some(p) if p.get("source").is_some() => {
                 Some(format!("Cargo.lock builds {name} {version} from a registry, not from vendor/"))
             }
             Some(_) => None,
@@ -408,13 +404,16 @@ mod tests {
     #[test]
     fn every_vendored_crate_is_the_one_the_workspace_builds() {
         let root = root();
-        let lock = std::fs::read_to_string(root.join("Cargo.lock")).expect("Cargo.lock");
+        let lock: toml::Table =
+            std::fs::read_to_string(root.join("Cargo.lock")).expect("Cargo.lock").parse().expect("Cargo.lock is TOML");
         let mut problems = Vec::new();
         for (path, text) in tracked() {
             let Some(dir) = path.strip_prefix(VENDOR).and_then(|p| p.strip_suffix("/Cargo.toml")) else { continue };
-            let text = text.unwrap_or_default();
-            let package = text.split("[package]").nth(1).unwrap_or("");
-            let (Some(name), Some(version)) = (toml_value(package, "name"), toml_value(package, "version")) else {
+            let manifest: Option<toml::Table> = text.and_then(|t| t.parse().ok());
+            let package = manifest.as_ref().and_then(|m| m.get("package"));
+            let (Some(name), Some(version)) =
+                (package.and_then(|p| str_of(p, "name")), package.and_then(|p| str_of(p, "version")))
+            else {
                 problems.push(format!("{path}: no [package] name and version"));
                 continue;
             };
@@ -495,12 +494,12 @@ mod tests {
 
     #[test]
     fn a_vendored_crate_must_be_locked_from_its_path() {
-        let path = "[[package]]\nname = \"h2\"\nversion = \"0.4.20\"\ndependencies = [\n \"bytes\",\n]\n";
-        let registry = "[[package]]\nname = \"h2\"\nversion = \"0.4.20\"\nsource = \"registry+https://x\"\n";
-        assert_eq!(vendored_lock_problem(path, "h2", "0.4.20"), None);
-        assert!(vendored_lock_problem(registry, "h2", "0.4.20").unwrap().contains("registry"));
-        assert!(vendored_lock_problem(path, "h2", "0.4.21").unwrap().contains("not used"));
-        assert_eq!(toml_value("name = \"h2\"\n", "name"), Some("h2"));
+        let lock = |text: &str| text.parse::<toml::Table>().unwrap();
+        let path = lock("[[package]]\nname = \"h2\"\nversion = \"0.4.20\"\ndependencies = [\n \"bytes\",\n]\n");
+        let registry = lock("[[package]]\nname = \"h2\"\nversion = \"0.4.20\"\nsource = \"registry+https://x\"\n");
+        assert_eq!(vendored_lock_problem(&path, "h2", "0.4.20"), None);
+        assert!(vendored_lock_problem(&registry, "h2", "0.4.20").unwrap().contains("registry"));
+        assert!(vendored_lock_problem(&path, "h2", "0.4.21").unwrap().contains("not used"));
     }
 
     #[test]
