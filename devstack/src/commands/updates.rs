@@ -1,12 +1,14 @@
 //! What a node reports about a command (docs/protocol.md, "Commands"): the
-//! CommandUpdate handler. Every reported state goes into the history; the
-//! command's state changes when the update moves it on, and a terminal
+//! CommandUpdate handler. Every state reported until the command is done
+//! goes into the history (an update after that is bcd's stored result sent
+//! again for a duplicate delivery, and changes nothing); the command's
+//! state changes when the update moves it on, and a terminal
 //! update's node-signed result must verify under one of the node's
 //! certified keys and agree with the update, else the command ends FAILED
 //! `result-unverified: …`. A BUSY command is delivered again after a delay.
 
 use prost::Message as _;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::error::Result;
 use crate::events::StackEvent;
@@ -31,6 +33,13 @@ impl EventHandler<proto::CommandUpdate> for CommandUpdates {
             warn!(node_id = %node_id, command_id = %id, "session: update for a command this node does not have");
             return Ok(Effects::default());
         };
+        if row.state.is_terminal() {
+            // A done command's outcome is final: bcd answers a delivery that
+            // crossed its result with the stored one (docs/daemon.md,
+            // "Duplicate delivery"), which is not a new step.
+            debug!(node_id = %node_id, command_id = %id, state = %reported, "session: update for a done command not recorded");
+            return Ok(Effects::default());
+        }
         let checked = check_result(event, &row, reported, update);
         let outcome = Outcome {
             state: checked.state,

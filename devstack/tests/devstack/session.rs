@@ -46,6 +46,26 @@ async fn events_are_recorded_once_and_acked_across_sessions() {
     stack.shutdown().await.unwrap();
 }
 
+/// bcd answers a delivery that crossed its result with the stored result,
+/// a new event: the history ends at the outcome, which stays as it was.
+#[tokio::test]
+async fn an_update_after_the_outcome_is_not_recorded() {
+    let (stack, _pool, token) = stack_with_pool(DevStackOptions::memory(), None).await;
+    let node = TestNode::join(&stack, &token).await.unwrap();
+    let mut session = node.connect(&stack, 0).await.unwrap();
+    let (cmd, _) = session.expect_command().await;
+    session.complete(&cmd, &diag_output(8)).await;
+    let stored = session.signed_result(&node.key, &cmd, CommandState::Succeeded, "", &diag_output(8));
+    let again = session.send_event(Session::update(&cmd.id, CommandState::Succeeded, Some(stored))).await;
+    let failed = session.send_event(Session::update(&cmd.id, CommandState::Failed, None)).await;
+    session.await_ack(failed.max(again)).await;
+    let history: Vec<_> = stack.command_updates(&cmd.id).await.unwrap().into_iter().map(|u| u.state).collect();
+    assert_eq!(history, [CommandStatus::Accepted, CommandStatus::Running, CommandStatus::Succeeded]);
+    let outcome = stack.await_command(&cmd.id, WAIT).await.unwrap();
+    assert_eq!(outcome.state, CommandStatus::Succeeded, "{outcome:?}");
+    stack.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn a_busy_command_is_delivered_again() {
     let options = DevStackOptions { busy_retry_ms: 50, ..DevStackOptions::memory() };
