@@ -1,5 +1,5 @@
 // The expect objects of verified objects, member for member as the Rust
-// side's run.rs builds them.
+// side's family verifiers (fixtures/src/interop/cases/) build them.
 
 package interop
 

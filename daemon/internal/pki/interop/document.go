@@ -1,7 +1,8 @@
 // Package interop runs the cross-language fixture cases that the Rust
 // fixture factory writes (testdata/interop.json, testdata/release/release.json)
 // through package pki, and re-produces their deterministic bytes. It is the
-// Go twin of the Rust side's fixtures/src/interop/run.rs; TestInterop,
+// Go twin of the Rust side's fixtures/src/interop/run.rs and of the
+// verifiers of its families (one file here per family); TestInterop,
 // TestRelease and `bcd-fixtures verify` share it.
 package interop
 
