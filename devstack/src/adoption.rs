@@ -14,7 +14,9 @@ use crate::clock::now_ms;
 use crate::commands::{self, CommandOptions};
 use crate::error::{Error, Result};
 use crate::events::StackEvent;
-use crate::gateway::handlers::{Effects, Event, EventHandler};
+use crate::gateway::handlers::{Effects, Event, EventHandler, RequestContext, WelcomedHook};
+use crate::ledger::Tx;
+use crate::policy::PoolPolicy;
 use crate::shared::Shared;
 use crate::store::rows::{CommandRow, CommandStatus, NodeRow, NodeSpecRow, NodeState};
 use crate::store::{commands as command_rows, nodes, pools, specs};
@@ -24,28 +26,39 @@ pub const ACCEPTANCE_DIAG: &str = "diag.nvml";
 /// No acceptance check: adopted on the first session.
 pub const ACCEPTANCE_NONE: &str = "none";
 
-/// Called once a node's session is welcomed. Returns a spec to send when the
-/// node was adopted right now (a pool without acceptance check, or a
-/// decision a stopped stack had not made yet).
-pub fn on_session_start(shared: &Shared, node: &NodeRow) -> Result<Option<NodeSpecRow>> {
+/// The Welcomed hook: a joined node's first session enqueues its acceptance
+/// check (or adopts it at once), and a decision a stopped stack had not made
+/// is made now; a node adopted now gets its first spec.
+pub struct FirstSession;
+
+impl WelcomedHook for FirstSession {
+    fn on_welcomed(&self, session: &RequestContext<'_>) -> Result<Effects> {
+        let shared = session.shared;
+        let Some(node) = shared.ledger.read(|c| nodes::get(c, &session.node.node_id))? else {
+            return Ok(Effects::default());
+        };
+        Ok(Effects { specs: on_session_start(shared, &node)?.into_iter().collect(), ..Effects::default() })
+    }
+}
+
+/// Returns a spec to send when the node was adopted right now (a pool
+/// without acceptance check, or a decision a stopped stack had not made
+/// yet).
+fn on_session_start(shared: &Shared, node: &NodeRow) -> Result<Option<NodeSpecRow>> {
     match node.state {
         NodeState::Joined => {
             let pool = shared
-                .store
-                .with(|c| pools::get(c, &node.pool_id))?
+                .ledger
+                .read(|c| pools::get(c, &node.pool_id))?
                 .ok_or_else(|| Error::UnknownPool { pool_id: node.pool_id.clone() })?;
             if pool.acceptance == ACCEPTANCE_NONE {
-                let mut events = Vec::new();
-                let spec = shared.store.tx(|c| adopt(c, shared, node, &mut events))?;
-                shared.publish_all(events);
-                shared.bump();
-                return Ok(spec);
+                return shared.ledger.write(|c| adopt(c, shared, node));
             }
             // The command and the move to `accepting` in one transaction:
             // of two first sessions racing here, only one enqueues.
             let opts = CommandOptions { retry_safe: true, ..Default::default() };
             let row = commands::prepare(shared, &node.id, ACCEPTANCE_DIAG, &json!({}), &opts);
-            let enqueued = shared.store.tx(|c| {
+            let enqueued = shared.ledger.write(|c| {
                 if !nodes::set_accepting(c, &node.id, &row.id)? {
                     return Ok(false);
                 }
@@ -54,21 +67,17 @@ pub fn on_session_start(shared: &Shared, node: &NodeRow) -> Result<Option<NodeSp
             })?;
             if enqueued {
                 info!(node_id = %node.id, command_id = %row.id, "adoption: acceptance check enqueued");
-                commands::announce(shared, std::slice::from_ref(&row));
+                commands::wake(shared, std::slice::from_ref(&row));
             }
             Ok(None)
         }
         // A stack that stopped between a result and its decision decides now.
         NodeState::Accepting => {
             let Some(id) = &node.acceptance_command_id else { return Ok(None) };
-            let mut events = Vec::new();
-            let spec = shared.store.tx(|c| match command_rows::get(c, id)? {
-                Some(cmd) if cmd.state.is_terminal() => decide(c, shared, node, &cmd, &mut events),
+            shared.ledger.write(|c| match command_rows::get(c, id)? {
+                Some(cmd) if cmd.state.is_terminal() => decide(c, shared, node, &cmd),
                 _ => Ok(None),
-            })?;
-            shared.publish_all(events);
-            shared.bump();
-            Ok(spec)
+            })
         }
         NodeState::Adopted | NodeState::Rejected => Ok(None),
     }
@@ -85,7 +94,7 @@ impl EventHandler<proto::CommandUpdate> for AcceptanceCheck {
         let cmd = command_rows::get(event.c, &update.command_id)?;
         let Some(cmd) = cmd.filter(|c| c.node_id == node_id && c.state.is_terminal()) else { return Ok(effects) };
         let Some(node) = nodes::get(event.c, node_id)? else { return Ok(effects) };
-        effects.specs.extend(decide(event.c, event.shared, &node, &cmd, &mut effects.events)?);
+        effects.specs.extend(decide(event.c, event.shared, &node, &cmd)?);
         Ok(effects)
     }
 }
@@ -93,14 +102,8 @@ impl EventHandler<proto::CommandUpdate> for AcceptanceCheck {
 /// Decides on a node whose command `cmd` ended, inside a caller's
 /// transaction: nothing unless it is the node's acceptance check and the
 /// node still waits for it. Returns the spec to send when the node was
-/// adopted; the decision goes into `events`, to publish once committed.
-fn decide(
-    c: &rusqlite::Connection,
-    shared: &Shared,
-    node: &NodeRow,
-    cmd: &CommandRow,
-    events: &mut Vec<StackEvent>,
-) -> Result<Option<NodeSpecRow>> {
+/// adopted; the decision is published once the transaction committed.
+fn decide(c: &Tx<'_>, shared: &Shared, node: &NodeRow, cmd: &CommandRow) -> Result<Option<NodeSpecRow>> {
     if node.state != NodeState::Accepting || node.acceptance_command_id.as_deref() != Some(cmd.id.as_str()) {
         return Ok(None);
     }
@@ -108,12 +111,12 @@ fn decide(
     match judge(cmd, pool.expect_gpu_count) {
         Ok(gpus) => {
             info!(node_id = %node.id, gpus, "adoption: acceptance check passed");
-            adopt(c, shared, node, events)
+            adopt(c, shared, node)
         }
         Err(reason) => {
             warn!(node_id = %node.id, %reason, "adoption: node rejected");
             nodes::reject(c, &node.id, &reason)?;
-            events.push(StackEvent::Rejected { node_id: node.id.clone(), reason });
+            c.publish(StackEvent::Rejected { node_id: node.id.clone(), reason });
             Ok(None)
         }
     }
@@ -143,24 +146,18 @@ fn judge(cmd: &CommandRow, expected: Option<u32>) -> Result<u64, String> {
     Ok(gpus)
 }
 
-/// Adopts a node with NodeSpec generation 1 inside a caller's transaction
-/// (the event goes into `events`); `None` when another session of the node
-/// adopted it first.
-fn adopt(
-    c: &rusqlite::Connection,
-    shared: &Shared,
-    node: &NodeRow,
-    events: &mut Vec<StackEvent>,
-) -> Result<Option<NodeSpecRow>> {
+/// Adopts a node with NodeSpec generation 1 inside a caller's transaction;
+/// `None` when another session of the node adopted it first.
+fn adopt(c: &Tx<'_>, shared: &Shared, node: &NodeRow) -> Result<Option<NodeSpecRow>> {
     let now = now_ms();
     let pool = pools::get(c, &node.pool_id)?.ok_or_else(|| Error::UnknownPool { pool_id: node.pool_id.clone() })?;
-    let spec = crate::spec::first(shared, &node.id, pools::policy_of(&pool)?.host_section(), now);
+    let spec = crate::spec::first(shared, &node.id, PoolPolicy::of(&pool)?.host_section(), now);
     if !nodes::adopt(c, &node.id, now)? {
         return Ok(None);
     }
     specs::insert(c, &spec)?;
     info!(node_id = %node.id, generation = 1, "adoption: node adopted");
-    events.push(StackEvent::Adopted { node_id: node.id.clone() });
+    c.publish(StackEvent::Adopted { node_id: node.id.clone() });
     Ok(Some(spec))
 }
 
@@ -207,19 +204,19 @@ mod tests {
     #[test]
     fn two_first_sessions_with_the_same_view_enqueue_one_check_and_adopt_once() {
         let shared = crate::shared::testing::shared_with_node(ACCEPTANCE_DIAG);
-        let joined = shared.store.with(|c| nodes::get(c, "node_1")).unwrap().unwrap();
+        let joined = shared.ledger.read(|c| nodes::get(c, "node_1")).unwrap().unwrap();
         // Both sessions read the node as `joined` before either decided.
         assert_eq!(on_session_start(&shared, &joined).unwrap(), None);
         assert_eq!(on_session_start(&shared, &joined).unwrap(), None);
-        let commands = shared.store.with(|c| command_rows::of_node(c, "node_1")).unwrap();
+        let commands = shared.ledger.read(|c| command_rows::of_node(c, "node_1")).unwrap();
         assert_eq!(commands.len(), 1);
-        let node = shared.store.with(|c| nodes::get(c, "node_1")).unwrap().unwrap();
+        let node = shared.ledger.read(|c| nodes::get(c, "node_1")).unwrap().unwrap();
         assert_eq!((node.state, node.acceptance_command_id), (NodeState::Accepting, Some(commands[0].id.clone())));
 
         let plain = crate::shared::testing::shared_with_node(ACCEPTANCE_NONE);
-        let joined = plain.store.with(|c| nodes::get(c, "node_1")).unwrap().unwrap();
+        let joined = plain.ledger.read(|c| nodes::get(c, "node_1")).unwrap().unwrap();
         assert_eq!(on_session_start(&plain, &joined).unwrap().map(|s| s.generation), Some(1));
         assert_eq!(on_session_start(&plain, &joined).unwrap(), None);
-        assert_eq!(plain.store.with(|c| specs::of_node(c, "node_1")).unwrap().len(), 1);
+        assert_eq!(plain.ledger.read(|c| specs::of_node(c, "node_1")).unwrap().len(), 1);
     }
 }

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 use crate::releases::UpdatePins;
-use crate::stack::DevStack;
+use crate::shared::Shared;
 
 /// The file name of bcd's configuration.
 pub const CONFIG_FILE: &str = "config.toml";
@@ -100,35 +100,22 @@ pub fn write(dir: &Path, config: &BcdConfig, jwk: &str) -> Result<BcdConfigPaths
     Ok(paths)
 }
 
-impl DevStack {
-    /// Writes a ready bcd `config.toml` and `join-encryption.jwk` into `dir`,
-    /// with `data_dir` as bcd's data directory.
-    pub async fn write_bcd_config(&self, dir: &Path, data_dir: &Path) -> Result<BcdConfigPaths> {
-        self.write_bcd_config_with(dir, data_dir, None).await
-    }
-
-    /// Writes a ready bcd `config.toml` (with an `[update]` section pinning
-    /// `update`, when given: [`DevStack::release_keys`] or a changed copy)
-    /// and `join-encryption.jwk` into `dir`.
-    pub async fn write_bcd_config_with(
-        &self,
-        dir: &Path,
-        data_dir: &Path,
-        update: Option<&UpdatePins>,
-    ) -> Result<BcdConfigPaths> {
-        let pins = self.pins();
-        let cfg = BcdConfig {
-            gateway_url: self.gateway_url().to_string(),
-            gateway_server_name: crate::SERVER_NAME.to_string(),
-            serving_ca_spki_pin: pins.serving_ca,
-            join_signing_pin: pins.join_signing,
-            join_signing_key: pins.join_signing_key,
-            join_encryption_pin: pins.join_encryption,
-            data_dir: data_dir.to_path_buf(),
-            update: update.cloned(),
-        };
-        write(dir, &cfg, &pins.join_encryption_jwk)
-    }
+/// Writes a ready bcd `config.toml` for this stack (with an `[update]`
+/// section pinning `update`, when given: the stack's release keys or a
+/// changed copy) and `join-encryption.jwk` into `dir`.
+pub fn write_for(shared: &Shared, dir: &Path, data_dir: &Path, update: Option<&UpdatePins>) -> Result<BcdConfigPaths> {
+    let pins = shared.keys.pins();
+    let cfg = BcdConfig {
+        gateway_url: shared.settings.gateway_url.clone(),
+        gateway_server_name: crate::SERVER_NAME.to_string(),
+        serving_ca_spki_pin: pins.serving_ca,
+        join_signing_pin: pins.join_signing,
+        join_signing_key: pins.join_signing_key,
+        join_encryption_pin: pins.join_encryption,
+        data_dir: data_dir.to_path_buf(),
+        update: update.cloned(),
+    };
+    write(dir, &cfg, &pins.join_encryption_jwk)
 }
 
 #[cfg(test)]

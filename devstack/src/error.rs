@@ -9,36 +9,10 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// A statement on the SQLite store failed.
-    #[error("store: {context}: {source}")]
-    Store {
-        /// What the stack was doing.
-        context: &'static str,
-        /// The SQLite error.
-        source: rusqlite::Error,
-    },
-    /// A numbered migration failed to apply.
-    #[error("store migration {version} ({name}): {source}")]
-    Migration {
-        /// The migration's number.
-        version: u32,
-        /// The migration's name.
-        name: &'static str,
-        /// The SQLite error.
-        source: rusqlite::Error,
-    },
-    /// A stored row holds something the stack cannot read back.
-    #[error("store: {table}.{column} of {key}: {reason}")]
-    Corrupt {
-        /// The table.
-        table: &'static str,
-        /// The column.
-        column: &'static str,
-        /// The row's key.
-        key: String,
-        /// What is wrong with the value.
-        reason: String,
-    },
+    /// The store failed (a statement, a migration, a stored value that does
+    /// not read back, its file).
+    #[error(transparent)]
+    Store(#[from] crate::store::Error),
     /// A persisted key or certificate of the stack cannot be read back.
     #[error("stored key {name}: {reason}")]
     StoredKey {
@@ -245,7 +219,7 @@ pub enum Error {
         /// The instance id.
         instance_id: String,
         /// Its state.
-        state: crate::store::instance_rows::InstanceState,
+        state: crate::store::rows::InstanceState,
         /// Its reason.
         reason: String,
     },
@@ -280,12 +254,12 @@ pub enum Error {
         detail: String,
     },
     /// The console ended (or its relay went away) before what was asked.
-    #[error("console {tunnel_id} ended{}", end.as_ref().map(|e| format!(": {e}")).unwrap_or_default())]
+    #[error("console {tunnel_id} ended{}", reason.as_ref().map(|r| format!(": {r}")).unwrap_or_default())]
     ConsoleEnded {
         /// The tunnel id.
         tunnel_id: String,
         /// How it ended, when it said so.
-        end: Option<crate::tunnels::ConsoleEnd>,
+        reason: Option<String>,
     },
     /// The operation needs signed intent and the stack runs without it.
     #[error("the dev stack runs without signed intent")]
@@ -307,11 +281,6 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
-    /// A store error with its context.
-    pub(crate) fn store(context: &'static str) -> impl FnOnce(rusqlite::Error) -> Error {
-        move |source| Error::Store { context, source }
-    }
-
     /// A `pki` error with its context.
     pub(crate) fn pki(context: &'static str) -> impl FnOnce(pki::Error) -> Error {
         move |source| Error::Pki { context, source }

@@ -19,7 +19,6 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
 use crate::clock::now_ms;
-use crate::stack::DevStack;
 use crate::store::rows::{CommandStatus, JoinMethod, ReservationState};
 
 /// How many events the stack keeps for a late reader (and how far a
@@ -303,19 +302,6 @@ impl EventSubscription {
             Err(broadcast::error::RecvError::Lagged(n)) => Some(Received::Missed(n)),
             Err(broadcast::error::RecvError::Closed) => None,
         }
-    }
-}
-
-impl DevStack {
-    /// Subscribes to the stack's events: the kept ones numbered after
-    /// `after` (0: every kept one), then each new one as it happens.
-    pub fn events(&self, after: u64) -> EventSubscription {
-        self.shared().events.subscribe(after)
-    }
-
-    /// The last events the stack kept (at most [`RECENT`]), oldest first.
-    pub fn recent_events(&self) -> Vec<Arc<Published>> {
-        self.shared().events.recent()
     }
 }
 

@@ -39,7 +39,7 @@ pub fn well_known(shared: &Shared) -> Value {
             "encryptionPin": keys.join_encryption_pin(),
             "encryptionJwk": jwk,
         },
-        "trustDomain": shared.settings.trust_domain,
+        "trustDomain": shared.settings.options.trust_domain,
     })
 }
 
@@ -56,7 +56,7 @@ async fn release_file(State(shared): State<Arc<Shared>>, Path((version, file)): 
         return not_found("no such release");
     }
     if file == "manifest.dsse.json" {
-        return match shared.store.with(|c| releases::get(c, &version)) {
+        return match shared.ledger.read(|c| releases::get(c, &version)) {
             Ok(Some(row)) => ([(header::CONTENT_TYPE, "application/json")], row.envelope).into_response(),
             Ok(None) => not_found("no such release"),
             Err(e) => internal(e),
@@ -65,7 +65,7 @@ async fn release_file(State(shared): State<Arc<Shared>>, Path((version, file)): 
     let Some((os, arch)) = file.strip_prefix("bcd-").and_then(|p| p.split_once('-')) else {
         return not_found("no such file");
     };
-    match shared.store.with(|c| releases::artifact_bytes(c, &version, os, arch)) {
+    match shared.ledger.read(|c| releases::artifact_bytes(c, &version, os, arch)) {
         Ok(Some(bytes)) => {
             tracing::info!(version = %version, os = ?os, arch = ?arch, size = bytes.len(), "http: release artifact served");
             ([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response()

@@ -1,10 +1,16 @@
 //! The live sessions, by node: how the API and the workers reach a node's
 //! session task (wake it for new commands, inject a frame, revoke, drain).
+//! A session that registers or goes bumps the change notification.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
 use tokio::sync::mpsc;
+
+use crate::changes::Changes;
+use crate::error::Result;
+use crate::frames::desired_state_frame;
+use crate::store::rows::NodeSpecRow;
 
 /// A message to a session task.
 #[derive(Clone, Debug)]
@@ -51,12 +57,17 @@ struct Handle {
 }
 
 /// The registry of live sessions.
-#[derive(Default)]
 pub struct Hub {
     sessions: Mutex<HashMap<String, Handle>>,
+    changes: Changes,
 }
 
 impl Hub {
+    /// An empty registry that bumps `changes` when a session comes or goes.
+    pub fn new(changes: Changes) -> Self {
+        Hub { sessions: Mutex::new(HashMap::new()), changes }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Handle>> {
         // The map is only read or replaced under the lock, never left
         // half-updated, so a poisoned lock still holds a consistent map.
@@ -69,20 +80,31 @@ impl Hub {
         if let Some(old) = self.lock().insert(node_id.to_string(), Handle { epoch, transport, tx }) {
             let _ = old.tx.send(Control::Replaced);
         }
+        self.changes.bump();
         rx
     }
 
     /// Removes the session `epoch` of a node, unless a newer one replaced it.
     pub fn unregister(&self, node_id: &str, epoch: u64) {
-        let mut map = self.lock();
-        if map.get(node_id).is_some_and(|h| h.epoch == epoch) {
-            map.remove(node_id);
+        let removed = {
+            let mut map = self.lock();
+            map.get(node_id).is_some_and(|h| h.epoch == epoch) && map.remove(node_id).is_some()
+        };
+        if removed {
+            self.changes.bump();
         }
     }
 
     /// Sends to a node's live session; false when it has none.
     pub fn send(&self, node_id: &str, control: Control) -> bool {
         self.lock().get(node_id).is_some_and(|h| h.tx.send(control).is_ok())
+    }
+
+    /// Sends a committed spec to the node's live session as DesiredState (a
+    /// node that is away gets it after its next Welcome).
+    pub fn push_spec(&self, spec: &NodeSpecRow) -> Result<()> {
+        self.send(&spec.node_id, Control::Raw(Box::new(desired_state_frame(spec)?)));
+        Ok(())
     }
 
     /// Sends to every live session.

@@ -10,7 +10,6 @@ use tracing::{debug, warn};
 use crate::error::Result;
 use crate::gateway::handlers::{Effects, Event, EventHandler};
 use crate::limits;
-use crate::stack::DevStack;
 use crate::status::Code;
 use crate::store::inventory;
 use crate::store::rows::InventoryRow;
@@ -22,7 +21,7 @@ pub struct Inventory;
 impl EventHandler<proto::StatusReport> for Inventory {
     fn record(&self, event: &Event<'_>, report: &proto::StatusReport) -> Result<Effects> {
         let node_id = event.node_id();
-        let limit = event.shared.settings.limits.inventory_sections;
+        let limit = event.shared.settings.options.limits.inventory_sections;
         let mut kept = inventory::names(event.c, node_id)?;
         let mut stored = 0;
         for section in &report.inventory {
@@ -65,12 +64,5 @@ impl StackView<'_> {
     /// A node's verified inventory sections, by name.
     pub fn inventory(&self, node_id: &str) -> Vec<InventoryRow> {
         self.read(|c| inventory::of_node(c, node_id))
-    }
-}
-
-impl DevStack {
-    /// A node's verified inventory sections.
-    pub async fn inventory(&self, node_id: &str) -> Result<Vec<InventoryRow>> {
-        self.view(|v| v.inventory(node_id))
     }
 }

@@ -22,7 +22,7 @@ pub fn issue(
     let serial = ids::serial();
     let node = x509::NodeCertificate {
         node_id,
-        trust_domain: &shared.settings.trust_domain,
+        trust_domain: &shared.settings.options.trust_domain,
         tpm_ak_name,
         serial: &serial,
         not_before_ms: now_ms - SKEW_MS,
@@ -53,7 +53,7 @@ pub fn signed_response(
     let response = proto::JoinResponse {
         node_id: node_id.to_string(),
         certificate_chain: vec![cert.der.clone(), keys.node_ca_der.clone()],
-        trust_domain: shared.settings.trust_domain.clone(),
+        trust_domain: shared.settings.options.trust_domain.clone(),
         trust: Some(proto::JoinTrust {
             command_roots: keys.command_roots().iter().map(pki::PublicKey::to_proto).collect(),
             trust_bundle: keys.intent.as_ref().map(|i| i.trust().1.to_proto()),

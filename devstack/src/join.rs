@@ -1,7 +1,7 @@
 //! The JoinService (tonic `Join`): a sealed token and a CSR in (or the two
 //! TPM rounds), a node, its certificate and a signed JoinResponse out.
 //!
-//! A TPM join (two rounds) goes to the attestor ([`crate::tpm`]), or is
+//! A TPM join (two rounds) goes to the attestor (`tpm`), or is
 //! refused `method-unsupported` when the stack has none (a request naming no
 //! method is `method-missing`). A token join checks,
 //! in order: the CSR (`csr-malformed`,
@@ -30,17 +30,19 @@ use crate::status::{self, Code, refuse};
 use crate::store::nodes::NewNode;
 use crate::store::rows::{JoinMethod, JoinTokenRow, NodeCertRow, NodeJoinRow, NodeKeyLevel};
 use crate::store::{bindings, certs, join_requests, nodes, pools, tokens};
+use crate::tpm::TpmJoin;
 use crate::{ids, tls::PeerInfo};
 
 /// The JoinService.
 pub struct JoinService {
     shared: Arc<Shared>,
+    tpm: Option<Arc<TpmJoin>>,
 }
 
 impl JoinService {
     /// A JoinService over the stack's shared state.
-    pub fn new(shared: Arc<Shared>) -> Self {
-        JoinService { shared }
+    pub fn new(shared: Arc<Shared>, tpm: Option<Arc<TpmJoin>>) -> Self {
+        JoinService { shared, tpm }
     }
 
     fn join_token(&self, token: &proto::TokenJoin, claims: &proto::NodeClaims) -> Result<proto::JoinReply, Status> {
@@ -64,9 +66,9 @@ impl JoinService {
         })?;
         let sha = hex::encode(Sha256::digest(payload.token.as_bytes()));
         let token_row = shared
-            .store
-            .with(|c| tokens::by_sha256(c, &sha))
-            .map_err(internal)?
+            .ledger
+            .read(|c| tokens::by_sha256(c, &sha))
+            .map_err(Status::from)?
             .ok_or_else(|| refuse(Code::TokenUnknown, "no such join token"))?;
         if token_row.expires_at_ms <= now {
             return Err(refuse(
@@ -74,7 +76,7 @@ impl JoinService {
                 format!("join token {} expired at {}", token_row.id, token_row.expires_at_ms),
             ));
         }
-        if shared.store.with(|c| pools::get(c, &token_row.pool_id)).map_err(internal)?.is_none() {
+        if shared.ledger.read(|c| pools::get(c, &token_row.pool_id)).map_err(Status::from)?.is_none() {
             return Err(refuse(
                 Code::PoolUnknown,
                 format!("pool {} of join token {} does not exist", token_row.pool_id, token_row.id),
@@ -83,14 +85,16 @@ impl JoinService {
         let sha256 = request_sha256(token);
         // The same request again is answered from the store before anything
         // is issued (record_join checks again, for two at once).
-        if let Some((node_id, response)) = shared.store.with(|c| join_requests::get(c, &sha256)).map_err(internal)? {
+        if let Some((node_id, response)) =
+            shared.ledger.read(|c| join_requests::get(c, &sha256)).map_err(Status::from)?
+        {
             return answered_again(&token_row, &node_id, &response);
         }
         let node_id = ids::node_id();
-        let cert = issuance::issue(shared, &node_id, &csr, None, now).map_err(internal)?;
+        let cert = issuance::issue(shared, &node_id, &csr, None, now).map_err(Status::from)?;
         let envelope = issuance::signed_response(shared, &node_id, &token_row.pool_id, &cert, now);
         let request = JoinRequestKey { sha256, response: envelope.to_json() };
-        let recorded = record_join(shared, &token_row, &request, &node_id, &cert, claims, now).map_err(internal)?;
+        let recorded = record_join(shared, &token_row, &request, &node_id, &cert, claims, now).map_err(Status::from)?;
         let envelope = match recorded {
             Recorded::Joined => {
                 info!(
@@ -101,13 +105,6 @@ impl JoinService {
                     hostname = ?claims.hostname,
                     "join: node joined"
                 );
-                shared.publish(StackEvent::Joined {
-                    node_id: node_id.clone(),
-                    pool_id: token_row.pool_id.clone(),
-                    method: JoinMethod::Token,
-                    hostname: claims.hostname.clone(),
-                });
-                shared.bump();
                 envelope
             }
             Recorded::Again { node_id, response } => return answered_again(&token_row, &node_id, &response),
@@ -125,8 +122,8 @@ impl JoinService {
 /// The answer to a token join request answered before: the stored response.
 fn answered_again(token: &JoinTokenRow, node_id: &str, response: &str) -> Result<proto::JoinReply, Status> {
     info!(node_id = %node_id, token_id = %token.id, "join: the same request again, answered as before");
-    let envelope =
-        pki::dsse::Envelope::from_json(response).map_err(|e| internal(Error::pki("read a stored join response")(e)))?;
+    let envelope = pki::dsse::Envelope::from_json(response)
+        .map_err(|e| Status::from(Error::pki("read a stored join response")(e)))?;
     Ok(proto::JoinReply { reply: Some(proto::join_reply::Reply::Response(envelope.to_proto())) })
 }
 
@@ -171,7 +168,7 @@ fn record_join(
     claims: &proto::NodeClaims,
     now: i64,
 ) -> Result<Recorded, Error> {
-    shared.store.tx(|c| {
+    shared.ledger.write(|c| {
         if let Some((node_id, response)) = join_requests::get(c, &request.sha256)? {
             return Ok(Recorded::Again { node_id, response });
         }
@@ -203,26 +200,18 @@ fn record_join(
             },
         )?;
         join_requests::insert(c, &request.sha256, node_id, &request.response, now)?;
+        c.publish(StackEvent::Joined {
+            node_id: node_id.to_string(),
+            pool_id: token.pool_id.clone(),
+            method: JoinMethod::Token,
+            hostname: claims.hostname.clone(),
+        });
         Ok(Recorded::Joined)
     })
 }
 
 fn no_attestor() -> Status {
     refuse(Code::MethodUnsupported, "this stack has no TPM attestor configured")
-}
-
-/// An internal failure as a status (the detail is the stack's own error,
-/// which never holds a secret). A number the store cannot hold (an unsigned
-/// value above 2^63-1, say an event seq of 2^63) came from the caller: that
-/// is its malformed input, `message-malformed`, not the stack failing.
-pub fn internal(e: Error) -> Status {
-    if let Error::Store { context, source: rusqlite::Error::ToSqlConversionFailure(reason) } = &e {
-        let status = refuse(Code::MessageMalformed, format!("a number out of range ({context}: {reason})"));
-        tracing::warn!(message = status.message(), "refused: a number out of the store's range");
-        return status;
-    }
-    tracing::error!(error = %e, "internal error");
-    refuse(Code::Internal, e)
 }
 
 #[tonic::async_trait]
@@ -233,11 +222,11 @@ impl proto::join_server::Join for JoinService {
         let claims = req.claims.unwrap_or_default();
         let result = match &req.method {
             Some(proto::join_request::Method::Token(token)) => self.join_token(token, &claims),
-            Some(proto::join_request::Method::TpmRound1(r1)) => match &self.shared.tpm {
+            Some(proto::join_request::Method::TpmRound1(r1)) => match &self.tpm {
                 Some(tpm) => tpm.round1(&self.shared, r1),
                 None => Err(no_attestor()),
             },
-            Some(proto::join_request::Method::TpmRound2(r2)) => match &self.shared.tpm {
+            Some(proto::join_request::Method::TpmRound2(r2)) => match &self.tpm {
                 Some(tpm) => tpm.round2(&self.shared, r2, &claims),
                 None => Err(no_attestor()),
             },

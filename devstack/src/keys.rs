@@ -12,12 +12,12 @@
 use std::net::IpAddr;
 use std::sync::RwLock;
 
+use crate::store::Db;
 use pki::{PublicKey, Signer, x509};
-use rusqlite::Connection;
 
 use crate::error::{Error, Result};
 use crate::ids;
-use crate::releases::ReleaseKeys;
+use crate::options::ReleaseKeys;
 use crate::store::{Store, settings};
 
 const DAY_MS: i64 = 24 * 3600 * 1000;
@@ -102,9 +102,9 @@ impl IntentKeys {
     }
 
     /// Stores a rotation (inside the caller's transaction).
-    pub fn persist_trust(&self, c: &Connection, env: &pki::dsse::Envelope) -> Result<()> {
+    pub fn persist_trust(&self, c: &Db<'_>, env: &pki::dsse::Envelope) -> Result<()> {
         use prost::Message as _;
-        settings::put(c, TRUST_BUNDLE, &env.to_proto().encode_to_vec())
+        Ok(settings::put(c, TRUST_BUNDLE, &env.to_proto().encode_to_vec())?)
     }
 
     /// Makes a stored rotation the current bundle.
@@ -150,7 +150,7 @@ impl StackKeys {
         release_keys: &ReleaseKeys,
         now_ms: i64,
     ) -> Result<Self> {
-        store.tx(|c| {
+        store.write(|c| {
             let node_ca_key = p256_key(c, "node-ca.key")?;
             let node_ca_der = ca_cert(c, "node-ca.crt", &node_ca_key, "bc node CA", trust_domain, now_ms)?;
             let serving_ca_key = p256_key(c, "serving-ca.key")?;
@@ -227,7 +227,7 @@ fn stored_key_err(name: &str, reason: impl ToString) -> Error {
     Error::StoredKey { name: name.to_string(), reason: reason.to_string() }
 }
 
-fn p256_key(c: &Connection, name: &str) -> Result<p256::SecretKey> {
+fn p256_key(c: &Db<'_>, name: &str) -> Result<p256::SecretKey> {
     if let Some(bytes) = settings::get(c, name)? {
         return p256::SecretKey::from_slice(&bytes).map_err(|e| stored_key_err(name, e));
     }
@@ -236,7 +236,7 @@ fn p256_key(c: &Connection, name: &str) -> Result<p256::SecretKey> {
     Ok(key)
 }
 
-fn ed_key(c: &Connection, name: &str) -> Result<ed25519_dalek::SigningKey> {
+fn ed_key(c: &Db<'_>, name: &str) -> Result<ed25519_dalek::SigningKey> {
     if let Some(bytes) = settings::get(c, name)? {
         let seed: [u8; 32] = bytes.as_slice().try_into().map_err(|_| stored_key_err(name, "not 32 bytes"))?;
         return Ok(ed25519_dalek::SigningKey::from_bytes(&seed));
@@ -247,7 +247,7 @@ fn ed_key(c: &Connection, name: &str) -> Result<ed25519_dalek::SigningKey> {
 }
 
 fn ca_cert(
-    c: &Connection,
+    c: &Db<'_>,
     name: &str,
     key: &p256::SecretKey,
     common_name: &str,
@@ -276,7 +276,7 @@ fn ca_cert(
 /// The stored serving certificate if it names exactly `names` and is valid
 /// for at least another day; else a new one.
 fn serving_cert(
-    c: &Connection,
+    c: &Db<'_>,
     ca_key: &p256::SecretKey,
     ca_der: &[u8],
     key: &p256::SecretKey,
@@ -307,7 +307,7 @@ fn serving_cert(
     Ok(der)
 }
 
-fn intent_keys(c: &Connection, trust_domain: &str) -> Result<IntentKeys> {
+fn intent_keys(c: &Db<'_>, trust_domain: &str) -> Result<IntentKeys> {
     use prost::Message as _;
     let command_root = ed_key(c, "command-root/0.key")?;
     let approvers = (0..APPROVERS).map(|i| ed_key(c, &format!("approver/{i}.key"))).collect::<Result<Vec<_>>>()?;
@@ -351,6 +351,34 @@ fn intent_keys(c: &Connection, trust_domain: &str) -> Result<IntentKeys> {
         workload_issuer,
         trust: RwLock::new((trust_bundle, trust_bundle_env)),
     })
+}
+
+/// The pins a node needs to join this stack.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pins {
+    /// The serving CA's pin (`serving_ca_spki_pin`).
+    pub serving_ca: String,
+    /// The join-signing key's pin (`join_signing_pin`).
+    pub join_signing: String,
+    /// The join-signing key, standard base64 of its SPKI DER (`join_signing_key`).
+    pub join_signing_key: String,
+    /// The join-encryption key's pin (`join_encryption_pin`).
+    pub join_encryption: String,
+    /// The join-encryption key as a public JWK (with `kid`).
+    pub join_encryption_jwk: String,
+}
+
+impl StackKeys {
+    /// The pins a node needs.
+    pub fn pins(&self) -> Pins {
+        Pins {
+            serving_ca: self.serving_ca_pin(),
+            join_signing: self.join_signing_pin(),
+            join_signing_key: self.join_signing_key_b64(),
+            join_encryption: self.join_encryption_pin(),
+            join_encryption_jwk: self.join_encryption_jwk(),
+        }
+    }
 }
 
 #[cfg(test)]

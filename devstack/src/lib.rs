@@ -11,14 +11,17 @@
 
 pub mod admin;
 mod adoption;
+mod changes;
 pub mod client;
 mod clock;
 mod commands;
+mod compose;
 pub mod config;
 mod connections;
 mod error;
 mod events;
 mod fleet;
+mod frames;
 mod gateway;
 mod http;
 mod https;
@@ -29,10 +32,12 @@ mod inventory;
 mod issuance;
 mod join;
 mod keys;
+mod ledger;
 mod limits;
 mod listen;
 mod log_capture;
 mod nodes;
+mod options;
 mod otlp;
 mod placement;
 mod policy;
@@ -45,7 +50,8 @@ mod shared;
 mod spec;
 mod stack;
 pub mod status;
-mod store;
+/// The store: every row type and the seam reads and writes go through.
+pub(crate) use devstack_store as store;
 mod tls;
 mod tpm;
 mod trust;
@@ -55,41 +61,40 @@ mod workload;
 
 pub use commands::{Batch, BatchCommand, BatchSpec, CommandOptions, CommandOutcome, Signing};
 pub use config::BcdConfigPaths;
-pub use connections::{ConnectionOptions, RETRY_AFTER_MS};
+pub use connections::RETRY_AFTER_MS;
 pub use error::{Error, Result};
 pub use events::{EventSubscription, Published, RECENT, Received, StackEvent};
-pub use fleet::FleetCounts;
 pub use gateway::limit::MAX_MESSAGE_BYTES;
 pub use http::WELL_KNOWN_PATH;
 pub use hub::Transport;
 pub use instances::{InstanceRequest, UNSCHEDULABLE};
+pub use keys::Pins;
 pub use limits::NodeLimits;
 pub use log_capture::LogCapture;
 pub use nodes::JoinMark;
+pub use options::{
+    ChallengeSource, ConnectionOptions, DevStackOptions, ReleaseKeys, TpmAllow, TpmAttestorOptions, TunnelOptions,
+};
 pub use otlp::{Encoding as OtlpEncoding, OtlpExport, point_attribute, point_value};
 pub use placement::{FILTERS, Filter, Host, Request as PlacementRequest, Room};
 pub use policy::{HUGEPAGES_UNIT, HugePageSize, HugePages, MODULES_UNIT, PoolPolicy};
 pub use pools::{Acceptance, KIND_GPU, KIND_VPS_HOST, PoolKind, PoolSpec};
-pub use releases::{ManifestOptions, Release, ReleaseKeys, UPGRADE_KIND, UpdatePins};
+pub use releases::{ManifestOptions, Release, UPGRADE_KIND, UpdatePins};
 pub use reservations::{ALLOCATION_GENERATION, ALLOCATION_MISMATCH, Binding, ReservationRequest};
-pub use sections::{SectionState, SectionStatus};
 pub use spec::SpecUpdate;
-pub use stack::{DevStack, DevStackOptions, Pins};
+pub use stack::DevStack;
 pub use store::StoreLocation;
-pub use store::instance_rows::{InstanceDesired, InstanceRow, InstanceState, NodeLabelRow, VolumeRow, VolumeState};
 pub use store::rows::{
-    CommandRow, CommandStatus, CommandUpdateRow, InventoryRow, JoinMethod, JoinTokenRow, NodeBindingRow, NodeCertRow,
-    NodeJoinRow, NodeKeyLevel, NodeRow, NodeSessionRow, NodeSpecRow, NodeState, PoolRow, ReleaseArtifactRow,
-    ReservationRow, ReservationState,
+    CommandRow, CommandStatus, CommandUpdateRow, FleetCounts, InstanceDesired, InstanceRow, InstanceState,
+    InventoryRow, JoinMethod, JoinTokenRow, NodeBindingRow, NodeCertRow, NodeJoinRow, NodeKeyLevel, NodeLabelRow,
+    NodeRow, NodeSessionRow, NodeSpecRow, NodeState, PoolRow, ReleaseArtifactRow, ReservationRow, ReservationState,
+    SectionState, SectionStatus, VolumeRow, VolumeState,
 };
 pub use tls::{ALPN_H2, ALPN_HTTP1};
-pub use tpm::{
-    ChallengeSource, TPM_NOT_ALLOWED, TPM_SESSION_EXPIRED, TPM_SESSION_UNKNOWN, TpmAllow, TpmAttestorOptions,
-};
+pub use tpm::{TPM_NOT_ALLOWED, TPM_SESSION_EXPIRED, TPM_SESSION_UNKNOWN};
 pub use trust::IntentPublicKeys;
 pub use tunnels::{
     Console, ConsoleEnd, ConsoleEvent, ConsoleOptions, ConsoleReader, ConsoleSize, ConsoleWriter, TicketChoice,
-    TunnelOptions,
 };
 pub use view::StackView;
 pub use workload::{TOKEN_TTL_S, issuer as workload_issuer};

@@ -21,11 +21,24 @@ pub struct NodeLimits {
     /// Certificates a node may renew in the last hour (60; bcd renews once
     /// in 16 hours, or every `BCD_RENEW_AFTER` in fakehw tests).
     pub renewals_per_hour: u32,
+    /// OTLP exports the stack keeps of a node (the newest 256; an export
+    /// every 10 s is 40 minutes of them).
+    pub otlp_exports_per_node: u32,
+    /// Bytes of OTLP exports the stack keeps in all, every node's (the
+    /// newest 64 MiB).
+    pub otlp_total_bytes: u64,
 }
 
 impl Default for NodeLimits {
     fn default() -> Self {
-        NodeLimits { inventory_sections: 16, section_statuses: 16, statements_per_report: 64, renewals_per_hour: 60 }
+        NodeLimits {
+            inventory_sections: 16,
+            section_statuses: 16,
+            statements_per_report: 64,
+            renewals_per_hour: 60,
+            otlp_exports_per_node: 256,
+            otlp_total_bytes: 64 * 1024 * 1024,
+        }
     }
 }
 

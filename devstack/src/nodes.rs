@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::events::StackEvent;
 use crate::gateway::handlers::{Effects, Event, EventHandler};
 use crate::hub::{Control, Transport};
-use crate::stack::DevStack;
+use crate::shared::Shared;
 use crate::store::rows::{NodeCertRow, NodeRow, NodeSessionRow, NodeState};
 use crate::store::{certs, nodes, sessions};
 use crate::view::StackView;
@@ -70,56 +70,16 @@ impl StackView<'_> {
     }
 }
 
-impl DevStack {
-    /// A node.
-    pub async fn node(&self, node_id: &str) -> Result<Option<NodeRow>> {
-        self.view(|v| v.node(node_id))
-    }
-
-    /// Every node, in join order.
-    pub async fn nodes(&self) -> Result<Vec<NodeRow>> {
-        self.view(|v| v.nodes())
-    }
-
-    /// A mark in the order of joins; nodes that join later are after it.
-    pub async fn join_mark(&self) -> Result<JoinMark> {
-        self.view(|v| v.join_mark())
-    }
-
-    /// The nodes that joined after `mark`.
-    pub async fn nodes_joined_since(&self, mark: JoinMark) -> Result<Vec<NodeRow>> {
-        self.view(|v| v.nodes_joined_since(mark))
-    }
-
-    /// A node's sessions.
-    pub async fn node_sessions(&self, node_id: &str) -> Result<Vec<NodeSessionRow>> {
-        self.view(|v| v.node_sessions(node_id))
-    }
-
-    /// A node's certificates.
-    pub async fn node_certs(&self, node_id: &str) -> Result<Vec<NodeCertRow>> {
-        self.view(|v| v.node_certs(node_id))
-    }
-
-    /// The epoch of a node's live session, if it has one.
-    pub fn live_epoch(&self, node_id: &str) -> Option<u64> {
-        self.shared().hub.live_epoch(node_id)
-    }
-
-    /// The transport of a node's live session, if it has one.
-    pub fn live_transport(&self, node_id: &str) -> Option<Transport> {
-        self.shared().hub.live_transport(node_id)
-    }
-
-    /// Waits until a node satisfies `predicate`; returns its row. Fails at
-    /// once for an unknown node.
-    pub async fn await_node(
-        &self,
-        node_id: &str,
-        predicate: impl Fn(&NodeRow) -> bool + Send,
-        timeout: Duration,
-    ) -> Result<NodeRow> {
-        self.await_until(format!("node {node_id}"), timeout, move |v| {
+/// Waits until a node satisfies `predicate`; returns its row. Fails at once
+/// for an unknown node.
+pub async fn await_node(
+    shared: &Shared,
+    node_id: &str,
+    predicate: impl Fn(&NodeRow) -> bool + Send,
+    timeout: Duration,
+) -> Result<NodeRow> {
+    shared
+        .await_until(format!("node {node_id}"), timeout, move |v| {
             let Some(row) = v.node(node_id) else {
                 return Some(Err(Error::UnknownNode { node_id: node_id.to_string() }));
             };
@@ -130,88 +90,80 @@ impl DevStack {
             predicate(&row).then_some(Ok(row))
         })
         .await?
-    }
+}
 
-    /// Waits until a node is in `state`.
-    pub async fn await_node_state(&self, node_id: &str, state: NodeState, timeout: Duration) -> Result<NodeRow> {
-        self.await_node(node_id, |n| n.state == state, timeout).await
+/// Waits until a node is adopted and has applied generation ≥ 1 (the
+/// contract's "adopted"); fails at once if it is rejected.
+pub async fn await_adopted(shared: &Shared, node_id: &str, timeout: Duration) -> Result<NodeRow> {
+    let adopted_or_rejected =
+        |n: &NodeRow| n.state == NodeState::Rejected || (n.state == NodeState::Adopted && n.applied_generation >= 1);
+    let row = await_node(shared, node_id, adopted_or_rejected, timeout).await?;
+    if row.state == NodeState::Rejected {
+        return Err(Error::Rejected { node_id: row.id, reason: row.reason });
     }
+    Ok(row)
+}
 
-    /// Waits until a node is adopted and has applied generation ≥ 1 (the
-    /// contract's "adopted"); fails at once if it is rejected.
-    pub async fn await_adopted(&self, node_id: &str, timeout: Duration) -> Result<NodeRow> {
-        let row = self
-            .await_node(
-                node_id,
-                |n| n.state == NodeState::Rejected || (n.state == NodeState::Adopted && n.applied_generation >= 1),
-                timeout,
-            )
-            .await?;
-        if row.state == NodeState::Rejected {
-            return Err(Error::Rejected { node_id: row.id, reason: row.reason });
-        }
-        Ok(row)
-    }
-
-    /// Waits for the first node of `pool_id` that joined after `mark`.
-    pub async fn await_new_node(&self, pool_id: &str, mark: JoinMark, timeout: Duration) -> Result<NodeRow> {
-        self.await_until(format!("a node to join pool {pool_id}"), timeout, |v| {
+/// Waits for the first node of `pool_id` that joined after `mark`.
+pub async fn await_new_node(shared: &Shared, pool_id: &str, mark: JoinMark, timeout: Duration) -> Result<NodeRow> {
+    shared
+        .await_until(format!("a node to join pool {pool_id}"), timeout, |v| {
             v.nodes_joined_since(mark).into_iter().find(|n| n.pool_id == pool_id)
         })
         .await
-    }
+}
 
-    /// Waits until a node has a live session of epoch ≥ `min_epoch`; returns
-    /// its row. Pass 0 for any session, or a previous epoch + 1 to wait for a
-    /// reconnection.
-    pub async fn await_session(&self, node_id: &str, min_epoch: u64, timeout: Duration) -> Result<NodeSessionRow> {
-        self.await_until(format!("a session of node {node_id} with epoch ≥ {min_epoch}"), timeout, |v| {
+/// Waits until a node has a live session of epoch ≥ `min_epoch`.
+pub async fn await_session(
+    shared: &Shared,
+    node_id: &str,
+    min_epoch: u64,
+    timeout: Duration,
+) -> Result<NodeSessionRow> {
+    shared
+        .await_until(format!("a session of node {node_id} with epoch ≥ {min_epoch}"), timeout, |v| {
             v.live_session(node_id).filter(|s| s.epoch >= min_epoch)
         })
         .await
-    }
+}
 
-    /// Revokes every certificate of a node; a live session gets a
-    /// RevocationNotice and is closed, and new sessions are refused.
-    pub async fn revoke_node(&self, node_id: &str) -> Result<()> {
-        let shared = self.shared();
-        let n = shared.store.with(|c| {
-            if nodes::get(c, node_id)?.is_none() {
-                return Err(Error::UnknownNode { node_id: node_id.to_string() });
-            }
-            certs::revoke_all(c, node_id, now_ms())
-        })?;
-        info!(node_id, certificates = n, "node revoked");
-        shared.hub.send(node_id, Control::Revoke("the node's certificates were revoked".into()));
-        shared.publish(StackEvent::Revoked { node_id: node_id.to_string() });
-        shared.bump();
-        Ok(())
-    }
-
-    /// Issues and stores another certificate of a known node for `csr_der`,
-    /// as the stack would have issued it at `issued_at_ms` (24 hours of
-    /// validity from a minute before): a drill's expired or not-yet-valid
-    /// certificate. The node's other certificates stay as they are.
-    pub async fn issue_node_cert_at(&self, node_id: &str, csr_der: &[u8], issued_at_ms: i64) -> Result<NodeCertRow> {
-        let shared = self.shared();
-        let csr = pki::x509::parse_csr(csr_der).map_err(Error::pki("parse a CSR"))?;
-        if shared.store.with(|c| nodes::get(c, node_id))?.is_none() {
+/// Revokes every certificate of a node; a live session gets a
+/// RevocationNotice and is closed, and new sessions are refused.
+pub fn revoke(shared: &Shared, node_id: &str) -> Result<()> {
+    let n = shared.ledger.write(|c| {
+        if nodes::get(c, node_id)?.is_none() {
             return Err(Error::UnknownNode { node_id: node_id.to_string() });
         }
-        let row = crate::issuance::issue(shared, node_id, &csr, None, issued_at_ms)?;
-        shared.store.with(|c| certs::insert(c, &row, now_ms()))?;
-        info!(node_id, serial = %row.serial, not_after_ms = row.not_after_ms, "node certificate issued (drill)");
-        Ok(row)
-    }
+        let n = certs::revoke_all(c, node_id, now_ms())?;
+        c.publish(StackEvent::Revoked { node_id: node_id.to_string() });
+        Ok(n)
+    })?;
+    info!(node_id, certificates = n, "node revoked");
+    shared.hub.send(node_id, Control::Revoke("the node's certificates were revoked".into()));
+    Ok(())
+}
 
-    /// Sends a frame as is into a node's live session (tests inject unsigned
-    /// commands this way).
-    pub async fn send_raw(&self, node_id: &str, frame: proto::GatewayFrame) -> Result<()> {
-        if self.shared().hub.send(node_id, Control::Raw(Box::new(frame))) {
-            Ok(())
-        } else {
-            Err(Error::NoSession { node_id: node_id.to_string() })
-        }
+/// Issues and stores another certificate of a known node for `csr_der`, as
+/// the stack would have issued it at `issued_at_ms`: a drill's expired or
+/// not-yet-valid certificate. The node's other certificates stay as they are.
+pub fn issue_cert_at(shared: &Shared, node_id: &str, csr_der: &[u8], issued_at_ms: i64) -> Result<NodeCertRow> {
+    let csr = pki::x509::parse_csr(csr_der).map_err(Error::pki("parse a CSR"))?;
+    if shared.ledger.read(|c| nodes::get(c, node_id))?.is_none() {
+        return Err(Error::UnknownNode { node_id: node_id.to_string() });
+    }
+    let row = crate::issuance::issue(shared, node_id, &csr, None, issued_at_ms)?;
+    shared.ledger.write(|c| Ok(certs::insert(c, &row, now_ms())?))?;
+    info!(node_id, serial = %row.serial, not_after_ms = row.not_after_ms, "node certificate issued (drill)");
+    Ok(row)
+}
+
+/// Sends a frame as is into a node's live session (tests inject unsigned
+/// commands this way).
+pub fn send_raw(shared: &Shared, node_id: &str, frame: proto::GatewayFrame) -> Result<()> {
+    if shared.hub.send(node_id, Control::Raw(Box::new(frame))) {
+        Ok(())
+    } else {
+        Err(Error::NoSession { node_id: node_id.to_string() })
     }
 }
 

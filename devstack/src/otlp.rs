@@ -3,13 +3,15 @@
 //! `ExportMetricsServiceRequest` in its OTLP/JSON form (or binary protobuf),
 //! decoded with the `opentelemetry-proto` crate's own types, never by hand.
 //!
-//! Every export that decodes is kept in memory with the bytes received, for
-//! tests to read and await ([`DevStack::await_export`]); it names its node
-//! by the resource attribute `bcd.node.id`. One that does not decode is
+//! Every export that decodes is kept in the store as the bytes received
+//! (the newest `NodeLimits::otlp_exports_per_node` of a node, the newest
+//! `NodeLimits::otlp_total_bytes` in all) and decoded again when read
+//! ([`StackView::otlp_exports`]); it names its node by the resource
+//! attribute `bcd.node.id`. One that does not decode is
 //! answered HTTP 400 with an OTLP `Status` (`otlp-malformed: …`) and logged
 //! by its size and where it broke, never with its body.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, to_bytes};
@@ -25,8 +27,9 @@ use tracing::{info, warn};
 use crate::clock::now_ms;
 use crate::error::Result;
 use crate::shared::Shared;
-use crate::stack::DevStack;
 use crate::status::Code;
+use crate::store::otlp;
+use crate::store::rows::OtlpExportRow;
 use crate::view::StackView;
 
 /// The receiver's path (OTLP/HTTP's default for metrics).
@@ -124,26 +127,28 @@ fn any_to_string(value: Option<&opentelemetry_proto::tonic::common::v1::AnyValue
     }
 }
 
-/// The exports received, in order.
-#[derive(Default)]
-pub struct Exports {
-    list: Mutex<Vec<Arc<OtlpExport>>>,
+impl Encoding {
+    /// The value stored in `otlp_exports.encoding`.
+    fn as_str(self) -> &'static str {
+        match self {
+            Encoding::Json => "json",
+            Encoding::Protobuf => "protobuf",
+        }
+    }
 }
 
-impl Exports {
-    fn lock(&self) -> MutexGuard<'_, Vec<Arc<OtlpExport>>> {
-        // Exports are only pushed whole under the lock: a poisoned lock
-        // still holds a consistent list.
-        self.list.lock().unwrap_or_else(|p| p.into_inner())
-    }
+/// A kept export, decoded again.
+fn decoded(row: OtlpExportRow) -> Result<OtlpExport> {
+    let encoding = if row.encoding == "protobuf" { Encoding::Protobuf } else { Encoding::Json };
+    let request = decode(encoding, &row.body)
+        .map_err(|m| crate::store::Error::corrupt("otlp_exports", "body", row.seq.to_string(), m.log))?;
+    Ok(OtlpExport { node_id: row.node_id, received_at_ms: row.received_at_ms, encoding, body: row.body, request })
+}
 
-    /// The exports of `node_id`, in the order received.
-    pub fn of_node(&self, node_id: &str) -> Vec<Arc<OtlpExport>> {
-        self.lock().iter().filter(|e| e.node_id == node_id).cloned().collect()
-    }
-
-    fn push(&self, export: OtlpExport) {
-        self.lock().push(Arc::new(export));
+impl StackView<'_> {
+    /// The OTLP exports of a node the stack keeps, in the order received.
+    pub fn otlp_exports(&self, node_id: &str) -> Vec<Arc<OtlpExport>> {
+        self.read(|c| otlp::of_node(c, node_id)?.into_iter().map(|row| decoded(row).map(Arc::new)).collect())
     }
 }
 
@@ -210,8 +215,13 @@ pub async fn receive(State(shared): State<Arc<Shared>>, headers: HeaderMap, body
     let node_id = node_of(&request);
     let metrics: usize = request.resource_metrics.iter().flat_map(|r| &r.scope_metrics).map(|s| s.metrics.len()).sum();
     info!(node_id = %node_id, size = bytes.len(), metrics, ?encoding, "otlp: export received");
-    shared.otlp.push(OtlpExport { node_id, received_at_ms: now_ms(), encoding, body: bytes.to_vec(), request });
-    shared.bump();
+    let limits = &shared.settings.options.limits;
+    let bounds = otlp::Bounds { per_node: limits.otlp_exports_per_node, total_bytes: limits.otlp_total_bytes };
+    let kept = shared.ledger.write(|c| Ok(otlp::insert(c, &node_id, now_ms(), encoding.as_str(), &bytes, bounds)?));
+    if let Err(e) = kept {
+        warn!(error = %e, "otlp: the export could not be kept");
+        return (StatusCode::SERVICE_UNAVAILABLE, "the export could not be kept").into_response();
+    }
     let reply = ExportMetricsServiceResponse { partial_success: None };
     match encoding {
         Encoding::Json => ([(header::CONTENT_TYPE, "application/json")], "{}").into_response(),
@@ -221,39 +231,21 @@ pub async fn receive(State(shared): State<Arc<Shared>>, headers: HeaderMap, body
     }
 }
 
-impl StackView<'_> {
-    /// The OTLP exports of a node, in the order received.
-    pub fn otlp_exports(&self, node_id: &str) -> Vec<Arc<OtlpExport>> {
-        self.otlp().of_node(node_id)
-    }
-}
-
-impl DevStack {
-    /// The OTLP/HTTP metrics endpoint as nodes reach it (`http://host:port/v1/metrics`).
-    pub fn otlp_url(&self) -> String {
-        format!("{}{PATH}", self.shared().settings.http_base_url)
-    }
-
-    /// The OTLP exports of a node received so far.
-    pub fn otlp_exports(&self, node_id: &str) -> Vec<Arc<OtlpExport>> {
-        self.shared().otlp.of_node(node_id)
-    }
-
-    /// Waits for an export of `node_id` for which `matches` holds (the first
-    /// such, in the order received), for at most `timeout`.
-    pub async fn await_export(
-        &self,
-        node_id: &str,
-        timeout: Duration,
-        matches: impl Fn(&OtlpExport) -> bool + Send + Sync,
-    ) -> Result<Arc<OtlpExport>> {
-        self.await_until(format!("an OTLP export of node {node_id}"), timeout, |v| {
-            let exports = v.otlp_exports(node_id);
-            v.note(format_args!("{} exports", exports.len()));
-            exports.into_iter().find(|e| matches(e))
+/// Waits for an export of `node_id` for which `matches` holds (the first
+/// such, in the order received), for at most `timeout`.
+pub async fn await_export(
+    shared: &Shared,
+    node_id: &str,
+    timeout: Duration,
+    matches: impl Fn(&OtlpExport) -> bool + Send + Sync,
+) -> Result<Arc<OtlpExport>> {
+    shared
+        .await_until(format!("an OTLP export of node {node_id}"), timeout, |v| {
+            let received = v.otlp_exports(node_id);
+            v.note(format_args!("{} exports", received.len()));
+            received.into_iter().find(|e| matches(e))
         })
         .await
-    }
 }
 
 #[cfg(test)]

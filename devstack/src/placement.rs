@@ -15,14 +15,14 @@
 //! room. Later filters and scores (GPUs) are one more entry in [`FILTERS`]
 //! or one more term of [`score`].
 
+use crate::store::Db;
 use prost::Message as _;
-use rusqlite::Connection;
 
 use crate::error::Result;
 use crate::policy::PoolPolicy;
 use crate::pools::KIND_VPS_HOST;
-use crate::store::instance_rows::NodeLabelRow;
 use crate::store::labels::DRIVER_PREFIX;
+use crate::store::rows::NodeLabelRow;
 use crate::store::rows::{NodeRow, NodeState, PoolRow};
 use crate::store::{instances, inventory, labels, nodes, pools, volumes};
 
@@ -300,9 +300,9 @@ fn overcommit(n: u64, percent: u32) -> u64 {
 /// its inventory's room (the cores not reserved for the host, and the
 /// memory, each scaled by the pool policy's overcommit), the huge pages
 /// reserved and the NUMA nodes.
-pub fn hosts(c: &Connection, pool_id: &str) -> Result<Vec<Host>> {
+pub fn hosts(c: &Db<'_>, pool_id: &str) -> Result<Vec<Host>> {
     let policy = match pools::get(c, pool_id)? {
-        Some(pool) => pools::policy_of(&pool)?,
+        Some(pool) => PoolPolicy::of(&pool)?,
         None => PoolPolicy::default(),
     };
     let mut out = Vec::new();

@@ -78,6 +78,12 @@ pub struct PoolPolicy {
 pub const MAX_HUGEPAGES: u64 = 1 << 20;
 
 impl PoolPolicy {
+    /// A stored pool's policy (the default for `{}`).
+    pub fn of(pool: &crate::store::rows::PoolRow) -> Result<PoolPolicy> {
+        PoolPolicy::from_json(&pool.policy)
+            .map_err(|e| crate::store::Error::corrupt("pools", "policy", pool.id.clone(), e).into())
+    }
+
     /// Whether it asks nothing (no host section is sent).
     pub fn is_empty(&self) -> bool {
         *self == PoolPolicy::default()

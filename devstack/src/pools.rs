@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::events::StackEvent;
 use crate::ids;
 use crate::policy::PoolPolicy;
-use crate::stack::DevStack;
+use crate::shared::Shared;
 use crate::store::rows::{JoinTokenRow, PoolRow};
 use crate::store::{pools, tokens};
 use crate::view::StackView;
@@ -88,74 +88,59 @@ impl StackView<'_> {
     }
 }
 
-impl DevStack {
-    /// Creates a pool; returns its id.
-    pub async fn create_pool(&self, spec: PoolSpec) -> Result<String> {
-        spec.policy.check()?;
-        let row = PoolRow {
-            id: ids::pool_id(),
-            name: spec.name,
-            gpu_model: spec.gpu_model,
-            expect_gpu_count: spec.expect_gpu_count,
-            acceptance: match spec.acceptance {
-                Acceptance::DiagNvml => ACCEPTANCE_DIAG,
-                Acceptance::None => ACCEPTANCE_NONE,
-            }
-            .to_string(),
-            created_at_ms: now_ms(),
-            kind: spec.kind.as_str().to_string(),
-            policy: spec.policy.to_json(),
-        };
-        self.shared().store.with(|c| pools::insert(c, &row))?;
-        info!(pool_id = %row.id, name = %row.name, kind = %row.kind, policy = %row.policy, expect_gpu_count = ?row.expect_gpu_count, "pool created");
-        self.shared().publish(StackEvent::PoolCreated { pool_id: row.id.clone(), name: row.name.clone() });
-        self.shared().bump();
-        Ok(row.id)
-    }
+/// Creates a pool; returns its id.
+pub fn create_pool(shared: &Shared, spec: PoolSpec) -> Result<String> {
+    spec.policy.check()?;
+    let row = PoolRow {
+        id: ids::pool_id(),
+        name: spec.name,
+        gpu_model: spec.gpu_model,
+        expect_gpu_count: spec.expect_gpu_count,
+        acceptance: match spec.acceptance {
+            Acceptance::DiagNvml => ACCEPTANCE_DIAG,
+            Acceptance::None => ACCEPTANCE_NONE,
+        }
+        .to_string(),
+        created_at_ms: now_ms(),
+        kind: spec.kind.as_str().to_string(),
+        policy: spec.policy.to_json(),
+    };
+    shared.ledger.write(|c| {
+        pools::insert(c, &row)?;
+        c.publish(StackEvent::PoolCreated { pool_id: row.id.clone(), name: row.name.clone() });
+        Ok(())
+    })?;
+    info!(pool_id = %row.id, name = %row.name, kind = %row.kind, policy = %row.policy, expect_gpu_count = ?row.expect_gpu_count, "pool created");
+    Ok(row.id)
+}
 
-    /// Every pool.
-    pub async fn pools(&self) -> Result<Vec<PoolRow>> {
-        self.view(|v| v.pools())
-    }
-
-    /// A pool by name.
-    pub async fn pool_by_name(&self, name: &str) -> Result<Option<PoolRow>> {
-        self.view(|v| v.pool_by_name(name))
-    }
-
-    /// Mints a join token for a pool; returns the secret token. Only its
-    /// SHA-256 is stored, and it is never logged.
-    pub async fn mint_join_token(&self, pool_id: &str, max_uses: u32, ttl: Duration) -> Result<String> {
-        let secret = ids::token_secret();
-        let now = now_ms();
-        let row = JoinTokenRow {
-            id: ids::token_id(),
-            token_sha256: hex::encode(Sha256::digest(secret.as_bytes())),
-            pool_id: pool_id.to_string(),
-            max_uses,
-            uses: 0,
-            expires_at_ms: now.saturating_add(ttl.as_millis().min(i64::MAX as u128) as i64),
-            created_at_ms: now,
-        };
-        self.shared().store.with(|c| {
-            if pools::get(c, pool_id)?.is_none() {
-                return Err(Error::UnknownPool { pool_id: pool_id.to_string() });
-            }
-            tokens::insert(c, &row)
-        })?;
-        info!(token_id = %row.id, pool_id, max_uses, expires_at_ms = row.expires_at_ms, "join token minted");
-        self.shared().publish(StackEvent::TokenMinted {
+/// Mints a join token for a pool; returns the secret token. Only its
+/// SHA-256 is stored, and it is never logged.
+pub fn mint_join_token(shared: &Shared, pool_id: &str, max_uses: u32, ttl: Duration) -> Result<String> {
+    let secret = ids::token_secret();
+    let now = now_ms();
+    let row = JoinTokenRow {
+        id: ids::token_id(),
+        token_sha256: hex::encode(Sha256::digest(secret.as_bytes())),
+        pool_id: pool_id.to_string(),
+        max_uses,
+        uses: 0,
+        expires_at_ms: now.saturating_add(ttl.as_millis().min(i64::MAX as u128) as i64),
+        created_at_ms: now,
+    };
+    shared.ledger.write(|c| {
+        if pools::get(c, pool_id)?.is_none() {
+            return Err(Error::UnknownPool { pool_id: pool_id.to_string() });
+        }
+        tokens::insert(c, &row)?;
+        c.publish(StackEvent::TokenMinted {
             token_id: row.id.clone(),
             pool_id: pool_id.to_string(),
             max_uses,
             expires_at_ms: row.expires_at_ms,
         });
-        self.shared().bump();
-        Ok(secret)
-    }
-
-    /// The join tokens of a pool (hashes and counters only).
-    pub async fn join_tokens(&self, pool_id: &str) -> Result<Vec<JoinTokenRow>> {
-        self.view(|v| v.join_tokens(pool_id))
-    }
+        Ok(())
+    })?;
+    info!(token_id = %row.id, pool_id, max_uses, expires_at_ms = row.expires_at_ms, "join token minted");
+    Ok(secret)
 }

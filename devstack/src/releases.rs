@@ -12,46 +12,12 @@ use crate::clock::now_ms;
 use crate::commands::{self, CommandOptions};
 use crate::error::{Error, Result};
 use crate::shared::Shared;
-use crate::stack::DevStack;
 use crate::store::releases as release_rows;
 use crate::store::rows::{NodeSessionRow, ReleaseArtifactRow, ReleaseRow};
 use crate::view::StackView;
 
 /// The command kind that rolls a release out to a node.
 pub const UPGRADE_KIND: &str = "daemon.upgrade";
-/// The default number of release signatures bcd's `[update]` asks for.
-pub const DEFAULT_THRESHOLD: u32 = 2;
-/// How long a published manifest stays good by default (30 days).
-pub const DEFAULT_EXPIRY: Duration = Duration::from_secs(30 * 24 * 3600);
-
-/// Where the stack's release keys come from.
-#[derive(Clone, Default, PartialEq, Eq)]
-pub enum ReleaseKeys {
-    /// Two Ed25519 keys generated at first start and kept in the store.
-    #[default]
-    Generated,
-    /// These Ed25519 secret keys (32-byte seeds), in order; not stored.
-    Given(Vec<[u8; 32]>),
-}
-
-impl ReleaseKeys {
-    /// The keys `release/0` … `release/{count-1}` derived from a fixture seed
-    /// (`testdata/release` uses the seed `bc-interop-v1` and two keys).
-    pub fn from_seed(seed: &str, count: usize) -> Self {
-        ReleaseKeys::Given((0..count).map(|i| pki::keys::ed25519(seed, &format!("release/{i}")).to_bytes()).collect())
-    }
-}
-
-impl std::fmt::Debug for ReleaseKeys {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Never the secret keys themselves.
-        match self {
-            ReleaseKeys::Generated => f.write_str("Generated"),
-            ReleaseKeys::Given(keys) => write!(f, "Given({} keys)", keys.len()),
-        }
-    }
-}
-
 /// What bcd's `[update]` section pins: the release keys, how many of them
 /// must sign, and the lowest acceptable sequence.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -138,11 +104,11 @@ fn valid_platform(s: &str) -> bool {
 }
 
 /// The pins of the stack's release keys.
-fn pins(shared: &Shared) -> UpdatePins {
+pub fn pins(shared: &Shared) -> UpdatePins {
     UpdatePins {
         keys: shared.keys.release.iter().map(pki::Signer::public_key).collect(),
-        threshold: shared.settings.release_threshold,
-        min_sequence: shared.settings.release_min_sequence,
+        threshold: shared.settings.options.release_threshold,
+        min_sequence: shared.settings.options.release_min_sequence,
     }
 }
 
@@ -184,7 +150,7 @@ fn invalid(reason: String) -> Error {
 
 /// Publishes a release: stores its artifacts (`(os, arch, bytes)`) and its
 /// manifest signed by every release key.
-fn publish(shared: &Shared, version: &str, sequence: u64, artifacts: &[(&str, &str, &[u8])]) -> Result<Release> {
+pub fn publish(shared: &Shared, version: &str, sequence: u64, artifacts: &[(&str, &str, &[u8])]) -> Result<Release> {
     if !valid_version(version) {
         return Err(invalid(format!("version {version:?} is not letters, digits, '.', '_', '+', '-'")));
     }
@@ -211,7 +177,7 @@ fn publish(shared: &Shared, version: &str, sequence: u64, artifacts: &[(&str, &s
     stored.sort_by(|(a, _), (b, _)| (&a.os, &a.arch).cmp(&(&b.os, &b.arch)));
     let rows: Vec<ReleaseArtifactRow> = stored.iter().map(|(r, _)| r.clone()).collect();
     let now = now_ms();
-    let expires_at_ms = now.saturating_add(shared.settings.release_expiry.as_millis() as i64);
+    let expires_at_ms = now.saturating_add(shared.settings.options.release_expiry.as_millis() as i64);
     let manifest = manifest(shared, version, sequence, expires_at_ms, &rows);
     let envelope = sign(shared, &manifest, None);
     let row = ReleaseRow {
@@ -221,7 +187,7 @@ fn publish(shared: &Shared, version: &str, sequence: u64, artifacts: &[(&str, &s
         envelope: envelope.to_json(),
         created_at_ms: now,
     };
-    shared.store.tx(|c| {
+    shared.ledger.write(|c| {
         if release_rows::get(c, version)?.is_some() {
             return Err(Error::ReleaseExists { version: version.to_string() });
         }
@@ -229,11 +195,10 @@ fn publish(shared: &Shared, version: &str, sequence: u64, artifacts: &[(&str, &s
         for (a, bytes) in &stored {
             release_rows::insert_artifact(c, a, bytes)?;
         }
+        c.publish(crate::events::StackEvent::ReleasePublished { version: version.to_string(), sequence });
         Ok(())
     })?;
     tracing::info!(version, sequence, artifacts = rows.len(), signers = shared.keys.release.len(), "release published");
-    shared.publish(crate::events::StackEvent::ReleasePublished { version: version.to_string(), sequence });
-    shared.bump();
     Ok(Release {
         version: version.to_string(),
         sequence,
@@ -244,21 +209,17 @@ fn publish(shared: &Shared, version: &str, sequence: u64, artifacts: &[(&str, &s
 }
 
 /// A published release.
-fn get(shared: &Shared, version: &str) -> Result<Release> {
-    let (row, artifacts) = shared.store.with(|c| {
+pub fn get(shared: &Shared, version: &str) -> Result<Release> {
+    let (row, artifacts) = shared.ledger.read(|c| {
         let row = release_rows::get(c, version)?.ok_or_else(|| Error::UnknownRelease { version: version.into() })?;
-        Ok((row, release_rows::artifacts(c, version)?))
+        Ok::<_, Error>((row, release_rows::artifacts(c, version)?))
     })?;
-    let envelope = pki::dsse::Envelope::from_json(&row.envelope).map_err(|e| Error::Corrupt {
-        table: "releases",
-        column: "envelope",
-        key: version.to_string(),
-        reason: e.to_string(),
-    })?;
+    let envelope = pki::dsse::Envelope::from_json(&row.envelope)
+        .map_err(|e| Error::from(crate::store::Error::corrupt("releases", "envelope", version.to_string(), e)))?;
     // The manifest as published (its expiry); a row from before manifests
     // expired is rebuilt from its artifacts, good from its publication.
     let published = serde_json::from_slice::<pki::release::Manifest>(&row.manifest).unwrap_or_else(|_| {
-        let expires = row.created_at_ms.saturating_add(shared.settings.release_expiry.as_millis() as i64);
+        let expires = row.created_at_ms.saturating_add(shared.settings.options.release_expiry.as_millis() as i64);
         manifest(shared, version, row.sequence, expires, &artifacts)
     });
     Ok(Release {
@@ -271,7 +232,7 @@ fn get(shared: &Shared, version: &str) -> Result<Release> {
 }
 
 /// A release's manifest signed as `options` say (the published one by default).
-fn manifest_with(shared: &Shared, version: &str, options: &ManifestOptions) -> Result<pki::dsse::Envelope> {
+pub fn manifest_with(shared: &Shared, version: &str, options: &ManifestOptions) -> Result<pki::dsse::Envelope> {
     let release = get(shared, version)?;
     if *options == ManifestOptions::default() {
         return Ok(release.envelope);
@@ -303,7 +264,7 @@ pub fn upgrade_params(envelope: &pki::dsse::Envelope) -> serde_json::Value {
 
 /// Enqueues a `daemon.upgrade` of a node to a published release; returns
 /// the command id.
-fn rollout(shared: &Shared, node_id: &str, version: &str, options: &ManifestOptions) -> Result<String> {
+pub fn rollout(shared: &Shared, node_id: &str, version: &str, options: &ManifestOptions) -> Result<String> {
     let envelope = manifest_with(shared, version, options)?;
     let opts = CommandOptions { retry_safe: true, ..CommandOptions::default() };
     let id = commands::enqueue(shared, node_id, UPGRADE_KIND, &upgrade_params(&envelope), &opts)?;
@@ -318,81 +279,28 @@ impl StackView<'_> {
     }
 }
 
-impl DevStack {
-    /// The release keys' pins, threshold and lowest sequence: what bcd's
-    /// `[update]` section pins.
-    pub fn release_keys(&self) -> UpdatePins {
-        pins(self.shared())
-    }
-
-    /// Publishes a release: its artifacts (`(os, arch, bytes)`) are served
-    /// at `GET /releases/<version>/bcd-<os>-<arch>` on the HTTP listener and
-    /// its manifest, signed by every release key, at
-    /// `GET /releases/<version>/manifest.dsse.json`.
-    pub async fn publish_release(
-        &self,
-        version: &str,
-        sequence: u64,
-        artifacts: &[(&str, &str, &[u8])],
-    ) -> Result<Release> {
-        publish(self.shared(), version, sequence, artifacts)
-    }
-
-    /// A published release.
-    pub async fn release_info(&self, version: &str) -> Result<Release> {
-        get(self.shared(), version)
-    }
-
-    /// The artifacts of a published release (without their bytes).
-    pub async fn release_artifacts(&self, version: &str) -> Result<Vec<ReleaseArtifactRow>> {
-        self.view(|v| v.release_artifacts(version))
-    }
-
-    /// A release's manifest signed as `options` say: fewer keys, another
-    /// sequence, a wrong digest, another expiry (the published manifest by
-    /// default).
-    pub async fn release_manifest(&self, version: &str, options: &ManifestOptions) -> Result<pki::dsse::Envelope> {
-        manifest_with(self.shared(), version, options)
-    }
-
-    /// Enqueues a `daemon.upgrade` of a node to a published release (params
-    /// `{"manifest": <the signed manifest, DSSE JSON>}`); returns the command id.
-    pub async fn rollout_upgrade(&self, node_id: &str, version: &str) -> Result<String> {
-        self.rollout_upgrade_with(node_id, version, &ManifestOptions::default()).await
-    }
-
-    /// Like [`DevStack::rollout_upgrade`] with a manifest signed as
-    /// `options` say (to test bcd's refusals).
-    pub async fn rollout_upgrade_with(
-        &self,
-        node_id: &str,
-        version: &str,
-        options: &ManifestOptions,
-    ) -> Result<String> {
-        rollout(self.shared(), node_id, version, options)
-    }
-
-    /// Waits until a node has a live session whose Hello reported
-    /// `version` (a self-update confirmed by its Welcome); returns its row.
-    pub async fn await_daemon_version(
-        &self,
-        node_id: &str,
-        version: &str,
-        timeout: Duration,
-    ) -> Result<NodeSessionRow> {
-        self.await_until(format!("node {node_id} to run {version}"), timeout, |v| {
+/// Waits until a node has a live session whose Hello reported
+/// `version` (a self-update confirmed by its Welcome); returns its row.
+pub async fn await_daemon_version(
+    shared: &Shared,
+    node_id: &str,
+    version: &str,
+    timeout: Duration,
+) -> Result<NodeSessionRow> {
+    shared
+        .await_until(format!("node {node_id} to run {version}"), timeout, |v| {
             if let Some(last) = v.node_sessions(node_id).last() {
                 v.note(format_args!("the last session's version {:?}", last.daemon_version));
             }
             v.live_session(node_id).filter(|s| s.daemon_version == version)
         })
         .await
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::options::ReleaseKeys;
 
     #[test]
     fn names_are_checked_and_keys_never_printed() {

@@ -11,8 +11,9 @@
 
 use std::time::Duration;
 
+use crate::ledger::Tx;
+use crate::store::Db;
 use prost::Message as _;
-use rusqlite::Connection;
 use tracing::{debug, info, warn};
 
 use crate::clock::now_ms;
@@ -20,8 +21,8 @@ use crate::error::{Error, Result};
 use crate::events::StackEvent;
 use crate::gateway::handlers::{Effects, Event, EventHandler};
 use crate::ids;
+use crate::policy::PoolPolicy;
 use crate::shared::Shared;
-use crate::stack::DevStack;
 use crate::store::reservations as rows;
 use crate::store::rows::{NodeSpecRow, NodeState, ReservationRow, ReservationState};
 use crate::store::{inventory, nodes, pools};
@@ -44,7 +45,7 @@ fn changed(node_id: &str, reservation_id: &str, state: ReservationState, reason:
 }
 
 /// The holds of a node's spec: its pending and active reservations.
-fn holds(c: &Connection, node_id: &str) -> Result<Vec<proto::Hold>> {
+fn holds(c: &Db<'_>, node_id: &str) -> Result<Vec<proto::Hold>> {
     Ok(rows::held(c, node_id)?
         .into_iter()
         .map(|r| proto::Hold {
@@ -58,7 +59,7 @@ fn holds(c: &Connection, node_id: &str) -> Result<Vec<proto::Hold>> {
 }
 
 /// The next spec generation of a node with its holds rebuilt from the store.
-fn respec(c: &Connection, shared: &Shared, node_id: &str) -> Result<NodeSpecRow> {
+fn respec(c: &Db<'_>, shared: &Shared, node_id: &str) -> Result<NodeSpecRow> {
     let holds = holds(c, node_id)?;
     crate::spec::next(c, shared, node_id, false, |spec| {
         spec.holds = holds;
@@ -67,7 +68,7 @@ fn respec(c: &Connection, shared: &Shared, node_id: &str) -> Result<NodeSpecRow>
 }
 
 /// The GPU indexes of a node's stored `gpus` inventory section.
-fn gpu_indexes(c: &Connection, node_id: &str) -> Result<Vec<u32>> {
+fn gpu_indexes(c: &Db<'_>, node_id: &str) -> Result<Vec<u32>> {
     let missing = |reason: String| Error::NoGpuInventory { node_id: node_id.to_string(), reason };
     let section = inventory::of_node(c, node_id)?
         .into_iter()
@@ -118,7 +119,7 @@ pub struct ReservationRequest {
 
 /// Why the node's free vCPUs or memory cannot take the request's share, or
 /// None (what its held and releasing reservations book is not free).
-fn room(c: &Connection, node_id: &str, request: &ReservationRequest) -> Result<Option<String>> {
+fn room(c: &Db<'_>, node_id: &str, request: &ReservationRequest) -> Result<Option<String>> {
     if request.vcpus == 0 && request.memory_bytes == 0 {
         return Ok(None);
     }
@@ -148,13 +149,13 @@ fn room(c: &Connection, node_id: &str, request: &ReservationRequest) -> Result<O
 /// share asked in a new spec generation, sent to the node; returns the
 /// reservation id. GPUs a releasing reservation still claims are not free
 /// (fail-closed: they are claimed until the node reports them released).
-fn reserve(shared: &Shared, node_id: &str, request: ReservationRequest) -> Result<String> {
+pub fn reserve(shared: &Shared, node_id: &str, request: ReservationRequest) -> Result<String> {
     let gpus = request.gpus;
     if gpus == 0 {
         return Err(Error::InvalidReservation { node_id: node_id.into(), reason: "zero GPUs asked".into() });
     }
     let id = ids::reservation_id();
-    let (spec, indexes) = shared.store.tx(|c| {
+    let (spec, indexes) = shared.ledger.write(|c| {
         let node = nodes::get(c, node_id)?.ok_or_else(|| Error::UnknownNode { node_id: node_id.into() })?;
         if node.state != NodeState::Adopted {
             return Err(Error::NodeNotAdopted { node_id: node_id.into(), state: node.state });
@@ -162,7 +163,7 @@ fn reserve(shared: &Shared, node_id: &str, request: ReservationRequest) -> Resul
         if request.binding == Binding::Kubernetes {
             let pool =
                 pools::get(c, &node.pool_id)?.ok_or_else(|| Error::UnknownPool { pool_id: node.pool_id.clone() })?;
-            if !pools::policy_of(&pool)?.kubernetes {
+            if !PoolPolicy::of(&pool)?.kubernetes {
                 return Err(Error::BindingUnsupported { node_id: node_id.into(), pool: pool.name });
             }
         }
@@ -207,19 +208,19 @@ fn reserve(shared: &Shared, node_id: &str, request: ReservationRequest) -> Resul
         rows::insert(c, &id, node_id, &indexes, &share, generation, now_ms())?;
         let spec = respec(c, shared, node_id)?;
         debug_assert_eq!(spec.generation, generation);
+        c.publish(changed(node_id, &id, ReservationState::Pending, ""));
         Ok((spec, indexes))
     })?;
     info!(node_id, reservation_id = %id, gpu_indexes = ?indexes, generation = spec.generation, "reservation: hold sent");
-    shared.publish(changed(node_id, &id, ReservationState::Pending, ""));
-    crate::spec::push(shared, &spec)?;
+    shared.hub.push_spec(&spec)?;
     Ok(id)
 }
 
 /// Withdraws a pending or active reservation's hold in a new spec
 /// generation; the reservation is `releasing` until the node reports
 /// AllocationReleased. Returns the generation.
-fn release(shared: &Shared, reservation_id: &str) -> Result<u64> {
-    let spec = shared.store.tx(|c| {
+pub fn release(shared: &Shared, reservation_id: &str) -> Result<u64> {
+    let spec = shared.ledger.write(|c| {
         let r = rows::get(c, reservation_id)?
             .ok_or_else(|| Error::UnknownReservation { reservation_id: reservation_id.into() })?;
         if !matches!(r.state, ReservationState::Pending | ReservationState::Active) {
@@ -227,11 +228,11 @@ fn release(shared: &Shared, reservation_id: &str) -> Result<u64> {
         }
         let node = nodes::get(c, &r.node_id)?.ok_or_else(|| Error::UnknownNode { node_id: r.node_id.clone() })?;
         rows::start_release(c, reservation_id, node.spec_generation + 1)?;
+        c.publish(changed(&r.node_id, reservation_id, ReservationState::Releasing, ""));
         respec(c, shared, &r.node_id)
     })?;
     info!(node_id = %spec.node_id, reservation_id, generation = spec.generation, "reservation: hold withdrawn");
-    shared.publish(changed(&spec.node_id, reservation_id, ReservationState::Releasing, ""));
-    crate::spec::push(shared, &spec)?;
+    shared.hub.push_spec(&spec)?;
     Ok(spec.generation)
 }
 
@@ -270,7 +271,7 @@ pub struct Allocations;
 impl EventHandler<proto::StatusReport> for Allocations {
     fn record(&self, event: &Event<'_>, report: &proto::StatusReport) -> Result<Effects> {
         let node_id = event.node_id();
-        let limit = event.shared.settings.limits.statements_per_report;
+        let limit = event.shared.settings.options.limits.statements_per_report;
         if report.allocations.len() > limit {
             warn!(
                 node_id,
@@ -286,9 +287,7 @@ impl EventHandler<proto::StatusReport> for Allocations {
             .take(limit)
             .map(|env| Bound::check(env, |e| event.verify_statement(e, pki::statement::verify_allocation_bound)))
             .collect();
-        let mut events = Vec::new();
-        let specs =
-            apply_report(event.c, event.shared, node_id, &bound, &report.released, &report.failed, &mut events)?;
+        let specs = apply_report(event.c, event.shared, node_id, &bound, &report.released, &report.failed)?;
         if !(bound.is_empty() && report.released.is_empty() && report.failed.is_empty()) {
             debug!(
                 node_id = %node_id,
@@ -298,21 +297,20 @@ impl EventHandler<proto::StatusReport> for Allocations {
                 "reservation: allocation reports applied"
             );
         }
-        Ok(Effects { specs, events, ..Effects::default() })
+        Ok(Effects { specs, ..Effects::default() })
     }
 }
 
 /// Applies a status report's allocation reports inside the event's
 /// transaction; returns the specs to send once committed (holds withdrawn
-/// after a failure), and puts what changed into `events`.
+/// after a failure); what changed is published once committed.
 fn apply_report(
-    c: &Connection,
+    c: &Tx<'_>,
     shared: &Shared,
     node_id: &str,
     bound: &[Bound],
     released: &[proto::AllocationReleased],
     failed: &[proto::AllocationFailed],
-    events: &mut Vec<StackEvent>,
 ) -> Result<Vec<NodeSpecRow>> {
     let now = now_ms();
     let mut specs = Vec::new();
@@ -342,13 +340,13 @@ fn apply_report(
             Ok(a) => {
                 if rows::activate(c, &r.id, a.generation, &a.cdi_devices, &a.cgroup_parent, &b.envelope, now)? {
                     info!(node_id, reservation_id = %r.id, generation = a.generation, cgroup_parent = %a.cgroup_parent, "reservation: active");
-                    events.push(changed(node_id, &r.id, ReservationState::Active, ""));
+                    c.publish(changed(node_id, &r.id, ReservationState::Active, ""));
                 }
             }
             Err(refusal) => {
                 warn!(node_id, reservation_id = %r.id, refusal = ?refusal, "reservation: AllocationBound refused");
                 rows::refuse(c, &r.id, &refusal)?;
-                events.push(changed(node_id, &r.id, r.state, &refusal));
+                c.publish(changed(node_id, &r.id, r.state, &refusal));
             }
         }
     }
@@ -356,7 +354,7 @@ fn apply_report(
         match of_node(&rel.allocation_id)? {
             Some(r) if rows::finish_release(c, &r.id, now)? => {
                 info!(node_id, reservation_id = %r.id, "reservation: released");
-                events.push(changed(node_id, &r.id, ReservationState::Released, ""));
+                c.publish(changed(node_id, &r.id, ReservationState::Released, ""));
             }
             Some(r) => info!(node_id, reservation_id = %r.id, state = %r.state, "reservation: release report ignored"),
             None => warn!(node_id, allocation_id = ?rel.allocation_id, "reservation: released an unknown allocation"),
@@ -369,7 +367,7 @@ fn apply_report(
         };
         let Some(before) = rows::fail(c, &r.id, &f.reason, now)? else { continue };
         warn!(node_id, reservation_id = %r.id, reason = ?f.reason, "reservation: failed");
-        events.push(changed(node_id, &r.id, ReservationState::Failed, &f.reason));
+        c.publish(changed(node_id, &r.id, ReservationState::Failed, &f.reason));
         if matches!(before, ReservationState::Pending | ReservationState::Active) {
             let spec = respec(c, shared, node_id)?;
             rows::set_release_generation(c, &r.id, spec.generation)?;
@@ -391,61 +389,26 @@ impl StackView<'_> {
     }
 }
 
-impl DevStack {
-    /// Books `gpus` free GPUs of an adopted node (from its `gpus` inventory
-    /// section) as a hold in a new spec generation sent to the node; returns
-    /// the reservation id (also the hold's `allocation_id`). It turns
-    /// `active` on the node's signed AllocationBound.
-    pub async fn reserve(&self, node_id: &str, gpus: u32) -> Result<String> {
-        reserve(self.shared(), node_id, ReservationRequest { gpus, ..ReservationRequest::default() })
+/// Waits until a reservation is in `state`; fails at once when it ended
+/// in another state (`failed`, say, when `active` is awaited), or when
+/// no reservation has this id.
+pub async fn await_reservation(
+    shared: &Shared,
+    reservation_id: &str,
+    state: ReservationState,
+    timeout: Duration,
+) -> Result<ReservationRow> {
+    let row = shared
+        .await_until(format!("reservation {reservation_id} to be {state}"), timeout, |v| {
+            let Some(row) = v.reservation(reservation_id) else {
+                return Some(Err(Error::UnknownReservation { reservation_id: reservation_id.to_string() }));
+            };
+            v.note(format_args!("state {}, last refusal {:?}", row.state, row.last_refusal));
+            (row.state == state || row.state.is_terminal()).then_some(Ok(row))
+        })
+        .await??;
+    if row.state != state {
+        return Err(Error::ReservationEnded { reservation_id: row.id, state: row.state, reason: row.reason });
     }
-
-    /// Like [`DevStack::reserve`], with a booked share of the host (vCPUs,
-    /// memory; refused `reservation-room` beyond what the node's held and
-    /// releasing reservations leave) and a binding (`kubernetes` refused
-    /// `binding-unsupported` on a pool without `policy.kubernetes`).
-    pub async fn reserve_with(&self, node_id: &str, request: ReservationRequest) -> Result<String> {
-        reserve(self.shared(), node_id, request)
-    }
-
-    /// Withdraws a pending or active reservation's hold in a new spec
-    /// generation (returned); it is `released` on the node's
-    /// AllocationReleased.
-    pub async fn release(&self, reservation_id: &str) -> Result<u64> {
-        release(self.shared(), reservation_id)
-    }
-
-    /// A reservation.
-    pub async fn reservation(&self, reservation_id: &str) -> Result<Option<ReservationRow>> {
-        self.view(|v| v.reservation(reservation_id))
-    }
-
-    /// A node's reservations, oldest first.
-    pub async fn reservations(&self, node_id: &str) -> Result<Vec<ReservationRow>> {
-        self.view(|v| v.reservations(node_id))
-    }
-
-    /// Waits until a reservation is in `state`; fails at once when it ended
-    /// in another state (`failed`, say, when `active` is awaited), or when
-    /// no reservation has this id.
-    pub async fn await_reservation(
-        &self,
-        reservation_id: &str,
-        state: ReservationState,
-        timeout: Duration,
-    ) -> Result<ReservationRow> {
-        let row = self
-            .await_until(format!("reservation {reservation_id} to be {state}"), timeout, |v| {
-                let Some(row) = v.reservation(reservation_id) else {
-                    return Some(Err(Error::UnknownReservation { reservation_id: reservation_id.to_string() }));
-                };
-                v.note(format_args!("state {}, last refusal {:?}", row.state, row.last_refusal));
-                (row.state == state || row.state.is_terminal()).then_some(Ok(row))
-            })
-            .await??;
-        if row.state != state {
-            return Err(Error::ReservationEnded { reservation_id: row.id, state: row.state, reason: row.reason });
-        }
-        Ok(row)
-    }
+    Ok(row)
 }

@@ -12,13 +12,13 @@ use proto::gateway_frame::Frame as Out;
 use tracing::{info, warn};
 
 use crate::clock::now_ms;
-use crate::commands::frame;
 use crate::error::Result;
+use crate::frames::frame;
 use crate::gateway::handlers::{Effects, RequestContext, RequestHandler};
 use crate::ids;
-use crate::stack::DevStack;
+use crate::shared::Shared;
 use crate::status::Code;
-use crate::store::instance_rows::InstanceDesired;
+use crate::store::rows::InstanceDesired;
 use crate::store::{instances, secrets};
 
 /// The SecretRequest handler.
@@ -35,7 +35,7 @@ impl RequestHandler<proto::Envelope> for SecretRequests {
                 return Ok(Effects::default());
             }
         };
-        let secret = request.shared.store.with(|c| {
+        let secret = request.shared.ledger.read(|c| {
             let referenced = instances::on_node(c, &node.node_id)?
                 .iter()
                 .any(|i| i.desired != InstanceDesired::Deleted && i.spec.user_data_secret == asked.secret_ref);
@@ -64,14 +64,12 @@ impl RequestHandler<proto::Envelope> for SecretRequests {
     }
 }
 
-impl DevStack {
-    /// Stores a secret (instance user data, say) and returns its reference;
-    /// the value is never logged and reaches a node only sealed, for one of
-    /// its instances.
-    pub async fn put_secret(&self, value: &[u8]) -> Result<String> {
-        let id = ids::secret_id();
-        self.shared().store.with(|c| secrets::insert(c, &id, value, now_ms()))?;
-        info!(secret_ref = %id, bytes = value.len(), "secret: stored");
-        Ok(id)
-    }
+/// Stores a secret (instance user data, say) and returns its reference;
+/// the value is never logged and reaches a node only sealed, for one of
+/// its instances.
+pub fn put_secret(shared: &Shared, value: &[u8]) -> Result<String> {
+    let id = ids::secret_id();
+    shared.ledger.write(|c| Ok(secrets::insert(c, &id, value, now_ms())?))?;
+    info!(secret_ref = %id, bytes = value.len(), "secret: stored");
+    Ok(id)
 }

@@ -1,92 +1,84 @@
-//! The state every part of a running stack shares: the store, the keys, the
-//! live sessions, the settings of this run, the change notification that
-//! the `await_*` helpers wait on, and the event stream people watch.
+//! The core every part of a running stack shares: the ledger (the store,
+//! the event stream and the change notification), the keys, the live
+//! sessions and the settings of this run, with the one consistent read
+//! ([`Shared::view`]) and the one generic wait ([`Shared::await_until`])
+//! over them. A feature's own state (the TPM attestor, the tunnels, the
+//! OTLP exports) is not here: the composition root builds it and hands it
+//! to what uses it.
 
+use std::net::SocketAddr;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use tokio::sync::watch;
-
-use crate::error::{Error, Result};
-use crate::events::{EventBus, StackEvent};
+use crate::changes::Changes;
+use crate::error::Result;
 use crate::hub::Hub;
 use crate::keys::StackKeys;
-use crate::otlp::Exports;
+use crate::ledger::Ledger;
+use crate::options::DevStackOptions;
 use crate::store::Store;
-use crate::tpm::TpmJoin;
-use crate::tunnels::TunnelOptions;
-use crate::tunnels::registry::Registry;
+use crate::view::StackView;
 
-/// The settings of a running stack.
+/// The settings of a running stack: its options, and what follows from them
+/// once its listeners are bound.
 #[derive(Clone, Debug)]
 pub struct Settings {
-    /// The SPIFFE trust domain of node certificates.
-    pub trust_domain: String,
+    /// The options it was started with.
+    pub options: DevStackOptions,
     /// The gateway URL given to nodes (JoinResponse, well-known document).
     pub gateway_url: String,
-    /// Welcome's heartbeat interval; also the ping interval.
-    pub heartbeat_interval: Duration,
-    /// Welcome's lane credits.
-    pub lane_credits: u32,
-    /// How long after a BUSY the command is delivered again.
-    pub busy_retry: Duration,
-    /// Drain's `retry_after_ms` at shutdown.
-    pub drain_retry_after_ms: u32,
     /// The HTTP side's base URL as nodes reach it (release downloads, the
     /// OTLP receiver).
     pub http_base_url: String,
     /// The HTTPS listener's base URL as nodes reach it (`https://host:port`:
     /// the WebSocket session, `POST /v1/renew`).
     pub https_base_url: String,
-    /// How many release signatures bcd's `[update]` asks for.
-    pub release_threshold: u32,
-    /// The lowest release sequence bcd's `[update]` accepts.
-    pub release_min_sequence: u64,
-    /// How long a published release's manifest stays good (`expires_at_ms`).
-    pub release_expiry: Duration,
-    /// The consoles' tunnels.
-    pub tunnels: TunnelOptions,
-    /// What one node may make the stack store and compute.
-    pub limits: crate::limits::NodeLimits,
-    /// The connection caps and deadlines of both listeners.
-    pub connections: crate::connections::ConnectionOptions,
+    /// Welcome's heartbeat interval; also the ping interval.
+    pub heartbeat_interval: Duration,
+    /// How long after a BUSY the command is delivered again.
+    pub busy_retry: Duration,
+}
+
+impl Settings {
+    /// The settings of `options` for listeners bound at these addresses: the
+    /// URLs nodes reach them by (the advertised host, else the listening one).
+    pub fn new(options: DevStackOptions, gateway: SocketAddr, http: SocketAddr, https: SocketAddr) -> Self {
+        let host = options.advertise_host.clone().unwrap_or_else(|| options.listen_host.to_string());
+        let host = if host.contains(':') && !host.starts_with('[') { format!("[{host}]") } else { host };
+        Settings {
+            gateway_url: format!("https://{host}:{}", gateway.port()),
+            http_base_url: format!("http://{host}:{}", http.port()),
+            https_base_url: format!("https://{host}:{}", https.port()),
+            heartbeat_interval: Duration::from_millis(u64::from(options.heartbeat_interval_ms.max(1))),
+            busy_retry: Duration::from_millis(u64::from(options.busy_retry_ms)),
+            options,
+        }
+    }
 }
 
 /// What the parts of a stack share.
 pub struct Shared {
-    /// The store.
-    pub store: Store,
+    /// The store, the event stream and the change notification.
+    pub ledger: Ledger,
     /// The keys.
     pub keys: StackKeys,
     /// The live sessions.
     pub hub: Hub,
     /// This run's settings.
     pub settings: Settings,
-    /// The TPM attestor, when the stack has one.
-    pub tpm: Option<TpmJoin>,
-    /// The stack-wide event stream.
-    pub events: EventBus,
-    /// The consoles' tunnels, opening and open.
-    pub tunnels: Registry,
-    /// The OTLP exports received (kept for tests, in memory).
-    pub otlp: Exports,
-    changed: watch::Sender<u64>,
     draining: AtomicBool,
 }
 
 impl Shared {
-    /// Bundles the parts.
-    pub fn new(store: Store, keys: StackKeys, settings: Settings, tpm: Option<TpmJoin>) -> Self {
+    /// Bundles the parts: the store, the keys loaded from it, the settings.
+    pub fn new(store: Store, keys: StackKeys, settings: Settings) -> Self {
+        let changes = Changes::default();
         Shared {
-            store,
+            hub: Hub::new(changes.clone()),
+            ledger: Ledger::new(store, changes),
             keys,
-            hub: Hub::default(),
-            tunnels: Registry::new(settings.tunnels.clone()),
             settings,
-            tpm,
-            events: EventBus::default(),
-            otlp: Exports::default(),
-            changed: watch::channel(0).0,
             draining: AtomicBool::new(false),
         }
     }
@@ -101,44 +93,49 @@ impl Shared {
         self.draining.load(Ordering::SeqCst)
     }
 
-    /// Publishes a committed change on the event stream.
-    pub fn publish(&self, event: StackEvent) {
-        self.events.publish(event);
+    /// One consistent read of the stack: `read` sees the store and the live
+    /// sessions at one instant.
+    pub fn view<T>(&self, read: impl FnOnce(&StackView<'_>) -> T) -> Result<T> {
+        self.ledger.read(|db| {
+            let view = StackView::new(db, &self.hub);
+            let value = read(&view);
+            view.finish(value)
+        })
     }
 
-    /// Publishes committed changes on the event stream, in order.
-    pub fn publish_all(&self, events: impl IntoIterator<Item = StackEvent>) {
-        for event in events {
-            self.events.publish(event);
-        }
-    }
-
-    /// Tells every waiter that the store or the live sessions changed.
-    pub fn bump(&self) {
-        self.changed.send_modify(|n| *n = n.wrapping_add(1));
-    }
-
-    /// Waits until `check` returns `Some`, re-checking after every change,
-    /// until `timeout`; `what` names the wait in the timeout error.
-    pub async fn wait_for<T>(
+    /// Waits until `until` returns `Some` (re-checked on every change of the
+    /// store or of the live sessions), for at most `timeout`; returns its
+    /// value. `what` names the wait in the timeout error, with what
+    /// [`StackView::note`] recorded last. A condition that can fail returns
+    /// `Some(Err(…))` and the caller flattens it.
+    pub async fn await_until<T>(
         &self,
+        what: impl Into<String>,
         timeout: Duration,
-        what: impl Fn() -> String,
-        mut check: impl FnMut() -> Result<Option<T>>,
+        mut until: impl FnMut(&StackView<'_>) -> Option<T> + Send,
     ) -> Result<T> {
-        let mut rx = self.changed.subscribe();
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            rx.borrow_and_update();
-            if let Some(value) = check()? {
-                return Ok(value);
-            }
-            match tokio::time::timeout_at(deadline, rx.changed()).await {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) => return Err(Error::Shutdown),
-                Err(_) => return Err(Error::Timeout { what: what(), waited_ms: timeout.as_millis() as u64 }),
-            }
-        }
+        let what = what.into();
+        let seen = Mutex::new(None::<String>);
+        self.ledger
+            .changes()
+            .wait_for(
+                timeout,
+                || match seen.lock().ok().and_then(|s| s.clone()) {
+                    Some(seen) => format!("{what} (last seen: {seen})"),
+                    None => what.clone(),
+                },
+                || {
+                    self.ledger.read(|db| {
+                        let view = StackView::new(db, &self.hub);
+                        let value = until(&view);
+                        if let (Some(note), Ok(mut s)) = (view.last_note(), seen.lock()) {
+                            *s = Some(note);
+                        }
+                        view.finish(value)
+                    })
+                },
+            )
+            .await
     }
 }
 
@@ -147,10 +144,9 @@ impl Shared {
 /// intent.
 #[cfg(test)]
 pub mod testing {
-    use std::time::Duration;
-
     use super::{Settings, Shared};
     use crate::keys::{ServingNames, StackKeys};
+    use crate::options::{DevStackOptions, ReleaseKeys};
     use crate::store::rows::PoolRow;
     use crate::store::{Store, StoreLocation, nodes, pools};
 
@@ -172,7 +168,6 @@ pub mod testing {
             kind: crate::pools::KIND_GPU.into(),
             policy: "{}".into(),
         };
-        shared.store.with(|c| pools::insert(c, &pool)).unwrap();
         let node = nodes::NewNode {
             id: "node_1",
             pool_id: "pool_1",
@@ -182,32 +177,24 @@ pub mod testing {
             hardware_id: "",
             created_at_ms: 0,
         };
-        shared.store.with(|c| nodes::insert(c, &node)).unwrap();
+        shared
+            .ledger
+            .write(|c| {
+                pools::insert(c, &pool)?;
+                Ok(nodes::insert(c, &node)?)
+            })
+            .unwrap();
         shared
     }
 
     fn shared(signed_intent: bool) -> Shared {
         let store = Store::open(&StoreLocation::Memory).unwrap();
         let names = ServingNames::new(&[], &[]);
-        let release = crate::releases::ReleaseKeys::Generated;
         let now = crate::clock::now_ms();
-        let keys = StackKeys::load_or_create(&store, &names, signed_intent, "td", &release, now).unwrap();
-        let settings = Settings {
-            trust_domain: "td".into(),
-            gateway_url: "https://127.0.0.1:1".into(),
-            heartbeat_interval: Duration::from_secs(5),
-            lane_credits: 4,
-            busy_retry: Duration::from_millis(500),
-            drain_retry_after_ms: 1000,
-            http_base_url: "http://127.0.0.1:1".into(),
-            https_base_url: "https://127.0.0.1:1".into(),
-            release_threshold: 2,
-            release_min_sequence: 1,
-            release_expiry: crate::releases::DEFAULT_EXPIRY,
-            tunnels: Default::default(),
-            limits: Default::default(),
-            connections: Default::default(),
-        };
-        Shared::new(store, keys, settings, None)
+        let keys =
+            StackKeys::load_or_create(&store, &names, signed_intent, "td", &ReleaseKeys::Generated, now).unwrap();
+        let options = DevStackOptions { trust_domain: "td".into(), ..DevStackOptions::default() };
+        let addr = "127.0.0.1:1".parse().unwrap();
+        Shared::new(store, keys, Settings::new(options, addr, addr, addr))
     }
 }

@@ -7,12 +7,10 @@ use prost::Message as _;
 use tracing::warn;
 
 use crate::clock::now_ms;
-use crate::commands::frame;
 use crate::error::{Error, Result};
 use crate::gateway::handlers::{Effects, RequestContext, RequestHandler};
-use crate::hub::Control;
 use crate::shared::Shared;
-use crate::stack::DevStack;
+use crate::store::Db;
 use crate::store::rows::NodeSpecRow;
 use crate::store::{nodes, specs};
 use crate::view::StackView;
@@ -64,7 +62,7 @@ pub fn first(shared: &Shared, node_id: &str, host: Option<proto::HostSection>, n
 /// transaction: the latest spec, changed by `edit`, with the next generation.
 /// The caller sends it with [`push`] once the transaction committed.
 pub fn next(
-    c: &rusqlite::Connection,
+    c: &Db<'_>,
     shared: &Shared,
     node_id: &str,
     unsigned: bool,
@@ -74,11 +72,13 @@ pub fn next(
         return Err(Error::UnknownNode { node_id: node_id.to_string() });
     }
     let mut spec = match specs::latest(c, node_id)? {
-        Some(latest) => proto::NodeSpec::decode(latest.payload.as_slice()).map_err(|e| Error::Corrupt {
-            table: "node_specs",
-            column: "payload",
-            key: format!("{node_id}/{}", latest.generation),
-            reason: e.to_string(),
+        Some(latest) => proto::NodeSpec::decode(latest.payload.as_slice()).map_err(|e| {
+            Error::from(crate::store::Error::corrupt(
+                "node_specs",
+                "payload",
+                format!("{node_id}/{}", latest.generation),
+                e,
+            ))
         })?,
         None => proto::NodeSpec { node_id: node_id.to_string(), ..Default::default() },
     };
@@ -89,24 +89,16 @@ pub fn next(
     Ok(spec_row)
 }
 
-/// Sends a committed spec to the node's live session (a node that is away
-/// gets it after its next Welcome).
-pub fn push(shared: &Shared, spec: &NodeSpecRow) -> Result<()> {
-    shared.hub.send(&spec.node_id, Control::Raw(Box::new(desired_state_frame(spec)?)));
-    shared.bump();
-    Ok(())
-}
-
 /// Stores the next generation of a node's spec and sends it to its live
 /// session. A trust bundle that the current approvers signed for a higher
 /// sequence also becomes the stack's current bundle (what later joins get);
 /// any other is sent as is (tests of bcd's `trust.ignored`).
-fn publish(shared: &Shared, node_id: &str, update: &SpecUpdate) -> Result<NodeSpecRow> {
+pub fn publish(shared: &Shared, node_id: &str, update: &SpecUpdate) -> Result<NodeSpecRow> {
     let rotation = match (&update.trust_bundle, &shared.keys.intent) {
         (Some(env), Some(intent)) => intent.check_rotation(env),
         _ => None,
     };
-    let spec_row = shared.store.tx(|c| {
+    let spec_row = shared.ledger.write(|c| {
         let spec_row = next(c, shared, node_id, update.unsigned, |spec| {
             if let Some(access) = &update.access {
                 spec.access = Some(access.clone());
@@ -132,19 +124,8 @@ fn publish(shared: &Shared, node_id: &str, update: &SpecUpdate) -> Result<NodeSp
         intent.set_trust(bundle, env);
     }
     tracing::info!(node_id, generation = spec_row.generation, unsigned = update.unsigned, "spec published");
-    push(shared, &spec_row)?;
+    shared.hub.push_spec(&spec_row)?;
     Ok(spec_row)
-}
-
-/// The DesiredState frame of a stored spec.
-pub fn desired_state_frame(spec: &NodeSpecRow) -> Result<proto::GatewayFrame> {
-    let envelope = proto::Envelope::decode(spec.envelope.as_slice()).map_err(|e| Error::Corrupt {
-        table: "node_specs",
-        column: "envelope",
-        key: format!("{}/{}", spec.node_id, spec.generation),
-        reason: e.to_string(),
-    })?;
-    Ok(frame(proto::gateway_frame::Frame::DesiredState(proto::DesiredState { spec: Some(envelope) })))
 }
 
 /// The SpecRequest handler: the latest spec, even when the node asks for a
@@ -154,7 +135,7 @@ pub struct SpecRequests;
 impl RequestHandler<proto::SpecRequest> for SpecRequests {
     fn answer(&self, request: &RequestContext<'_>, message: proto::SpecRequest) -> Result<Effects> {
         let node_id = &request.node.node_id;
-        match request.shared.store.with(|c| specs::latest(c, node_id))? {
+        match request.shared.ledger.read(|c| specs::latest(c, node_id))? {
             Some(spec) => {
                 if spec.generation < message.min_generation {
                     warn!(
@@ -178,19 +159,5 @@ impl StackView<'_> {
     /// A node's specs, by generation.
     pub fn node_specs(&self, node_id: &str) -> Vec<NodeSpecRow> {
         self.read(|c| specs::of_node(c, node_id))
-    }
-}
-
-impl DevStack {
-    /// Publishes the next spec generation of a node (sections not in
-    /// `update` carry over) and sends it to its live session; returns the
-    /// generation.
-    pub async fn publish_spec(&self, node_id: &str, update: SpecUpdate) -> Result<u64> {
-        publish(self.shared(), node_id, &update).map(|row| row.generation)
-    }
-
-    /// A node's specs.
-    pub async fn node_specs(&self, node_id: &str) -> Result<Vec<NodeSpecRow>> {
-        self.view(|v| v.node_specs(node_id))
     }
 }

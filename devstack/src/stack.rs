@@ -1,343 +1,103 @@
-//! `DevStack`: the in-process dev control plane for tests, in the spirit of
-//! Tailscale's testcontrol. This module starts it (options, listeners, keys),
-//! answers what the stack itself is (URLs, pins, CA certificates), and shuts
-//! it down (Drain to every session) so that it can start again on the same
-//! SQLite file.
-//!
-//! What a stack does lives with its domain, each an `impl DevStack` block:
-//! pools and join tokens (`pools`), nodes and sessions (`nodes`), inventory
-//! (`inventory`), section statuses (`sections`), commands and batches
-//! (`commands`), specs (`spec`), trust (`trust`), reservations
-//! (`reservations`), releases (`releases`), TPM bindings (`tpm`), bcd's
-//! configuration (`config`), and the generic read and wait (`view`). Every
-//! wait is a deadline over the stack's change notification; none sleeps a
-//! fixed time.
+//! `DevStack`: the in-process dev control plane, in the spirit of Tailscale's
+//! testcontrol, and the whole of its public API in one place. Every method
+//! is a one-liner over the layers below (the domain modules, the one
+//! consistent read [`DevStack::view`] and the one wait
+//! [`DevStack::await_until`]); none of them names `DevStack`. Reads are
+//! synchronous; what writes or waits is `async`. `compose` starts and stops
+//! the stack.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::PathBuf;
+use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::TcpListener;
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
-use tracing::{debug, info, warn};
-
-use crate::clock::now_ms;
-use crate::connections::{ConnectionOptions, Phase};
-use crate::error::{Error, Result};
-use crate::gateway::{GatewayService, limit};
-use crate::hub::Control;
-use crate::join::JoinService;
-use crate::keys::{ServingNames, StackKeys};
-use crate::releases::ReleaseKeys;
-use crate::shared::{Settings, Shared};
-use crate::store::sessions;
-use crate::store::{Store, StoreLocation};
-use crate::tpm::{TpmAttestorOptions, TpmJoin};
-use crate::tunnels::TunnelOptions;
-use crate::{connections, http, tls};
-
-/// How long shutdown waits for the sessions to drain …
-const DRAIN_GRACE: Duration = Duration::from_secs(4);
-/// … and then for the servers to close their connections, before it cuts
-/// what is left: a shutdown takes at most the two (docs/devstack.md).
-const STOP_GRACE: Duration = Duration::from_secs(1);
-
-/// How to start a stack.
-#[derive(Clone, Debug)]
-pub struct DevStackOptions {
-    /// Where the store lives.
-    pub store: StoreLocation,
-    /// Sign commands and NodeSpecs with a command root, and hand joining
-    /// nodes the roots and a trust bundle.
-    pub signed_intent: bool,
-    /// The address both servers listen on (loopback by default); the
-    /// serving certificate names it (unless it is unspecified, 0.0.0.0 / ::).
-    pub listen_host: IpAddr,
-    /// The gateway's port; 0 picks a free one.
-    pub gateway_port: u16,
-    /// The HTTP port; 0 picks a free one.
-    pub http_port: u16,
-    /// The HTTPS listener's port (the WebSocket session, `POST /v1/renew`);
-    /// 0 picks a free one.
-    pub https_port: u16,
-    /// The host written into the gateway and release URLs (default:
-    /// `listen_host`), for a node that reaches the stack by another address
-    /// (a network namespace, WSL).
-    pub advertise_host: Option<String>,
-    /// More DNS names for the serving certificate.
-    pub extra_dns_names: Vec<String>,
-    /// More IP addresses for the serving certificate.
-    pub extra_ips: Vec<IpAddr>,
-    /// Welcome's heartbeat interval (also the ping interval; liveness is 3×).
-    pub heartbeat_interval_ms: u32,
-    /// Welcome's lane credits.
-    pub lane_credits: u32,
-    /// Delay before a BUSY command is delivered again.
-    pub busy_retry_ms: u32,
-    /// Drain's `retry_after_ms` at shutdown.
-    pub drain_retry_after_ms: u32,
-    /// The SPIFFE trust domain.
-    pub trust_domain: String,
-    /// Where the release keys come from (generated and stored by default).
-    pub release_keys: ReleaseKeys,
-    /// How many release signatures bcd's `[update]` asks for (default 2).
-    pub release_threshold: u32,
-    /// The lowest release sequence bcd's `[update]` accepts (default 1).
-    pub release_min_sequence: u64,
-    /// How long a published release's manifest stays good: its
-    /// `expires_at_ms` is the publication time plus this (default 30 days).
-    pub release_expiry: Duration,
-    /// The TPM attestor of the JoinService; without one a TPM join is
-    /// refused `method-unsupported`.
-    pub tpm_attestor: Option<TpmAttestorOptions>,
-    /// The consoles' tunnels: the per-node limit, the open timeout, the
-    /// tickets' lifetime.
-    pub tunnels: TunnelOptions,
-    /// What one node may make the stack store and compute: inventory
-    /// sections, section statuses, statements per report, renewals per hour.
-    pub limits: crate::limits::NodeLimits,
-    /// The connection caps and deadlines of both listeners.
-    pub connections: ConnectionOptions,
-}
-
-impl Default for DevStackOptions {
-    fn default() -> Self {
-        DevStackOptions {
-            store: StoreLocation::Memory,
-            signed_intent: false,
-            listen_host: IpAddr::V4(Ipv4Addr::LOCALHOST),
-            gateway_port: 0,
-            http_port: 0,
-            https_port: 0,
-            advertise_host: None,
-            extra_dns_names: Vec::new(),
-            extra_ips: Vec::new(),
-            heartbeat_interval_ms: 5000,
-            lane_credits: 4,
-            busy_retry_ms: 500,
-            drain_retry_after_ms: 1000,
-            trust_domain: crate::TRUST_DOMAIN.to_string(),
-            release_keys: ReleaseKeys::Generated,
-            release_threshold: crate::releases::DEFAULT_THRESHOLD,
-            release_min_sequence: 1,
-            release_expiry: crate::releases::DEFAULT_EXPIRY,
-            tpm_attestor: None,
-            tunnels: TunnelOptions::default(),
-            limits: crate::limits::NodeLimits::default(),
-            connections: ConnectionOptions::default(),
-        }
-    }
-}
-
-impl DevStackOptions {
-    /// Defaults with an in-memory store.
-    pub fn memory() -> Self {
-        Self::default()
-    }
-
-    /// Defaults with a store in `path`.
-    pub fn file(path: impl Into<PathBuf>) -> Self {
-        DevStackOptions { store: StoreLocation::File(path.into()), ..Self::default() }
-    }
-}
-
-/// The pins a node needs to join this stack.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Pins {
-    /// The serving CA's pin (`serving_ca_spki_pin`).
-    pub serving_ca: String,
-    /// The join-signing key's pin (`join_signing_pin`).
-    pub join_signing: String,
-    /// The join-signing key, standard base64 of its SPKI DER (`join_signing_key`).
-    pub join_signing_key: String,
-    /// The join-encryption key's pin (`join_encryption_pin`).
-    pub join_encryption: String,
-    /// The join-encryption key as a public JWK (with `kid`).
-    pub join_encryption_jwk: String,
-}
+use crate::commands::{self, Batch, BatchSpec, CommandOptions, CommandOutcome};
+use crate::compose::Running;
+use crate::config::{self, BcdConfigPaths};
+use crate::error::Result;
+use crate::events::{EventSubscription, Published};
+use crate::hub::Transport;
+use crate::instances::{self, InstanceRequest, volumes};
+use crate::keys::Pins;
+use crate::nodes::{self, JoinMark};
+use crate::options::{DevStackOptions, TpmAllow};
+use crate::otlp::{self, OtlpExport};
+use crate::pools::{self, PoolSpec};
+use crate::releases::{self, ManifestOptions, Release, UpdatePins};
+use crate::reservations::{self, ReservationRequest};
+use crate::spec::{self, SpecUpdate};
+use crate::store::rows::{
+    CommandRow, CommandUpdateRow, FleetCounts, InstanceDesired, InstanceRow, InstanceState, InventoryRow, JoinTokenRow,
+    NodeBindingRow, NodeCertRow, NodeJoinRow, NodeLabelRow, NodeRow, NodeSessionRow, NodeSpecRow, NodeState, PoolRow,
+    ReleaseArtifactRow, ReservationRow, ReservationState, SectionStatus, VolumeRow, VolumeState,
+};
+use crate::trust::{self, IntentPublicKeys};
+use crate::tunnels::{self, Console, ConsoleOptions, ConsoleSize};
+use crate::view::StackView;
+use crate::{http, https, secrets, tpm};
 
 /// A running dev stack.
 pub struct DevStack {
-    shared: Arc<Shared>,
-    options: DevStackOptions,
-    gateway_addr: SocketAddr,
-    http_addr: SocketAddr,
-    https_addr: SocketAddr,
-    /// The listeners' phase (closed, then stopped, at shutdown).
-    stop: watch::Sender<Phase>,
-    tasks: Vec<JoinHandle<()>>,
+    run: Running,
 }
 
-/// The names of the serving certificate: the defaults, the extra ones, the
-/// listening address (when it is a specific one) and the advertised host.
-fn serving_names(options: &DevStackOptions) -> ServingNames {
-    let mut ips = options.extra_ips.clone();
-    let mut dns = options.extra_dns_names.clone();
-    if !options.listen_host.is_unspecified() {
-        ips.push(options.listen_host);
-    }
-    if let Some(host) = &options.advertise_host {
-        match host.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>() {
-            Ok(ip) => ips.push(ip),
-            Err(_) => dns.push(host.clone()),
-        }
-    }
-    ServingNames::new(&dns, &ips)
-}
-
-fn host_for_url(host: &str) -> String {
-    if host.contains(':') && !host.starts_with('[') { format!("[{host}]") } else { host.to_string() }
-}
-
-async fn bind(host: IpAddr, port: u16) -> Result<TcpListener> {
-    let addr = SocketAddr::new(host, port);
-    crate::listen::bind(addr).map_err(|source| Error::Bind { addr: addr.to_string(), source })
-}
-
-/// The settings of a run: the options, and the URLs nodes reach the
-/// listeners by (the advertised host, else the listening one).
-fn settings(options: &DevStackOptions, gateway_addr: SocketAddr, http_addr: SocketAddr, https_port: u16) -> Settings {
-    let host = options.advertise_host.clone().unwrap_or_else(|| options.listen_host.to_string());
-    Settings {
-        trust_domain: options.trust_domain.clone(),
-        gateway_url: format!("https://{}:{}", host_for_url(&host), gateway_addr.port()),
-        heartbeat_interval: Duration::from_millis(u64::from(options.heartbeat_interval_ms.max(1))),
-        lane_credits: options.lane_credits,
-        busy_retry: Duration::from_millis(u64::from(options.busy_retry_ms)),
-        drain_retry_after_ms: options.drain_retry_after_ms,
-        http_base_url: format!("http://{}:{}", host_for_url(&host), http_addr.port()),
-        https_base_url: format!("https://{}:{}", host_for_url(&host), https_port),
-        release_threshold: options.release_threshold,
-        release_min_sequence: options.release_min_sequence,
-        release_expiry: options.release_expiry,
-        tunnels: options.tunnels.clone(),
-        limits: options.limits.clone(),
-        connections: options.connections.clone(),
-    }
-}
-
-/// The gateway: our TLS acceptor and connection handling in front of
-/// tonic's routes (Join and Gateway).
-fn serve_gateway(shared: &Arc<Shared>, listener: TcpListener, stop: &watch::Sender<Phase>) -> Result<JoinHandle<()>> {
-    let acceptor = tokio_rustls::TlsAcceptor::from(tls::server_config(&shared.keys, tls::Alpn::GATEWAY)?);
-    let join = proto::join_server::JoinServer::new(JoinService::new(shared.clone()))
-        .max_decoding_message_size(limit::MAX_MESSAGE_BYTES);
-    let gateway = proto::gateway_server::GatewayServer::new(GatewayService::new(shared.clone()))
-        .max_decoding_message_size(limit::MAX_MESSAGE_BYTES);
-    let routes = tonic::service::Routes::new(join).add_service(gateway).prepare();
-    let options = shared.settings.connections.clone();
-    Ok(tokio::spawn(connections::gateway(listener, acceptor, routes, options, stop.subscribe())))
-}
-
-/// The HTTP side (well-known document, release downloads).
-fn serve_http(shared: &Arc<Shared>, listener: TcpListener, stop: &watch::Sender<Phase>) -> JoinHandle<()> {
-    let router = http::router(shared.clone());
-    tokio::spawn(connections::http(listener, router, shared.settings.connections.clone(), stop.subscribe()))
-}
-
+/// Starting, stopping, and what the stack itself is.
 impl DevStack {
-    /// Starts a stack: opens the store (migrations), loads or creates its keys,
-    /// and serves the gateway (TLS) and the HTTP side.
+    /// Starts a stack: opens the store (migrations), loads or creates its
+    /// keys, and serves the gateway (TLS), the HTTPS listener and the HTTP
+    /// side.
     pub async fn start(options: DevStackOptions) -> Result<DevStack> {
-        tls::install_crypto_provider();
-        let store = Store::open(&options.store)?;
-        let now = now_ms();
-        let stale = store.with(|c| sessions::close_all_open(c, now))?;
-        if stale > 0 {
-            info!(sessions = stale, "devstack: closed sessions left open by a previous run");
-        }
-        let gateway_listener = bind(options.listen_host, options.gateway_port).await?;
-        let http_listener = bind(options.listen_host, options.http_port).await?;
-        let https_listener = bind(options.listen_host, options.https_port).await?;
-        let gateway_addr =
-            gateway_listener.local_addr().map_err(|source| Error::Bind { addr: "gateway".into(), source })?;
-        let http_addr = http_listener.local_addr().map_err(|source| Error::Bind { addr: "http".into(), source })?;
-        let https_addr = https_listener.local_addr().map_err(|source| Error::Bind { addr: "https".into(), source })?;
-
-        let names = serving_names(&options);
-        let keys = StackKeys::load_or_create(
-            &store,
-            &names,
-            options.signed_intent,
-            &options.trust_domain,
-            &options.release_keys,
-            now,
-        )?;
-        let settings = settings(&options, gateway_addr, http_addr, https_addr.port());
-        let tpm = options.tpm_attestor.clone().map(TpmJoin::new);
-        let shared = Arc::new(Shared::new(store, keys, settings, tpm));
-        let (stop, _) = watch::channel(Phase::Serving);
-        let tasks = vec![
-            serve_gateway(&shared, gateway_listener, &stop)?,
-            serve_http(&shared, http_listener, &stop),
-            crate::https::serve(&shared, https_listener, &stop)?,
-        ];
-        info!(
-            gateway = %shared.settings.gateway_url,
-            http = %http_addr,
-            https = %shared.settings.https_base_url,
-            serving_dns = ?names.dns,
-            serving_ips = ?names.ips,
-            signed_intent = shared.keys.intent.is_some(),
-            tpm_attestor = shared.tpm.is_some(),
-            store = ?options.store,
-            "devstack: started"
-        );
-        Ok(DevStack { shared, options, gateway_addr, http_addr, https_addr, stop, tasks })
+        Ok(DevStack { run: Running::start(options).await? })
     }
 
-    /// The state the stack's parts share (for the domain modules' methods).
-    pub(crate) fn shared(&self) -> &Arc<Shared> {
-        &self.shared
+    /// Shuts down gracefully: the listeners close (a node that redials is
+    /// refused at connect), Drain goes to every session, then the servers
+    /// stop. The store file (if any) can be opened by a new stack afterwards.
+    pub async fn shutdown(self) -> Result<()> {
+        self.run.shutdown().await
     }
 
     /// The options the stack was started with.
     pub fn options(&self) -> &DevStackOptions {
-        &self.options
+        &self.run.shared.settings.options
     }
 
     /// Options to start this stack again on the same store and ports.
     pub fn restart_options(&self) -> DevStackOptions {
-        DevStackOptions {
-            gateway_port: self.gateway_addr.port(),
-            http_port: self.http_addr.port(),
-            https_port: self.https_addr.port(),
-            ..self.options.clone()
-        }
+        let (gateway_port, http_port, https_port) =
+            (self.run.gateway_addr.port(), self.run.http_addr.port(), self.run.https_addr.port());
+        DevStackOptions { gateway_port, http_port, https_port, ..self.options().clone() }
     }
 
     /// The gateway URL nodes dial (`https://host:port`).
     pub fn gateway_url(&self) -> &str {
-        &self.shared.settings.gateway_url
+        &self.run.shared.settings.gateway_url
     }
 
     /// The gateway's listening address.
     pub fn gateway_addr(&self) -> SocketAddr {
-        self.gateway_addr
+        self.run.gateway_addr
     }
 
     /// The HTTP side's base URL (`http://host:port`).
     pub fn http_url(&self) -> String {
-        format!("http://{}", self.http_addr)
+        format!("http://{}", self.run.http_addr)
     }
 
     /// The HTTPS listener's base URL as nodes reach it (`https://host:port`).
     pub fn https_url(&self) -> &str {
-        &self.shared.settings.https_base_url
+        &self.run.shared.settings.https_base_url
     }
 
     /// The HTTPS listener's address.
     pub fn https_addr(&self) -> SocketAddr {
-        self.https_addr
+        self.run.https_addr
     }
 
     /// The WebSocket session's URL (`wss://host:port/v1/session`), bcd's
     /// `[websocket] url`.
     pub fn websocket_url(&self) -> String {
-        let base = &self.shared.settings.https_base_url;
-        format!("wss://{}{}", base.trim_start_matches("https://"), crate::https::ws::PATH)
+        https::ws::url(&self.run.shared.settings.https_base_url)
     }
 
     /// The URL of the well-known document.
@@ -347,24 +107,17 @@ impl DevStack {
 
     /// The well-known document, as served.
     pub fn well_known(&self) -> serde_json::Value {
-        http::well_known(&self.shared)
+        http::well_known(&self.run.shared)
     }
 
     /// The pins a node needs.
     pub fn pins(&self) -> Pins {
-        let keys = &self.shared.keys;
-        Pins {
-            serving_ca: keys.serving_ca_pin(),
-            join_signing: keys.join_signing_pin(),
-            join_signing_key: keys.join_signing_key_b64(),
-            join_encryption: keys.join_encryption_pin(),
-            join_encryption_jwk: keys.join_encryption_jwk(),
-        }
+        self.run.shared.keys.pins()
     }
 
     /// The trust domain.
     pub fn trust_domain(&self) -> &str {
-        &self.shared.settings.trust_domain
+        &self.options().trust_domain
     }
 
     /// The server name the serving certificate is checked for (`gw.dev.local`).
@@ -374,84 +127,580 @@ impl DevStack {
 
     /// The serving CA certificate (DER).
     pub fn serving_ca_der(&self) -> &[u8] {
-        &self.shared.keys.serving_ca_der
+        &self.run.shared.keys.serving_ca_der
     }
 
     /// The node CA certificate (DER).
     pub fn node_ca_der(&self) -> &[u8] {
-        &self.shared.keys.node_ca_der
+        &self.run.shared.keys.node_ca_der
     }
 
     /// The public join-signing key (verifies JoinResponses).
     pub fn join_signing_key(&self) -> pki::PublicKey {
-        pki::Signer::public_key(&self.shared.keys.join_signing)
+        pki::Signer::public_key(&self.run.shared.keys.join_signing)
     }
 
     /// The public join-encryption key (seals join tokens).
     pub fn join_encryption_key(&self) -> p256::PublicKey {
-        self.shared.keys.join_encryption.public_key()
+        self.run.shared.keys.join_encryption.public_key()
     }
 
-    /// Shuts down gracefully: the listeners close (a node that redials is
-    /// refused at connect), Drain goes to every session, then the servers
-    /// stop. The store file (if any) can be opened by a new stack afterwards.
-    pub async fn shutdown(mut self) -> Result<()> {
-        let started = tokio::time::Instant::now();
-        let shared = self.shared.clone();
-        let _ = self.stop.send(Phase::Closed);
-        let drain = Control::Drain {
-            reason: "the dev stack is shutting down".into(),
-            retry_after_ms: shared.settings.drain_retry_after_ms,
-        };
-        shared.start_draining();
-        for caller in shared.tunnels.close_all() {
-            caller
-                .end(crate::tunnels::ConsoleEnd::Closed(format!(
-                    "{}: the dev stack is shutting down",
-                    crate::status::Code::Draining
-                )))
-                .await;
-        }
-        let sessions = shared.hub.len();
-        shared.hub.broadcast(&drain);
-        let drained = shared
-            .wait_for(DRAIN_GRACE, || "sessions to drain".into(), || Ok(shared.hub.is_empty().then_some(())))
-            .await;
-        if drained.is_err() {
-            warn!(
-                sessions = shared.hub.len(),
-                grace_ms = DRAIN_GRACE.as_millis() as u64,
-                "devstack: sessions still open after the drain grace; their connections are cut"
-            );
-        }
-        let _ = self.stop.send(Phase::Stopped);
-        let cut = tokio::time::Instant::now() + STOP_GRACE;
-        for mut task in std::mem::take(&mut self.tasks) {
-            if tokio::time::timeout_at(cut, &mut task).await.is_err() {
-                debug!("devstack: a server still had connections after the stop grace; aborted");
-                task.abort();
-                // An aborted task is dropped at the runtime's next turn, its
-                // listener with it: wait for that, so that a stack started
-                // next on the same ports can bind them.
-                let _ = task.await;
-            }
-        }
-        info!(
-            gateway = %shared.settings.gateway_url,
-            sessions,
-            took_ms = started.elapsed().as_millis() as u64,
-            "devstack: stopped"
-        );
-        Ok(())
+    /// Writes a ready bcd `config.toml` and `join-encryption.jwk` into `dir`,
+    /// with `data_dir` as bcd's data directory.
+    pub async fn write_bcd_config(&self, dir: &Path, data_dir: &Path) -> Result<BcdConfigPaths> {
+        config::write_for(&self.run.shared, dir, data_dir, None)
+    }
+
+    /// Like [`DevStack::write_bcd_config`], with an `[update]` section
+    /// pinning `update` ([`DevStack::release_keys`] or a changed copy).
+    pub async fn write_bcd_config_with(
+        &self,
+        dir: &Path,
+        data_dir: &Path,
+        update: Option<&UpdatePins>,
+    ) -> Result<BcdConfigPaths> {
+        config::write_for(&self.run.shared, dir, data_dir, update)
     }
 }
 
-impl Drop for DevStack {
-    fn drop(&mut self) {
-        // A stack dropped without shutdown() stops at once.
-        let _ = self.stop.send(Phase::Stopped);
-        for task in &self.tasks {
-            task.abort();
-        }
+/// Reading and waiting.
+impl DevStack {
+    /// One consistent read of the stack: `read` sees the store and the live
+    /// sessions at one instant (it must not call back into the stack).
+    pub fn view<T>(&self, read: impl FnOnce(&StackView<'_>) -> T) -> Result<T> {
+        self.run.shared.view(read)
+    }
+
+    /// Waits until `until` returns `Some` (re-checked on every change of the
+    /// store or of the live sessions), for at most `timeout`; returns its
+    /// value. `what` names the wait in the timeout error, with what
+    /// [`StackView::note`] recorded last. A condition that can fail returns
+    /// `Some(Err(…))` and the caller flattens it.
+    pub async fn await_until<T>(
+        &self,
+        what: impl Into<String>,
+        timeout: Duration,
+        until: impl FnMut(&StackView<'_>) -> Option<T> + Send,
+    ) -> Result<T> {
+        self.run.shared.await_until(what, timeout, until).await
+    }
+
+    /// Subscribes to the stack's events: the kept ones numbered after
+    /// `after` (0: every kept one), then each new one as it happens.
+    pub fn events(&self, after: u64) -> EventSubscription {
+        self.run.shared.ledger.events().subscribe(after)
+    }
+
+    /// The last events the stack kept (at most [`crate::RECENT`]), oldest first.
+    pub fn recent_events(&self) -> Vec<Arc<Published>> {
+        self.run.shared.ledger.events().recent()
+    }
+
+    /// The fleet's counts.
+    pub fn fleet(&self) -> Result<FleetCounts> {
+        self.view(|v| v.fleet())
+    }
+
+    /// How many sessions are live: [`FleetCounts::sessions`] alone, read
+    /// without the store.
+    pub fn live_sessions(&self) -> u64 {
+        self.run.shared.hub.len() as u64
+    }
+}
+
+/// Pools and join tokens.
+impl DevStack {
+    /// Creates a pool; returns its id.
+    pub async fn create_pool(&self, spec: PoolSpec) -> Result<String> {
+        pools::create_pool(&self.run.shared, spec)
+    }
+
+    /// Every pool.
+    pub fn pools(&self) -> Result<Vec<PoolRow>> {
+        self.view(|v| v.pools())
+    }
+
+    /// A pool by name.
+    pub fn pool_by_name(&self, name: &str) -> Result<Option<PoolRow>> {
+        self.view(|v| v.pool_by_name(name))
+    }
+
+    /// Mints a join token for a pool; returns the secret token. Only its
+    /// SHA-256 is stored, and it is never logged.
+    pub async fn mint_join_token(&self, pool_id: &str, max_uses: u32, ttl: Duration) -> Result<String> {
+        pools::mint_join_token(&self.run.shared, pool_id, max_uses, ttl)
+    }
+
+    /// The join tokens of a pool (hashes and counters only).
+    pub fn join_tokens(&self, pool_id: &str) -> Result<Vec<JoinTokenRow>> {
+        self.view(|v| v.join_tokens(pool_id))
+    }
+}
+
+/// Nodes and their sessions.
+impl DevStack {
+    /// A node.
+    pub fn node(&self, node_id: &str) -> Result<Option<NodeRow>> {
+        self.view(|v| v.node(node_id))
+    }
+
+    /// Every node, in join order.
+    pub fn nodes(&self) -> Result<Vec<NodeRow>> {
+        self.view(|v| v.nodes())
+    }
+
+    /// A mark in the order of joins; nodes that join later are after it.
+    pub fn join_mark(&self) -> Result<JoinMark> {
+        self.view(|v| v.join_mark())
+    }
+
+    /// The nodes that joined after `mark`.
+    pub fn nodes_joined_since(&self, mark: JoinMark) -> Result<Vec<NodeRow>> {
+        self.view(|v| v.nodes_joined_since(mark))
+    }
+
+    /// A node's sessions.
+    pub fn node_sessions(&self, node_id: &str) -> Result<Vec<NodeSessionRow>> {
+        self.view(|v| v.node_sessions(node_id))
+    }
+
+    /// A node's certificates.
+    pub fn node_certs(&self, node_id: &str) -> Result<Vec<NodeCertRow>> {
+        self.view(|v| v.node_certs(node_id))
+    }
+
+    /// A node's verified inventory sections.
+    pub fn inventory(&self, node_id: &str) -> Result<Vec<InventoryRow>> {
+        self.view(|v| v.inventory(node_id))
+    }
+
+    /// A node's latest status of `section`.
+    pub fn section_status(&self, node_id: &str, section: &str) -> Result<Option<SectionStatus>> {
+        self.view(|v| v.section_status(node_id, section))
+    }
+
+    /// A node's latest section statuses, by section.
+    pub fn section_statuses(&self, node_id: &str) -> Result<Vec<SectionStatus>> {
+        self.view(|v| v.section_statuses(node_id))
+    }
+
+    /// The epoch of a node's live session, if it has one.
+    pub fn live_epoch(&self, node_id: &str) -> Option<u64> {
+        self.run.shared.hub.live_epoch(node_id)
+    }
+
+    /// The transport of a node's live session, if it has one.
+    pub fn live_transport(&self, node_id: &str) -> Option<Transport> {
+        self.run.shared.hub.live_transport(node_id)
+    }
+
+    /// Waits until a node satisfies `predicate`; returns its row. Fails at
+    /// once for an unknown node.
+    pub async fn await_node(
+        &self,
+        node_id: &str,
+        predicate: impl Fn(&NodeRow) -> bool + Send,
+        timeout: Duration,
+    ) -> Result<NodeRow> {
+        nodes::await_node(&self.run.shared, node_id, predicate, timeout).await
+    }
+
+    /// Waits until a node is in `state`.
+    pub async fn await_node_state(&self, node_id: &str, state: NodeState, timeout: Duration) -> Result<NodeRow> {
+        self.await_node(node_id, |n| n.state == state, timeout).await
+    }
+
+    /// Waits until a node is adopted and has applied generation ≥ 1 (the
+    /// contract's "adopted"); fails at once if it is rejected.
+    pub async fn await_adopted(&self, node_id: &str, timeout: Duration) -> Result<NodeRow> {
+        nodes::await_adopted(&self.run.shared, node_id, timeout).await
+    }
+
+    /// Waits for the first node of `pool_id` that joined after `mark`.
+    pub async fn await_new_node(&self, pool_id: &str, mark: JoinMark, timeout: Duration) -> Result<NodeRow> {
+        nodes::await_new_node(&self.run.shared, pool_id, mark, timeout).await
+    }
+
+    /// Waits until a node has a live session of epoch ≥ `min_epoch`; returns
+    /// its row. Pass 0 for any session, or a previous epoch + 1 to wait for a
+    /// reconnection.
+    pub async fn await_session(&self, node_id: &str, min_epoch: u64, timeout: Duration) -> Result<NodeSessionRow> {
+        nodes::await_session(&self.run.shared, node_id, min_epoch, timeout).await
+    }
+
+    /// Revokes every certificate of a node; a live session gets a
+    /// RevocationNotice and is closed, and new sessions are refused.
+    pub async fn revoke_node(&self, node_id: &str) -> Result<()> {
+        nodes::revoke(&self.run.shared, node_id)
+    }
+
+    /// Issues and stores another certificate of a known node for `csr_der`,
+    /// as the stack would have issued it at `issued_at_ms` (24 hours of
+    /// validity from a minute before): a drill's expired or not-yet-valid
+    /// certificate. The node's other certificates stay as they are.
+    pub async fn issue_node_cert_at(&self, node_id: &str, csr_der: &[u8], issued_at_ms: i64) -> Result<NodeCertRow> {
+        nodes::issue_cert_at(&self.run.shared, node_id, csr_der, issued_at_ms)
+    }
+
+    /// Sends a frame as is into a node's live session (tests inject unsigned
+    /// commands this way).
+    pub async fn send_raw(&self, node_id: &str, frame: proto::GatewayFrame) -> Result<()> {
+        nodes::send_raw(&self.run.shared, node_id, frame)
+    }
+}
+
+/// Commands.
+impl DevStack {
+    /// Enqueues a command for a node (signed under signed intent); returns its id.
+    pub async fn enqueue_command(
+        &self,
+        node_id: &str,
+        kind: &str,
+        params: serde_json::Value,
+        opts: CommandOptions,
+    ) -> Result<String> {
+        commands::enqueue(&self.run.shared, node_id, kind, &params, &opts)
+    }
+
+    /// Enqueues a batch of destructive commands with a BatchApproval signed
+    /// by `spec.approvals` of the stack's approvers (signed intent only).
+    pub async fn enqueue_batch(&self, spec: BatchSpec) -> Result<Batch> {
+        commands::enqueue_batch(&self.run.shared, &spec)
+    }
+
+    /// Waits until a command reaches a terminal state; fails at once for an
+    /// unknown command.
+    pub async fn await_command(&self, id: &str, timeout: Duration) -> Result<CommandOutcome> {
+        commands::await_command(&self.run.shared, id, timeout).await
+    }
+
+    /// A command.
+    pub fn command(&self, id: &str) -> Result<Option<CommandRow>> {
+        self.view(|v| v.command(id))
+    }
+
+    /// A node's commands.
+    pub fn commands(&self, node_id: &str) -> Result<Vec<CommandRow>> {
+        self.view(|v| v.commands(node_id))
+    }
+
+    /// The states a node reported for a command.
+    pub fn command_updates(&self, id: &str) -> Result<Vec<CommandUpdateRow>> {
+        self.view(|v| v.command_updates(id))
+    }
+}
+
+/// Desired state and signed intent.
+impl DevStack {
+    /// Publishes the next spec generation of a node (sections not in
+    /// `update` carry over) and sends it to its live session; returns the
+    /// generation.
+    pub async fn publish_spec(&self, node_id: &str, update: SpecUpdate) -> Result<u64> {
+        spec::publish(&self.run.shared, node_id, &update).map(|row| row.generation)
+    }
+
+    /// A node's specs.
+    pub fn node_specs(&self, node_id: &str) -> Result<Vec<NodeSpecRow>> {
+        self.view(|v| v.node_specs(node_id))
+    }
+
+    /// The command roots nodes receive (empty without signed intent).
+    pub fn command_roots(&self) -> Vec<pki::PublicKey> {
+        self.run.shared.keys.command_roots()
+    }
+
+    /// The approvers of the trust bundle, and the tunnels and workload token
+    /// issuers (under signed intent).
+    pub fn intent_public_keys(&self) -> Option<IntentPublicKeys> {
+        trust::intent_public_keys(&self.run.shared)
+    }
+
+    /// The current trust bundle and its signed envelope (under signed
+    /// intent): sequence 1, or the latest rotation the approvers signed that
+    /// was published with [`DevStack::publish_spec`].
+    pub fn trust_bundle(&self) -> Option<(proto::TrustBundle, pki::dsse::Envelope)> {
+        self.run.shared.keys.intent.as_ref().map(|i| i.trust())
+    }
+
+    /// The current trust bundle with the next sequence number: the start of
+    /// a rotation (signed intent only).
+    pub fn next_trust_bundle(&self) -> Result<proto::TrustBundle> {
+        trust::next_trust_bundle(&self.run.shared)
+    }
+
+    /// Signs a trust bundle with the first `approvals` of the stack's
+    /// current approvers (signed intent only).
+    pub fn sign_trust_bundle(&self, bundle: &proto::TrustBundle, approvals: usize) -> Result<pki::dsse::Envelope> {
+        trust::sign_trust_bundle(&self.run.shared, bundle, approvals)
+    }
+}
+
+/// Reservations.
+impl DevStack {
+    /// Books `gpus` free GPUs of an adopted node (from its `gpus` inventory
+    /// section) as a hold in a new spec generation sent to the node; returns
+    /// the reservation id (also the hold's `allocation_id`). It turns
+    /// `active` on the node's signed AllocationBound.
+    pub async fn reserve(&self, node_id: &str, gpus: u32) -> Result<String> {
+        self.reserve_with(node_id, ReservationRequest { gpus, ..ReservationRequest::default() }).await
+    }
+
+    /// Like [`DevStack::reserve`], with a booked share of the host (vCPUs,
+    /// memory; refused `reservation-room` beyond what the node's held and
+    /// releasing reservations leave) and a binding (`kubernetes` refused
+    /// `binding-unsupported` on a pool without `policy.kubernetes`).
+    pub async fn reserve_with(&self, node_id: &str, request: ReservationRequest) -> Result<String> {
+        reservations::reserve(&self.run.shared, node_id, request)
+    }
+
+    /// Withdraws a pending or active reservation's hold in a new spec
+    /// generation (returned); it is `released` on the node's
+    /// AllocationReleased.
+    pub async fn release(&self, reservation_id: &str) -> Result<u64> {
+        reservations::release(&self.run.shared, reservation_id)
+    }
+
+    /// A reservation.
+    pub fn reservation(&self, reservation_id: &str) -> Result<Option<ReservationRow>> {
+        self.view(|v| v.reservation(reservation_id))
+    }
+
+    /// A node's reservations, oldest first.
+    pub fn reservations(&self, node_id: &str) -> Result<Vec<ReservationRow>> {
+        self.view(|v| v.reservations(node_id))
+    }
+
+    /// Waits until a reservation is in `state`; fails at once when it ended
+    /// in another state (`failed`, say, when `active` is awaited), or when
+    /// no reservation has this id.
+    pub async fn await_reservation(
+        &self,
+        reservation_id: &str,
+        state: ReservationState,
+        timeout: Duration,
+    ) -> Result<ReservationRow> {
+        reservations::await_reservation(&self.run.shared, reservation_id, state, timeout).await
+    }
+}
+
+/// Releases and self-update.
+impl DevStack {
+    /// The release keys' pins, threshold and lowest sequence: what bcd's
+    /// `[update]` section pins.
+    pub fn release_keys(&self) -> UpdatePins {
+        releases::pins(&self.run.shared)
+    }
+
+    /// Publishes a release: its artifacts (`(os, arch, bytes)`) are served
+    /// at `GET /releases/<version>/bcd-<os>-<arch>` on the HTTP listener and
+    /// its manifest, signed by every release key, at
+    /// `GET /releases/<version>/manifest.dsse.json`.
+    pub async fn publish_release(
+        &self,
+        version: &str,
+        sequence: u64,
+        artifacts: &[(&str, &str, &[u8])],
+    ) -> Result<Release> {
+        releases::publish(&self.run.shared, version, sequence, artifacts)
+    }
+
+    /// A published release.
+    pub fn release_info(&self, version: &str) -> Result<Release> {
+        releases::get(&self.run.shared, version)
+    }
+
+    /// The artifacts of a published release (without their bytes).
+    pub fn release_artifacts(&self, version: &str) -> Result<Vec<ReleaseArtifactRow>> {
+        self.view(|v| v.release_artifacts(version))
+    }
+
+    /// A release's manifest signed as `options` say: fewer keys, another
+    /// sequence, a wrong digest, another expiry (the published manifest by
+    /// default).
+    pub fn release_manifest(&self, version: &str, options: &ManifestOptions) -> Result<pki::dsse::Envelope> {
+        releases::manifest_with(&self.run.shared, version, options)
+    }
+
+    /// Enqueues a `daemon.upgrade` of a node to a published release (params
+    /// `{"manifest": <the signed manifest, DSSE JSON>}`); returns the command id.
+    pub async fn rollout_upgrade(&self, node_id: &str, version: &str) -> Result<String> {
+        self.rollout_upgrade_with(node_id, version, &ManifestOptions::default()).await
+    }
+
+    /// Like [`DevStack::rollout_upgrade`] with a manifest signed as
+    /// `options` say (to test bcd's refusals).
+    pub async fn rollout_upgrade_with(
+        &self,
+        node_id: &str,
+        version: &str,
+        options: &ManifestOptions,
+    ) -> Result<String> {
+        releases::rollout(&self.run.shared, node_id, version, options)
+    }
+
+    /// Waits until a node has a live session whose Hello reported
+    /// `version` (a self-update confirmed by its Welcome); returns its row.
+    pub async fn await_daemon_version(
+        &self,
+        node_id: &str,
+        version: &str,
+        timeout: Duration,
+    ) -> Result<NodeSessionRow> {
+        releases::await_daemon_version(&self.run.shared, node_id, version, timeout).await
+    }
+}
+
+/// The TPM attestor.
+impl DevStack {
+    /// Adds an entry to the TPM attestor's allow-list.
+    pub fn allow_tpm(&self, entry: TpmAllow) -> Result<()> {
+        tpm::allow(self.run.tpm.as_deref(), entry)
+    }
+
+    /// A node's hardware bindings (`tpm-ek`).
+    pub fn node_bindings(&self, node_id: &str) -> Result<Vec<NodeBindingRow>> {
+        self.view(|v| v.node_bindings(node_id))
+    }
+
+    /// The node bound to a TPM's EK (`SHA-256` of its `TPMT_PUBLIC`).
+    pub fn node_by_ek(&self, ek_sha256: &[u8; 32]) -> Result<Option<NodeBindingRow>> {
+        self.view(|v| v.node_by_ek(ek_sha256))
+    }
+
+    /// A node's joins, oldest first (method, what was proved about its key).
+    pub fn node_joins(&self, node_id: &str) -> Result<Vec<NodeJoinRow>> {
+        self.view(|v| v.node_joins(node_id))
+    }
+}
+
+/// Consoles.
+impl DevStack {
+    /// Opens a console on a node's shell with a fresh exec ticket: the
+    /// console's events say when the node opened it (or why not), carry
+    /// the terminal's output, and end with the shell's exit status.
+    pub async fn open_console(&self, node_id: &str, size: ConsoleSize) -> Result<Console> {
+        self.open_console_with(node_id, ConsoleOptions { size, ..ConsoleOptions::default() }).await
+    }
+
+    /// Opens a console as `options` say (the ticket among them). Errors:
+    /// no signed intent (no tunnels issuer), no live session, or
+    /// [`crate::Error::Refused`] `tunnel-limit`.
+    pub async fn open_console_with(&self, node_id: &str, options: ConsoleOptions) -> Result<Console> {
+        tunnels::open_console_with(&self.run.shared, &self.run.tunnels, node_id, options)
+    }
+
+    /// How many tunnels of a node are opening or open now.
+    pub fn open_tunnels(&self, node_id: &str) -> usize {
+        self.run.tunnels.of_node(node_id)
+    }
+}
+
+/// Telemetry.
+impl DevStack {
+    /// The OTLP/HTTP metrics endpoint as nodes reach it (`http://host:port/v1/metrics`).
+    pub fn otlp_url(&self) -> String {
+        format!("{}{}", self.run.shared.settings.http_base_url, otlp::PATH)
+    }
+
+    /// The OTLP exports of a node the stack keeps (none when its store
+    /// cannot be read: the error is logged).
+    pub fn otlp_exports(&self, node_id: &str) -> Vec<Arc<OtlpExport>> {
+        self.view(|v| v.otlp_exports(node_id)).unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "otlp: the exports could not be read");
+            Vec::new()
+        })
+    }
+
+    /// Waits for an export of `node_id` for which `matches` holds (the first
+    /// such, in the order received), for at most `timeout`.
+    pub async fn await_export(
+        &self,
+        node_id: &str,
+        timeout: Duration,
+        matches: impl Fn(&OtlpExport) -> bool + Send + Sync,
+    ) -> Result<Arc<OtlpExport>> {
+        otlp::await_export(&self.run.shared, node_id, timeout, matches).await
+    }
+}
+
+/// Instances, volumes and secrets.
+impl DevStack {
+    /// Creates an instance in a pool and places it on a host of the pool
+    /// (unschedulable when none passes placement); returns its id.
+    pub async fn create_instance(&self, pool_id: &str, request: InstanceRequest) -> Result<String> {
+        instances::create(&self.run.shared, pool_id, request)
+    }
+
+    /// Deletes an instance (deleted once its host confirms the domain gone).
+    pub async fn delete_instance(&self, instance_id: &str) -> Result<()> {
+        instances::delete(&self.run.shared, instance_id)
+    }
+
+    /// Asks for an instance to run or to stop.
+    pub async fn set_instance_state(&self, instance_id: &str, desired: InstanceDesired) -> Result<()> {
+        instances::set_state(&self.run.shared, instance_id, desired)
+    }
+
+    /// An instance.
+    pub fn instance(&self, instance_id: &str) -> Result<Option<InstanceRow>> {
+        self.view(|v| v.instance(instance_id))
+    }
+
+    /// Every instance, oldest first.
+    pub fn instances(&self) -> Result<Vec<InstanceRow>> {
+        self.view(|v| v.instances())
+    }
+
+    /// A node's labels.
+    pub fn node_labels(&self, node_id: &str) -> Result<Vec<NodeLabelRow>> {
+        self.view(|v| v.node_labels(node_id))
+    }
+
+    /// Waits until an instance is in `state`; fails at once when it is
+    /// deleted (and `deleted` is not awaited), or failed when `running` is.
+    pub async fn await_instance_state(
+        &self,
+        instance_id: &str,
+        state: InstanceState,
+        timeout: Duration,
+    ) -> Result<InstanceRow> {
+        instances::await_instance_state(&self.run.shared, instance_id, state, timeout).await
+    }
+
+    /// Creates a volume of `size_bytes` on an adopted VPS host; returns its id.
+    pub async fn create_volume(&self, node_id: &str, size_bytes: u64) -> Result<String> {
+        volumes::create(&self.run.shared, node_id, size_bytes)
+    }
+
+    /// Grows a volume (a smaller size is refused).
+    pub async fn resize_volume(&self, volume_id: &str, size_bytes: u64) -> Result<()> {
+        volumes::resize(&self.run.shared, volume_id, size_bytes)
+    }
+
+    /// Deletes a volume no instance attaches (deleted once its host confirms).
+    pub async fn delete_volume(&self, volume_id: &str) -> Result<()> {
+        volumes::delete(&self.run.shared, volume_id)
+    }
+
+    /// A volume.
+    pub fn volume(&self, volume_id: &str) -> Result<Option<VolumeRow>> {
+        self.view(|v| v.volume(volume_id))
+    }
+
+    /// Waits until a volume is in `state`.
+    pub async fn await_volume_state(
+        &self,
+        volume_id: &str,
+        state: VolumeState,
+        timeout: Duration,
+    ) -> Result<VolumeRow> {
+        volumes::await_volume_state(&self.run.shared, volume_id, state, timeout).await
+    }
+
+    /// Stores a secret (instance user data, say) and returns its reference;
+    /// the value is never logged and reaches a node only sealed, for one of
+    /// its instances.
+    pub async fn put_secret(&self, value: &[u8]) -> Result<String> {
+        secrets::put_secret(&self.run.shared, value)
     }
 }

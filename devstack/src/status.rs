@@ -1,11 +1,15 @@
 //! Refusals on the wire: gRPC statuses whose message is `"<code>: <detail>"`
 //! (docs/protocol.md, "Errors on the wire"). The codes and the one gRPC
 //! status each goes out with are `proto/refusals.toml`'s
-//! ([`proto::refusal::Code`]): no call site picks a status by hand.
+//! ([`proto::refusal::Code`]): no call site picks a status by hand. The
+//! stack's own errors reach the wire through one mapping, `From<Error> for
+//! Status`.
 
 use tonic::Status;
 
 pub use proto::refusal::Code;
+
+use crate::error::Error;
 
 /// The refusal `"<code>: <detail>"`, with the code's gRPC status.
 pub fn refuse(code: Code, detail: impl std::fmt::Display) -> Status {
@@ -16,6 +20,29 @@ pub fn refuse(code: Code, detail: impl std::fmt::Display) -> Status {
 /// then its message.
 pub fn from_pki(e: &pki::Error) -> Status {
     refuse(e.refusal(), e)
+}
+
+/// An error of the stack as a status. A refusal is its code's; a number the
+/// store cannot hold (an unsigned value above 2^63-1, say an event seq of
+/// 2^63) came from the caller, so it is its malformed input,
+/// `message-malformed`; anything else is the stack failing, `internal`
+/// (the detail is the stack's own error, which never holds a secret).
+impl From<Error> for Status {
+    fn from(e: Error) -> Status {
+        match &e {
+            Error::Refused { code, detail } => return refuse(*code, detail),
+            Error::Store(store) => {
+                if let Some(why) = store.out_of_range() {
+                    let status = refuse(Code::MessageMalformed, format!("a number out of range ({why})"));
+                    tracing::warn!(message = status.message(), "refused: a number out of the store's range");
+                    return status;
+                }
+            }
+            _ => {}
+        }
+        tracing::error!(error = %e, "internal error");
+        refuse(Code::Internal, e)
+    }
 }
 
 /// The stable code at the start of a status message (for logs and tests).

@@ -8,19 +8,19 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use pki::tpm::{Attestor, ChallengeRandomness, NodeKeyPolicy, Pending};
-use sha2::{Digest, Sha256};
+use pki::tpm::{Attestor, ChallengeRandomness, Pending};
+
 use tonic::Status;
 use tracing::info;
 
 use crate::clock::now_ms;
 use crate::error::{Error, Result};
 use crate::events::StackEvent;
-use crate::join::internal;
+use crate::options::{ChallengeSource, TpmAllow, TpmAttestorOptions};
+
 use crate::shared::Shared;
-use crate::stack::DevStack;
 use crate::status::{self, Code, refuse};
 use crate::store::bindings::{self, TPM_EK};
 use crate::store::nodes::NewNode;
@@ -37,74 +37,6 @@ pub const TPM_SESSION_UNKNOWN: &str = Code::TpmSessionUnknown.as_str();
 pub const TPM_SESSION_EXPIRED: &str = Code::TpmSessionExpired.as_str();
 /// How many sessions may wait for their round 2 at once.
 const MAX_PENDING: usize = 1024;
-
-/// Where the challenge's secret, nonce and ephemeral key come from.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub enum ChallengeSource {
-    /// The OS random number generator.
-    #[default]
-    Os,
-    /// Derived from a fixture seed and label, so that a recorded answer
-    /// (`testdata/tpm/answer.json`) matches. Test-only: every challenge is
-    /// the same.
-    Seeded {
-        /// The seed (`bc-interop-v1`).
-        seed: String,
-        /// The label (`tpm/challenge`).
-        label: String,
-    },
-}
-
-/// One allow-list entry: an EK (by `SHA-256` of its `TPMT_PUBLIC`, or any
-/// EK that chains to the roots) and the pool (id or name) it joins.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TpmAllow {
-    /// The EK's `SHA-256(TPMT_PUBLIC)`; `None` matches every EK.
-    pub ek_sha256: Option<[u8; 32]>,
-    /// The pool, by id or by name (resolved at join time).
-    pub pool: String,
-}
-
-impl TpmAllow {
-    /// Allows the EK whose `TPMT_PUBLIC` is `ek_public` into `pool`.
-    pub fn ek(ek_public: &[u8], pool: impl Into<String>) -> Self {
-        TpmAllow { ek_sha256: Some(Sha256::digest(ek_public).into()), pool: pool.into() }
-    }
-
-    /// Allows every EK certified by the roots into `pool`.
-    pub fn any(pool: impl Into<String>) -> Self {
-        TpmAllow { ek_sha256: None, pool: pool.into() }
-    }
-}
-
-/// The TPM attestor of a stack.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TpmAttestorOptions {
-    /// The EK roots (DER): the manufacturers whose EK certificates are trusted.
-    pub ek_roots: Vec<Vec<u8>>,
-    /// The `nodeKey` policy.
-    pub node_key: NodeKeyPolicy,
-    /// The allow-list (more entries with [`crate::DevStack::allow_tpm`]).
-    pub allow: Vec<TpmAllow>,
-    /// How long a challenge waits for its round 2.
-    pub session_ttl: Duration,
-    /// Where challenges draw their randomness.
-    pub challenge: ChallengeSource,
-}
-
-impl TpmAttestorOptions {
-    /// An attestor trusting `ek_roots`, with policy `node_key`, an empty
-    /// allow-list, a 60-second round 2 deadline and OS randomness.
-    pub fn new(ek_roots: Vec<Vec<u8>>, node_key: NodeKeyPolicy) -> Self {
-        TpmAttestorOptions {
-            ek_roots,
-            node_key,
-            allow: Vec::new(),
-            session_ttl: Duration::from_secs(60),
-            challenge: ChallengeSource::Os,
-        }
-    }
-}
 
 /// What round 1 left for round 2.
 struct Session {
@@ -161,9 +93,9 @@ impl TpmJoin {
         }
         for entry in &entries {
             let pool = shared
-                .store
-                .with(|c| Ok(pools::get(c, &entry.pool)?.or(pools::by_name(c, &entry.pool)?)))
-                .map_err(internal)?;
+                .ledger
+                .read(|c| Ok::<_, Error>(pools::get(c, &entry.pool)?.or(pools::by_name(c, &entry.pool)?)))
+                .map_err(Status::from)?;
             if let Some(pool) = pool {
                 return Ok(pool.id);
             }
@@ -181,12 +113,12 @@ impl TpmJoin {
         };
         let enrollment = self.attestor.verify_round1(&round1, now_ms()).map_err(|e| status::from_pki(&e))?;
         let ek = enrollment.ek_binding;
-        let bound = shared.store.with(|c| bindings::get(c, TPM_EK, &hex::encode(ek))).map_err(internal)?;
+        let bound = shared.ledger.read(|c| bindings::get(c, TPM_EK, &hex::encode(ek))).map_err(Status::from)?;
         let pool_id = self.resolve(shared, &ek)?;
         // A rejoin keeps the node's pool.
         let pool_id = match &bound {
             Some(b) => {
-                shared.store.with(|c| nodes::get(c, &b.node_id)).map_err(internal)?.map_or(pool_id, |n| n.pool_id)
+                shared.ledger.read(|c| nodes::get(c, &b.node_id)).map_err(Status::from)?.map_or(pool_id, |n| n.pool_id)
             }
             None => pool_id,
         };
@@ -254,13 +186,8 @@ impl TpmJoin {
         };
         let ek_hex = hex::encode(attestation.ek_binding);
         let now = now_ms();
-        let (node_id, cert, rejoin) =
-            self.record_join(shared, &session, &attestation, level, claims, now).map_err(internal)?;
-        let pool_id = shared
-            .store
-            .with(|c| nodes::get(c, &node_id))
-            .map_err(internal)?
-            .map_or(session.pool_id.clone(), |n| n.pool_id);
+        let (node_id, pool_id, cert, rejoin) =
+            self.record_join(shared, &session, &attestation, level, claims, now).map_err(Status::from)?;
         let envelope = issuance::signed_response(shared, &node_id, &pool_id, &cert, now);
         info!(
             node_id = %node_id,
@@ -272,20 +199,14 @@ impl TpmJoin {
             serial = %cert.serial,
             "join: node joined with its TPM"
         );
-        shared.publish(StackEvent::Joined {
-            node_id: node_id.clone(),
-            pool_id: pool_id.clone(),
-            method: JoinMethod::Tpm,
-            hostname: claims.hostname.clone(),
-        });
-        shared.bump();
         Ok(proto::JoinReply { reply: Some(proto::join_reply::Reply::Response(envelope.to_proto())) })
     }
 
     /// Records a verified round 2 in one transaction: the node bound to the
     /// EK (created on a first join), its certificate naming the AK, the
-    /// binding with this join's AK, and the join. Returns the node id, the
-    /// certificate and whether it was a rejoin.
+    /// binding with this join's AK, and the join. Returns the node id, its
+    /// pool (a rejoin keeps the node's), the certificate and whether it was
+    /// a rejoin.
     fn record_join(
         &self,
         shared: &Shared,
@@ -294,10 +215,10 @@ impl TpmJoin {
         level: NodeKeyLevel,
         claims: &proto::NodeClaims,
         now: i64,
-    ) -> Result<(String, NodeCertRow, bool)> {
+    ) -> Result<(String, String, NodeCertRow, bool)> {
         let enrollment = &session.pending.enrollment;
         let ek_hex = hex::encode(attestation.ek_binding);
-        shared.store.tx(|c| {
+        shared.ledger.write(|c| {
             let bound = bindings::get(c, TPM_EK, &ek_hex)?;
             let rejoin = bound.is_some();
             let node_id = match &bound {
@@ -344,7 +265,14 @@ impl TpmJoin {
                     at_ms: now,
                 },
             )?;
-            Ok((node_id, cert, rejoin))
+            let pool_id = nodes::get(c, &node_id)?.map_or(session.pool_id.clone(), |n| n.pool_id);
+            c.publish(StackEvent::Joined {
+                node_id: node_id.clone(),
+                pool_id: pool_id.clone(),
+                method: JoinMethod::Tpm,
+                hostname: claims.hostname.clone(),
+            });
+            Ok((node_id, pool_id, cert, rejoin))
         })
     }
 }
@@ -388,25 +316,8 @@ impl StackView<'_> {
     }
 }
 
-impl DevStack {
-    /// Adds an entry to the TPM attestor's allow-list.
-    pub fn allow_tpm(&self, entry: TpmAllow) -> Result<()> {
-        self.shared().tpm.as_ref().ok_or(Error::NoTpmAttestor)?.allow(entry);
-        Ok(())
-    }
-
-    /// A node's hardware bindings (`tpm-ek`).
-    pub async fn node_bindings(&self, node_id: &str) -> Result<Vec<NodeBindingRow>> {
-        self.view(|v| v.node_bindings(node_id))
-    }
-
-    /// The node bound to a TPM's EK (`SHA-256` of its `TPMT_PUBLIC`).
-    pub async fn node_by_ek(&self, ek_sha256: &[u8; 32]) -> Result<Option<NodeBindingRow>> {
-        self.view(|v| v.node_by_ek(ek_sha256))
-    }
-
-    /// A node's joins, oldest first (method, what was proved about its key).
-    pub async fn node_joins(&self, node_id: &str) -> Result<Vec<NodeJoinRow>> {
-        self.view(|v| v.node_joins(node_id))
-    }
+/// Adds an entry to the TPM attestor's allow-list.
+pub fn allow(tpm: Option<&TpmJoin>, entry: TpmAllow) -> Result<()> {
+    tpm.ok_or(Error::NoTpmAttestor)?.allow(entry);
+    Ok(())
 }

@@ -11,12 +11,12 @@ use proto::gateway_frame::Frame as Out;
 use tracing::{info, warn};
 
 use crate::clock::now_ms;
-use crate::commands::frame;
 use crate::error::Result;
+use crate::frames::frame;
 use crate::gateway::handlers::{Effects, RequestContext, RequestHandler};
 use crate::status::Code;
-use crate::store::instance_rows::{InstanceDesired, InstanceState};
 use crate::store::instances;
+use crate::store::rows::{InstanceDesired, InstanceState};
 
 /// How long a workload token is valid.
 pub const TOKEN_TTL_S: i64 = 3600;
@@ -45,7 +45,7 @@ impl RequestHandler<proto::WorkloadTokenRequest> for WorkloadTokens {
                 format!("{}: this stack runs without signed intent", Code::WorkloadUnsupported),
             );
         };
-        let row = request.shared.store.with(|c| instances::get(c, &message.instance_id))?;
+        let row = request.shared.ledger.read(|c| instances::get(c, &message.instance_id))?;
         let running = row.as_ref().is_some_and(|r| {
             r.node_id.as_deref() == Some(node_id.as_str())
                 && r.state == InstanceState::Running
@@ -60,7 +60,7 @@ impl RequestHandler<proto::WorkloadTokenRequest> for WorkloadTokens {
         }
         let iat = now_ms() / 1000;
         let claims = pki::jws::WorkloadToken {
-            iss: issuer(&request.shared.settings.trust_domain),
+            iss: issuer(&request.shared.settings.options.trust_domain),
             aud: message.audience.clone(),
             sub: format!("instance:{}", message.instance_id),
             node: node_id.clone(),

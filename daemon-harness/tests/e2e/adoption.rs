@@ -16,7 +16,7 @@ async fn node_is_adopted_after_its_signed_diag_and_answers_status() {
     let mut node = env.must_make_node("adoptee", "hgx-h100").await;
     let id = env.must_join_and_adopt(&mut node, &pool).await;
 
-    let row = env.stack.node(&id).await.unwrap().unwrap();
+    let row = env.stack.node(&id).unwrap().unwrap();
     let diag_id = row.acceptance_command_id.expect("an acceptance command");
     let diag = env.stack.await_command(&diag_id, DEADLINE).await.unwrap();
     assert_eq!(diag.state, CommandStatus::Succeeded);
@@ -27,7 +27,7 @@ async fn node_is_adopted_after_its_signed_diag_and_answers_status() {
         node.await_status(DEADLINE, "a connected session", |s| s["session"]["state"] == "connected").await.unwrap();
     assert_eq!(status["nodeId"], json!(id));
     assert!(status["appliedGeneration"].as_u64().unwrap() >= 1, "{status}");
-    let sessions = env.stack.node_sessions(&id).await.unwrap();
+    let sessions = env.stack.node_sessions(&id).unwrap();
     assert!(!sessions.is_empty() && !sessions[0].boot_id.is_empty(), "{sessions:?}");
     node.stop().await;
     env.report();
@@ -48,7 +48,7 @@ async fn inventory_refresh_succeeds_with_the_golden_sections() {
     let golden = fixtures::read_json(&interop::testdata().join("daemon/inventory/hashes.json")).unwrap();
     assert_eq!(golden["seed"], json!(SEED));
     let variant = golden["variants"].as_array().unwrap().iter().find(|v| v["variant"] == "l40s").expect("l40s golden");
-    let stored = env.stack.inventory(&id).await.unwrap();
+    let stored = env.stack.inventory(&id).unwrap();
     for section in variant["sections"].as_array().unwrap() {
         let name = section["name"].as_str().unwrap();
         let row = stored.iter().find(|r| r.name == name).unwrap_or_else(|| panic!("section {name} stored"));
@@ -68,7 +68,7 @@ async fn a_node_with_a_gpu_missing_is_never_adopted() {
     let row = env.stack.await_node_state(&id, NodeState::Rejected, DEADLINE).await.unwrap();
     assert!(row.reason.contains("GpuCountMismatch"), "{row:?}");
     assert!(env.stack.await_adopted(&id, Duration::from_secs(1)).await.is_err(), "never adopted");
-    assert_eq!(env.stack.node(&id).await.unwrap().unwrap().state, NodeState::Rejected);
+    assert_eq!(env.stack.node(&id).unwrap().unwrap().state, NodeState::Rejected);
     node.stop().await;
     env.report();
 }
@@ -88,10 +88,10 @@ async fn a_revoked_node_cannot_open_a_session() {
     node.stop().await;
 
     // A new start cannot open a session either.
-    let sessions_before = env.stack.node_sessions(&id).await.unwrap().len();
+    let sessions_before = env.stack.node_sessions(&id).unwrap().len();
     let out = node.run(&["node", "--config", &node.config().to_string_lossy()], None, DEADLINE).await.unwrap();
     assert!(!out.success(), "{out:?}");
     assert!(format!("{}{}", out.stdout, out.stderr).contains("cert-revoked"), "{out:?}");
-    assert_eq!(env.stack.node_sessions(&id).await.unwrap().len(), sessions_before, "no session was opened");
+    assert_eq!(env.stack.node_sessions(&id).unwrap().len(), sessions_before, "no session was opened");
     env.report();
 }

@@ -187,7 +187,7 @@ async fn the_gateway_killed_while_a_command_runs_and_restarted_ends_it_exactly_o
     env.stack.await_session(&id, epoch + 1, DEADLINE).await.expect("the node reconnects");
     let outcome = env.stack.await_command(&cmd, DEADLINE).await.unwrap();
     assert_eq!(outcome.state, CommandStatus::Succeeded, "{outcome:?}");
-    let updates = env.stack.command_updates(&cmd).await.unwrap();
+    let updates = env.stack.command_updates(&cmd).unwrap();
     let terminal = updates.iter().filter(|u| u.state.is_terminal()).count();
     assert_eq!(terminal, 1, "one terminal update recorded: {updates:?}");
     let next = env.stack.enqueue_command(&id, "logs.collect", json!({}), CommandOptions::default()).await.unwrap();
@@ -234,7 +234,7 @@ async fn a_partition_longer_than_the_liveness_timeout_heals_and_every_command_en
     // The command ran to its end on the node meanwhile (its counter says it
     // started; its result waits in bcd's journal).
     assert_eq!(execution_count(&node, &cmd), 1);
-    assert!(!env.stack.command(&cmd).await.unwrap().unwrap().state.is_terminal(), "no result crossed the partition");
+    assert!(!env.stack.command(&cmd).unwrap().unwrap().state.is_terminal(), "no result crossed the partition");
     // bcd's side (its status socket is local): the session is down and the
     // command ended there, its result journaled.
     node.await_status(DEADLINE, "the command to end behind the partition", |s| {
@@ -245,14 +245,14 @@ async fn a_partition_longer_than_the_liveness_timeout_heals_and_every_command_en
     // The partition lasts longer than the liveness timeout (three
     // heartbeat intervals) whatever noticed it first.
     tokio::time::sleep_until(down_at + std::time::Duration::from_millis(3 * 300 + 300)).await;
-    assert!(!env.stack.command(&cmd).await.unwrap().unwrap().state.is_terminal(), "no result crossed the partition");
+    assert!(!env.stack.command(&cmd).unwrap().unwrap().state.is_terminal(), "no result crossed the partition");
     runner.netns().set_link(true).unwrap();
 
     env.stack.await_session(&id, epoch + 1, DEADLINE).await.expect("the node comes back");
     for c in [&cmd, &during] {
         let outcome = env.stack.await_command(c, DEADLINE).await.unwrap();
         assert_eq!(outcome.state, CommandStatus::Succeeded, "{c}: {outcome:?}");
-        let updates = env.stack.command_updates(c).await.unwrap();
+        let updates = env.stack.command_updates(c).unwrap();
         assert_eq!(updates.iter().filter(|u| u.state.is_terminal()).count(), 1, "{c} ended once: {updates:?}");
         assert_eq!(execution_count(&node, c), 1, "{c} ran once");
     }

@@ -121,7 +121,7 @@ async fn kubernetes_bindings_carry_the_annotation_and_release_fail_closed() {
     // Fail-closed: with the node away, the released GPUs stay claimed.
     node.stop().await;
     env.stack.release(&kube).await.unwrap();
-    assert_eq!(env.stack.reservation(&kube).await.unwrap().unwrap().state, ReservationState::Releasing);
+    assert_eq!(env.stack.reservation(&kube).unwrap().unwrap().state, ReservationState::Releasing);
     let again = ReservationRequest { gpus: 6, ..ReservationRequest::default() };
     let err = env.stack.reserve_with(&node_id, again).await.unwrap_err();
     assert!(matches!(err, Error::ReservationOverlap { .. }), "{err}");
@@ -138,7 +138,7 @@ async fn kubernetes_bindings_carry_the_annotation_and_release_fail_closed() {
     let err = env.stack.reserve_with(&other_id, refused).await.unwrap_err();
     assert!(matches!(err, Error::BindingUnsupported { .. }), "{err}");
     assert!(err.to_string().starts_with("binding-unsupported: "), "{err}");
-    assert!(env.stack.reservations(&other_id).await.unwrap().is_empty(), "nothing was booked");
+    assert!(env.stack.reservations(&other_id).unwrap().is_empty(), "nothing was booked");
     node.stop().await;
     other.stop().await;
     env.report();

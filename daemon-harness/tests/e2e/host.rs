@@ -51,7 +51,7 @@ const MACHINE_PAGES: &str = "sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepag
 
 /// The host section of the node's latest spec, as the stack stored it.
 async fn stored_host(env: &Env, node_id: &str) -> proto::HostSection {
-    let specs = env.stack.node_specs(node_id).await.unwrap();
+    let specs = env.stack.node_specs(node_id).unwrap();
     let latest = specs.last().expect("the node has a spec");
     proto::NodeSpec::decode(latest.payload.as_slice()).unwrap().host.expect("the spec has a host section")
 }
@@ -112,7 +112,7 @@ async fn a_pool_policy_reserves_huge_pages_and_loads_modules_under_the_fake_root
         let installed = std::fs::read(root(&node).join("etc/systemd/system").join(&unit.name)).unwrap();
         assert_eq!(installed, unit.content, "{} installed as signed", unit.name);
     }
-    let spec = env.stack.node_specs(&node_id).await.unwrap().remove(0);
+    let spec = env.stack.node_specs(&node_id).unwrap().remove(0);
     let envelope = proto::Envelope::decode(spec.envelope.as_slice()).unwrap();
     assert!(!envelope.signatures.is_empty(), "the host section comes in a signed spec");
 
@@ -134,7 +134,7 @@ async fn a_pool_policy_reserves_huge_pages_and_loads_modules_under_the_fake_root
     assert_eq!(row.spec.hugepage_bytes, 2 << 20);
     let second = InstanceRequest { hugepage_bytes: 2 << 20, ..request(2, 2) };
     let id = env.stack.create_instance(&pool, second).await.unwrap();
-    let held = env.stack.instance(&id).await.unwrap().unwrap();
+    let held = env.stack.instance(&id).unwrap().unwrap();
     assert_eq!(held.state, InstanceState::Unschedulable, "{held:?}");
     assert!(held.reason.contains("lack 1024 free huge pages of 2Mi (have 513 of 1025 reserved)"), "{held:?}");
     node.stop().await;

@@ -34,7 +34,7 @@ async fn join_takes_the_token_on_stdin_and_never_prints_it() {
         assert!(!text.contains(&token));
     }
     node.assert_never_printed(&token, "the join token");
-    let row = env.stack.node(&id).await.unwrap().expect("the stack knows the node");
+    let row = env.stack.node(&id).unwrap().expect("the stack knows the node");
     assert_eq!(row.pool_id, pool);
     env.report();
 }
@@ -94,7 +94,7 @@ async fn join_refuses_a_serving_certificate_that_does_not_match_the_pin() {
     let out = node.run(&["join", "--config", &node.config().to_string_lossy()], Some(&token), DEADLINE).await.unwrap();
     let reason = one_line_reason(&out);
     assert!(reason.to_lowercase().contains("pin"), "{reason}");
-    let tokens = env.stack.join_tokens(&pool).await.unwrap();
+    let tokens = env.stack.join_tokens(&pool).unwrap();
     assert!(tokens.iter().all(|t| t.uses == 0), "the token was never presented: {tokens:?}");
     env.report();
 }
@@ -122,7 +122,7 @@ async fn a_sealed_token_replayed_with_another_csr_is_refused() {
     let refused = join.join(request(own_csr)).await.unwrap_err();
     assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
     assert!(refused.message().starts_with("token-csr-mismatch:"), "{refused:?}");
-    let tokens = env.stack.join_tokens(&pool).await.unwrap();
+    let tokens = env.stack.join_tokens(&pool).unwrap();
     assert_eq!(tokens[0].uses, 0, "a refused replay does not use the token");
     // The same sealed token with the CSR it was sealed for is accepted.
     join.join(request(seen_csr)).await.expect("the original join succeeds");

@@ -37,7 +37,7 @@ async fn must_be_rejected(env: &Env, knobs: &[(&str, &str)]) -> String {
     node.start().unwrap();
     let row = env.stack.await_node_state(&id, NodeState::Rejected, DEADLINE).await.unwrap();
     assert!(env.stack.await_adopted(&id, Duration::from_millis(500)).await.is_err(), "never adopted");
-    let cmd = env.stack.command(row.acceptance_command_id.as_deref().unwrap()).await.unwrap().unwrap();
+    let cmd = env.stack.command(row.acceptance_command_id.as_deref().unwrap()).unwrap().unwrap();
     node.stop().await;
     format!("{} | {} {}", row.reason, cmd.state, cmd.reason)
 }

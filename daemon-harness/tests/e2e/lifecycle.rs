@@ -31,7 +31,7 @@ async fn node_reboot_completes_from_the_next_boot() {
     let after = env.stack.await_session(&id, before.epoch + 1, DEADLINE).await.unwrap();
     assert_ne!(after.boot_id, before.boot_id, "a new boot id in node_sessions");
     assert!(!marker.exists(), "/run under the fake root is cleared");
-    let sessions = env.stack.node_sessions(&id).await.unwrap();
+    let sessions = env.stack.node_sessions(&id).unwrap();
     assert!(sessions.iter().any(|s| s.boot_id == after.boot_id));
     node.stop().await;
     env.report();
@@ -95,7 +95,7 @@ async fn bcd_sim_joins_five_distinct_nodes_with_one_token() {
     let pool = env.must_create_pool("sim", Some(8)).await;
     let node = env.must_make_node("sim", "hgx-h100").await;
     let token = env.must_mint_token(&pool, 5).await;
-    let mark = env.stack.join_mark().await.unwrap();
+    let mark = env.stack.join_mark().unwrap();
     let config = node.config().to_string_lossy().into_owned();
 
     // bcd sim runs until stopped: watch the stack while it runs, then stop it.
@@ -123,13 +123,13 @@ async fn bcd_sim_joins_five_distinct_nodes_with_one_token() {
     let mut keys = BTreeSet::new();
     let mut hardware = BTreeSet::new();
     for n in &nodes {
-        let certs = env.stack.node_certs(&n.id).await.unwrap();
+        let certs = env.stack.node_certs(&n.id).unwrap();
         keys.insert(certs[0].spki_pin.clone());
         hardware.insert(n.hardware_id.clone());
     }
     assert_eq!(keys.len(), 5, "five distinct keys");
     assert_eq!(hardware.len(), 5, "five distinct machines");
-    let tokens = env.stack.join_tokens(&pool).await.unwrap();
+    let tokens = env.stack.join_tokens(&pool).unwrap();
     assert_eq!(tokens[0].uses, 5);
     node.assert_never_printed(&token, "the join token");
     env.report();

@@ -92,7 +92,7 @@ async fn pinned_and_huge_page_flavors_are_placed_in_their_plans() {
     // 1024 pages reserved, 1024 booked: one more huge-page guest does not fit.
     let more =
         env.stack.create_instance(&pool, InstanceRequest { hugepage_bytes: 2 << 20, ..request(1, 2) }).await.unwrap();
-    let row = env.stack.instance(&more).await.unwrap().unwrap();
+    let row = env.stack.instance(&more).unwrap().unwrap();
     assert!(row.reason.contains("lack 1024 free huge pages of 2Mi (have 0 of 1024 reserved)"), "{row:?}");
     node.stop().await;
     env.report();
@@ -142,7 +142,7 @@ async fn a_sandbox_volume_attached_by_its_serial_outlives_the_sandbox() {
     // The sandbox is gone; its volume, its bytes and its row are not.
     assert!(!files(&node, &sandbox.id).domain.exists() && !files(&node, &sandbox.id).plan.exists());
     assert_eq!(read_head(&file), WORK);
-    assert_eq!(env.stack.volume(&volume).await.unwrap().unwrap().state, VolumeState::Ready);
+    assert_eq!(env.stack.volume(&volume).unwrap().unwrap().state, VolumeState::Ready);
     // The next sandbox finds it where the first left it, placed on its host.
     let next = must_run_instance(&env, &node, &pool, InstanceRequest { volumes: vec![attach], ..request(1, 1) }).await;
     assert_eq!(next.node_id.as_deref(), Some(node_id.as_str()));
@@ -211,7 +211,7 @@ async fn an_overcommitted_guest_is_ballooned_to_its_floor_under_pressure_and_def
         })
         .await
         .unwrap();
-    assert_eq!(env.stack.instance(&id).await.unwrap().unwrap().current_memory_bytes, Some(1 << 30));
+    assert_eq!(env.stack.instance(&id).unwrap().unwrap().current_memory_bytes, Some(1 << 30));
     let dom: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(files(&node, &id).domain).unwrap()).unwrap();
     assert_eq!(dom["defines"], 1, "{dom}");

@@ -31,11 +31,11 @@ async fn observe(scenario: &str, runner: Arc<dyn Runner>) -> Observed {
     let pool = env.must_create_pool("hgx", Some(8)).await;
     let mut node = env.must_make_node("compared", "hgx-h100").await;
     let id = env.must_join_and_adopt(&mut node, &pool).await;
-    let row = env.stack.node(&id).await.unwrap().unwrap();
+    let row = env.stack.node(&id).unwrap().unwrap();
     let diag = env.stack.await_command(row.acceptance_command_id.as_deref().unwrap(), DEADLINE).await.unwrap();
     let status = node.await_status(DEADLINE, "connected", |s| s["session"]["state"] == "connected").await.unwrap();
     let mut inventory: Vec<(String, String)> =
-        env.stack.inventory(&id).await.unwrap().into_iter().map(|r| (r.name, r.sha256)).collect();
+        env.stack.inventory(&id).unwrap().into_iter().map(|r| (r.name, r.sha256)).collect();
     inventory.sort();
 
     let before = env.stack.await_session(&id, 1, DEADLINE).await.unwrap();
@@ -45,7 +45,7 @@ async fn observe(scenario: &str, runner: Arc<dyn Runner>) -> Observed {
     node.stop().await;
     env.report();
     Observed {
-        node_state: env.stack.node(&id).await.unwrap().unwrap().state,
+        node_state: env.stack.node(&id).unwrap().unwrap().state,
         diag: (diag.state, diag.output_json().unwrap_or_default()["gpus"].clone()),
         session_state: status["session"]["state"].clone(),
         inventory,

@@ -188,7 +188,7 @@ async fn run(name: &str, scale: Scale) -> Option<Figures> {
     let stack_peak_rss = peak_rss().unwrap_or(0);
 
     // Every agent a node, once; every node adopted, from its join.
-    let nodes = env.stack.nodes().await.unwrap();
+    let nodes = env.stack.nodes().unwrap();
     assert_eq!(nodes.len(), scale.nodes, "one node per agent");
     let hardware: BTreeSet<&str> = nodes.iter().map(|n| n.hardware_id.as_str()).collect();
     assert_eq!(hardware.len(), scale.nodes, "distinct machines");
@@ -202,7 +202,7 @@ async fn run(name: &str, scale: Scale) -> Option<Figures> {
     }
     latencies.sort_unstable();
     let pick = |q: f64| Duration::from_millis(latencies[((latencies.len() - 1) as f64 * q).round() as usize] as u64);
-    let tokens = env.stack.join_tokens(&pool).await.unwrap();
+    let tokens = env.stack.join_tokens(&pool).unwrap();
     assert_eq!(tokens[0].uses as usize, scale.nodes, "one use per agent, none spent twice");
 
     // Where each node's agent keeps its fake root (its command counters).
@@ -253,7 +253,7 @@ async fn run(name: &str, scale: Scale) -> Option<Figures> {
     let restart_quantiles = quantiles.map(|q| q.expect("all connected again"));
     let restart_connected_since_shutdown = restart_connected + (up - shutdown);
 
-    let after = env.stack.nodes().await.unwrap();
+    let after = env.stack.nodes().unwrap();
     assert_eq!(after.len(), scale.nodes, "no node joined again");
     for n in &after {
         assert_eq!(adopted.get(&n.id), Some(&n.adopted_at_ms), "{} adopted once, not again", n.id);

@@ -75,7 +75,7 @@ async fn the_telemetry_section_exports_otlp_json_and_follows_its_changes() {
     let pool = env.must_create_pool("hgx", Some(8)).await;
     let mut node = env.must_make_node("metrics", "hgx-h100").await;
     let id = env.must_join_and_adopt(&mut node, &pool).await;
-    let version = env.stack.node_sessions(&id).await.unwrap().last().unwrap().daemon_version.clone();
+    let version = env.stack.node_sessions(&id).unwrap().last().unwrap().daemon_version.clone();
 
     // A 5 s interval and an extra resource attribute: an export at once.
     let generation = env.stack.publish_spec(&id, section(&env.stack.otlp_url(), 5000)).await.unwrap();

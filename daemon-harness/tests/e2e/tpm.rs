@@ -73,12 +73,12 @@ async fn tpm_join_binds_the_ek_rejoins_after_a_reinstall_and_renews_in_the_tpm()
     eprintln!("tpm join (two rounds) in {:.2?}", started.elapsed());
 
     // Bound to SHA-256(EK), the join recorded with nodeKey tpm, the certificate naming the AK.
-    let bindings = env.stack.node_bindings(&id).await.unwrap();
+    let bindings = env.stack.node_bindings(&id).unwrap();
     assert_eq!(bindings.len(), 1);
     assert_eq!((bindings[0].kind.as_str(), bindings[0].sha256.as_str()), ("tpm-ek", EK_SHA256));
-    let joins = env.stack.node_joins(&id).await.unwrap();
+    let joins = env.stack.node_joins(&id).unwrap();
     assert_eq!((joins[0].method, joins[0].node_key), (JoinMethod::Tpm, NodeKeyLevel::Tpm), "{joins:?}");
-    let certs = env.stack.node_certs(&id).await.unwrap();
+    let certs = env.stack.node_certs(&id).unwrap();
     let leaf = pki::x509::describe_der(&certs[0].der).unwrap();
     assert!(leaf.uris.contains(&pki::x509::tpm_ak_uri(&bindings[0].ak_name)), "{:?}", leaf.uris);
     let key_file = std::fs::read_to_string(node.data_dir().join("node.key")).unwrap();
@@ -96,7 +96,7 @@ async fn tpm_join_binds_the_ek_rejoins_after_a_reinstall_and_renews_in_the_tpm()
     let rejoin = tpm_join(&node).await;
     assert!(rejoin.success(), "{rejoin:?}");
     assert_eq!(node_id(&node).unwrap(), id, "the same node");
-    assert_eq!(env.stack.node_certs(&id).await.unwrap().len(), 2);
+    assert_eq!(env.stack.node_certs(&id).unwrap().len(), 2);
 
     // bcd node adopted on that identity, renewing early: the AK certifies the next key.
     node.set_env("BCD_RENEW_AFTER", "2s");
@@ -135,7 +135,7 @@ async fn tpm_join_refuses_an_ek_from_another_root() {
     let out = tpm_join(&node).await;
     assert!(!out.success(), "{out:?}");
     assert!(out.stderr.lines().any(|l| l.starts_with("bcd join:") && l.contains("ek-certificate-chain")), "{out:?}");
-    assert!(env.stack.nodes().await.unwrap().is_empty(), "no node was created");
+    assert!(env.stack.nodes().unwrap().is_empty(), "no node was created");
     assert_no_process_under(node.dir());
     env.report();
 }

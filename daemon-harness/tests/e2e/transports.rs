@@ -22,7 +22,7 @@ async fn a_node_on_the_websocket_runs_signed_commands_and_renews_over_https() {
 
     // Restarted with only [websocket] url, renewing 3 s after taking each certificate.
     env.must_use_websocket(&node, Transports::WebSocketOnly);
-    let certs_before = env.stack.node_certs(&id).await.unwrap().len();
+    let certs_before = env.stack.node_certs(&id).unwrap().len();
     node.set_env("BCD_RENEW_AFTER", "3s");
     node.start().unwrap();
     let epoch = env.await_transport(&id, Transport::WebSocket, grpc_epoch + 1).await;
@@ -82,7 +82,7 @@ async fn a_revoked_nodes_websocket_session_is_refused() {
     let id = env.must_join_and_adopt(&mut node, &pool).await;
     node.stop().await;
     env.must_use_websocket(&node, Transports::WebSocketOnly);
-    let sessions = env.stack.node_sessions(&id).await.unwrap().len() as u64;
+    let sessions = env.stack.node_sessions(&id).unwrap().len() as u64;
     node.start().unwrap();
     env.await_transport(&id, Transport::WebSocket, sessions + 1).await;
 
@@ -94,10 +94,10 @@ async fn a_revoked_nodes_websocket_session_is_refused() {
     node.stop().await;
 
     // A new start is refused at the upgrade: a close frame 4007 "cert-revoked: …", exit 3.
-    let sessions_before = env.stack.node_sessions(&id).await.unwrap().len();
+    let sessions_before = env.stack.node_sessions(&id).unwrap().len();
     let out = node.run(&["node", "--config", &node.config().to_string_lossy()], None, DEADLINE).await.unwrap();
     assert_eq!(out.code, Some(3), "{out:?}");
     assert!(format!("{}{}", out.stdout, out.stderr).contains("cert-revoked"), "{out:?}");
-    assert_eq!(env.stack.node_sessions(&id).await.unwrap().len(), sessions_before, "no session was opened");
+    assert_eq!(env.stack.node_sessions(&id).unwrap().len(), sessions_before, "no session was opened");
     env.report();
 }

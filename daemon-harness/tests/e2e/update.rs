@@ -99,7 +99,7 @@ async fn daemon_upgrade_refuses_bad_manifests_and_swaps_nothing() {
         assert!(outcome.reason.starts_with(code), "{code}: {outcome:?}");
         assert_eq!(current_slot(&slots), "bcd-a", "{code}: nothing swapped");
     }
-    let session = env.stack.node_sessions(&id).await.unwrap().into_iter().last().unwrap();
+    let session = env.stack.node_sessions(&id).unwrap().into_iter().last().unwrap();
     assert_eq!(session.daemon_version, BASE_VERSION);
     node.stop().await;
     env.report();
@@ -182,7 +182,7 @@ async fn a_reboot_between_swap_and_confirmation_comes_back_on_a_working_slot_wit
     let after = env.stack.await_session(&id, before.epoch + 1, DEADLINE).await.unwrap();
     assert_eq!(after.daemon_version, BASE_VERSION);
     assert_ne!(after.boot_id, before.boot_id, "connected under the new boot ({old_boot:?} before)");
-    let updates = env.stack.command_updates(&cmd).await.unwrap();
+    let updates = env.stack.command_updates(&cmd).unwrap();
     assert_eq!(updates.iter().filter(|u| u.state.is_terminal()).count(), 1, "one outcome: {updates:?}");
     assert_eq!(crate::common::execution_count(&node, &cmd), 1, "the upgrade ran once (I2)");
     let mut node = node;

@@ -154,7 +154,7 @@ async fn a_vps_host_runs_an_instance_from_create_to_delete() {
     let pool = must_create_vps_pool(&env, "vps").await;
     let mut node = env.must_make_node("host", "cpu").await;
     let node_id = env.must_join_and_adopt(&mut node, &pool).await;
-    let labels = env.stack.node_labels(&node_id).await.unwrap();
+    let labels = env.stack.node_labels(&node_id).unwrap();
     assert!(labels.iter().any(|l| l.label == "bc.dev/driver.libvirt-kvm"), "{labels:?}");
 
     let user_data = "#cloud-config\nchpasswd: {list: 'root:p4ss-w0rd-never-logged'}\n";
@@ -273,7 +273,7 @@ async fn a_running_instance_survives_a_restart_and_a_reboot() {
         .unwrap();
     let dom = domain(&node, &id);
     assert_eq!((dom["defines"].as_u64(), dom["starts"].as_u64()), (Some(1), Some(1)), "{dom}");
-    assert_eq!(env.stack.instance(&id).await.unwrap().unwrap().state, InstanceState::Running);
+    assert_eq!(env.stack.instance(&id).unwrap().unwrap().state, InstanceState::Running);
 
     // A reboot shuts every domain off; bcd starts it again from the next boot.
     let cmd = env.stack.enqueue_command(&node_id, "node.reboot", json!({}), CommandOptions::default()).await.unwrap();
@@ -306,7 +306,7 @@ async fn an_unknown_runtime_is_unschedulable_and_fails_the_section() {
     // No host announces it: the stack does not place it, and says which label is missing.
     let req = InstanceRequest { runtime: "firecracker".into(), ..request(1, 1) };
     let id = env.stack.create_instance(&pool, req).await.unwrap();
-    let row = env.stack.instance(&id).await.unwrap().unwrap();
+    let row = env.stack.instance(&id).unwrap().unwrap();
     assert_eq!(row.state, InstanceState::Unschedulable);
     assert!(row.reason.starts_with("instance-unschedulable: "), "{row:?}");
     assert!(row.reason.contains("lack the label bc.dev/driver.firecracker"), "{row:?}");
@@ -335,7 +335,7 @@ async fn an_unknown_runtime_is_unschedulable_and_fails_the_section() {
     );
     assert!(leftovers(&node).is_empty(), "{:?}", leftovers(&node));
     env.stack.delete_instance(&id).await.unwrap();
-    assert_eq!(env.stack.instance(&id).await.unwrap().unwrap().state, InstanceState::Deleted);
+    assert_eq!(env.stack.instance(&id).unwrap().unwrap().state, InstanceState::Deleted);
     node.stop().await;
     env.report();
 }
@@ -368,7 +368,7 @@ async fn create_and_delete_churn_leaves_nothing_behind() {
     assert_eq!(instances.len(), 10);
     assert!(instances.iter().all(|i| i.state == InstanceState::Deleted && !i.books_room()), "{instances:?}");
     assert!(volumes.iter().all(|v| v.state == VolumeState::Deleted), "{volumes:?}");
-    let spec = env.stack.node_specs(&node_id).await.unwrap().pop().unwrap();
+    let spec = env.stack.node_specs(&node_id).unwrap().pop().unwrap();
     let latest = <proto::NodeSpec as prost::Message>::decode(spec.payload.as_slice()).unwrap();
     let section = latest.instances.unwrap_or_default();
     assert!(section.instances.is_empty() && section.volumes.is_empty(), "{section:?}");

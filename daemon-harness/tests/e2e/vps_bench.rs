@@ -50,7 +50,7 @@ async fn bench_fifty_instances_on_five_sim_hosts() {
     let pool = must_create_vps_pool(&env, "vps").await;
     let node = env.must_make_node("sim", "cpu").await;
     let token = env.must_mint_token(&pool, 5).await;
-    let mark = env.stack.join_mark().await.unwrap();
+    let mark = env.stack.join_mark().unwrap();
     let config = node.config().to_string_lossy().into_owned();
     let sim = node.spawn(&["sim", "--config", &config, "--nodes", "5", "--seed", "300"], Some(&token)).await.unwrap();
     let hosts = env

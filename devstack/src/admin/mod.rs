@@ -23,9 +23,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
+use crate::DevStack;
 use crate::clock::now_ms;
 use crate::error::Error;
-use crate::stack::DevStack;
 
 pub mod api;
 mod auth;

@@ -15,9 +15,9 @@
 use std::cmp::Ordering;
 use std::path::{Path, PathBuf};
 
+use crate::DevStack;
 use crate::error::{Error, Result};
 use crate::releases::Release;
-use crate::stack::DevStack;
 
 /// The name of the optional sequence file in a version's directory.
 pub const SEQUENCE_FILE: &str = "sequence";
@@ -106,7 +106,7 @@ pub fn scan(dir: &Path) -> Result<Vec<DirRelease>> {
 pub async fn publish_new(stack: &DevStack, dir: &Path) -> Result<Vec<Release>> {
     let mut published = Vec::new();
     for release in scan(dir)? {
-        match stack.release_info(&release.version).await {
+        match stack.release_info(&release.version) {
             Ok(_) => continue,
             Err(Error::UnknownRelease { .. }) => {}
             Err(e) => return Err(e),

@@ -13,8 +13,8 @@ use crate::error::{Error, Result};
 use crate::events::StackEvent;
 use crate::hub::Control;
 use crate::ids;
+use crate::ledger::Tx;
 use crate::shared::Shared;
-use crate::stack::DevStack;
 use crate::store::rows::{CommandRow, CommandStatus, CommandUpdateRow};
 use crate::store::{commands, nodes};
 use crate::view::StackView;
@@ -171,19 +171,28 @@ fn row(command: &proto::Command, envelope: &pki::dsse::Envelope, approval: Optio
     }
 }
 
-/// Inserts rows inside a caller's transaction, after checking their nodes.
-pub fn insert_rows(c: &rusqlite::Connection, rows: &[CommandRow]) -> Result<()> {
+/// Inserts rows inside a caller's transaction, after checking their nodes;
+/// each is published `pending` once the transaction committed. The caller
+/// then [`wake`]s their nodes.
+pub fn insert_rows(c: &Tx<'_>, rows: &[CommandRow]) -> Result<()> {
     for row in rows {
         if nodes::get(c, &row.node_id)?.is_none() {
             return Err(Error::UnknownNode { node_id: row.node_id.clone() });
         }
         commands::insert(c, row)?;
+        c.publish(StackEvent::Command {
+            node_id: row.node_id.clone(),
+            command_id: row.id.clone(),
+            kind: row.kind.clone(),
+            state: CommandStatus::Pending,
+            reason: String::new(),
+        });
     }
     Ok(())
 }
 
 /// Logs committed rows and wakes their nodes' sessions.
-pub fn announce(shared: &Shared, rows: &[CommandRow]) {
+pub fn wake(shared: &Shared, rows: &[CommandRow]) {
     for row in rows {
         tracing::info!(
             node_id = %row.node_id,
@@ -192,22 +201,14 @@ pub fn announce(shared: &Shared, rows: &[CommandRow]) {
             batch = %row.batch,
             "command enqueued"
         );
-        shared.publish(StackEvent::Command {
-            node_id: row.node_id.clone(),
-            command_id: row.id.clone(),
-            kind: row.kind.clone(),
-            state: CommandStatus::Pending,
-            reason: String::new(),
-        });
         shared.hub.send(&row.node_id, Control::Wake);
     }
-    shared.bump();
 }
 
 /// Inserts rows (all or none) after checking their nodes, then wakes them.
 fn insert(shared: &Shared, rows: &[CommandRow]) -> Result<()> {
-    shared.store.tx(|c| insert_rows(c, rows))?;
-    announce(shared, rows);
+    shared.ledger.write(|c| insert_rows(c, rows))?;
+    wake(shared, rows);
     Ok(())
 }
 
@@ -255,7 +256,7 @@ pub fn enqueue_batch(shared: &Shared, spec: &BatchSpec) -> Result<Batch> {
         spec.commands.iter().map(|c| build(shared, &c.node_id, &c.kind, &c.params, &opts(c.retry_safe), now)).collect();
     let approval = proto::BatchApproval {
         batch_id: batch_id.clone(),
-        trust_domain: shared.settings.trust_domain.clone(),
+        trust_domain: shared.settings.options.trust_domain.clone(),
         command_digests: built.iter().map(|(_, env)| pki::intent::command_digest(env)).collect(),
         not_after_ms: spec.not_after.map(to_ms).unwrap_or(0),
     };
@@ -266,28 +267,6 @@ pub fn enqueue_batch(shared: &Shared, spec: &BatchSpec) -> Result<Batch> {
     insert(shared, &rows)?;
     tracing::info!(batch = %batch_id, commands = rows.len(), approvals = signers.len(), "batch enqueued");
     Ok(Batch { id: batch_id, command_ids: rows.into_iter().map(|r| r.id).collect() })
-}
-
-fn decode_envelope(bytes: &[u8], column: &'static str, key: &str) -> Result<proto::Envelope> {
-    proto::Envelope::decode(bytes).map_err(|e| Error::Corrupt {
-        table: "commands",
-        column,
-        key: key.to_string(),
-        reason: e.to_string(),
-    })
-}
-
-/// The frame that delivers a stored command (with its batch approval).
-pub fn delivery_frame(row: &CommandRow) -> Result<proto::GatewayFrame> {
-    let command = decode_envelope(&row.envelope, "envelope", &row.id)?;
-    let batch_approval =
-        row.batch_approval.as_deref().map(|b| decode_envelope(b, "batch_approval", &row.id)).transpose()?;
-    Ok(frame(proto::gateway_frame::Frame::Command(proto::CommandDelivery { command: Some(command), batch_approval })))
-}
-
-/// A control frame (`seq` 0).
-pub fn frame(frame: proto::gateway_frame::Frame) -> proto::GatewayFrame {
-    proto::GatewayFrame { seq: 0, frame: Some(frame) }
 }
 
 impl StackView<'_> {
@@ -307,28 +286,11 @@ impl StackView<'_> {
     }
 }
 
-impl DevStack {
-    /// Enqueues a command for a node (signed under signed intent); returns its id.
-    pub async fn enqueue_command(
-        &self,
-        node_id: &str,
-        kind: &str,
-        params: serde_json::Value,
-        opts: CommandOptions,
-    ) -> Result<String> {
-        enqueue(self.shared(), node_id, kind, &params, &opts)
-    }
-
-    /// Enqueues a batch of destructive commands with a BatchApproval signed
-    /// by `spec.approvals` of the stack's approvers (signed intent only).
-    pub async fn enqueue_batch(&self, spec: BatchSpec) -> Result<Batch> {
-        enqueue_batch(self.shared(), &spec)
-    }
-
-    /// Waits until a command reaches a terminal state; fails at once for an
-    /// unknown command.
-    pub async fn await_command(&self, id: &str, timeout: Duration) -> Result<CommandOutcome> {
-        self.await_until(format!("command {id} to end"), timeout, |v| {
+/// Waits until a command reaches a terminal state; fails at once for an
+/// unknown command.
+pub async fn await_command(shared: &Shared, id: &str, timeout: Duration) -> Result<CommandOutcome> {
+    shared
+        .await_until(format!("command {id} to end"), timeout, |v| {
             let Some(row) = v.command(id) else {
                 return Some(Err(Error::UnknownCommand { command_id: id.to_string() }));
             };
@@ -336,20 +298,4 @@ impl DevStack {
             CommandOutcome::of(row).map(Ok)
         })
         .await?
-    }
-
-    /// A command.
-    pub async fn command(&self, id: &str) -> Result<Option<CommandRow>> {
-        self.view(|v| v.command(id))
-    }
-
-    /// A node's commands.
-    pub async fn commands(&self, node_id: &str) -> Result<Vec<CommandRow>> {
-        self.view(|v| v.commands(node_id))
-    }
-
-    /// The states a node reported for a command.
-    pub async fn command_updates(&self, id: &str) -> Result<Vec<CommandUpdateRow>> {
-        self.view(|v| v.command_updates(id))
-    }
 }

@@ -60,14 +60,14 @@ impl EventHandler<proto::CommandUpdate> for CommandUpdates {
             "session: command update"
         );
         let again = (checked.state == CommandStatus::Busy).then_some(event.shared.settings.busy_retry);
-        let changed = StackEvent::Command {
+        event.c.publish(StackEvent::Command {
             node_id: node_id.to_string(),
             command_id: id.clone(),
             kind: row.kind.clone(),
             state: checked.state,
             reason: checked.reason.clone(),
-        };
-        Ok(Effects { redeliver: vec![(id.clone(), again)], events: vec![changed], ..Effects::default() })
+        });
+        Ok(Effects { redeliver: vec![(id.clone(), again)], ..Effects::default() })
     }
 }
 

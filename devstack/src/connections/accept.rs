@@ -22,7 +22,8 @@ use tracing::{debug, warn};
 
 use super::serve::{self, Protocol, Serving};
 use super::track::{Open, TrackLayer};
-use super::{ConnectionOptions, Phase, RETRY_AFTER_MS, SHED_LIFETIME, SHUTDOWN_GRACE};
+use super::{Phase, RETRY_AFTER_MS, SHED_LIFETIME, SHUTDOWN_GRACE};
+use crate::options::ConnectionOptions;
 use crate::status::{Code, refuse};
 use crate::tls::{Alpn, PeerInfo};
 

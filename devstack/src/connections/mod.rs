@@ -20,52 +20,6 @@ pub(crate) use accept::{gateway, http, https};
 
 use std::time::Duration;
 
-/// The connection limits and deadlines of a stack's two listeners.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConnectionOptions {
-    /// Gateway connections held at once (15,000: room for 10,000 sessions
-    /// and their renewals and tunnels under an open-file limit of 20,000).
-    pub max_connections: usize,
-    /// Gateway connections beyond the cap that are still answered, each
-    /// request `Unavailable` `connection-limit` with a retry-after hint,
-    /// before they are closed (64); beyond those a connection is closed at
-    /// once.
-    pub max_shed: usize,
-    /// HTTP-side connections held at once (1,024); beyond the cap a
-    /// connection is answered `503` `connection-limit` and closed.
-    pub http_max_connections: usize,
-    /// How long a client may take to finish its TLS handshake (10 s).
-    pub handshake_timeout: Duration,
-    /// How long a connection may stay without an open request or stream
-    /// (30 s).
-    pub idle_timeout: Duration,
-    /// How long a request may take to arrive and be answered, up to its
-    /// response's headers (30 s; a Session's and a Tunnel's come at once).
-    pub request_timeout: Duration,
-    /// How often an HTTP/2 connection is PINGed (30 s) …
-    pub keepalive_interval: Duration,
-    /// … and how long the answer may take before it is dropped (20 s).
-    pub keepalive_timeout: Duration,
-    /// The retry-after hint of a shed connection (1 s).
-    pub shed_retry_after: Duration,
-}
-
-impl Default for ConnectionOptions {
-    fn default() -> Self {
-        ConnectionOptions {
-            max_connections: 15_000,
-            max_shed: 64,
-            http_max_connections: 1024,
-            handshake_timeout: Duration::from_secs(10),
-            idle_timeout: Duration::from_secs(30),
-            request_timeout: Duration::from_secs(30),
-            keepalive_interval: Duration::from_secs(30),
-            keepalive_timeout: Duration::from_secs(20),
-            shed_retry_after: Duration::from_secs(1),
-        }
-    }
-}
-
 /// Where a stack's listeners are in their life. A shutdown first closes
 /// them (`Closed`: the listening sockets close, the connections they hold
 /// go on, so that the sessions drain while a node that redials meets a

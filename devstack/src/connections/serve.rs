@@ -17,7 +17,8 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::debug;
 
-use super::{ConnectionOptions, Phase, SHUTDOWN_GRACE};
+use super::{Phase, SHUTDOWN_GRACE};
+use crate::options::ConnectionOptions;
 
 /// Which HTTP a connection speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

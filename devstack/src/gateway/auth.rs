@@ -12,7 +12,7 @@ use pki::PublicKey;
 use tonic::{Request, Status};
 
 use crate::clock::now_ms;
-use crate::join::internal;
+
 use crate::shared::Shared;
 use crate::status::{Code, from_pki, refuse};
 use crate::store::certs;
@@ -57,9 +57,9 @@ pub fn authenticate_peer(shared: &Shared, info: Option<&PeerInfo>) -> Result<Aut
     let node_id = verified.common_name;
     let serial = hex::encode(&verified.serial);
     let row = shared
-        .store
-        .with(|c| certs::get(c, &node_id, &serial))
-        .map_err(internal)?
+        .ledger
+        .read(|c| certs::get(c, &node_id, &serial))
+        .map_err(Status::from)?
         .filter(|row| row.der == *leaf)
         .ok_or_else(|| refuse(Code::CertUnknown, format!("no certificate {serial} of node {node_id}")))?;
     if let Some(at) = row.revoked_at_ms {
@@ -90,7 +90,7 @@ mod tests {
         let csr = pki::x509::parse_csr(&pki::x509::csr(&key, "bcd").unwrap()).unwrap();
         let row = crate::issuance::issue(shared, "node_1", &csr, None, not_before_ms).unwrap();
         if store {
-            shared.store.with(|c| certs::insert(c, &row, 0)).unwrap();
+            shared.ledger.write(|c| Ok(certs::insert(c, &row, 0)?)).unwrap();
         }
         row.der
     }
@@ -120,7 +120,7 @@ mod tests {
         assert_eq!(code(call(&shared, Some(never_stored))), (Code::Unauthenticated, "cert-unknown".into()));
         let expired = cert(&shared, now - 48 * HOUR_MS, true);
         assert_eq!(code(call(&shared, Some(expired))), (Code::PermissionDenied, "cert-validity".into()));
-        shared.store.with(|c| certs::revoke_all(c, "node_1", now)).unwrap();
+        shared.ledger.write(|c| Ok(certs::revoke_all(c, "node_1", now)?)).unwrap();
         assert_eq!(code(call(&shared, Some(good))), (Code::PermissionDenied, "cert-revoked".into()));
     }
 }

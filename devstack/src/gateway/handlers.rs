@@ -1,22 +1,27 @@
 //! The seam between a Session and the features: what a handler sees of the
-//! event or request it handles, what it may ask of the session afterwards
-//! ([`Effects`]), and the one list that routes each kind of node frame to
-//! the features that handle it ([`HANDLERS`]).
+//! event, request or session step it handles, what it may ask of the
+//! session afterwards ([`Effects`]), and [`Handlers`], the list of which
+//! features handle what. The gateway names no feature: the composition root
+//! builds the list and hands it to the gateway.
 //!
 //! Events (`seq > 0`: StatusReport, CommandUpdate) are recorded once per
 //! node, journal and seq; their handlers run inside that event's
 //! transaction, in list order, and never for a re-sent event. Requests
 //! (SpecRequest, SecretRequest, WorkloadTokenRequest) are answered by one
-//! handler each, outside any transaction. A new feature adds a handler here
-//! instead of growing the session.
+//! handler each, outside any transaction. The Hello hooks run inside the
+//! transaction that opens the session; the Welcomed hooks once the Welcome
+//! was sent, before the desired state and the open commands. A new feature
+//! adds a handler to the list instead of growing the session.
 
+use std::pin::Pin;
 use std::time::Duration;
 
-use rusqlite::Connection;
+use tokio_stream::Stream;
+use tonic::{Status, Streaming};
 
 use super::auth::AuthedNode;
 use crate::error::Result;
-use crate::events::StackEvent;
+use crate::ledger::Tx;
 use crate::shared::Shared;
 use crate::store::certs;
 use crate::store::rows::NodeSpecRow;
@@ -24,8 +29,8 @@ use crate::store::rows::NodeSpecRow;
 /// An event being recorded: its transaction and the session's node.
 pub struct Event<'a> {
     /// The event's transaction: every write commits with the event, or not
-    /// at all.
-    pub c: &'a Connection,
+    /// at all, and every event it publishes goes out once it committed.
+    pub c: &'a Tx<'a>,
     /// The stack (keys, settings). Its store is locked by this transaction:
     /// read and write through `c` only.
     pub shared: &'a Shared,
@@ -94,7 +99,23 @@ impl Event<'_> {
 /// besides the session's (a node signs a statement with one key).
 pub const MAX_KEYIDS_TRIED: usize = 4;
 
-/// A request being answered: the stack and the session's node.
+/// A session being opened for a Hello: its transaction (which also
+/// records the session), the node and what its Hello says.
+pub struct Opening<'a> {
+    /// The opening transaction.
+    pub c: &'a Tx<'a>,
+    /// The session's node.
+    pub node: &'a AuthedNode,
+    /// The node's Hello.
+    pub hello: &'a proto::Hello,
+    /// The journal of the node's previous session (`None` on its first).
+    pub previous_journal: Option<&'a str>,
+    /// When the stack opened the session.
+    pub now_ms: i64,
+}
+
+/// A request being answered (or a session just welcomed): the stack and
+/// the session's node.
 pub struct RequestContext<'a> {
     /// The stack.
     pub shared: &'a Shared,
@@ -103,8 +124,8 @@ pub struct RequestContext<'a> {
 }
 
 /// What a handler asks of the session once its event committed (or its
-/// request was answered): events to publish, specs and frames to send, in
-/// order, and commands to deliver again.
+/// request was answered): specs and frames to send, in order, and commands
+/// to deliver again. (What changed is published by the transaction itself.)
 #[derive(Debug, Default)]
 #[must_use]
 pub struct Effects {
@@ -116,9 +137,6 @@ pub struct Effects {
     /// Commands to deliver again after a delay (`Some`, a BUSY), or no
     /// longer (`None`).
     pub redeliver: Vec<(String, Option<Duration>)>,
-    /// What changed, for the stack's event stream (published first, once
-    /// the event committed).
-    pub events: Vec<StackEvent>,
 }
 
 impl Effects {
@@ -132,12 +150,11 @@ impl Effects {
         self.specs.extend(other.specs);
         self.frames.extend(other.frames);
         self.redeliver.extend(other.redeliver);
-        self.events.extend(other.events);
     }
 }
 
 /// A feature's handler of one kind of event.
-pub trait EventHandler<T>: Sync {
+pub trait EventHandler<T>: Send + Sync {
     /// Records what `message` says, inside the event's transaction. It runs
     /// once per event (a re-sent event is acknowledged without it); an error
     /// rolls the event back and ends the session.
@@ -145,40 +162,54 @@ pub trait EventHandler<T>: Sync {
 }
 
 /// A feature's handler of one kind of request.
-pub trait RequestHandler<T>: Sync {
+pub trait RequestHandler<T>: Send + Sync {
     /// Answers `message` (nothing is recorded for it); an error ends the
     /// session.
     fn answer(&self, request: &RequestContext<'_>, message: T) -> Result<Effects>;
 }
 
-/// Which features handle which node frame.
-pub struct Handlers {
-    /// The parts of a StatusReport, each recorded by its feature, in order.
-    pub status_report: &'static [&'static dyn EventHandler<proto::StatusReport>],
-    /// What a CommandUpdate changes, in order.
-    pub command_update: &'static [&'static dyn EventHandler<proto::CommandUpdate>],
-    /// The answer to a SpecRequest.
-    pub spec_request: &'static dyn RequestHandler<proto::SpecRequest>,
-    /// The answer to a SecretRequest (a node-signed envelope).
-    pub secret_request: &'static dyn RequestHandler<proto::Envelope>,
-    /// The answer to a WorkloadTokenRequest.
-    pub workload_token_request: &'static dyn RequestHandler<proto::WorkloadTokenRequest>,
+/// A feature's step in opening a session, inside the opening transaction.
+pub trait HelloHook: Send + Sync {
+    /// Records what the Hello says (an error refuses the session).
+    fn on_hello(&self, opening: &Opening<'_>) -> Result<()>;
 }
 
-/// The one list of handlers: a feature registers its handler here.
-pub static HANDLERS: Handlers = Handlers {
-    status_report: &[
-        &crate::inventory::Inventory,
-        &crate::nodes::AppliedGeneration,
-        &crate::reservations::Allocations,
-        &crate::sections::Sections,
-        &crate::instances::Reports,
-    ],
-    command_update: &[&crate::commands::updates::CommandUpdates, &crate::adoption::AcceptanceCheck],
-    spec_request: &crate::spec::SpecRequests,
-    secret_request: &crate::secrets::SecretRequests,
-    workload_token_request: &crate::workload::WorkloadTokens,
-};
+/// A feature's step once a session was welcomed.
+pub trait WelcomedHook: Send + Sync {
+    /// What to send first; a spec for the session's node replaces the
+    /// latest spec the session would send otherwise.
+    fn on_welcomed(&self, session: &RequestContext<'_>) -> Result<Effects>;
+}
+
+/// The response stream of a `Gateway.Tunnel` call.
+pub type TunnelStream = Pin<Box<dyn Stream<Item = Result<proto::TunnelFrame, Status>> + Send + 'static>>;
+
+/// The feature that answers `Gateway.Tunnel` (the consoles).
+#[tonic::async_trait]
+pub trait TunnelHandler: Send + Sync {
+    /// Answers an authenticated node's Tunnel call.
+    async fn accept(&self, node: AuthedNode, inbound: Streaming<proto::TunnelFrame>) -> Result<TunnelStream, Status>;
+}
+
+/// Which features handle what: built by the composition root, in order.
+pub struct Handlers {
+    /// Steps of opening a session, in order.
+    pub hello: Vec<Box<dyn HelloHook>>,
+    /// Steps once a session was welcomed, in order.
+    pub welcomed: Vec<Box<dyn WelcomedHook>>,
+    /// The parts of a StatusReport, each recorded by its feature, in order.
+    pub status_report: Vec<Box<dyn EventHandler<proto::StatusReport>>>,
+    /// What a CommandUpdate changes, in order.
+    pub command_update: Vec<Box<dyn EventHandler<proto::CommandUpdate>>>,
+    /// The answer to a SpecRequest.
+    pub spec_request: Box<dyn RequestHandler<proto::SpecRequest>>,
+    /// The answer to a SecretRequest (a node-signed envelope).
+    pub secret_request: Box<dyn RequestHandler<proto::Envelope>>,
+    /// The answer to a WorkloadTokenRequest.
+    pub workload_token_request: Box<dyn RequestHandler<proto::WorkloadTokenRequest>>,
+    /// The Tunnel calls.
+    pub tunnel: Box<dyn TunnelHandler>,
+}
 
 #[cfg(test)]
 mod tests {
@@ -192,7 +223,7 @@ mod tests {
         let key = pki::keys::random_p256();
         let csr = pki::x509::parse_csr(&pki::x509::csr(&key, "bcd").unwrap()).unwrap();
         let row = crate::issuance::issue(shared, "node_1", &csr, None, not_before_ms).unwrap();
-        shared.store.with(|c| certs::insert(c, &row, not_before_ms)).unwrap();
+        shared.ledger.write(|c| Ok(certs::insert(c, &row, not_before_ms)?)).unwrap();
         (key, row)
     }
 
@@ -225,7 +256,7 @@ mod tests {
         let (session_key, session_row) = certified(&shared, now);
         let node = authed(&session_key, &session_row);
         let verify = |env: &pki::dsse::Envelope, at: i64| {
-            shared.store.with(|c| {
+            shared.ledger.write(|c| {
                 let event = Event { c, shared: &shared, node: &node, now_ms: at };
                 Ok(event.verify_statement(env, pki::statement::verify_allocation_bound).map_err(|e| e.code()))
             })

@@ -1,5 +1,6 @@
 //! The gateway (tonic `Gateway`): Session, Renew and Tunnel, each only for a
-//! caller whose client certificate belongs to a known, unrevoked node.
+//! caller whose client certificate belongs to a known, unrevoked node. What
+//! a session's frames and a Tunnel call do is the features' ([`Handlers`]).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -12,6 +13,7 @@ use tracing::warn;
 
 use crate::shared::Shared;
 use crate::status::{self, Code, refuse};
+use handlers::Handlers;
 
 pub mod auth;
 pub mod handlers;
@@ -23,14 +25,19 @@ pub mod session;
 const OUTBOUND_BUFFER: usize = 64;
 
 /// The gateway service.
+#[derive(Clone)]
 pub struct GatewayService {
-    shared: Arc<Shared>,
+    /// The stack's shared state.
+    pub shared: Arc<Shared>,
+    /// What handles the sessions' frames and the Tunnel calls.
+    pub handlers: Arc<Handlers>,
 }
 
 impl GatewayService {
-    /// A gateway over the stack's shared state.
-    pub fn new(shared: Arc<Shared>) -> Self {
-        GatewayService { shared }
+    /// A gateway over the stack's shared state, its frames and calls handled
+    /// by `handlers`.
+    pub fn new(shared: Arc<Shared>, handlers: Arc<Handlers>) -> Self {
+        GatewayService { shared, handlers }
     }
 
     fn authenticate<T>(&self, rpc: &str, request: &Request<T>) -> Result<auth::AuthedNode, Status> {
@@ -58,7 +65,8 @@ impl proto::gateway_server::Gateway for GatewayService {
         }
         let (tx, rx) = mpsc::channel(OUTBOUND_BUFFER);
         let transport = crate::hub::Transport::Grpc;
-        tokio::spawn(session::run(self.shared.clone(), node, transport, request.into_inner(), tx));
+        let (shared, handlers) = (self.shared.clone(), self.handlers.clone());
+        tokio::spawn(session::run(shared, handlers, node, transport, request.into_inner(), tx));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx).map(|item| item.map(|frame| *frame)))))
     }
 
@@ -83,7 +91,6 @@ impl proto::gateway_server::Gateway for GatewayService {
         request: Request<Streaming<proto::TunnelFrame>>,
     ) -> Result<Response<Self::TunnelStream>, Status> {
         let node = self.authenticate("Tunnel", &request)?;
-        let stream = crate::tunnels::relay::accept(self.shared.clone(), node, request.into_inner()).await?;
-        Ok(Response::new(Box::pin(stream)))
+        Ok(Response::new(self.handlers.tunnel.accept(node, request.into_inner()).await?))
     }
 }

@@ -18,7 +18,7 @@ use tracing::{info, warn};
 use super::auth::AuthedNode;
 use crate::clock::now_ms;
 use crate::issuance;
-use crate::join::internal;
+
 use crate::shared::Shared;
 use crate::status::{self, Code, refuse};
 use crate::store::rows::NodeKeyLevel;
@@ -37,18 +37,19 @@ pub fn renew(shared: &Shared, node: &AuthedNode, req: &proto::RenewRequest) -> R
     let csr = pki::x509::parse_csr(&req.csr_der).map_err(|e| status::from_pki(&e))?;
     let now = now_ms();
     let (row, binding, level) = shared
-        .store
-        .with(|c| {
-            Ok((
+        .ledger
+        .read(|c| {
+            Ok::<_, crate::error::Error>((
                 nodes::get(c, &node.node_id)?,
                 bindings::tpm_of_node(c, &node.node_id)?,
                 bindings::latest_node_key(c, &node.node_id)?,
             ))
         })
-        .map_err(internal)?;
+        .map_err(Status::from)?;
     let row = row.ok_or_else(|| refuse(Code::CertUnknown, format!("no node {}", node.node_id)))?;
-    let limit = shared.settings.limits.renewals_per_hour;
-    let renewed = shared.store.with(|c| certs::renewed_since(c, &node.node_id, now - HOUR_MS)).map_err(internal)?;
+    let limit = shared.settings.options.limits.renewals_per_hour;
+    let renewed =
+        shared.ledger.read(|c| certs::renewed_since(c, &node.node_id, now - HOUR_MS)).map_err(Status::from)?;
     if renewed >= limit {
         return Err(refuse(
             Code::RenewLimit,
@@ -84,10 +85,9 @@ pub fn renew(shared: &Shared, node: &AuthedNode, req: &proto::RenewRequest) -> R
             Some(b.ak_name.clone())
         }
     };
-    let cert = issuance::issue(shared, &node.node_id, &csr, ak_name.as_deref(), now).map_err(internal)?;
-    shared.store.with(|c| certs::insert(c, &cert, now)).map_err(internal)?;
+    let cert = issuance::issue(shared, &node.node_id, &csr, ak_name.as_deref(), now).map_err(Status::from)?;
+    shared.ledger.write(|c| Ok(certs::insert(c, &cert, now)?)).map_err(Status::from)?;
     let envelope = issuance::signed_response(shared, &node.node_id, &row.pool_id, &cert, now);
     info!(node_id = %node.node_id, serial = %cert.serial, tpm = binding.is_some(), "gateway: certificate renewed");
-    shared.bump();
     Ok(proto::RenewReply { response: Some(envelope.to_proto()) })
 }

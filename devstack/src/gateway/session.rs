@@ -10,14 +10,16 @@
 //! each transport turns that into its own form (a gRPC status, a close
 //! frame).
 //!
-//! The session routes what the node sends to the features'
-//! handlers ([`super::handlers::HANDLERS`]): an event (StatusReport,
+//! The session routes what the node sends to the features' handlers
+//! ([`Handlers`], built by the composition root): an event (StatusReport,
 //! CommandUpdate) is recorded once by node, journal and seq, its handlers
 //! run inside that transaction, then it is acknowledged (once the stack
 //! drains, it is neither: the node sends it again next session); a request
 //! (SpecRequest, SecretRequest, WorkloadTokenRequest) goes to its one
 //! handler. The session then carries out what the handlers asked
-//! ([`Effects`]): specs and frames to send, commands to deliver again.
+//! ([`Effects`]): specs and frames to send, commands to deliver again. The
+//! Hello and the Welcome are hooks of the same list, so the session names
+//! no feature.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -32,14 +34,14 @@ use tonic::Status;
 use tracing::{debug, info, warn};
 
 use super::auth::AuthedNode;
-use super::handlers::{Effects, Event, EventHandler, HANDLERS, RequestContext, RequestHandler};
+use super::handlers::{Effects, Event, EventHandler, Handlers, Opening, RequestContext, RequestHandler};
 use super::limit;
-use crate::adoption;
 use crate::clock::now_ms;
-use crate::commands::{delivery_frame, frame};
 use crate::error::Result;
 use crate::events::StackEvent;
+use crate::frames::{delivery_frame, desired_state_frame, frame};
 use crate::hub::{Control, Transport};
+use crate::ledger::Tx;
 use crate::shared::Shared;
 use crate::status::{Code, refuse};
 use crate::store::rows::{CommandRow, CommandStatus, NodeSessionRow, NodeSpecRow};
@@ -107,12 +109,13 @@ enum End {
 /// not each keep room for it (docs/devstack.md, "The gateway").
 pub async fn run(
     shared: Arc<Shared>,
+    handlers: Arc<Handlers>,
     node: AuthedNode,
     transport: Transport,
     mut inbound: impl Inbound,
     out: Outbound,
 ) {
-    let Some(mut session) = Box::pin(start(shared, node, transport, &mut inbound, out)).await else {
+    let Some(mut session) = Box::pin(start(shared, handlers, node, transport, &mut inbound, out)).await else {
         return;
     };
     let end = session.serve(&mut inbound).await;
@@ -123,6 +126,7 @@ pub async fn run(
 /// node and ends it (`None`).
 async fn start(
     shared: Arc<Shared>,
+    handlers: Arc<Handlers>,
     node: AuthedNode,
     transport: Transport,
     inbound: &mut impl Inbound,
@@ -134,7 +138,7 @@ async fn start(
         Ok(hello) if hello.node_id != node.node_id => {
             refuse(Code::NodeMismatch, format!("Hello names {:?}, the certificate {}", hello.node_id, node.node_id))
         }
-        Ok(hello) => match Session::open(shared, node, transport, &hello, out.clone()).await {
+        Ok(hello) => match Session::open(shared, handlers, node, transport, &hello, out.clone()).await {
             Ok(session) => return Some(session),
             Err(status) => {
                 let _ = out.send(Err(status)).await;
@@ -177,6 +181,7 @@ fn frame_name(f: &proto::NodeFrame) -> &'static str {
 
 struct Session {
     shared: Arc<Shared>,
+    handlers: Arc<Handlers>,
     node: AuthedNode,
     row: NodeSessionRow,
     out: Outbound,
@@ -188,28 +193,21 @@ struct Session {
 }
 
 impl Session {
-    /// Records the session, registers it, sends Welcome, then the desired
-    /// state and every open command.
+    /// Records the session (with the Hello hooks, in one transaction),
+    /// registers it and sends Welcome.
     async fn open(
         shared: Arc<Shared>,
+        handlers: Arc<Handlers>,
         node: AuthedNode,
         transport: Transport,
         hello: &proto::Hello,
         out: Outbound,
     ) -> Result<Session, Status> {
         let now = now_ms();
-        let internal = crate::join::internal;
-        let (row, acked, lost) = shared
-            .store
-            .tx(|c| {
+        let (row, acked) = shared
+            .ledger
+            .write(|c| {
                 let previous = sessions::last_journal(c, &node.node_id)?;
-                let lost = crate::commands::journal::fail_on_new_journal(
-                    c,
-                    &node.node_id,
-                    previous.as_deref(),
-                    &hello.journal_id,
-                    now,
-                )?;
                 let row = sessions::open(
                     c,
                     &NewSession {
@@ -221,21 +219,27 @@ impl Session {
                     },
                 )?;
                 nodes::record_hello(c, &node.node_id, &hello.daemon_version, hello.applied_generation)?;
-                crate::instances::record_drivers(c, &node.node_id, &hello.drivers, now)?;
+                let opening = Opening { c, node: &node, hello, previous_journal: previous.as_deref(), now_ms: now };
+                for hook in &handlers.hello {
+                    hook.on_hello(&opening)?;
+                }
                 let acked = events::acked_seq(c, &node.node_id, &hello.journal_id)?;
-                Ok((row, acked, lost))
+                Ok((row, acked))
             })
-            .map_err(internal)?;
-        if !lost.is_empty() {
-            for event in lost {
-                shared.publish(event);
-            }
-            shared.bump();
-        }
+            .map_err(Status::from)?;
         let control = shared.hub.register(&node.node_id, row.epoch, transport);
         let interval = shared.settings.heartbeat_interval;
-        let session =
-            Session { shared, node, row, out, control, interval, last_heard: Instant::now(), busy: HashMap::new() };
+        let session = Session {
+            shared,
+            handlers,
+            node,
+            row,
+            out,
+            control,
+            interval,
+            last_heard: Instant::now(),
+            busy: HashMap::new(),
+        };
         info!(
             node_id = %session.node.node_id,
             epoch = session.row.epoch,
@@ -252,17 +256,16 @@ impl Session {
             session_epoch: session.row.epoch,
             server_time_ms: now,
             heartbeat_interval_ms: interval.as_millis() as u32,
-            lane_credits: session.shared.settings.lane_credits,
+            lane_credits: session.shared.settings.options.lane_credits,
             acked_seq: acked,
         };
         // A node that is gone before its Welcome simply ends the session.
         let _ = session.send(frame(Out::Welcome(welcome))).await;
-        session.shared.publish(StackEvent::Connected {
+        session.shared.ledger.announce([StackEvent::Connected {
             node_id: session.node.node_id.clone(),
             epoch: session.row.epoch,
             daemon_version: hello.daemon_version.clone(),
-        });
-        session.shared.bump();
+        }]);
         Ok(session)
     }
 
@@ -319,53 +322,41 @@ impl Session {
         }
     }
 
-    /// Adoption on the first session, the desired state, every open command.
+    /// The Welcomed hooks, the desired state (the one a hook sent, else the
+    /// latest), every open command.
     async fn after_welcome(&mut self) -> Result<(), End> {
-        let shared = self.shared.clone();
-        let node_id = self.node.node_id.clone();
-        let node = shared.store.with(|c| nodes::get(c, &node_id)).map_err(store_end)?;
-        if let Some(node) = node
-            && let Some(spec) = adoption::on_session_start(&shared, &node).map_err(store_end)?
+        let mut effects = Effects::default();
+        let session = RequestContext { shared: &self.shared, node: &self.node };
+        for hook in &self.handlers.welcomed {
+            effects.merge(hook.on_welcomed(&session).map_err(store_end)?);
+        }
+        let node_id = &self.node.node_id;
+        if !effects.specs.iter().any(|s| &s.node_id == node_id)
+            && let Some(spec) = self.shared.ledger.read(|c| specs::latest(c, node_id)).map_err(store_end)?
         {
-            self.send_spec(&spec).await?;
-            return self.deliver_open().await;
+            effects.specs.insert(0, spec);
         }
-        if let Some(spec) = shared.store.with(|c| specs::latest(c, &node_id)).map_err(store_end)? {
-            self.send_spec(&spec).await?;
-        }
+        self.carry_out(effects).await?;
         self.deliver_open().await
     }
 
     async fn send_spec(&self, spec: &NodeSpecRow) -> Result<(), End> {
         debug!(node_id = %self.node.node_id, generation = spec.generation, "session: desired state");
-        self.send(crate::spec::desired_state_frame(spec).map_err(store_end)?).await
+        self.send(desired_state_frame(spec).map_err(store_end)?).await
     }
 
     /// Delivers every command that is not done.
     async fn deliver_open(&mut self) -> Result<(), End> {
-        let open = self.shared.store.with(|c| commands::open(c, &self.node.node_id)).map_err(store_end)?;
+        let open = self.shared.ledger.read(|c| commands::open(c, &self.node.node_id)).map_err(store_end)?;
         self.deliver(&open).await
     }
 
     async fn deliver(&mut self, rows: &[CommandRow]) -> Result<(), End> {
         for row in rows {
             self.send(delivery_frame(row).map_err(store_end)?).await?;
-            self.shared.store.with(|c| commands::mark_delivered(c, &row.id, now_ms())).map_err(store_end)?;
+            self.shared.ledger.write(|c| mark_delivered(c, row)).map_err(store_end)?;
             self.busy.remove(&row.id);
-            // A delivery again (after a BUSY, on a new session) changes no state.
-            if row.state == CommandStatus::Pending {
-                self.shared.publish(StackEvent::Command {
-                    node_id: row.node_id.clone(),
-                    command_id: row.id.clone(),
-                    kind: row.kind.clone(),
-                    state: CommandStatus::Delivered,
-                    reason: String::new(),
-                });
-            }
             debug!(node_id = %self.node.node_id, command_id = %row.id, kind = %row.kind, "session: command delivered");
-        }
-        if !rows.is_empty() {
-            self.shared.bump();
         }
         Ok(())
     }
@@ -376,7 +367,7 @@ impl Session {
         let mut rows = Vec::new();
         for id in due {
             self.busy.remove(&id);
-            match self.shared.store.with(|c| commands::get(c, &id)).map_err(store_end)? {
+            match self.shared.ledger.read(|c| commands::get(c, &id)).map_err(store_end)? {
                 Some(row) if row.state == CommandStatus::Busy => rows.push(row),
                 _ => {}
             }
@@ -388,7 +379,7 @@ impl Session {
         match control {
             Control::Wake => {
                 let pending =
-                    self.shared.store.with(|c| commands::pending(c, &self.node.node_id)).map_err(store_end)?;
+                    self.shared.ledger.read(|c| commands::pending(c, &self.node.node_id)).map_err(store_end)?;
                 self.deliver(&pending).await
             }
             Control::Raw(f) => self.send(*f).await,
@@ -414,12 +405,21 @@ impl Session {
             Some(In::Heartbeat(hb)) => self.applied_generation(hb.applied_generation),
             Some(In::Pong(_)) | Some(In::EventAck(_)) => Ok(()),
             Some(In::CommandUpdate(update)) => {
-                self.on_event(seq, "command_update", HANDLERS.command_update, update).await
+                self.on_event(seq, "command_update", |h| &h.command_update, update).await
             }
-            Some(In::StatusReport(report)) => self.on_event(seq, "status_report", HANDLERS.status_report, report).await,
-            Some(In::SpecRequest(request)) => self.on_request(HANDLERS.spec_request, request).await,
-            Some(In::SecretRequest(env)) => self.on_request(HANDLERS.secret_request, env).await,
-            Some(In::WorkloadTokenRequest(request)) => self.on_request(HANDLERS.workload_token_request, request).await,
+            Some(In::StatusReport(report)) => self.on_event(seq, "status_report", |h| &h.status_report, report).await,
+            Some(In::SpecRequest(request)) => {
+                let handlers = self.handlers.clone();
+                self.on_request(&*handlers.spec_request, request).await
+            }
+            Some(In::SecretRequest(env)) => {
+                let handlers = self.handlers.clone();
+                self.on_request(&*handlers.secret_request, env).await
+            }
+            Some(In::WorkloadTokenRequest(request)) => {
+                let handlers = self.handlers.clone();
+                self.on_request(&*handlers.workload_token_request, request).await
+            }
             Some(In::Hello(_)) | None => {
                 warn!(node_id = %self.node.node_id, frame = name, "session: unexpected frame ignored");
                 Ok(())
@@ -430,12 +430,11 @@ impl Session {
     fn applied_generation(&self, generation: u64) -> Result<(), End> {
         let changed = self
             .shared
-            .store
-            .with(|c| nodes::set_applied_generation(c, &self.node.node_id, generation))
+            .ledger
+            .write(|c| Ok(nodes::set_applied_generation(c, &self.node.node_id, generation)?))
             .map_err(store_end)?;
         if changed {
             debug!(node_id = %self.node.node_id, generation, "session: applied generation");
-            self.shared.bump();
         }
         Ok(())
     }
@@ -450,13 +449,14 @@ impl Session {
         &mut self,
         seq: u64,
         kind: &'static str,
-        handlers: &'static [&'static dyn EventHandler<T>],
+        of: fn(&Handlers) -> &[Box<dyn EventHandler<T>>],
         message: T,
     ) -> Result<(), End> {
         let (shared, node, journal_id) = (self.shared.clone(), self.node.clone(), self.row.journal_id.clone());
+        let handlers = self.handlers.clone();
         let recorded = tokio::task::spawn_blocking(move || {
             let (shared, node) = (&*shared, &node);
-            shared.store.tx(|c| {
+            shared.ledger.write(|c| {
                 // Checked under the store's lock: an event that waited for
                 // it while the stack began to drain is left to the next
                 // session, which the drain is waiting for no more than it must.
@@ -469,7 +469,7 @@ impl Session {
                 }
                 let event = Event { c, shared, node, now_ms: now };
                 let mut effects = Effects::default();
-                for handler in handlers {
+                for handler in of(&handlers) {
                     effects.merge(handler.record(&event, &message)?);
                 }
                 Ok(Recorded::New(effects))
@@ -499,7 +499,6 @@ impl Session {
             self.send(frame(Out::EventAck(proto::EventAck { up_to_seq: seq }))).await?;
         }
         let Some(effects) = effects else { return Ok(()) };
-        self.shared.bump();
         self.carry_out(effects).await
     }
 
@@ -510,10 +509,8 @@ impl Session {
         self.carry_out(effects).await
     }
 
-    /// Publishes the events, sends the specs, then the frames, and schedules
-    /// the redeliveries.
+    /// Sends the specs, then the frames, and schedules the redeliveries.
     async fn carry_out(&mut self, effects: Effects) -> Result<(), End> {
-        self.shared.publish_all(effects.events);
         for (id, again) in effects.redeliver {
             match again {
                 Some(after) => self.busy.insert(id, Instant::now() + after),
@@ -524,7 +521,7 @@ impl Session {
             if spec.node_id == self.node.node_id {
                 self.send_spec(spec).await?;
             } else {
-                crate::spec::push(&self.shared, spec).map_err(store_end)?;
+                self.shared.hub.push_spec(spec).map_err(store_end)?;
             }
         }
         for f in effects.frames {
@@ -543,24 +540,40 @@ impl Session {
             End::Done(why) => why,
         };
         info!(node_id = %node_id, epoch = self.row.epoch, reason = why, "session: closed");
-        if let Err(e) = self.shared.store.with(|c| sessions::close(c, self.row.id, now_ms())) {
+        if let Err(e) = self.shared.ledger.write(|c| Ok(sessions::close(c, self.row.id, now_ms())?)) {
             warn!(node_id = %node_id, error = %e, "session: could not record the disconnection");
         }
         self.shared.hub.unregister(node_id, self.row.epoch);
-        self.shared.publish(StackEvent::Disconnected {
+        self.shared.ledger.announce([StackEvent::Disconnected {
             node_id: node_id.clone(),
             epoch: self.row.epoch,
             reason: why.to_string(),
-        });
-        self.shared.bump();
+        }]);
         if let End::Refuse(status) = end {
             let _ = self.out.send(Err(status)).await;
         }
     }
 }
 
-fn store_end(e: crate::error::Error) -> End {
-    End::Refuse(crate::join::internal(e))
+/// Records a command delivered, inside a transaction; a first delivery is
+/// published `delivered` (a delivery again, after a BUSY or on a new
+/// session, changes no state).
+fn mark_delivered(c: &Tx<'_>, row: &CommandRow) -> Result<()> {
+    commands::mark_delivered(c, &row.id, now_ms())?;
+    if row.state == CommandStatus::Pending {
+        c.publish(StackEvent::Command {
+            node_id: row.node_id.clone(),
+            command_id: row.id.clone(),
+            kind: row.kind.clone(),
+            state: CommandStatus::Delivered,
+            reason: String::new(),
+        });
+    }
+    Ok(())
+}
+
+fn store_end(e: impl Into<crate::error::Error>) -> End {
+    End::Refuse(Status::from(e.into()))
 }
 
 #[cfg(test)]
@@ -583,7 +596,10 @@ mod tests {
         };
         let (out, _rx) = mpsc::channel(1);
         let inbound = tokio_stream::empty::<std::result::Result<proto::NodeFrame, Status>>();
-        let session = run(shared, node, Transport::Grpc, inbound, out);
+        let changes = shared.ledger.changes().clone();
+        let tunnels = Arc::new(crate::tunnels::registry::Registry::new(Default::default(), changes));
+        let handlers = Arc::new(crate::compose::handlers(&tunnels));
+        let session = run(shared, handlers, node, Transport::Grpc, inbound, out);
         let bytes = std::mem::size_of_val(&session);
         assert!(bytes <= 2560, "the session future is {bytes} bytes");
         let slot = std::mem::size_of::<std::result::Result<Box<proto::GatewayFrame>, Status>>();

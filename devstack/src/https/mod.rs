@@ -12,8 +12,6 @@
 //! against the node CA and `node_certs` exactly as the gateway does
 //! (`gateway::auth::authenticate_peer`).
 
-use std::sync::Arc;
-
 use axum::Router;
 use axum::routing::{get, post};
 use tokio::net::TcpListener;
@@ -22,16 +20,18 @@ use tokio::task::JoinHandle;
 
 use crate::connections::Phase;
 use crate::error::Result;
-use crate::shared::Shared;
+use crate::gateway::GatewayService;
 use crate::tls::{self, Alpn};
 
 pub mod renew;
 pub mod ws;
 
-/// The HTTPS routes.
-pub fn router(shared: Arc<Shared>) -> Router {
+/// The HTTPS routes: the sessions of `gateway`, renewal, and the OTLP
+/// receiver.
+pub fn router(gateway: GatewayService) -> Router {
+    let shared = gateway.shared.clone();
     Router::new()
-        .route(ws::PATH, get(ws::upgrade))
+        .route(ws::PATH, get(ws::upgrade).with_state(gateway))
         .route(renew::PATH, post(renew::renew))
         .route(crate::otlp::PATH, post(crate::otlp::receive))
         .with_state(shared)
@@ -40,11 +40,13 @@ pub fn router(shared: Arc<Shared>) -> Router {
 /// Serves the HTTPS listener until `stop` closes it, through the stack's
 /// connection handling (`connections::https`).
 pub(crate) fn serve(
-    shared: &Arc<Shared>,
+    gateway: GatewayService,
     listener: TcpListener,
     stop: &watch::Sender<Phase>,
 ) -> Result<JoinHandle<()>> {
+    let shared = &gateway.shared;
     let acceptor = tokio_rustls::TlsAcceptor::from(tls::server_config(&shared.keys, Alpn::HTTPS)?);
-    let options = shared.settings.connections.clone();
-    Ok(tokio::spawn(crate::connections::https(listener, acceptor, router(shared.clone()), options, stop.subscribe())))
+    let options = shared.settings.options.connections.clone();
+    let router = router(gateway);
+    Ok(tokio::spawn(crate::connections::https(listener, acceptor, router, options, stop.subscribe())))
 }

@@ -15,8 +15,6 @@
 //! that is not a `NodeFrame`, is refused `frame-malformed`; one above
 //! 1 MiB `frame-too-large`.
 
-use std::sync::Arc;
-
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{ConnectInfo, State};
 use axum::response::Response;
@@ -27,14 +25,19 @@ use tonic::Status;
 use tracing::{debug, warn};
 
 use crate::gateway::limit::{self, MAX_MESSAGE_BYTES};
-use crate::gateway::{auth, session};
+use crate::gateway::{GatewayService, auth, session};
 use crate::hub::Transport;
-use crate::shared::Shared;
 use crate::status::{self, Code, refuse};
 use crate::tls::PeerInfo;
 
 /// The session endpoint's path.
 pub const PATH: &str = "/v1/session";
+
+/// The session's URL (`wss://host:port/v1/session`) on the HTTPS listener
+/// at `https_base` (`https://host:port`).
+pub fn url(https_base: &str) -> String {
+    format!("wss://{}{PATH}", https_base.trim_start_matches("https://"))
+}
 /// The first close code of refusals: a refusal closes with this plus its
 /// gRPC status code (4003 InvalidArgument, 4007 PermissionDenied, …).
 pub const REFUSAL_CLOSE_BASE: u16 = 4000;
@@ -45,12 +48,12 @@ const OUTBOUND_BUFFER: usize = 64;
 
 /// The upgrade: every session opens, or is refused, on the socket.
 pub async fn upgrade(
-    State(shared): State<Arc<Shared>>,
+    State(gateway): State<GatewayService>,
     ConnectInfo(peer): ConnectInfo<PeerInfo>,
     ws: WebSocketUpgrade,
 ) -> Response {
     let ws = ws.max_message_size(MAX_MESSAGE_BYTES).max_frame_size(MAX_MESSAGE_BYTES);
-    ws.on_upgrade(move |socket| serve(shared, peer, socket))
+    ws.on_upgrade(move |socket| serve(gateway, peer, socket))
 }
 
 /// The close frame of a refusal.
@@ -68,7 +71,8 @@ pub fn close_frame(refusal: &Status) -> CloseFrame {
 
 /// Runs one WebSocket: authenticates, runs the session over it, and writes
 /// what the session sends until it ends.
-async fn serve(shared: Arc<Shared>, peer: PeerInfo, socket: WebSocket) {
+async fn serve(gateway: GatewayService, peer: PeerInfo, socket: WebSocket) {
+    let GatewayService { shared, handlers } = gateway;
     let (mut sink, stream) = socket.split();
     let opened = auth::authenticate_peer(&shared, Some(&peer)).and_then(|node| {
         if shared.is_draining() { Err(refuse(Code::Draining, "the dev stack is shutting down")) } else { Ok(node) }
@@ -84,7 +88,7 @@ async fn serve(shared: Arc<Shared>, peer: PeerInfo, socket: WebSocket) {
     let node_id = node.node_id.clone();
     let (out, mut frames) = mpsc::channel(OUTBOUND_BUFFER);
     let inbound = tokio_stream::StreamExt::filter_map(stream, inbound);
-    tokio::spawn(session::run(shared, node, Transport::WebSocket, inbound, out));
+    tokio::spawn(session::run(shared, handlers, node, Transport::WebSocket, inbound, out));
     let close = loop {
         match frames.recv().await {
             Some(Ok(frame)) => {

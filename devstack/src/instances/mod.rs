@@ -15,21 +15,21 @@
 //! generation without it, no longer listing it).
 
 mod report;
-mod volumes;
+pub(crate) mod volumes;
 
 use std::time::Duration;
 
-use rusqlite::Connection;
+use crate::store::Db;
 use tracing::{info, warn};
 
 use crate::clock::now_ms;
 use crate::error::{Error, Result};
+use crate::gateway::handlers::{HelloHook, Opening};
 use crate::ids;
 use crate::placement::{self, Request, Room};
 use crate::shared::Shared;
-use crate::stack::DevStack;
-use crate::store::instance_rows::{InstanceDesired, InstanceRow, InstanceState, NodeLabelRow};
 use crate::store::rows::NodeSpecRow;
+use crate::store::rows::{InstanceDesired, InstanceRow, InstanceState, NodeLabelRow};
 use crate::store::{instances as rows, labels, pools, secrets, volumes as volume_rows};
 use crate::view::StackView;
 
@@ -74,7 +74,7 @@ pub struct InstanceRequest {
 
 /// A node's `instances` section: its instances and volumes that are not
 /// deleted.
-fn section(c: &Connection, node_id: &str) -> Result<proto::InstancesSection> {
+fn section(c: &Db<'_>, node_id: &str) -> Result<proto::InstancesSection> {
     let instances = rows::on_node(c, node_id)?
         .into_iter()
         .filter(|i| i.desired != InstanceDesired::Deleted)
@@ -90,7 +90,7 @@ fn section(c: &Connection, node_id: &str) -> Result<proto::InstancesSection> {
 
 /// The next spec generation of a node with its instances section rebuilt
 /// from the store.
-pub(crate) fn respec(c: &Connection, shared: &Shared, node_id: &str) -> Result<NodeSpecRow> {
+pub(crate) fn respec(c: &Db<'_>, shared: &Shared, node_id: &str) -> Result<NodeSpecRow> {
     let section = section(c, node_id)?;
     crate::spec::next(c, shared, node_id, false, |spec| {
         spec.instances = Some(section);
@@ -98,14 +98,25 @@ pub(crate) fn respec(c: &Connection, shared: &Shared, node_id: &str) -> Result<N
     })
 }
 
-/// Records a Hello's runtime drivers as `bc.dev/driver.<name>` labels.
-pub(crate) fn record_drivers(c: &Connection, node_id: &str, drivers: &[proto::DriverManifest], now: i64) -> Result<()> {
-    let runtimes: Vec<(String, String)> =
-        drivers.iter().filter(|d| d.kind == "runtime").map(|d| (d.name.clone(), d.version.clone())).collect();
-    if labels::set_drivers(c, node_id, &runtimes, now)? {
-        info!(node_id, drivers = ?runtimes, "node: driver labels");
+/// The Hello hook that records a Hello's runtime drivers as
+/// `bc.dev/driver.<name>` labels (placement filters on them).
+pub struct Drivers;
+
+impl HelloHook for Drivers {
+    fn on_hello(&self, opening: &Opening<'_>) -> Result<()> {
+        let node_id = opening.node.node_id.as_str();
+        let runtimes: Vec<(String, String)> = opening
+            .hello
+            .drivers
+            .iter()
+            .filter(|d| d.kind == "runtime")
+            .map(|d| (d.name.clone(), d.version.clone()))
+            .collect();
+        if labels::set_drivers(opening.c, node_id, &runtimes, opening.now_ms)? {
+            info!(node_id, drivers = ?runtimes, "node: driver labels");
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 /// The placement request of an instance.
@@ -123,7 +134,7 @@ fn request<'a>(pool: &'a crate::store::rows::PoolRow, row: &'a InstanceRow) -> R
 
 /// Tries to place an inserted instance: on success it is `pending` in its
 /// host's next spec (returned), else `unschedulable` with the reason.
-fn try_place(c: &Connection, shared: &Shared, row: &InstanceRow) -> Result<Option<NodeSpecRow>> {
+fn try_place(c: &Db<'_>, shared: &Shared, row: &InstanceRow) -> Result<Option<NodeSpecRow>> {
     let pool = pools::get(c, &row.pool_id)?.ok_or_else(|| Error::UnknownPool { pool_id: row.pool_id.clone() })?;
     let hosts = placement::hosts(c, &row.pool_id)?;
     let now = now_ms();
@@ -154,7 +165,7 @@ fn try_place(c: &Connection, shared: &Shared, row: &InstanceRow) -> Result<Optio
 
 /// Places what can be placed of a pool's unschedulable instances, oldest
 /// first; returns the specs to send.
-pub(crate) fn reschedule(c: &Connection, shared: &Shared, pool_id: &str) -> Result<Vec<NodeSpecRow>> {
+pub(crate) fn reschedule(c: &Db<'_>, shared: &Shared, pool_id: &str) -> Result<Vec<NodeSpecRow>> {
     let mut specs = Vec::new();
     for row in rows::unschedulable(c, pool_id)? {
         if let Some(spec) = try_place(c, shared, &row)? {
@@ -165,7 +176,7 @@ pub(crate) fn reschedule(c: &Connection, shared: &Shared, pool_id: &str) -> Resu
 }
 
 /// Checks a request before anything is stored.
-fn check(c: &Connection, request: &InstanceRequest) -> Result<()> {
+fn check(c: &Db<'_>, request: &InstanceRequest) -> Result<()> {
     let invalid = |reason: String| Err(Error::InvalidInstance { reason });
     if request.runtime.is_empty() || request.vcpus == 0 || request.memory_bytes == 0 {
         return invalid(format!(
@@ -215,10 +226,10 @@ fn check(c: &Connection, request: &InstanceRequest) -> Result<()> {
 }
 
 /// Creates an instance and places it; returns its id.
-fn create(shared: &Shared, pool_id: &str, request: InstanceRequest) -> Result<String> {
+pub fn create(shared: &Shared, pool_id: &str, request: InstanceRequest) -> Result<String> {
     let id = ids::instance_id();
     let now = now_ms();
-    let spec = shared.store.tx(|c| {
+    let spec = shared.ledger.write(|c| {
         if pools::get(c, pool_id)?.is_none() {
             return Err(Error::UnknownPool { pool_id: pool_id.to_string() });
         }
@@ -260,16 +271,15 @@ fn create(shared: &Shared, pool_id: &str, request: InstanceRequest) -> Result<St
     })?;
     info!(instance_id = %id, pool_id, runtime = %request.runtime, vcpus = request.vcpus, "instance: created");
     if let Some(spec) = spec {
-        crate::spec::push(shared, &spec)?;
+        shared.hub.push_spec(&spec)?;
     }
-    shared.bump();
     Ok(id)
 }
 
 /// Deletes an instance: out of its host's next spec (deleted once the host
 /// confirms), or deleted at once when it was never placed.
-fn delete(shared: &Shared, instance_id: &str) -> Result<()> {
-    let spec = shared.store.tx(|c| {
+pub fn delete(shared: &Shared, instance_id: &str) -> Result<()> {
+    let spec = shared.ledger.write(|c| {
         let row = rows::get(c, instance_id)?
             .ok_or_else(|| Error::UnknownInstance { instance_id: instance_id.to_string() })?;
         if row.desired == InstanceDesired::Deleted {
@@ -287,18 +297,17 @@ fn delete(shared: &Shared, instance_id: &str) -> Result<()> {
     })?;
     info!(instance_id, generation = spec.as_ref().map(|s| s.generation), "instance: deleted");
     if let Some(spec) = spec {
-        crate::spec::push(shared, &spec)?;
+        shared.hub.push_spec(&spec)?;
     }
-    shared.bump();
     Ok(())
 }
 
 /// Asks for a placed instance to run or to stop.
-fn set_state(shared: &Shared, instance_id: &str, desired: InstanceDesired) -> Result<()> {
+pub fn set_state(shared: &Shared, instance_id: &str, desired: InstanceDesired) -> Result<()> {
     if desired == InstanceDesired::Deleted {
         return delete(shared, instance_id);
     }
-    let spec = shared.store.tx(|c| {
+    let spec = shared.ledger.write(|c| {
         let row = rows::get(c, instance_id)?
             .ok_or_else(|| Error::UnknownInstance { instance_id: instance_id.to_string() })?;
         if row.desired == InstanceDesired::Deleted {
@@ -308,9 +317,8 @@ fn set_state(shared: &Shared, instance_id: &str, desired: InstanceDesired) -> Re
         row.node_id.as_deref().map(|node| respec(c, shared, node)).transpose()
     })?;
     if let Some(spec) = spec {
-        crate::spec::push(shared, &spec)?;
+        shared.hub.push_spec(&spec)?;
     }
-    shared.bump();
     Ok(())
 }
 
@@ -331,60 +339,27 @@ impl StackView<'_> {
     }
 }
 
-impl DevStack {
-    /// Creates an instance in a pool and places it on a host of the pool
-    /// (unschedulable when none passes placement); returns its id.
-    pub async fn create_instance(&self, pool_id: &str, request: InstanceRequest) -> Result<String> {
-        create(self.shared(), pool_id, request)
+/// Waits until an instance is in `state`; fails at once when it is
+/// deleted (and `deleted` is not awaited), or failed when `running` is.
+pub async fn await_instance_state(
+    shared: &Shared,
+    instance_id: &str,
+    state: InstanceState,
+    timeout: Duration,
+) -> Result<InstanceRow> {
+    let row = shared
+        .await_until(format!("instance {instance_id} to be {state}"), timeout, |v| {
+            let Some(row) = v.instance(instance_id) else {
+                return Some(Err(Error::UnknownInstance { instance_id: instance_id.to_string() }));
+            };
+            v.note(format_args!("state {}, reason {:?}", row.state, row.reason));
+            let ended = row.state == InstanceState::Deleted
+                || (state == InstanceState::Running && row.state == InstanceState::Failed);
+            (row.state == state || ended).then_some(Ok(row))
+        })
+        .await??;
+    if row.state != state {
+        return Err(Error::InstanceEnded { instance_id: row.id, state: row.state, reason: row.reason });
     }
-
-    /// Deletes an instance (deleted once its host confirms the domain gone).
-    pub async fn delete_instance(&self, instance_id: &str) -> Result<()> {
-        delete(self.shared(), instance_id)
-    }
-
-    /// Asks for an instance to run or to stop.
-    pub async fn set_instance_state(&self, instance_id: &str, desired: InstanceDesired) -> Result<()> {
-        set_state(self.shared(), instance_id, desired)
-    }
-
-    /// An instance.
-    pub async fn instance(&self, instance_id: &str) -> Result<Option<InstanceRow>> {
-        self.view(|v| v.instance(instance_id))
-    }
-
-    /// Every instance, oldest first.
-    pub async fn instances(&self) -> Result<Vec<InstanceRow>> {
-        self.view(|v| v.instances())
-    }
-
-    /// A node's labels.
-    pub async fn node_labels(&self, node_id: &str) -> Result<Vec<NodeLabelRow>> {
-        self.view(|v| v.node_labels(node_id))
-    }
-
-    /// Waits until an instance is in `state`; fails at once when it is
-    /// deleted (and `deleted` is not awaited), or failed when `running` is.
-    pub async fn await_instance_state(
-        &self,
-        instance_id: &str,
-        state: InstanceState,
-        timeout: Duration,
-    ) -> Result<InstanceRow> {
-        let row = self
-            .await_until(format!("instance {instance_id} to be {state}"), timeout, |v| {
-                let Some(row) = v.instance(instance_id) else {
-                    return Some(Err(Error::UnknownInstance { instance_id: instance_id.to_string() }));
-                };
-                v.note(format_args!("state {}, reason {:?}", row.state, row.reason));
-                let ended = row.state == InstanceState::Deleted
-                    || (state == InstanceState::Running && row.state == InstanceState::Failed);
-                (row.state == state || ended).then_some(Ok(row))
-            })
-            .await??;
-        if row.state != state {
-            return Err(Error::InstanceEnded { instance_id: row.id, state: row.state, reason: row.reason });
-        }
-        Ok(row)
-    }
+    Ok(row)
 }

@@ -7,12 +7,12 @@
 
 use std::collections::HashSet;
 
-use rusqlite::Connection;
+use crate::store::Db;
 use tracing::{info, warn};
 
 use crate::error::Result;
 use crate::gateway::handlers::{Effects, Event, EventHandler};
-use crate::store::instance_rows::{InstanceDesired, InstanceState, VolumeState};
+use crate::store::rows::{InstanceDesired, InstanceState, VolumeState};
 use crate::store::{instances as rows, nodes, volumes};
 
 /// The report part that records instance and volume statuses.
@@ -31,7 +31,7 @@ impl EventHandler<proto::StatusReport> for Reports {
 }
 
 /// Applies the report's instance statuses and confirms deletions.
-fn instances(c: &Connection, node_id: &str, report: &proto::StatusReport, now: i64) -> Result<()> {
+fn instances(c: &Db<'_>, node_id: &str, report: &proto::StatusReport, now: i64) -> Result<()> {
     let placed = rows::on_node(c, node_id)?;
     let mut listed = HashSet::new();
     for st in &report.instances {
@@ -62,7 +62,7 @@ fn instances(c: &Connection, node_id: &str, report: &proto::StatusReport, now: i
 }
 
 /// Applies the report's volume statuses and confirms deletions.
-fn volumes_of(c: &Connection, node_id: &str, report: &proto::StatusReport, now: i64) -> Result<()> {
+fn volumes_of(c: &Db<'_>, node_id: &str, report: &proto::StatusReport, now: i64) -> Result<()> {
     let held = volumes::on_node(c, node_id)?;
     let mut listed = HashSet::new();
     for st in &report.volumes {

@@ -4,7 +4,7 @@
 //! host's StatusReports say whether it holds them (`ready`, `failed`) and
 //! confirm them gone (`deleted`).
 
-use crate::store::Cached as _;
+use crate::store::Db;
 use std::time::Duration;
 
 use tracing::info;
@@ -14,15 +14,14 @@ use crate::error::{Error, Result};
 use crate::ids;
 use crate::pools::KIND_VPS_HOST;
 use crate::shared::Shared;
-use crate::stack::DevStack;
-use crate::store::instance_rows::{InstanceDesired, VolumeRow, VolumeState};
 use crate::store::rows::NodeState;
+use crate::store::rows::{InstanceDesired, VolumeRow, VolumeState};
 use crate::store::{instances as instance_rows, nodes, pools, volumes as rows};
 use crate::view::StackView;
 
-fn create(shared: &Shared, node_id: &str, size_bytes: u64) -> Result<String> {
+pub fn create(shared: &Shared, node_id: &str, size_bytes: u64) -> Result<String> {
     let id = ids::volume_id();
-    let spec = shared.store.tx(|c| {
+    let spec = shared.ledger.write(|c| {
         let node = nodes::get(c, node_id)?.ok_or_else(|| Error::UnknownNode { node_id: node_id.into() })?;
         let pool = pools::get(c, &node.pool_id)?.ok_or_else(|| Error::UnknownPool { pool_id: node.pool_id.clone() })?;
         if pool.kind != KIND_VPS_HOST || node.state != NodeState::Adopted || size_bytes == 0 {
@@ -32,17 +31,16 @@ fn create(shared: &Shared, node_id: &str, size_bytes: u64) -> Result<String> {
         }
         rows::insert(c, &id, node_id, size_bytes, 0, now_ms())?;
         let spec = super::respec(c, shared, node_id)?;
-        c.execute_cached("UPDATE volumes SET generation = ?2 WHERE id = ?1", rusqlite::params![id, spec.generation])
-            .map_err(Error::store("set volume generation"))?;
+        rows::set_generation(c, &id, spec.generation)?;
         Ok(spec)
     })?;
     info!(volume_id = %id, node_id, size_bytes, generation = spec.generation, "volume: created");
-    crate::spec::push(shared, &spec)?;
+    shared.hub.push_spec(&spec)?;
     Ok(id)
 }
 
-fn resize(shared: &Shared, volume_id: &str, size_bytes: u64) -> Result<()> {
-    let spec = shared.store.tx(|c| {
+pub fn resize(shared: &Shared, volume_id: &str, size_bytes: u64) -> Result<()> {
+    let spec = shared.ledger.write(|c| {
         let v = live(c, volume_id)?;
         if size_bytes < v.size_bytes {
             return Err(Error::InvalidVolume {
@@ -52,11 +50,11 @@ fn resize(shared: &Shared, volume_id: &str, size_bytes: u64) -> Result<()> {
         rows::resize(c, volume_id, size_bytes)?;
         super::respec(c, shared, &v.node_id)
     })?;
-    crate::spec::push(shared, &spec)
+    shared.hub.push_spec(&spec)
 }
 
-fn delete(shared: &Shared, volume_id: &str) -> Result<()> {
-    let spec = shared.store.tx(|c| {
+pub fn delete(shared: &Shared, volume_id: &str) -> Result<()> {
+    let spec = shared.ledger.write(|c| {
         let v = live(c, volume_id)?;
         let users = instance_rows::on_node(c, &v.node_id)?;
         if let Some(user) = users
@@ -71,11 +69,11 @@ fn delete(shared: &Shared, volume_id: &str) -> Result<()> {
         Ok(spec)
     })?;
     info!(volume_id, generation = spec.generation, "volume: deleted");
-    crate::spec::push(shared, &spec)
+    shared.hub.push_spec(&spec)
 }
 
 /// A volume that is not deleted.
-fn live(c: &rusqlite::Connection, volume_id: &str) -> Result<VolumeRow> {
+fn live(c: &Db<'_>, volume_id: &str) -> Result<VolumeRow> {
     match rows::get(c, volume_id)? {
         Some(v) if !v.deleting => Ok(v),
         _ => Err(Error::UnknownVolume { volume_id: volume_id.into() }),
@@ -94,39 +92,18 @@ impl StackView<'_> {
     }
 }
 
-impl DevStack {
-    /// Creates a volume of `size_bytes` on an adopted VPS host; returns its id.
-    pub async fn create_volume(&self, node_id: &str, size_bytes: u64) -> Result<String> {
-        create(self.shared(), node_id, size_bytes)
-    }
-
-    /// Grows a volume (a smaller size is refused).
-    pub async fn resize_volume(&self, volume_id: &str, size_bytes: u64) -> Result<()> {
-        resize(self.shared(), volume_id, size_bytes)
-    }
-
-    /// Deletes a volume no instance attaches (deleted once its host confirms).
-    pub async fn delete_volume(&self, volume_id: &str) -> Result<()> {
-        delete(self.shared(), volume_id)
-    }
-
-    /// A volume.
-    pub async fn volume(&self, volume_id: &str) -> Result<Option<VolumeRow>> {
-        self.view(|v| v.volume(volume_id))
-    }
-
-    /// Waits until a volume is in `state`.
-    pub async fn await_volume_state(
-        &self,
-        volume_id: &str,
-        state: VolumeState,
-        timeout: Duration,
-    ) -> Result<VolumeRow> {
-        self.await_until(format!("volume {volume_id} to be {state}"), timeout, |v| {
+/// Waits until a volume is in `state`.
+pub async fn await_volume_state(
+    shared: &Shared,
+    volume_id: &str,
+    state: VolumeState,
+    timeout: Duration,
+) -> Result<VolumeRow> {
+    shared
+        .await_until(format!("volume {volume_id} to be {state}"), timeout, |v| {
             let row = v.volume(volume_id)?;
             v.note(format_args!("state {}, reason {:?}", row.state, row.reason));
             (row.state == state).then_some(row)
         })
         .await
-    }
 }

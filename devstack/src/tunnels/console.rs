@@ -123,7 +123,10 @@ impl ConsoleWriter {
     }
 
     async fn send(&self, input: ConsoleInput) -> Result<()> {
-        self.input.send(input).await.map_err(|_| Error::ConsoleEnded { tunnel_id: self.tunnel_id.clone(), end: None })
+        self.input
+            .send(input)
+            .await
+            .map_err(|_| Error::ConsoleEnded { tunnel_id: self.tunnel_id.clone(), reason: None })
     }
 }
 
@@ -224,7 +227,7 @@ impl Console {
             // The output itself stays out of the error: it may echo what was typed.
             let what =
                 format!("the awaited output on console {} ({} bytes so far)", self.tunnel_id, self.pending.len());
-            self.step(deadline, timeout, what).await?;
+            self.step_or_end(deadline, timeout, what).await?;
         }
         let out = String::from_utf8_lossy(&self.pending).into_owned();
         self.pending.clear();
@@ -236,7 +239,7 @@ impl Console {
         let deadline = tokio::time::Instant::now() + timeout;
         while !self.opened {
             let what = format!("console {} to open", self.tunnel_id);
-            self.step(deadline, timeout, what).await?;
+            self.step_or_end(deadline, timeout, what).await?;
         }
         Ok(())
     }
@@ -246,33 +249,53 @@ impl Console {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             let what = format!("console {} to end", self.tunnel_id);
-            match self.step(deadline, timeout, what).await {
-                Err(Error::ConsoleEnded { end: Some(end), .. }) => return Ok(end),
-                Err(e) => return Err(e),
-                Ok(()) => self.pending.clear(),
+            match self.step(deadline, timeout, what).await? {
+                Step::Noted => self.pending.clear(),
+                Step::Ended(Some(end)) => return Ok(end),
+                Step::Ended(None) => return Err(self.ended(None)),
             }
         }
     }
 
     /// Takes the next event before `deadline`: `Opened` and output are
-    /// noted, the end is the error [`Error::ConsoleEnded`] (with how it
-    /// ended), and the deadline [`Error::Timeout`] naming `what`.
-    async fn step(&mut self, deadline: tokio::time::Instant, timeout: Duration, what: String) -> Result<()> {
-        let ended = |end| Error::ConsoleEnded { tunnel_id: self.tunnel_id.clone(), end };
+    /// noted, the end is the end, and the deadline [`Error::Timeout`]
+    /// naming `what`.
+    async fn step(&mut self, deadline: tokio::time::Instant, timeout: Duration, what: String) -> Result<Step> {
         match tokio::time::timeout_at(deadline, self.reader.next()).await {
             Err(_) => Err(Error::Timeout { what, waited_ms: timeout.as_millis() as u64 }),
-            Ok(None) => Err(ended(None)),
-            Ok(Some(ConsoleEvent::Ended(end))) => Err(ended(Some(end))),
+            Ok(None) => Ok(Step::Ended(None)),
+            Ok(Some(ConsoleEvent::Ended(end))) => Ok(Step::Ended(Some(end))),
             Ok(Some(ConsoleEvent::Opened)) => {
                 self.opened = true;
-                Ok(())
+                Ok(Step::Noted)
             }
             Ok(Some(ConsoleEvent::Output(bytes))) => {
                 self.pending.extend_from_slice(&bytes);
-                Ok(())
+                Ok(Step::Noted)
             }
         }
     }
+
+    /// `step`, where the end is the error
+    /// [`Error::ConsoleEnded`] (saying how it ended).
+    async fn step_or_end(&mut self, deadline: tokio::time::Instant, timeout: Duration, what: String) -> Result<()> {
+        match self.step(deadline, timeout, what).await? {
+            Step::Noted => Ok(()),
+            Step::Ended(end) => Err(self.ended(end)),
+        }
+    }
+
+    fn ended(&self, end: Option<ConsoleEnd>) -> Error {
+        Error::ConsoleEnded { tunnel_id: self.tunnel_id.clone(), reason: end.map(|e| e.to_string()) }
+    }
+}
+
+/// What the next event of a console was.
+enum Step {
+    /// Output, or the news that it opened.
+    Noted,
+    /// The end (how, when the relay said so).
+    Ended(Option<ConsoleEnd>),
 }
 
 /// Where `needle` starts in `haystack`.

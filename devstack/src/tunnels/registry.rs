@@ -3,7 +3,8 @@
 //! (paired with its caller), at most `max_per_node` per node. The registry
 //! is what pairs a node's Tunnel stream with its caller: by the node's
 //! certificate (the tunnel must be that node's) and by the ticket (its
-//! SHA-256 must be the one minted for the tunnel, so its jti is too).
+//! SHA-256 must be the one minted for the tunnel, so its jti is too). Every
+//! change of the registry bumps the change notification.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -11,8 +12,9 @@ use std::sync::Mutex;
 use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
-use super::TunnelOptions;
 use super::console::CallerSide;
+use crate::changes::Changes;
+use crate::options::TunnelOptions;
 use crate::status::Code;
 
 /// One tunnel.
@@ -38,6 +40,7 @@ pub(crate) struct Registry {
     options: TunnelOptions,
     tunnels: Mutex<HashMap<String, Entry>>,
     closing: watch::Sender<bool>,
+    changes: Changes,
 }
 
 fn digest(ticket: &str) -> [u8; 32] {
@@ -46,8 +49,15 @@ fn digest(ticket: &str) -> [u8; 32] {
 
 impl Registry {
     /// An empty registry.
-    pub fn new(options: TunnelOptions) -> Self {
-        Registry { options, tunnels: Mutex::new(HashMap::new()), closing: watch::channel(false).0 }
+    pub fn new(options: TunnelOptions, changes: Changes) -> Self {
+        Registry { options, tunnels: Mutex::new(HashMap::new()), closing: watch::channel(false).0, changes }
+    }
+
+    /// Runs `f` on the map, then announces the change.
+    fn change<T>(&self, f: impl FnOnce(&mut HashMap<String, Entry>) -> T) -> T {
+        let value = f(&mut self.lock());
+        self.changes.bump();
+        value
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
@@ -64,16 +74,19 @@ impl Registry {
     /// Books an opening tunnel for `node_id`, or refuses it `tunnel-limit`
     /// when the node has `max_per_node` already (opening or open).
     pub fn book(&self, tunnel_id: &str, node_id: &str, ticket: &str, caller: CallerSide) -> Result<(), (Code, String)> {
-        let mut map = self.lock();
-        let count = map.values().filter(|e| e.node_id == node_id).count();
-        if count >= self.options.max_per_node {
-            let detail =
-                format!("node {node_id} has {count} tunnels opening or open (at most {})", self.options.max_per_node);
-            return Err((Code::TunnelLimit, detail));
-        }
-        let entry = Entry { node_id: node_id.to_string(), ticket_sha256: digest(ticket), caller: Some(caller) };
-        map.insert(tunnel_id.to_string(), entry);
-        Ok(())
+        self.change(|map| {
+            let count = map.values().filter(|e| e.node_id == node_id).count();
+            if count >= self.options.max_per_node {
+                let max = self.options.max_per_node;
+                return Err((
+                    Code::TunnelLimit,
+                    format!("node {node_id} has {count} tunnels opening or open (at most {max})"),
+                ));
+            }
+            let entry = Entry { node_id: node_id.to_string(), ticket_sha256: digest(ticket), caller: Some(caller) };
+            map.insert(tunnel_id.to_string(), entry);
+            Ok(())
+        })
     }
 
     /// Pairs the node's first frame with the caller of its opening tunnel.
@@ -81,39 +94,41 @@ impl Registry {
     /// until [`Registry::end`]; with a close reason (`None`) it is removed.
     pub fn claim(&self, tunnel_id: &str, node_id: &str, ticket: Option<&str>) -> Result<CallerSide, Unpaired> {
         let unknown = |detail: String| Unpaired { code: Code::TunnelUnknown, detail, caller: None };
-        let mut map = self.lock();
-        let Some(entry) = map.get_mut(tunnel_id).filter(|e| e.node_id == node_id) else {
-            return Err(unknown(format!("no tunnel {tunnel_id:?} is opening for node {node_id}")));
-        };
-        let Some(caller) = entry.caller.take() else {
-            return Err(unknown(format!("tunnel {tunnel_id} is already open")));
-        };
-        match ticket {
-            Some(t) if digest(t) != entry.ticket_sha256 => {
-                map.remove(tunnel_id);
-                let detail = format!("the ticket presented for tunnel {tunnel_id} is not the one minted for it");
-                Err(Unpaired { code: Code::TunnelTicket, detail, caller: Some(caller) })
+        self.change(|map| {
+            let Some(entry) = map.get_mut(tunnel_id).filter(|e| e.node_id == node_id) else {
+                return Err(unknown(format!("no tunnel {tunnel_id:?} is opening for node {node_id}")));
+            };
+            let Some(caller) = entry.caller.take() else {
+                return Err(unknown(format!("tunnel {tunnel_id} is already open")));
+            };
+            match ticket {
+                Some(t) if digest(t) != entry.ticket_sha256 => {
+                    map.remove(tunnel_id);
+                    let detail = format!("the ticket presented for tunnel {tunnel_id} is not the one minted for it");
+                    Err(Unpaired { code: Code::TunnelTicket, detail, caller: Some(caller) })
+                }
+                Some(_) => Ok(caller),
+                None => {
+                    map.remove(tunnel_id);
+                    Ok(caller)
+                }
             }
-            Some(_) => Ok(caller),
-            None => {
-                map.remove(tunnel_id);
-                Ok(caller)
-            }
-        }
+        })
     }
 
     /// Removes a tunnel that is still opening and returns its caller (the
     /// node never dialed).
     pub fn expire(&self, tunnel_id: &str) -> Option<CallerSide> {
-        let mut map = self.lock();
-        let caller = map.get_mut(tunnel_id)?.caller.take()?;
-        map.remove(tunnel_id);
-        Some(caller)
+        self.change(|map| {
+            let caller = map.get_mut(tunnel_id)?.caller.take()?;
+            map.remove(tunnel_id);
+            Some(caller)
+        })
     }
 
     /// Forgets a tunnel.
     pub fn end(&self, tunnel_id: &str) {
-        self.lock().remove(tunnel_id);
+        self.change(|map| map.remove(tunnel_id));
     }
 
     /// How many tunnels of `node_id` are opening or open.
@@ -130,9 +145,11 @@ impl Registry {
     /// ones here (their callers are told the stack is draining).
     pub fn close_all(&self) -> Vec<CallerSide> {
         self.closing.send_replace(true);
-        let mut map = self.lock();
-        let opening: Vec<String> = map.iter().filter(|(_, e)| e.caller.is_some()).map(|(id, _)| id.clone()).collect();
-        opening.iter().filter_map(|id| map.remove(id)).filter_map(|e| e.caller).collect()
+        self.change(|map| {
+            let opening: Vec<String> =
+                map.iter().filter(|(_, e)| e.caller.is_some()).map(|(id, _)| id.clone()).collect();
+            opening.iter().filter_map(|id| map.remove(id)).filter_map(|e| e.caller).collect()
+        })
     }
 }
 
@@ -144,11 +161,10 @@ mod tests {
     use crate::tunnels::console::pair;
 
     fn registry(max: usize) -> Registry {
-        Registry::new(TunnelOptions {
-            max_per_node: max,
-            open_timeout: Duration::from_secs(1),
-            ..TunnelOptions::default()
-        })
+        Registry::new(
+            TunnelOptions { max_per_node: max, open_timeout: Duration::from_secs(1), ..TunnelOptions::default() },
+            Changes::default(),
+        )
     }
 
     #[test]

@@ -16,9 +16,10 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 use tracing::{debug, info, warn};
 
+use super::Registry;
 use super::console::{CallerSide, ConsoleEnd, ConsoleEvent, ConsoleInput};
 use crate::gateway::auth::AuthedNode;
-use crate::shared::Shared;
+use crate::gateway::handlers::{TunnelHandler, TunnelStream};
 use crate::status::{Code, refuse};
 
 /// How long the gateway waits for a Tunnel call's first frame.
@@ -29,10 +30,20 @@ const OUTBOUND_BUFFER: usize = 64;
 /// The response stream of a Tunnel call.
 pub(crate) type Outbound = ReceiverStream<Result<proto::TunnelFrame, Status>>;
 
+/// `Gateway.Tunnel` over the stack's tunnels.
+pub struct Relay(pub Arc<Registry>);
+
+#[tonic::async_trait]
+impl TunnelHandler for Relay {
+    async fn accept(&self, node: AuthedNode, inbound: Streaming<proto::TunnelFrame>) -> Result<TunnelStream, Status> {
+        Ok(Box::pin(accept(self.0.clone(), node, inbound).await?))
+    }
+}
+
 /// Answers a node's Tunnel call: pairs it by its first frame, then relays
 /// it in its own task.
-pub(crate) async fn accept(
-    shared: Arc<Shared>,
+async fn accept(
+    tunnels: Arc<Registry>,
     node: AuthedNode,
     mut inbound: Streaming<proto::TunnelFrame>,
 ) -> Result<Outbound, Status> {
@@ -47,15 +58,14 @@ pub(crate) async fn accept(
     let (tx, rx) = mpsc::channel(OUTBOUND_BUFFER);
     match first.frame {
         Some(Tf::CloseReason(reason)) => {
-            let caller = shared.tunnels.claim(&tunnel_id, node_id, None).map_err(refusal)?;
+            let caller = tunnels.claim(&tunnel_id, node_id, None).map_err(refusal)?;
             let code = reason.split(':').next().unwrap_or_default();
             warn!(node_id, tunnel_id, code, "tunnel: the node refused to open it");
             caller.end(ConsoleEnd::Closed(reason)).await;
-            shared.bump();
             Ok(ReceiverStream::new(rx))
         }
         Some(Tf::Ticket(ticket)) => {
-            let caller = match shared.tunnels.claim(&tunnel_id, node_id, Some(&ticket)) {
+            let caller = match tunnels.claim(&tunnel_id, node_id, Some(&ticket)) {
                 Ok(caller) => caller,
                 Err(unpaired) => {
                     let status = refuse(unpaired.code, &unpaired.detail);
@@ -68,8 +78,7 @@ pub(crate) async fn accept(
             };
             info!(node_id, tunnel_id, "tunnel: opened");
             let _ = caller.events.send(ConsoleEvent::Opened).await;
-            shared.bump();
-            tokio::spawn(run(shared, node.node_id.clone(), tunnel_id, inbound, tx, caller));
+            tokio::spawn(run(tunnels, node.node_id.clone(), tunnel_id, inbound, tx, caller));
             Ok(ReceiverStream::new(rx))
         }
         _ => Err(refuse(Code::TunnelUnknown, "the first frame carries neither ticket nor close reason")),
@@ -89,14 +98,14 @@ struct Ending {
 
 /// Relays an open tunnel until it ends, then forgets it.
 async fn run(
-    shared: Arc<Shared>,
+    tunnels: Arc<Registry>,
     node_id: String,
     tunnel_id: String,
     inbound: Streaming<proto::TunnelFrame>,
     out: mpsc::Sender<Result<proto::TunnelFrame, Status>>,
     caller: CallerSide,
 ) {
-    let ending = relay(&shared, &tunnel_id, inbound, &out, caller.input, &caller.events).await;
+    let ending = relay(&tunnels, &tunnel_id, inbound, &out, caller.input, &caller.events).await;
     if let Some(reason) = &ending.node {
         let f = proto::TunnelFrame { tunnel_id: tunnel_id.clone(), frame: Some(Tf::CloseReason(reason.clone())) };
         let _ = out.send(Ok(f)).await;
@@ -106,14 +115,13 @@ async fn run(
         ConsoleEnd::Closed(reason) => info!(node_id, tunnel_id, reason, "tunnel: closed"),
     }
     let _ = caller.events.send(ConsoleEvent::Ended(ending.caller)).await;
-    shared.tunnels.end(&tunnel_id);
-    shared.bump();
+    tunnels.end(&tunnel_id);
 }
 
 /// The relay loop: the node's data to the caller, the caller's input to
 /// the node, until an exit status, a close reason, or either side's end.
 async fn relay(
-    shared: &Shared,
+    tunnels: &Registry,
     tunnel_id: &str,
     mut inbound: Streaming<proto::TunnelFrame>,
     out: &mpsc::Sender<Result<proto::TunnelFrame, Status>>,
@@ -125,7 +133,7 @@ async fn relay(
         caller: ConsoleEnd::Closed(gone("the caller went away")),
         node: Some(gone("the caller went away")),
     };
-    let mut closing = shared.tunnels.closing();
+    let mut closing = tunnels.closing();
     let frame = |f: Tf| Ok(proto::TunnelFrame { tunnel_id: tunnel_id.to_string(), frame: Some(f) });
     loop {
         tokio::select! {

@@ -47,7 +47,7 @@ pub(crate) fn mint(
     }
     let now = now_ms.div_euclid(1000);
     let mut claims = ExecTicket {
-        iss: jws::tunnels_issuer(&shared.settings.trust_domain),
+        iss: jws::tunnels_issuer(&shared.settings.options.trust_domain),
         aud: jws::ticket_audience(node_id),
         sub: subject.to_string(),
         op: jws::OP_CONSOLE.to_string(),
@@ -82,7 +82,7 @@ mod tests {
         let ttl = Duration::from_secs(60);
         let verify = |choice: &TicketChoice| {
             let (token, _) = mint(&shared, "node_1", "alice", ttl, choice, now).unwrap();
-            let iss = jws::tunnels_issuer(&shared.settings.trust_domain);
+            let iss = jws::tunnels_issuer(&shared.settings.options.trust_domain);
             jws::verify_exec_ticket(&token, &[issuer], &iss, "node_1", now).map_err(|e| e.code())
         };
         let fresh = verify(&TicketChoice::Fresh).unwrap();

@@ -77,7 +77,7 @@ async fn an_instance_is_placed_run_given_its_secret_and_token_and_deleted() {
         .await
         .unwrap();
     session.expect_desired_state().await;
-    let labels = stack.node_labels(&node.id).await.unwrap();
+    let labels = stack.node_labels(&node.id).unwrap();
     assert_eq!(labels.iter().map(|l| l.label.as_str()).collect::<Vec<_>>(), ["bc.dev/driver.libvirt-kvm"]);
     let inventory = vec![system_section(8, 16 << 30)];
     report(
@@ -104,7 +104,7 @@ async fn an_instance_is_placed_run_given_its_secret_and_token_and_deleted() {
 
     // Too big for the room left: unschedulable, the room filter named.
     let big = stack.create_instance(&pool, InstanceRequest { vcpus: 8, ..request.clone() }).await.unwrap();
-    let row = stack.instance(&big).await.unwrap().unwrap();
+    let row = stack.instance(&big).unwrap().unwrap();
     assert_eq!(row.state, InstanceState::Unschedulable);
     assert!(row.reason.contains("room: 1 host(s) lack room for 8 vCPUs"), "{row:?}");
 
@@ -152,16 +152,12 @@ async fn an_instance_is_placed_run_given_its_secret_and_token_and_deleted() {
     stack.delete_instance(&id).await.unwrap();
     let (gone, _) = session.expect_desired_state().await;
     assert!(gone.instances.unwrap().instances.is_empty());
-    assert_eq!(
-        stack.instance(&id).await.unwrap().unwrap().state,
-        InstanceState::Running,
-        "not before the host says so"
-    );
+    assert_eq!(stack.instance(&id).unwrap().unwrap().state, InstanceState::Running, "not before the host says so");
     report(&mut session, proto::StatusReport { applied_generation: gone.generation, ..Default::default() }).await;
     stack.await_instance_state(&id, InstanceState::Deleted, WAIT).await.unwrap();
     let (placed, _) = session.expect_desired_state().await;
     assert_eq!(placed.instances.unwrap().instances[0].id, big);
-    assert_eq!(stack.instance(&big).await.unwrap().unwrap().state, InstanceState::Pending);
+    assert_eq!(stack.instance(&big).unwrap().unwrap().state, InstanceState::Pending);
     let logs = logs.text();
     assert!(logs.contains(&id), "the stack's log is captured");
     assert!(!logs.contains("s3cr3t-value") && !logs.contains(&minted.token), "a secret or a token reached the log");

@@ -92,7 +92,7 @@ async fn a_published_spec_rotates_the_trust_bundle() {
     let env = pki::dsse::Envelope::from_proto(&env);
     let refused = pki::intent::verify_spec(&env, &roots, &node.id, pki::intent::SignedSpecs::Access, None);
     assert_eq!(refused.unwrap_err().code(), "spec-unsigned-access");
-    assert_eq!(stack.node(&node.id).await.unwrap().unwrap().spec_generation, 3);
+    assert_eq!(stack.node(&node.id).unwrap().unwrap().spec_generation, 3);
     stack.shutdown().await.unwrap();
 }
 

@@ -14,7 +14,7 @@ use crate::{Logs, stack_with_pool};
 async fn a_node_joins_is_adopted_and_gets_its_desired_state() {
     let logs = Logs::global();
     let (stack, pool, token) = stack_with_pool(DevStackOptions::memory(), Some(8)).await;
-    let mark = stack.join_mark().await.unwrap();
+    let mark = stack.join_mark().unwrap();
     let node = TestNode::join(&stack, &token).await.unwrap();
     assert_eq!(stack.await_new_node(&pool, mark, WAIT).await.unwrap().id, node.id);
     assert!(node.id.starts_with("node_") && node.id.len() == 21);
@@ -42,7 +42,7 @@ async fn a_node_joins_is_adopted_and_gets_its_desired_state() {
     let (cmd, env) = session.expect_command().await;
     assert_eq!((cmd.kind.as_str(), cmd.node_id.as_str(), cmd.retry_safe), ("diag.nvml", node.id.as_str(), true));
     assert!(env.signatures.is_empty());
-    assert_eq!(stack.node(&node.id).await.unwrap().unwrap().state, NodeState::Accepting);
+    assert_eq!(stack.node(&node.id).unwrap().unwrap().state, NodeState::Accepting);
     let seq = session.complete(&cmd, &diag_output(8)).await;
     assert_eq!(session.acked, seq);
     let (spec, spec_env) = session.expect_desired_state().await;
@@ -57,16 +57,16 @@ async fn a_node_joins_is_adopted_and_gets_its_desired_state() {
     let outcome = stack.await_command(&cmd.id, WAIT).await.unwrap();
     assert_eq!(outcome.state, CommandStatus::Succeeded);
     assert_eq!(outcome.output_json().unwrap()["gpus"], 8);
-    let history: Vec<_> = stack.command_updates(&cmd.id).await.unwrap().into_iter().map(|u| u.state).collect();
+    let history: Vec<_> = stack.command_updates(&cmd.id).unwrap().into_iter().map(|u| u.state).collect();
     assert_eq!(history, [CommandStatus::Accepted, CommandStatus::Running, CommandStatus::Succeeded]);
-    let row = stack.command(&cmd.id).await.unwrap().unwrap();
+    let row = stack.command(&cmd.id).unwrap().unwrap();
     assert_eq!((row.deliveries, row.result.is_some()), (1, true));
-    let sessions = stack.node_sessions(&node.id).await.unwrap();
+    let sessions = stack.node_sessions(&node.id).unwrap();
     assert_eq!((sessions.len(), sessions[0].boot_id.as_str()), (1, "boot-1"));
     assert_eq!(sessions[0].journal_id, node.journal_id);
-    let certs = stack.node_certs(&node.id).await.unwrap();
+    let certs = stack.node_certs(&node.id).unwrap();
     assert_eq!((certs.len(), certs[0].der.as_slice()), (1, r.certificate_chain[0].as_slice()));
-    let tokens = stack.join_tokens(&pool).await.unwrap();
+    let tokens = stack.join_tokens(&pool).unwrap();
     assert_eq!(tokens[0].uses, 1);
     assert_ne!(tokens[0].token_sha256, token);
 
@@ -142,9 +142,9 @@ async fn a_gpu_count_mismatch_is_rejected_and_never_adopted() {
     let err = stack.await_adopted(&node.id, WAIT).await.unwrap_err();
     let Error::Rejected { reason, .. } = err else { panic!("{err}") };
     assert!(reason.starts_with("GpuCountMismatch"), "{reason}");
-    let row = stack.node(&node.id).await.unwrap().unwrap();
+    let row = stack.node(&node.id).unwrap().unwrap();
     assert_eq!((row.state, row.spec_generation), (NodeState::Rejected, 0));
-    assert!(stack.node_specs(&node.id).await.unwrap().is_empty());
+    assert!(stack.node_specs(&node.id).unwrap().is_empty());
     stack.shutdown().await.unwrap();
 }
 
@@ -162,7 +162,7 @@ async fn a_sealed_token_replayed_with_another_csr_is_refused() {
     assert_eq!(code(&err), (tonic::Code::PermissionDenied, "token-csr-mismatch"));
     // The same sealed token with its own CSR still works: the refusal used nothing.
     node::join_raw(&stack, sealed, csr).await.unwrap();
-    assert_eq!(stack.nodes().await.unwrap().len(), 1);
+    assert_eq!(stack.nodes().unwrap().len(), 1);
     stack.shutdown().await.unwrap();
 }
 
@@ -190,7 +190,7 @@ async fn unknown_exhausted_and_expired_tokens_are_refused() {
     assert_eq!(code(&err), (tonic::Code::InvalidArgument, "jwe-malformed"));
     let err = node::join_raw(&stack, "x".into(), vec![0; devstack::MAX_MESSAGE_BYTES + 1]).await.unwrap_err();
     assert_eq!(code(&err), (tonic::Code::InvalidArgument, "frame-too-large"));
-    assert_eq!(stack.nodes().await.unwrap().len(), 1);
+    assert_eq!(stack.nodes().unwrap().len(), 1);
     stack.shutdown().await.unwrap();
 }
 
@@ -248,9 +248,9 @@ async fn a_join_request_replayed_byte_for_byte_is_not_a_new_node() {
     // certificate, and the token's one use is not spent again.
     let again = node::join_raw(&stack, sealed.clone(), csr.clone()).await.unwrap();
     assert_eq!(first, again);
-    let nodes = stack.nodes().await.unwrap();
+    let nodes = stack.nodes().unwrap();
     assert_eq!(nodes.len(), 1, "{nodes:?}");
-    let uses: Vec<u32> = stack.join_tokens(&pool).await.unwrap().iter().map(|t| t.uses).collect();
+    let uses: Vec<u32> = stack.join_tokens(&pool).unwrap().iter().map(|t| t.uses).collect();
     assert!(uses.contains(&1) && !uses.iter().any(|u| *u > 1), "{uses:?}");
     // The same sealed token with another CSR after the success is no retry:
     // it stays refused token-csr-mismatch, and answers no node.
@@ -261,7 +261,7 @@ async fn a_join_request_replayed_byte_for_byte_is_not_a_new_node() {
     let (_, other_csr, other_pin) = node::key_and_csr();
     let err = node::join_raw(&stack, node::seal(&stack, &once, &other_pin), other_csr).await.unwrap_err();
     assert_eq!(code(&err), (tonic::Code::PermissionDenied, "token-exhausted"));
-    assert_eq!(stack.nodes().await.unwrap().len(), 1);
+    assert_eq!(stack.nodes().unwrap().len(), 1);
     stack.shutdown().await.unwrap();
 }
 
@@ -281,6 +281,6 @@ async fn a_sealed_token_from_1970_or_the_future_is_refused() {
         let err = node::join_raw(&stack, sealed, csr).await.unwrap_err();
         assert_eq!(code(&err), (tonic::Code::PermissionDenied, want), "iat {iat}");
     }
-    assert!(stack.nodes().await.unwrap().is_empty());
+    assert!(stack.nodes().unwrap().is_empty());
     stack.shutdown().await.unwrap();
 }

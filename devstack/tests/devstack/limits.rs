@@ -46,14 +46,14 @@ async fn a_node_cannot_grow_the_store_with_section_names() {
         report(&mut session, proto::StatusReport { inventory, sections, ..Default::default() }).await;
     }
     let limits = NodeLimits::default();
-    let inventory = stack.inventory(&node.id).await.unwrap();
+    let inventory = stack.inventory(&node.id).unwrap();
     assert_eq!(inventory.len(), limits.inventory_sections, "sections kept");
     assert!(inventory.iter().any(|s| s.name == "gpus"), "the node's own section is kept");
-    assert_eq!(stack.section_statuses(&node.id).await.unwrap().len(), limits.section_statuses);
+    assert_eq!(stack.section_statuses(&node.id).unwrap().len(), limits.section_statuses);
     // A kept section is still updated, and a name that is not plain is refused.
     report(&mut session, proto::StatusReport { inventory: vec![node::gpus_section(2)], ..Default::default() }).await;
     report(&mut session, proto::StatusReport { inventory: vec![section("a\nforged")], ..Default::default() }).await;
-    let inventory = stack.inventory(&node.id).await.unwrap();
+    let inventory = stack.inventory(&node.id).unwrap();
     assert_eq!(inventory.len(), limits.inventory_sections);
     assert_eq!(inventory.iter().find(|s| s.name == "gpus").unwrap().sha256, node::gpus_section(2).sha256);
     stack.shutdown().await.unwrap();
@@ -109,7 +109,7 @@ async fn renewals_beyond_the_hourly_limit_are_refused() {
     }
     let err = renew(&stack, &node).await.unwrap_err();
     assert_eq!(code(&err), (tonic::Code::ResourceExhausted, "renew-limit"));
-    assert_eq!(stack.node_certs(&node.id).await.unwrap().len(), 4, "the join's and three renewals");
+    assert_eq!(stack.node_certs(&node.id).unwrap().len(), 4, "the join's and three renewals");
     // Another node is not limited by this one.
     let other = TestNode::join(&stack, &token).await.unwrap();
     renew(&stack, &other).await.unwrap();

@@ -79,11 +79,11 @@ async fn a_release_is_served_and_its_manifest_verifies_only_as_published() {
     let expiry = release.manifest.expires_at_ms - now;
     assert!((29 * 24 * 3600 * 1000..=30 * 24 * 3600 * 1000).contains(&expiry), "expires in {expiry} ms");
     for (options, code) in cases {
-        let env = stack.release_manifest("0.9.0", &options).await.unwrap();
+        let env = stack.release_manifest("0.9.0", &options).unwrap();
         let refused = pki::release::verify_release(&env, &policy, "linux", "amd64", &bytes, now).unwrap_err();
         assert_eq!(refused.code(), code, "{options:?}");
     }
-    assert_eq!(stack.release_manifest("0.9.0", &ManifestOptions::default()).await.unwrap(), release.envelope);
+    assert_eq!(stack.release_manifest("0.9.0", &ManifestOptions::default()).unwrap(), release.envelope);
 
     // Refused publications.
     let again = stack.publish_release("0.9.0", 8, &[("linux", "amd64", &amd64)]).await;
@@ -151,7 +151,7 @@ async fn an_upgrade_carries_the_signed_manifest_and_the_new_version_is_confirmed
             assert_eq!((outcome.state, outcome.reason), (CommandStatus::Failed, reason));
         }
     }
-    let id = stack.commands(&node.id).await.unwrap().into_iter().find(|c| c.kind == "daemon.upgrade").unwrap().id;
+    let id = stack.commands(&node.id).unwrap().into_iter().find(|c| c.kind == "daemon.upgrade").unwrap().id;
 
     // The node swaps and execs: a new session reporting 0.9.0 confirms it,
     // and the new binary reports the command done.
@@ -160,7 +160,7 @@ async fn an_upgrade_carries_the_signed_manifest_and_the_new_version_is_confirmed
     let mut session = node.connect_as(&stack, 1, |h| h.daemon_version = "0.9.0".into()).await.unwrap();
     let confirmed = stack.await_daemon_version(&node.id, "0.9.0", WAIT).await.unwrap();
     assert_eq!(confirmed.epoch, 2);
-    assert_eq!(stack.node(&node.id).await.unwrap().unwrap().daemon_version, "0.9.0");
+    assert_eq!(stack.node(&node.id).unwrap().unwrap().daemon_version, "0.9.0");
     let redelivered = session.expect_delivery().await;
     let cmd = proto::Command::decode(redelivered.command.unwrap().payload.as_slice()).unwrap();
     assert_eq!(cmd.id, id);
@@ -203,7 +203,7 @@ async fn generated_release_keys_are_kept_across_a_restart() {
 
     let stack = DevStack::start(options).await.unwrap();
     assert_eq!(stack.release_keys(), pins);
-    let again = stack.release_info("1.0.0").await.unwrap();
+    let again = stack.release_info("1.0.0").unwrap();
     assert_eq!(again, release);
     pki::release::verify_release(&again.envelope, &pins.policy(), "linux", "amd64", &binary, devstack_now_ms())
         .unwrap();

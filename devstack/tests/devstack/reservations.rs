@@ -36,7 +36,7 @@ async fn a_reservation_turns_active_on_a_node_signed_allocation_bound_and_ends_r
     assert_eq!(spec.holds, [proto::Hold { allocation_id: id.clone(), gpu_indexes: vec![0, 1], ..Default::default() }]);
     let env = pki::dsse::Envelope::from_proto(&env);
     pki::intent::verify_spec(&env, &stack.command_roots(), &node.id, pki::intent::SignedSpecs::Always, None).unwrap();
-    let row = stack.reservation(&id).await.unwrap().unwrap();
+    let row = stack.reservation(&id).unwrap().unwrap();
     assert_eq!((row.state, row.gpu_indexes.as_slice(), row.generation), (ReservationState::Pending, &[0, 1][..], 2));
 
     // Refused: another key's signature, other indexes, a generation before the hold.
@@ -48,7 +48,7 @@ async fn a_reservation_turns_active_on_a_node_signed_allocation_bound_and_ends_r
     ];
     for (env, code) in cases {
         report(&mut session, bound_report(env, 2)).await;
-        let row = stack.reservation(&id).await.unwrap().unwrap();
+        let row = stack.reservation(&id).unwrap().unwrap();
         assert_eq!(row.state, ReservationState::Pending, "{code}");
         assert!(row.last_refusal.starts_with(&format!("{code}: ")), "{code}: {}", row.last_refusal);
     }
@@ -65,7 +65,7 @@ async fn a_reservation_turns_active_on_a_node_signed_allocation_bound_and_ends_r
     assert!(active.active_at_ms.is_some());
     // Reported again (every status report carries it): nothing changes.
     report(&mut session, bound_report(statement, 2)).await;
-    assert_eq!(stack.reservation(&id).await.unwrap().unwrap(), active);
+    assert_eq!(stack.reservation(&id).unwrap().unwrap(), active);
 
     // A second reservation takes the next free GPUs; the node fails it.
     assert!(matches!(stack.reserve(&node.id, 3).await, Err(Error::InsufficientGpus { free: 2, .. })));
@@ -84,13 +84,13 @@ async fn a_reservation_turns_active_on_a_node_signed_allocation_bound_and_ends_r
     // Its hold is withdrawn in generation 4.
     let (spec, _) = session.expect_desired_state().await;
     assert_eq!((spec.generation, spec.holds.len()), (4, 1));
-    assert_eq!(stack.reservation(&second).await.unwrap().unwrap().release_generation, Some(4));
+    assert_eq!(stack.reservation(&second).unwrap().unwrap().release_generation, Some(4));
 
     // Release: the hold goes in generation 5, released on the node's report.
     assert_eq!(stack.release(&id).await.unwrap(), 5);
     let (spec, _) = session.expect_desired_state().await;
     assert_eq!((spec.generation, spec.holds.len()), (5, 0));
-    let row = stack.reservation(&id).await.unwrap().unwrap();
+    let row = stack.reservation(&id).unwrap().unwrap();
     assert_eq!((row.state, row.release_generation), (ReservationState::Releasing, Some(5)));
     assert!(matches!(stack.release(&id).await, Err(Error::ReservationState { .. })));
     // Its GPUs stay claimed until the node lets go (fail-closed): an overlap, not a shortage.
@@ -103,9 +103,9 @@ async fn a_reservation_turns_active_on_a_node_signed_allocation_bound_and_ends_r
         .await;
     let row = stack.await_reservation(&id, ReservationState::Released, WAIT).await.unwrap();
     assert!(row.released_at_ms.is_some());
-    assert_eq!(stack.reservations(&node.id).await.unwrap().len(), 2);
+    assert_eq!(stack.reservations(&node.id).unwrap().len(), 2);
     let all = stack.reserve(&node.id, 4).await.unwrap();
-    assert_eq!(stack.reservation(&all).await.unwrap().unwrap().gpu_indexes, [0, 1, 2, 3]);
+    assert_eq!(stack.reservation(&all).unwrap().unwrap().gpu_indexes, [0, 1, 2, 3]);
     assert!(matches!(stack.release("rsv_none").await, Err(Error::UnknownReservation { .. })));
     stack.shutdown().await.unwrap();
 }

@@ -42,9 +42,9 @@ async fn a_restart_on_the_same_file_keeps_keys_nodes_and_commands() {
     assert_eq!(stack.pins(), pins);
     assert_eq!(stack.gateway_url(), url);
     assert_eq!(stack.trust_bundle().unwrap().1, bundle);
-    let row = stack.node(&node.id).await.unwrap().unwrap();
+    let row = stack.node(&node.id).unwrap().unwrap();
     assert_eq!((row.state, row.applied_generation), (NodeState::Adopted, 1));
-    assert!(stack.node_sessions(&node.id).await.unwrap().iter().all(|s| s.disconnected_at_ms.is_some()));
+    assert!(stack.node_sessions(&node.id).unwrap().iter().all(|s| s.disconnected_at_ms.is_some()));
 
     // The node reconnects with its certificate; the open command comes again.
     let mut session = node.connect(&stack, 1).await.unwrap();
@@ -56,11 +56,11 @@ async fn a_restart_on_the_same_file_keeps_keys_nodes_and_commands() {
     session.complete(&again, "{}").await;
     let outcome = stack.await_command(&open, WAIT).await.unwrap();
     assert_eq!(outcome.state, CommandStatus::Succeeded);
-    assert_eq!(stack.command(&open).await.unwrap().unwrap().deliveries, 2);
+    assert_eq!(stack.command(&open).unwrap().unwrap().deliveries, 2);
 
     // The token minted before the restart still works.
     let second = TestNode::join(&stack, &token).await.unwrap();
-    assert_eq!(stack.node(&second.id).await.unwrap().unwrap().pool_id, pool);
-    assert_eq!(stack.join_tokens(&pool).await.unwrap()[0].uses, 2);
+    assert_eq!(stack.node(&second.id).unwrap().unwrap().pool_id, pool);
+    assert_eq!(stack.join_tokens(&pool).unwrap()[0].uses, 2);
     stack.shutdown().await.unwrap();
 }

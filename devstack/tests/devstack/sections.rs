@@ -33,7 +33,7 @@ async fn send(session: &mut Session, frame: In) -> u64 {
 async fn section_statuses_are_stored_per_section_and_awaited() {
     let (stack, _pool, token) = stack_with_pool(DevStackOptions::memory(), None).await;
     let (node, mut session) = node::adopted(&stack, &token, 1).await;
-    assert!(stack.section_statuses(&node.id).await.unwrap().is_empty());
+    assert!(stack.section_statuses(&node.id).unwrap().is_empty());
 
     // Two sections in one report; an unnamed one is ignored.
     let first = report(vec![
@@ -49,22 +49,22 @@ async fn section_statuses_are_stored_per_section_and_awaited() {
         .await
         .unwrap();
     assert_eq!((retrying.generation, retrying.message.as_str()), (1, "instances is Retrying"));
-    let all = stack.section_statuses(&node.id).await.unwrap();
+    let all = stack.section_statuses(&node.id).unwrap();
     let names: Vec<_> = all.iter().map(|s| (s.section.as_str(), s.state)).collect();
     assert_eq!(names, [("instances", SectionState::Progressing), ("trust", SectionState::Applied)]);
 
     // A later report changes the sections it names; the others keep theirs.
     send(&mut session, report(vec![status("instances", proto::SectionState::Applied, "Applied", 2)])).await;
-    let instances = stack.section_status(&node.id, "instances").await.unwrap().unwrap();
+    let instances = stack.section_status(&node.id, "instances").unwrap().unwrap();
     assert_eq!(
         (instances.state, instances.reason.as_str(), instances.generation),
         (SectionState::Applied, "Applied", 2)
     );
-    assert_eq!(stack.section_status(&node.id, "trust").await.unwrap().unwrap().state, SectionState::Applied);
+    assert_eq!(stack.section_status(&node.id, "trust").unwrap().unwrap().state, SectionState::Applied);
     send(&mut session, report(vec![status("instances", proto::SectionState::Failed, "InstanceFailed", 2)])).await;
-    let instances = stack.section_status(&node.id, "instances").await.unwrap().unwrap();
+    let instances = stack.section_status(&node.id, "instances").unwrap().unwrap();
     assert!(instances.is(SectionState::Failed, "InstanceFailed"), "{instances:?}");
-    assert!(stack.section_status(&node.id, "").await.unwrap().is_none());
+    assert!(stack.section_status(&node.id, "").unwrap().is_none());
     stack.shutdown().await.unwrap();
 }
 
@@ -80,7 +80,7 @@ async fn a_resent_report_does_not_overwrite_a_later_status() {
     // Another event after the duplicate: once it is acknowledged, the
     // duplicate was handled too (events are handled in order).
     send(&mut session, report(vec![])).await;
-    let holds = stack.section_status(&node.id, "holds").await.unwrap().unwrap();
+    let holds = stack.section_status(&node.id, "holds").unwrap().unwrap();
     assert!(holds.is(SectionState::Applied, "Applied"), "{holds:?}");
     stack.shutdown().await.unwrap();
 }

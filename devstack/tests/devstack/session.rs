@@ -28,7 +28,7 @@ async fn events_are_recorded_once_and_acked_across_sessions() {
     session.resend_event(seq, accepted).await;
     let seq2 = session.complete(&cmd, &diag_output(2)).await;
     assert_eq!(session.acked, seq2);
-    let history = stack.command_updates(&cmd.id).await.unwrap();
+    let history = stack.command_updates(&cmd.id).unwrap();
     assert_eq!(history.iter().filter(|u| u.state == CommandStatus::Accepted).count(), 2, "{history:?}");
     // complete() sent its own ACCEPTED: two distinct events, the duplicate not recorded.
     assert_eq!(history.len(), 4);
@@ -40,7 +40,7 @@ async fn events_are_recorded_once_and_acked_across_sessions() {
     assert_eq!((again.welcome.session_epoch, again.welcome.acked_seq), (2, seq2));
     let (spec, _) = again.expect_desired_state().await;
     assert_eq!(spec.generation, 1);
-    let sessions = stack.node_sessions(&node.id).await.unwrap();
+    let sessions = stack.node_sessions(&node.id).unwrap();
     assert_eq!(sessions.len(), 2);
     stack.await_adopted(&node.id, WAIT).await.unwrap();
     stack.shutdown().await.unwrap();
@@ -59,7 +59,7 @@ async fn an_update_after_the_outcome_is_not_recorded() {
     let again = session.send_event(Session::update(&cmd.id, CommandState::Succeeded, Some(stored))).await;
     let failed = session.send_event(Session::update(&cmd.id, CommandState::Failed, None)).await;
     session.await_ack(failed.max(again)).await;
-    let history: Vec<_> = stack.command_updates(&cmd.id).await.unwrap().into_iter().map(|u| u.state).collect();
+    let history: Vec<_> = stack.command_updates(&cmd.id).unwrap().into_iter().map(|u| u.state).collect();
     assert_eq!(history, [CommandStatus::Accepted, CommandStatus::Running, CommandStatus::Succeeded]);
     let outcome = stack.await_command(&cmd.id, WAIT).await.unwrap();
     assert_eq!(outcome.state, CommandStatus::Succeeded, "{outcome:?}");
@@ -78,7 +78,7 @@ async fn a_busy_command_is_delivered_again() {
     let (again, _) = session.expect_command().await;
     assert_eq!(again.id, diag.id);
     session.complete(&again, &diag_output(1)).await;
-    let row = stack.command(&diag.id).await.unwrap().unwrap();
+    let row = stack.command(&diag.id).unwrap().unwrap();
     assert_eq!((row.state, row.deliveries), (CommandStatus::Succeeded, 2));
     stack.shutdown().await.unwrap();
 }
@@ -123,7 +123,7 @@ async fn inventory_sections_are_stored_only_with_their_hash() {
     };
     let seq = session.send_event(In::StatusReport(report)).await;
     session.await_ack(seq).await;
-    let stored = stack.inventory(&node.id).await.unwrap();
+    let stored = stack.inventory(&node.id).unwrap();
     assert_eq!(stored.len(), 1);
     assert_eq!((stored[0].name.as_str(), stored[0].content.as_slice()), ("system", system.as_slice()));
     assert_eq!(stored[0].sha256, hex::encode(Sha256::digest(&system)));
@@ -142,7 +142,7 @@ async fn a_revoked_node_is_told_and_then_refused() {
     assert!(frames.iter().any(|f| matches!(f.frame, Some(Out::RevocationNotice(_)))), "{frames:?}");
     let err = node.connect(&stack, 0).await.err().expect("a refusal");
     assert_eq!(code(&err), (Code::PermissionDenied, "cert-revoked"));
-    assert!(stack.node_certs(&node.id).await.unwrap()[0].revoked_at_ms.is_some());
+    assert!(stack.node_certs(&node.id).unwrap()[0].revoked_at_ms.is_some());
     stack.shutdown().await.unwrap();
 }
 
@@ -164,7 +164,7 @@ async fn sessions_refuse_a_missing_certificate_a_missing_hello_and_another_node(
     let (end, _) = s.until_end().await;
     assert_eq!(code(&end.unwrap_err()), (Code::PermissionDenied, "node-mismatch"));
 
-    assert!(stack.node_sessions(&node.id).await.unwrap().is_empty());
+    assert!(stack.node_sessions(&node.id).unwrap().is_empty());
     stack.shutdown().await.unwrap();
 }
 
@@ -179,7 +179,7 @@ async fn an_oversized_frame_ends_the_session_with_frame_too_large() {
     session.send_event(In::StatusReport(proto::StatusReport { inventory: vec![section], ..Default::default() })).await;
     let (end, _) = session.until_end().await;
     assert_eq!(code(&end.unwrap_err()), (Code::InvalidArgument, "frame-too-large"));
-    assert!(stack.inventory(&node.id).await.unwrap().is_empty());
+    assert!(stack.inventory(&node.id).unwrap().is_empty());
     stack.shutdown().await.unwrap();
 }
 
@@ -198,7 +198,7 @@ async fn pings_flow_and_a_silent_node_is_dropped_after_three_intervals() {
     let (end, _) = session.until_end().await;
     assert_eq!(end.unwrap_err().code(), Code::Unavailable);
     stack.await_node(&node.id, |_| true, WAIT).await.unwrap();
-    let sessions = stack.node_sessions(&node.id).await.unwrap();
+    let sessions = stack.node_sessions(&node.id).unwrap();
     assert!(sessions[0].disconnected_at_ms.is_some());
     stack.shutdown().await.unwrap();
 }
@@ -252,7 +252,7 @@ async fn a_node_renews_its_certificate_over_mtls() {
     let response = pki::join::verify_response(&env, &stack.join_signing_key(), &pin).unwrap();
     assert_eq!(response.node_id, node.id);
     assert_ne!(response.certificate_chain[0], node.cert.chain[0]);
-    assert_eq!(stack.node_certs(&node.id).await.unwrap().len(), 2);
+    assert_eq!(stack.node_certs(&node.id).unwrap().len(), 2);
 
     let renewed = node.renewed(key, response.certificate_chain);
     let session = renewed.connect(&stack, 0).await.unwrap();
@@ -269,10 +269,9 @@ async fn racing_first_sessions_enqueue_one_acceptance_check() {
         let live: Vec<_> = [a, b, c].into_iter().filter_map(Result::ok).collect();
         assert!(!live.is_empty());
         stack.await_node_state(&node.id, devstack::NodeState::Accepting, crate::node::WAIT).await.unwrap();
-        let diags: Vec<_> =
-            stack.commands(&node.id).await.unwrap().into_iter().filter(|c| c.kind == "diag.nvml").collect();
+        let diags: Vec<_> = stack.commands(&node.id).unwrap().into_iter().filter(|c| c.kind == "diag.nvml").collect();
         assert_eq!(diags.len(), 1, "{diags:?}");
-        let row = stack.node(&node.id).await.unwrap().unwrap();
+        let row = stack.node(&node.id).unwrap().unwrap();
         assert_eq!(row.acceptance_command_id.as_deref(), Some(diags[0].id.as_str()));
     }
     stack.shutdown().await.unwrap();
@@ -308,9 +307,9 @@ async fn a_node_with_a_new_journal_is_not_sent_again_what_it_may_have_run() {
     // Another journal: only the retry-safe one.
     let mut fresh = node.connect_as(&stack, 1, |h| h.journal_id = "jr_after_the_loss".into()).await.unwrap();
     assert_eq!(fresh.expect_command().await.0.id, safe);
-    let row = stack.command(&once).await.unwrap().unwrap();
+    let row = stack.command(&once).unwrap().unwrap();
     assert_eq!(row.state, CommandStatus::Failed, "{row:?}");
     assert!(row.reason.starts_with("journal-lost: "), "{}", row.reason);
-    assert_eq!(stack.command(&safe).await.unwrap().unwrap().state, CommandStatus::Delivered);
+    assert_eq!(stack.command(&safe).unwrap().unwrap().state, CommandStatus::Delivered);
     stack.shutdown().await.unwrap();
 }

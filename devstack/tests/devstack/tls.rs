@@ -77,7 +77,7 @@ async fn bad_connections_are_refused_while_a_session_keeps_working() {
     assert_eq!(cmd.id, id);
     session.complete(&cmd, "{}").await;
     assert_eq!(stack.await_command(&id, WAIT).await.unwrap().state, CommandStatus::Succeeded);
-    assert_eq!(stack.node_sessions(&node.id).await.unwrap().len(), 1);
+    assert_eq!(stack.node_sessions(&node.id).unwrap().len(), 1);
 
     stack.shutdown().await.unwrap();
     let text = logs.text();

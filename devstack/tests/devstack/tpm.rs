@@ -233,12 +233,12 @@ async fn a_tpm_node_joins_in_two_rounds_rejoins_as_itself_and_renews_with_its_ak
     assert_eq!(response.pool_id, pool);
     assert!(names_ak(&cert.chain, &stack, &tpm.ak_name()));
     let ek_sha256: [u8; 32] = Sha256::digest(tpm.ek_public()).into();
-    let bindings = stack.node_bindings(&node_id).await.unwrap();
+    let bindings = stack.node_bindings(&node_id).unwrap();
     assert_eq!(bindings.len(), 1);
     assert_eq!((bindings[0].kind.as_str(), bindings[0].sha256.as_str()), ("tpm-ek", hex::encode(ek_sha256).as_str()));
     assert_eq!((&bindings[0].ak_public, &bindings[0].ak_name), (&tpm.ak_public(), &tpm.ak_name()));
-    assert_eq!(stack.node_by_ek(&ek_sha256).await.unwrap().unwrap().node_id, node_id);
-    let joins = stack.node_joins(&node_id).await.unwrap();
+    assert_eq!(stack.node_by_ek(&ek_sha256).unwrap().unwrap().node_id, node_id);
+    let joins = stack.node_joins(&node_id).unwrap();
     assert_eq!(joins.len(), 1);
     assert_eq!(
         (joins[0].method, joins[0].node_key, joins[0].policy.as_str()),
@@ -257,12 +257,12 @@ async fn a_tpm_node_joins_in_two_rounds_rejoins_as_itself_and_renews_with_its_ak
     let (again, cert2) = join(&stack, &reinstalled, &key2, &key2).await.unwrap();
     assert_eq!(again.node_id, node_id);
     assert!(names_ak(&cert2.chain, &stack, &reinstalled.ak_name()));
-    assert_eq!(stack.node_certs(&node_id).await.unwrap().len(), 2);
-    assert_eq!(stack.node_joins(&node_id).await.unwrap().len(), 2);
-    assert_eq!(stack.nodes().await.unwrap().len(), 1);
-    let binding = &stack.node_bindings(&node_id).await.unwrap()[0];
+    assert_eq!(stack.node_certs(&node_id).unwrap().len(), 2);
+    assert_eq!(stack.node_joins(&node_id).unwrap().len(), 2);
+    assert_eq!(stack.nodes().unwrap().len(), 1);
+    let binding = &stack.node_bindings(&node_id).unwrap()[0];
     assert_eq!(binding.ak_public, reinstalled.ak_public());
-    assert_eq!(stack.node(&node_id).await.unwrap().unwrap().state, NodeState::Adopted);
+    assert_eq!(stack.node(&node_id).unwrap().unwrap().state, NodeState::Adopted);
 
     // Renewal: the current AK certifies the next key over SHA-256(csr).
     let next = pki::keys::random_p256();
@@ -271,7 +271,7 @@ async fn a_tpm_node_joins_in_two_rounds_rejoins_as_itself_and_renews_with_its_ak
     let renewed = renew(&stack, &cert2, &next, Some(reinstalled.certify(&next.public_key(), &nonce))).await.unwrap();
     assert_eq!(renewed.node_id, node_id);
     assert!(names_ak(&renewed.certificate_chain, &stack, &reinstalled.ak_name()));
-    assert_eq!(stack.node_certs(&node_id).await.unwrap().len(), 3);
+    assert_eq!(stack.node_certs(&node_id).unwrap().len(), 3);
 
     // Refused renewals.
     let other = pki::keys::random_p256();
@@ -285,7 +285,7 @@ async fn a_tpm_node_joins_in_two_rounds_rejoins_as_itself_and_renews_with_its_ak
         let err = renew(&stack, &cert2, &next, certification).await.unwrap_err();
         assert_eq!(code(&err), (Code::PermissionDenied, expected));
     }
-    assert_eq!(stack.node_certs(&node_id).await.unwrap().len(), 3);
+    assert_eq!(stack.node_certs(&node_id).unwrap().len(), 3);
     stack.shutdown().await.unwrap();
 }
 
@@ -336,10 +336,10 @@ async fn tpm_joins_are_refused_with_the_attestors_codes() {
     let mut answer = tpm.round2(&challenge, &key, &key);
     answer.quote = tpm.round2(&other_nonce, &key, &key).quote;
     assert_eq!(code(&round2(&stack, answer).await.unwrap_err()), (Code::PermissionDenied, "quote-nonce"));
-    assert!(stack.nodes().await.unwrap().is_empty());
+    assert!(stack.nodes().unwrap().is_empty());
     // And the good one.
     let (response, _) = join(&stack, &tpm, &key, &key).await.unwrap();
-    assert_eq!(stack.node_joins(&response.node_id).await.unwrap()[0].policy, "tpm");
+    assert_eq!(stack.node_joins(&response.node_id).unwrap()[0].policy, "tpm");
     stack.shutdown().await.unwrap();
 
     // A round 2 after its session's deadline.
@@ -361,12 +361,12 @@ async fn tpm_joins_are_refused_with_the_attestors_codes() {
 async fn a_token_node_renews_with_a_plain_csr() {
     let (stack, _pool, token) = crate::stack_with_pool(DevStackOptions::memory(), None).await;
     let node = node::TestNode::join(&stack, &token).await.unwrap();
-    let joins = stack.node_joins(&node.id).await.unwrap();
+    let joins = stack.node_joins(&node.id).unwrap();
     assert_eq!(
         (joins[0].method, joins[0].node_key, joins[0].policy.as_str()),
         (JoinMethod::Token, NodeKeyLevel::Any, "")
     );
-    assert!(stack.node_bindings(&node.id).await.unwrap().is_empty());
+    assert!(stack.node_bindings(&node.id).unwrap().is_empty());
     // A certification from a token node is ignored: there is no AK to check it with.
     let next = pki::keys::random_p256();
     let tpm = SoftTpm::new(&Manufacturer::new("unused"));
@@ -455,10 +455,10 @@ async fn the_committed_swtpm_fixture_passes_both_rounds_through_the_join_service
         ids.push(response.node_id);
     }
     assert_eq!(ids[0], ids[1]);
-    let joins = stack.node_joins(&ids[0]).await.unwrap();
+    let joins = stack.node_joins(&ids[0]).unwrap();
     assert_eq!(joins.iter().map(|j| j.node_key).collect::<Vec<_>>(), [NodeKeyLevel::Tpm, NodeKeyLevel::Tpm]);
     let ek_sha256: [u8; 32] = Sha256::digest(&ek_public).into();
-    assert_eq!(stack.node_by_ek(&ek_sha256).await.unwrap().unwrap().node_id, ids[0]);
-    assert_eq!(stack.node_certs(&ids[0]).await.unwrap().len(), 2);
+    assert_eq!(stack.node_by_ek(&ek_sha256).unwrap().unwrap().node_id, ids[0]);
+    assert_eq!(stack.node_certs(&ids[0]).unwrap().len(), 2);
     stack.shutdown().await.unwrap();
 }

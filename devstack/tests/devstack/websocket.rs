@@ -94,7 +94,7 @@ async fn refusals_are_close_frames_with_their_code() {
     let mut revoked = socket(&stack, Some(&node.cert)).await;
     let (code, reason) = next(&mut revoked).await.unwrap_err();
     assert_eq!((code, reason.split(':').next().unwrap()), (4007, "cert-revoked"), "{reason}");
-    assert!(stack.node_sessions(&node.id).await.unwrap().is_empty(), "no refused socket opened a session");
+    assert!(stack.node_sessions(&node.id).unwrap().is_empty(), "no refused socket opened a session");
     stack.shutdown().await.unwrap();
 }
 
@@ -140,7 +140,7 @@ async fn renewal_over_https_answers_a_renew_reply_or_a_refusal() {
     let env = pki::dsse::Envelope::from_proto(&reply.response.unwrap());
     let response = pki::join::verify_response(&env, &stack.join_signing_key(), &pin).unwrap();
     assert_eq!(response.node_id, node.id);
-    assert_eq!(stack.node_certs(&node.id).await.unwrap().len(), 2);
+    assert_eq!(stack.node_certs(&node.id).unwrap().len(), 2);
 
     let (status, body) =
         http(tls(&stack, Some(&node.cert)).await, "/v1/renew", "application/x-protobuf", b"\xff").await;

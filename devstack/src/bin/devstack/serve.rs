@@ -129,7 +129,7 @@ fn tpm_attestor(args: &Serve) -> Result<Option<TpmAttestorOptions>> {
 
 /// The default pool, created on first use.
 async fn default_pool(stack: &DevStack, expect_gpus: Option<u32>) -> Result<String> {
-    Ok(match stack.pool_by_name(DEFAULT_POOL).await? {
+    Ok(match stack.pool_by_name(DEFAULT_POOL)? {
         Some(pool) => pool.id,
         None => {
             let spec = PoolSpec { name: DEFAULT_POOL.into(), expect_gpu_count: expect_gpus, ..PoolSpec::default() };

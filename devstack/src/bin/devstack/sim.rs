@@ -102,7 +102,7 @@ async fn build_bcd() -> Result<PathBuf> {
 /// The pool `sim-<variant>`, created on first use.
 async fn pool(stack: &DevStack, spec: &SimSpec) -> Result<String> {
     let name = format!("sim-{}", spec.variant.as_str());
-    if let Some(pool) = stack.pool_by_name(&name).await? {
+    if let Some(pool) = stack.pool_by_name(&name)? {
         return Ok(pool.id);
     }
     let expect_gpu_count = spec.expect_gpus.or(spec.variant.expected_gpus());

@@ -1,0 +1,81 @@
+//! The `node_labels` table: what the stack knows a node offers, from its
+//! Hello (`bc.dev/driver.<runtime>` for each runtime driver it announces).
+
+use rusqlite::params;
+
+use crate::rows::NodeLabelRow;
+use crate::{Db, Error, Result};
+
+/// The prefix of a driver label.
+pub const DRIVER_PREFIX: &str = "bc.dev/driver.";
+
+/// Replaces a node's driver labels with `drivers` (name, version; a name
+/// given twice takes its last version) and says whether they changed. Labels
+/// that are already so are not written again: every Hello announces the
+/// drivers, and a fleet reconnecting must not rewrite them all. Written,
+/// they are the ones asked for, so they changed.
+pub fn set_drivers(c: &Db<'_>, node_id: &str, drivers: &[(String, String)], now: i64) -> Result<bool> {
+    let wanted: std::collections::BTreeMap<String, &str> =
+        drivers.iter().map(|(name, version)| (format!("{DRIVER_PREFIX}{name}"), version.as_str())).collect();
+    let before = of_node(c, node_id)?;
+    let current = before.iter().filter(|l| l.label.starts_with(DRIVER_PREFIX));
+    if current.map(|l| (l.label.as_str(), l.value.as_str())).eq(wanted.iter().map(|(l, v)| (l.as_str(), *v))) {
+        return Ok(false);
+    }
+    c.execute_cached("DELETE FROM node_labels WHERE node_id = ?1 AND label LIKE 'bc.dev/driver.%'", [node_id])
+        .map_err(Error::sqlite("clear driver labels"))?;
+    for (label, version) in &wanted {
+        c.execute_cached(
+            "INSERT OR REPLACE INTO node_labels (node_id, label, value, updated_at_ms) VALUES (?1, ?2, ?3, ?4)",
+            params![node_id, label, version, now],
+        )
+        .map_err(Error::sqlite("insert driver label"))?;
+    }
+    Ok(true)
+}
+
+/// A node's labels, by label.
+pub fn of_node(c: &Db<'_>, node_id: &str) -> Result<Vec<NodeLabelRow>> {
+    let mut stmt = c
+        .prepare_cached("SELECT node_id, label, value FROM node_labels WHERE node_id = ?1 ORDER BY label")
+        .map_err(Error::sqlite("list labels"))?;
+    let rows = stmt
+        .query_map([node_id], |r| Ok(NodeLabelRow { node_id: r.get(0)?, label: r.get(1)?, value: r.get(2)? }))
+        .map_err(Error::sqlite("list labels"))?;
+    rows.collect::<rusqlite::Result<_>>().map_err(Error::sqlite("list labels"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn driver_labels_already_so_are_not_written_again() {
+        let store = crate::store_with_node();
+        let updated = |c: &Db<'_>| -> Vec<i64> {
+            let mut stmt = c.prepare_cached("SELECT updated_at_ms FROM node_labels ORDER BY label").unwrap();
+            stmt.query_map([], |r| r.get(0)).unwrap().collect::<rusqlite::Result<_>>().unwrap()
+        };
+        let drivers = |list: &[(&str, &str)]| -> Vec<(String, String)> {
+            list.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect()
+        };
+        store
+            .write(|c| {
+                assert!(set_drivers(c, "node_1", &drivers(&[("qemu", "9.0"), ("fake", "1")]), 10)?);
+                assert_eq!(updated(c), vec![10, 10]);
+                // The same drivers in another order: unchanged, not written.
+                assert!(!set_drivers(c, "node_1", &drivers(&[("fake", "1"), ("qemu", "9.0")]), 20)?);
+                assert_eq!(updated(c), vec![10, 10]);
+                // A name given twice takes its last version.
+                assert!(set_drivers(c, "node_1", &drivers(&[("fake", "1"), ("qemu", "8.0"), ("qemu", "9.1")]), 30)?);
+                let labels: Vec<(String, String)> =
+                    of_node(c, "node_1")?.into_iter().map(|l| (l.label, l.value)).collect();
+                assert_eq!(labels, drivers(&[("bc.dev/driver.fake", "1"), ("bc.dev/driver.qemu", "9.1")]));
+                assert!(set_drivers(c, "node_1", &[], 40)?);
+                assert!(of_node(c, "node_1")?.is_empty());
+                assert!(!set_drivers(c, "node_1", &[], 50)?);
+                Ok::<_, Error>(())
+            })
+            .unwrap();
+    }
+}

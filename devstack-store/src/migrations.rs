@@ -1,0 +1,410 @@
+//! The numbered schema migrations of the store, applied in order at start.
+//!
+//! Each migration runs in its own transaction and is recorded in
+//! `schema_migrations`; a migration, once released, never changes: later
+//! issues append new ones.
+
+use rusqlite::{Connection, params};
+
+use crate::now_ms;
+use crate::{Error, Result};
+
+/// A migration: its number, its name and its SQL.
+pub struct Migration {
+    /// The number (1, 2, …), in application order.
+    pub version: u32,
+    /// A short name.
+    pub name: &'static str,
+    /// The statements.
+    pub sql: &'static str,
+}
+
+/// Every migration, in order.
+pub const MIGRATIONS: &[Migration] = &[
+    Migration { version: 1, name: "nodes, commands and keys", sql: V1 },
+    Migration { version: 2, name: "batch approvals", sql: V2 },
+    Migration { version: 3, name: "reservations", sql: V3 },
+    Migration { version: 4, name: "node bindings and joins", sql: V4 },
+    Migration { version: 5, name: "releases", sql: V5 },
+    Migration { version: 6, name: "node section status", sql: V6 },
+    Migration { version: 7, name: "instances, volumes, node labels, secrets", sql: V7 },
+    Migration { version: 8, name: "join requests", sql: V8 },
+    Migration {
+        version: 9,
+        name: "pool policies, reservation shares and bindings, instances' current memory",
+        sql: V9,
+    },
+    Migration { version: 10, name: "otlp exports", sql: V10 },
+];
+
+const V10: &str = r#"
+CREATE TABLE otlp_exports (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    node_id TEXT NOT NULL,
+    received_at_ms INTEGER NOT NULL,
+    encoding TEXT NOT NULL CHECK (encoding IN ('json', 'protobuf')),
+    body BLOB NOT NULL,
+    bytes INTEGER NOT NULL
+);
+CREATE INDEX otlp_exports_node ON otlp_exports(node_id, seq);
+"#;
+
+const V9: &str = r#"
+ALTER TABLE pools ADD COLUMN policy TEXT NOT NULL DEFAULT '{}';
+ALTER TABLE reservations ADD COLUMN vcpus INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE reservations ADD COLUMN memory_bytes INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE reservations ADD COLUMN binding TEXT NOT NULL DEFAULT '' CHECK (binding IN ('', 'kubernetes'));
+ALTER TABLE reservations ADD COLUMN cgroup_parent TEXT NOT NULL DEFAULT '';
+ALTER TABLE instances ADD COLUMN current_memory_bytes INTEGER;
+"#;
+
+const V1: &str = r#"
+CREATE TABLE settings (
+    name TEXT PRIMARY KEY,
+    value BLOB NOT NULL,
+    updated_at_ms INTEGER NOT NULL
+);
+
+CREATE TABLE pools (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    gpu_model TEXT,
+    expect_gpu_count INTEGER,
+    acceptance TEXT NOT NULL,
+    created_at_ms INTEGER NOT NULL
+);
+
+CREATE TABLE join_tokens (
+    id TEXT PRIMARY KEY,
+    token_sha256 TEXT NOT NULL UNIQUE,
+    pool_id TEXT NOT NULL REFERENCES pools(id),
+    max_uses INTEGER NOT NULL,
+    uses INTEGER NOT NULL DEFAULT 0,
+    expires_at_ms INTEGER NOT NULL,
+    created_at_ms INTEGER NOT NULL
+);
+
+CREATE TABLE nodes (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    pool_id TEXT NOT NULL REFERENCES pools(id),
+    state TEXT NOT NULL CHECK (state IN ('joined', 'accepting', 'adopted', 'rejected')),
+    reason TEXT NOT NULL DEFAULT '',
+    hostname TEXT NOT NULL DEFAULT '',
+    daemon_version TEXT NOT NULL DEFAULT '',
+    hardware_id TEXT NOT NULL DEFAULT '',
+    join_token_id TEXT,
+    acceptance_command_id TEXT,
+    applied_generation INTEGER NOT NULL DEFAULT 0,
+    spec_generation INTEGER NOT NULL DEFAULT 0,
+    created_at_ms INTEGER NOT NULL,
+    adopted_at_ms INTEGER
+);
+CREATE INDEX nodes_pool ON nodes(pool_id);
+
+CREATE TABLE node_certs (
+    node_id TEXT NOT NULL REFERENCES nodes(id),
+    serial TEXT NOT NULL,
+    spki_pin TEXT NOT NULL,
+    der BLOB NOT NULL,
+    not_before_ms INTEGER NOT NULL,
+    not_after_ms INTEGER NOT NULL,
+    revoked_at_ms INTEGER,
+    created_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (node_id, serial)
+);
+
+CREATE TABLE node_sessions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    node_id TEXT NOT NULL REFERENCES nodes(id),
+    epoch INTEGER NOT NULL,
+    journal_id TEXT NOT NULL,
+    boot_id TEXT NOT NULL,
+    daemon_version TEXT NOT NULL,
+    connected_at_ms INTEGER NOT NULL,
+    disconnected_at_ms INTEGER,
+    UNIQUE (node_id, epoch)
+);
+
+CREATE TABLE node_events (
+    node_id TEXT NOT NULL REFERENCES nodes(id),
+    journal_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    recorded_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (node_id, journal_id, seq)
+);
+
+CREATE TABLE commands (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    node_id TEXT NOT NULL REFERENCES nodes(id),
+    kind TEXT NOT NULL,
+    params BLOB NOT NULL,
+    retry_safe INTEGER NOT NULL,
+    destructive INTEGER NOT NULL,
+    batch TEXT NOT NULL DEFAULT '',
+    not_after_ms INTEGER NOT NULL DEFAULT 0,
+    min_generation INTEGER NOT NULL DEFAULT 0,
+    envelope BLOB NOT NULL,
+    state TEXT NOT NULL,
+    reason TEXT NOT NULL DEFAULT '',
+    result BLOB,
+    output BLOB,
+    created_at_ms INTEGER NOT NULL,
+    delivered_at_ms INTEGER,
+    finished_at_ms INTEGER,
+    deliveries INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX commands_node ON commands(node_id, state);
+
+CREATE TABLE command_updates (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    command_id TEXT NOT NULL REFERENCES commands(id),
+    state TEXT NOT NULL,
+    reason TEXT NOT NULL DEFAULT '',
+    at_ms INTEGER NOT NULL
+);
+CREATE INDEX command_updates_command ON command_updates(command_id);
+
+CREATE TABLE node_inventory (
+    node_id TEXT NOT NULL REFERENCES nodes(id),
+    name TEXT NOT NULL,
+    sha256 TEXT NOT NULL,
+    content BLOB NOT NULL,
+    updated_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (node_id, name)
+);
+
+CREATE TABLE node_specs (
+    node_id TEXT NOT NULL REFERENCES nodes(id),
+    generation INTEGER NOT NULL,
+    payload BLOB NOT NULL,
+    envelope BLOB NOT NULL,
+    created_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (node_id, generation)
+);
+"#;
+
+const V2: &str = r#"
+ALTER TABLE commands ADD COLUMN batch_approval BLOB;
+"#;
+
+const V3: &str = r#"
+CREATE TABLE reservations (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    node_id TEXT NOT NULL REFERENCES nodes(id),
+    gpu_indexes TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('pending', 'active', 'releasing', 'released', 'failed')),
+    reason TEXT NOT NULL DEFAULT '',
+    generation INTEGER NOT NULL,
+    release_generation INTEGER,
+    bound_generation INTEGER,
+    cdi_devices TEXT NOT NULL DEFAULT '[]',
+    statement BLOB,
+    last_refusal TEXT NOT NULL DEFAULT '',
+    created_at_ms INTEGER NOT NULL,
+    active_at_ms INTEGER,
+    released_at_ms INTEGER
+);
+CREATE INDEX reservations_node ON reservations(node_id, state);
+"#;
+
+const V4: &str = r#"
+CREATE TABLE node_bindings (
+    node_id TEXT NOT NULL REFERENCES nodes(id),
+    kind TEXT NOT NULL CHECK (kind IN ('tpm-ek')),
+    sha256 TEXT NOT NULL,
+    ak_public BLOB NOT NULL,
+    ak_name BLOB NOT NULL,
+    created_at_ms INTEGER NOT NULL,
+    updated_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (kind, sha256)
+);
+CREATE INDEX node_bindings_node ON node_bindings(node_id);
+
+CREATE TABLE node_joins (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    node_id TEXT NOT NULL REFERENCES nodes(id),
+    method TEXT NOT NULL CHECK (method IN ('token', 'tpm')),
+    node_key TEXT NOT NULL CHECK (node_key IN ('tpm', 'certified', 'any')),
+    policy TEXT NOT NULL DEFAULT '',
+    serial TEXT NOT NULL,
+    at_ms INTEGER NOT NULL
+);
+CREATE INDEX node_joins_node ON node_joins(node_id);
+"#;
+
+const V5: &str = r#"
+CREATE TABLE releases (
+    version TEXT PRIMARY KEY,
+    sequence INTEGER NOT NULL,
+    manifest BLOB NOT NULL,
+    envelope TEXT NOT NULL,
+    created_at_ms INTEGER NOT NULL
+);
+
+CREATE TABLE release_artifacts (
+    version TEXT NOT NULL REFERENCES releases(version),
+    os TEXT NOT NULL,
+    arch TEXT NOT NULL,
+    sha256 TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    bytes BLOB NOT NULL,
+    PRIMARY KEY (version, os, arch)
+);
+"#;
+
+const V6: &str = r#"
+CREATE TABLE node_section_status (
+    node_id TEXT NOT NULL REFERENCES nodes(id),
+    section TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('unspecified', 'applied', 'progressing', 'failed')),
+    reason TEXT NOT NULL DEFAULT '',
+    message TEXT NOT NULL DEFAULT '',
+    generation INTEGER NOT NULL,
+    updated_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (node_id, section)
+);
+"#;
+
+const V7: &str = r#"
+ALTER TABLE pools ADD COLUMN kind TEXT NOT NULL DEFAULT 'gpu' CHECK (kind IN ('gpu', 'vps-host'));
+
+CREATE TABLE node_labels (
+    node_id TEXT NOT NULL REFERENCES nodes(id),
+    label TEXT NOT NULL,
+    value TEXT NOT NULL DEFAULT '',
+    updated_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (node_id, label)
+);
+
+CREATE TABLE instances (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    pool_id TEXT NOT NULL REFERENCES pools(id),
+    node_id TEXT REFERENCES nodes(id),
+    runtime TEXT NOT NULL,
+    vcpus INTEGER NOT NULL,
+    memory_bytes INTEGER NOT NULL,
+    desired TEXT NOT NULL CHECK (desired IN ('running', 'stopped', 'deleted')),
+    state TEXT NOT NULL CHECK (state IN ('unschedulable', 'pending', 'starting', 'running', 'stopped', 'failed', 'deleted')),
+    reason TEXT NOT NULL DEFAULT '',
+    spec BLOB NOT NULL,
+    pinned_node TEXT,
+    generation INTEGER,
+    delete_generation INTEGER,
+    created_at_ms INTEGER NOT NULL,
+    updated_at_ms INTEGER NOT NULL,
+    running_at_ms INTEGER,
+    deleted_at_ms INTEGER
+);
+CREATE INDEX instances_node ON instances(node_id, state);
+CREATE INDEX instances_pool ON instances(pool_id, state);
+
+CREATE TABLE volumes (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    node_id TEXT NOT NULL REFERENCES nodes(id),
+    size_bytes INTEGER NOT NULL,
+    desired TEXT NOT NULL CHECK (desired IN ('present', 'deleted')),
+    state TEXT NOT NULL CHECK (state IN ('pending', 'ready', 'failed', 'deleted')),
+    reason TEXT NOT NULL DEFAULT '',
+    generation INTEGER NOT NULL,
+    delete_generation INTEGER,
+    created_at_ms INTEGER NOT NULL,
+    deleted_at_ms INTEGER
+);
+CREATE INDEX volumes_node ON volumes(node_id, state);
+
+CREATE TABLE secrets (
+    id TEXT PRIMARY KEY,
+    value BLOB NOT NULL,
+    created_at_ms INTEGER NOT NULL
+);
+"#;
+
+const V8: &str = r#"
+CREATE TABLE join_requests (
+    request_sha256 TEXT PRIMARY KEY,
+    node_id TEXT NOT NULL REFERENCES nodes(id),
+    response TEXT NOT NULL,
+    created_at_ms INTEGER NOT NULL
+);
+"#;
+
+/// Applies every migration not yet recorded; returns the numbers applied.
+pub(crate) fn migrate(conn: &mut Connection) -> Result<Vec<u32>> {
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (
+            version INTEGER PRIMARY KEY,
+            name TEXT NOT NULL,
+            applied_at_ms INTEGER NOT NULL
+        )",
+    )
+    .map_err(Error::sqlite("create schema_migrations"))?;
+    let current: u32 = conn
+        .query_row("SELECT COALESCE(MAX(version), 0) FROM schema_migrations", [], |r| r.get(0))
+        .map_err(Error::sqlite("read schema_migrations"))?;
+    let mut applied = Vec::new();
+    for m in MIGRATIONS.iter().filter(|m| m.version > current) {
+        let fail = |source| Error::Migration { version: m.version, name: m.name, source };
+        let tx = conn.transaction().map_err(fail)?;
+        tx.execute_batch(m.sql).map_err(fail)?;
+        tx.execute(
+            "INSERT INTO schema_migrations (version, name, applied_at_ms) VALUES (?1, ?2, ?3)",
+            params![m.version, m.name, now_ms()],
+        )
+        .map_err(fail)?;
+        tx.commit().map_err(fail)?;
+        applied.push(m.version);
+    }
+    Ok(applied)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrations_are_numbered_in_order_and_apply_once() {
+        for (i, m) in MIGRATIONS.iter().enumerate() {
+            assert_eq!(m.version as usize, i + 1, "{}", m.name);
+        }
+        let mut conn = Connection::open_in_memory().unwrap();
+        assert_eq!(migrate(&mut conn).unwrap().len(), MIGRATIONS.len());
+        assert!(migrate(&mut conn).unwrap().is_empty());
+        let tables: Vec<String> = conn
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        for t in [
+            "commands",
+            "join_requests",
+            "join_tokens",
+            "instances",
+            "node_bindings",
+            "node_certs",
+            "node_labels",
+            "node_events",
+            "node_joins",
+            "node_section_status",
+            "node_sessions",
+            "nodes",
+            "otlp_exports",
+            "pools",
+            "release_artifacts",
+            "releases",
+            "reservations",
+            "secrets",
+            "settings",
+            "volumes",
+        ] {
+            assert!(tables.iter().any(|x| x == t), "{t} missing from {tables:?}");
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! The `nodes` table.
+
+use rusqlite::{Row, params};
+
+use crate::rows::NodeRow;
+use crate::{Db, Error, Result};
+use crate::{enum_col, optional};
+
+const COLUMNS: &str = "seq, id, pool_id, state, reason, hostname, daemon_version, hardware_id, acceptance_command_id, \
+                       applied_generation, spec_generation, created_at_ms, adopted_at_ms";
+
+fn row(r: &Row<'_>) -> rusqlite::Result<NodeRow> {
+    Ok(NodeRow {
+        seq: r.get(0)?,
+        id: r.get(1)?,
+        pool_id: r.get(2)?,
+        state: enum_col(r, 3)?,
+        reason: r.get(4)?,
+        hostname: r.get(5)?,
+        daemon_version: r.get(6)?,
+        hardware_id: r.get(7)?,
+        acceptance_command_id: r.get(8)?,
+        applied_generation: r.get(9)?,
+        spec_generation: r.get(10)?,
+        created_at_ms: r.get(11)?,
+        adopted_at_ms: r.get(12)?,
+    })
+}
+
+fn list(c: &Db<'_>, where_clause: &str, args: impl rusqlite::Params) -> Result<Vec<NodeRow>> {
+    let mut stmt = c
+        .prepare_cached(&format!("SELECT {COLUMNS} FROM nodes {where_clause} ORDER BY seq"))
+        .map_err(Error::sqlite("list nodes"))?;
+    let rows = stmt.query_map(args, row).map_err(Error::sqlite("list nodes"))?;
+    rows.collect::<rusqlite::Result<_>>().map_err(Error::sqlite("list nodes"))
+}
+
+/// What a join records about a new node.
+pub struct NewNode<'a> {
+    /// `node_…`.
+    pub id: &'a str,
+    /// Its pool.
+    pub pool_id: &'a str,
+    /// The token it used (none for a TPM join).
+    pub join_token_id: Option<&'a str>,
+    /// Claims.
+    pub hostname: &'a str,
+    /// Claims.
+    pub daemon_version: &'a str,
+    /// Claims.
+    pub hardware_id: &'a str,
+    /// Join time.
+    pub created_at_ms: i64,
+}
+
+/// Inserts a node in state `joined`.
+pub fn insert(c: &Db<'_>, n: &NewNode<'_>) -> Result<()> {
+    c.execute_cached(
+        "INSERT INTO nodes (id, pool_id, state, hostname, daemon_version, hardware_id, join_token_id, created_at_ms)
+         VALUES (?1, ?2, 'joined', ?3, ?4, ?5, ?6, ?7)",
+        params![n.id, n.pool_id, n.hostname, n.daemon_version, n.hardware_id, n.join_token_id, n.created_at_ms],
+    )
+    .map_err(Error::sqlite("insert node"))?;
+    Ok(())
+}
+
+/// A node by id.
+pub fn get(c: &Db<'_>, id: &str) -> Result<Option<NodeRow>> {
+    optional(c.query_row_cached(&format!("SELECT {COLUMNS} FROM nodes WHERE id = ?1"), [id], row), "read node")
+}
+
+/// The nodes of a pool, in join order.
+pub fn of_pool(c: &Db<'_>, pool_id: &str) -> Result<Vec<NodeRow>> {
+    list(c, "WHERE pool_id = ?1", [pool_id])
+}
+
+/// Every node, in join order.
+pub fn all(c: &Db<'_>) -> Result<Vec<NodeRow>> {
+    list(c, "", [])
+}
+
+/// The nodes that joined after the node with `seq` (in join order).
+pub fn after(c: &Db<'_>, seq: i64) -> Result<Vec<NodeRow>> {
+    list(c, "WHERE seq > ?1", [seq])
+}
+
+/// The highest join order so far (0 with no node).
+pub fn last_seq(c: &Db<'_>) -> Result<i64> {
+    c.query_row_cached("SELECT COALESCE(MAX(seq), 0) FROM nodes", [], |r| r.get(0))
+        .map_err(Error::sqlite("read node seq"))
+}
+
+/// Rejects a node that is `accepting`, with its reason.
+pub fn reject(c: &Db<'_>, id: &str, reason: &str) -> Result<()> {
+    c.execute_cached(
+        "UPDATE nodes SET state = 'rejected', reason = ?2 WHERE id = ?1 AND state = 'accepting'",
+        params![id, reason],
+    )
+    .map_err(Error::sqlite("reject node"))?;
+    Ok(())
+}
+
+/// Records the acceptance command of a node and moves it from `joined` to
+/// `accepting`; returns false (and changes nothing) when it was no longer
+/// `joined` (another session of the node got there first).
+pub fn set_accepting(c: &Db<'_>, id: &str, command_id: &str) -> Result<bool> {
+    let n = c
+        .execute_cached(
+            "UPDATE nodes SET state = 'accepting', acceptance_command_id = ?2 WHERE id = ?1 AND state = 'joined'",
+            params![id, command_id],
+        )
+        .map_err(Error::sqlite("set node accepting"))?;
+    Ok(n == 1)
+}
+
+/// Adopts a node that is `joined` or `accepting`; returns false when it was
+/// already adopted or rejected.
+pub fn adopt(c: &Db<'_>, id: &str, now_ms: i64) -> Result<bool> {
+    let n = c
+        .execute_cached(
+            "UPDATE nodes SET state = 'adopted', reason = '', adopted_at_ms = ?2
+             WHERE id = ?1 AND state IN ('joined', 'accepting')",
+            params![id, now_ms],
+        )
+        .map_err(Error::sqlite("adopt node"))?;
+    Ok(n == 1)
+}
+
+/// Records what a Hello says (daemon version, applied generation).
+pub fn record_hello(c: &Db<'_>, id: &str, daemon_version: &str, applied_generation: u64) -> Result<()> {
+    // A row already so is not written again (a reconnect changes neither).
+    c.execute_cached(
+        "UPDATE nodes SET daemon_version = ?2, applied_generation = ?3
+         WHERE id = ?1 AND (daemon_version IS NOT ?2 OR applied_generation IS NOT ?3)",
+        params![id, daemon_version, applied_generation],
+    )
+    .map_err(Error::sqlite("record hello"))?;
+    Ok(())
+}
+
+/// Records the applied generation a node reports; returns whether it changed.
+pub fn set_applied_generation(c: &Db<'_>, id: &str, generation: u64) -> Result<bool> {
+    let n = c
+        .execute_cached(
+            "UPDATE nodes SET applied_generation = ?2 WHERE id = ?1 AND applied_generation != ?2",
+            params![id, generation],
+        )
+        .map_err(Error::sqlite("set applied generation"))?;
+    Ok(n == 1)
+}

@@ -1,0 +1,67 @@
+//! The `node_section_status` table: the latest status a node reported for
+//! each section of its NodeSpec.
+
+use rusqlite::{Row, params};
+
+use crate::rows::SectionStatus;
+use crate::{Db, Error, Result};
+use crate::{enum_col, optional};
+
+const COLUMNS: &str = "node_id, section, state, reason, message, generation, updated_at_ms";
+
+fn row(r: &Row<'_>) -> rusqlite::Result<SectionStatus> {
+    Ok(SectionStatus {
+        node_id: r.get(0)?,
+        section: r.get(1)?,
+        state: enum_col(r, 2)?,
+        reason: r.get(3)?,
+        message: r.get(4)?,
+        generation: r.get(5)?,
+        updated_at_ms: r.get(6)?,
+    })
+}
+
+/// Stores (or replaces) a node's status of one section.
+pub fn upsert(c: &Db<'_>, s: &SectionStatus) -> Result<()> {
+    c.execute_cached(
+        &format!(
+            "INSERT INTO node_section_status ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+             ON CONFLICT (node_id, section) DO UPDATE
+             SET state = excluded.state, reason = excluded.reason, message = excluded.message,
+                 generation = excluded.generation, updated_at_ms = excluded.updated_at_ms"
+        ),
+        params![s.node_id, s.section, s.state.as_str(), s.reason, s.message, s.generation, s.updated_at_ms],
+    )
+    .map_err(Error::sqlite("store section status"))?;
+    Ok(())
+}
+
+/// A node's status of one section.
+pub fn get(c: &Db<'_>, node_id: &str, section: &str) -> Result<Option<SectionStatus>> {
+    optional(
+        c.query_row_cached(
+            &format!("SELECT {COLUMNS} FROM node_section_status WHERE node_id = ?1 AND section = ?2"),
+            params![node_id, section],
+            row,
+        ),
+        "read section status",
+    )
+}
+
+/// A node's statuses, by section.
+pub fn of_node(c: &Db<'_>, node_id: &str) -> Result<Vec<SectionStatus>> {
+    let mut stmt = c
+        .prepare_cached(&format!("SELECT {COLUMNS} FROM node_section_status WHERE node_id = ?1 ORDER BY section"))
+        .map_err(Error::sqlite("list section statuses"))?;
+    let rows = stmt.query_map([node_id], row).map_err(Error::sqlite("list section statuses"))?;
+    rows.collect::<rusqlite::Result<_>>().map_err(Error::sqlite("list section statuses"))
+}
+
+/// The sections a node has a status of.
+pub fn names(c: &Db<'_>, node_id: &str) -> Result<Vec<String>> {
+    let mut stmt = c
+        .prepare_cached("SELECT section FROM node_section_status WHERE node_id = ?1 ORDER BY section")
+        .map_err(Error::sqlite("list section names"))?;
+    let rows = stmt.query_map([node_id], |r| r.get(0)).map_err(Error::sqlite("list section names"))?;
+    rows.collect::<rusqlite::Result<_>>().map_err(Error::sqlite("list section names"))
+}

@@ -1,0 +1,99 @@
+//! The store as the stack uses it: reads, and writes whose events are
+//! published, and whose change is announced, once they committed.
+//!
+//! A write's closure gets a [`Tx`]: the transaction (it derefs to the
+//! store's `Db`, so every statement takes it) and [`Tx::publish`], which
+//! queues a [`StackEvent`]. After the commit, still under the store's lock,
+//! the queued events go out on the event stream in the order of the commits
+//! and the change notification is bumped; a write that fails publishes
+//! nothing. No call site publishes or bumps by hand, so "an event is
+//! published only after its change committed" and "every change wakes the
+//! waits" hold by construction.
+
+use std::cell::RefCell;
+use std::ops::Deref;
+
+use crate::changes::Changes;
+use crate::error::{Error, Result};
+use crate::events::{EventBus, StackEvent};
+use crate::store::{Db, Store};
+
+/// The store, the event stream and the change notification, together.
+pub struct Ledger {
+    store: Store,
+    events: EventBus,
+    changes: Changes,
+}
+
+/// A write in progress: its transaction, and the events to publish once it
+/// committed.
+pub struct Tx<'a> {
+    db: &'a Db<'a>,
+    events: &'a RefCell<Vec<StackEvent>>,
+}
+
+impl Tx<'_> {
+    /// Queues an event, published once this write committed (never if it
+    /// does not).
+    pub fn publish(&self, event: StackEvent) {
+        self.events.borrow_mut().push(event);
+    }
+}
+
+impl<'a> Deref for Tx<'a> {
+    type Target = Db<'a>;
+
+    fn deref(&self) -> &Db<'a> {
+        self.db
+    }
+}
+
+impl Ledger {
+    /// The ledger over an opened store, bumping `changes` after each write.
+    pub fn new(store: Store, changes: Changes) -> Self {
+        Ledger { store, events: EventBus::default(), changes }
+    }
+
+    /// One consistent read of the store.
+    pub fn read<T, E: Into<Error>>(&self, f: impl FnOnce(&Db<'_>) -> Result<T, E>) -> Result<T> {
+        self.store.read(|db| f(db).map_err(Into::into))
+    }
+
+    /// A transaction, committed when `f` returns `Ok`; then its events are
+    /// published and the change is announced.
+    pub fn write<T>(&self, f: impl FnOnce(&Tx<'_>) -> Result<T>) -> Result<T> {
+        let events = RefCell::new(Vec::new());
+        self.store.write_then(
+            |db| f(&Tx { db, events: &events }),
+            |changed| {
+                let events = events.take();
+                let announce = changed || !events.is_empty();
+                for event in events {
+                    self.events.publish(event);
+                }
+                if announce {
+                    self.changes.bump();
+                }
+            },
+        )
+    }
+
+    /// Announces a change outside the store (a session registered with the
+    /// hub): its events are published and the waits woken.
+    pub fn announce(&self, events: impl IntoIterator<Item = StackEvent>) {
+        for event in events {
+            self.events.publish(event);
+        }
+        self.changes.bump();
+    }
+
+    /// The event stream (to subscribe to).
+    pub fn events(&self) -> &EventBus {
+        &self.events
+    }
+
+    /// The change notification.
+    pub fn changes(&self) -> &Changes {
+        &self.changes
+    }
+}
