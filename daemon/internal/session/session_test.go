@@ -57,6 +57,21 @@ type rig struct {
 // start joins a node to a test gateway and runs its session.
 func start(t *testing.T, prepare func(*journal.Journal)) *rig {
 	t.Helper()
+	r := setup(t, prepare)
+	ctx, cancel := context.WithCancel(context.Background())
+	r.done, r.cancel = make(chan error, 1), cancel
+	go func() { r.done <- r.session.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-r.done
+	})
+	return r
+}
+
+// setup joins a node to a test gateway and makes its session, not run
+// (done and cancel are start's).
+func setup(t *testing.T, prepare func(*journal.Journal)) *rig {
+	t.Helper()
 	g := testgw.Start(t, testgw.Options{})
 	g.AddToken("tok")
 	dir := t.TempDir()
@@ -85,14 +100,7 @@ func start(t *testing.T, prepare func(*journal.Journal)) *rig {
 		Gateway: g.URL, Journal: j, Handler: h,
 		BackoffBase: time.Millisecond, BackoffCap: 5 * time.Millisecond,
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &rig{gw: g, journal: j, handler: h, session: s, done: make(chan error, 1), cancel: cancel}
-	go func() { r.done <- s.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		<-r.done
-	})
-	return r
+	return &rig{gw: g, journal: j, handler: h, session: s}
 }
 
 const wait = 5 * time.Second
