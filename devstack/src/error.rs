@@ -5,6 +5,8 @@
 
 use std::path::PathBuf;
 
+use proto::refusal::Code;
+
 /// Why the dev stack could not do what it was asked.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -152,7 +154,7 @@ pub enum Error {
         free: u32,
     },
     /// A Kubernetes binding on a pool whose policy does not enable it.
-    #[error("binding-unsupported: node {node_id}'s pool {pool:?} has no policy.kubernetes")]
+    #[error("{}: node {node_id}'s pool {pool:?} has no policy.kubernetes", Code::BindingUnsupported)]
     BindingUnsupported {
         /// The node id.
         node_id: String,
@@ -160,7 +162,7 @@ pub enum Error {
         pool: String,
     },
     /// GPUs asked that a releasing reservation still claims.
-    #[error("reservation-overlap: node {node_id}: {reason}")]
+    #[error("{}: node {node_id}: {reason}", Code::ReservationOverlap)]
     ReservationOverlap {
         /// The node id.
         node_id: String,
@@ -168,7 +170,7 @@ pub enum Error {
         reason: String,
     },
     /// Fewer free vCPUs or less free memory than the reservation books.
-    #[error("reservation-room: node {node_id}: {reason}")]
+    #[error("{}: node {node_id}: {reason}", Code::ReservationRoom)]
     ReservationRoom {
         /// The node id.
         node_id: String,

@@ -69,3 +69,11 @@ pub fn signed_response(
     };
     pki::join::sign_response(&keys.join_signing, &response)
 }
+
+/// A node key and its certification as the attestor takes them.
+pub fn certified_key(k: &proto::TpmCertification) -> pki::tpm::attestor::CertifiedKey {
+    pki::tpm::attestor::CertifiedKey {
+        public: k.public.clone(),
+        certify: pki::tpm::attestor::Signed { attest: k.attest.clone(), signature: k.signature.clone() },
+    }
+}

@@ -286,18 +286,11 @@ fn answer(r: &proto::TpmRound2) -> Result<pki::tpm::Answer, Status> {
         activated_secret: r.activated_secret.clone(),
         quote: pki::tpm::attestor::Signed { attest: quote.attest.clone(), signature: quote.signature.clone() },
         pcr_values: quote.pcr_values.clone(),
-        node_key: r.node_key.as_ref().map(certified_key),
+        node_key: r.node_key.as_ref().map(issuance::certified_key),
         csr: r.csr_der.clone(),
     })
 }
 
-/// A node key and its certification as the attestor takes them.
-pub fn certified_key(k: &proto::TpmCertification) -> pki::tpm::attestor::CertifiedKey {
-    pki::tpm::attestor::CertifiedKey {
-        public: k.public.clone(),
-        certify: pki::tpm::attestor::Signed { attest: k.attest.clone(), signature: k.signature.clone() },
-    }
-}
 
 impl StackView<'_> {
     /// A node's hardware bindings (`tpm-ek`).

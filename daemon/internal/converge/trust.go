@@ -35,7 +35,7 @@ func (t *trustReconciler) Reconcile(_ context.Context, in Input) (Result, error)
 	}
 	failed := Result{State: agentv1.SectionState_SECTION_STATE_FAILED, Reason: ReasonRotationRefused}
 	if current == nil {
-		failed.Message = "trust-quorum: no current trust bundle, so no approvers"
+		failed.Message = string(pki.CodeTrustQuorum) + ": no current trust bundle, so no approvers"
 		return failed, nil
 	}
 	// Rotate logged why; this says it again in the section's terms.

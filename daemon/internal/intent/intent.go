@@ -139,7 +139,7 @@ func (t *Trust) Rotate(env *agentv1.Envelope) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.bundle == nil {
-		t.log.Warn("trust.ignored", "code", "trust-quorum", "reason", "no current trust bundle, so no approvers")
+		t.log.Warn("trust.ignored", "code", pki.CodeTrustQuorum, "reason", "no current trust bundle, so no approvers")
 		return false
 	}
 	next, err := pki.AcceptTrustBundle(t.bundle, pki.EnvelopeFromProto(env))

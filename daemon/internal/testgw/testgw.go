@@ -340,7 +340,7 @@ func (g *Gateway) Join(ctx context.Context, req *agentv1.JoinRequest) (*agentv1.
 	g.mu.Unlock()
 	if shed {
 		_ = grpc.SetTrailer(ctx, metadata.Pairs("retry-after-ms", strconv.Itoa(g.opts.ShedHintMs)))
-		return nil, status.Error(codes.Unavailable, "connection-limit: the gateway holds as many connections as it allows")
+		return nil, status.Error(codes.Unavailable, string(refusal.CodeConnectionLimit)+": the gateway holds as many connections as it allows")
 	}
 	switch {
 	case req.GetTpmRound1() != nil:

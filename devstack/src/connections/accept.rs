@@ -225,7 +225,7 @@ fn connection_limit(retry_after: Duration) -> tonic::Status {
 
 /// The HTTP sides' answer to a request not answered within `request_timeout`.
 fn http_request_late() -> axum::response::Response {
-    (http::StatusCode::GATEWAY_TIMEOUT, "request-timeout").into_response()
+    (http::StatusCode::GATEWAY_TIMEOUT, Code::RequestTimeout.as_str()).into_response()
 }
 
 /// The body of the HTTP sides' `503` to a connection beyond the cap.

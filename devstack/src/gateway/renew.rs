@@ -70,7 +70,7 @@ pub fn renew(shared: &Shared, node: &AuthedNode, req: &proto::RenewRequest) -> R
                     pki::tpm::attestor::verify_key_certification(
                         &b.ak_public,
                         &renewal_nonce(&req.csr_der),
-                        &crate::tpm::certified_key(k),
+                        &issuance::certified_key(k),
                     )
                     .map_err(|e| status::from_pki(&e))?,
                 ),
