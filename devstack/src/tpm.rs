@@ -291,7 +291,6 @@ fn answer(r: &proto::TpmRound2) -> Result<pki::tpm::Answer, Status> {
     })
 }
 
-
 impl StackView<'_> {
     /// A node's hardware bindings (`tpm-ek`).
     pub fn node_bindings(&self, node_id: &str) -> Vec<NodeBindingRow> {

@@ -57,7 +57,7 @@ var (
 	// before the mark.
 	ErrServerTimeBackwards = errors.New("server time went backwards")
 	// ErrLiveness means nothing was heard for 3 heartbeat intervals.
-	ErrLiveness = errors.New("liveness: nothing heard for 3 intervals")
+	ErrLiveness = errors.New(string(refusal.CodeLiveness) + ": nothing heard for 3 intervals")
 	// ErrNoWelcome means the first frame was not a Welcome.
 	ErrNoWelcome = errors.New("the gateway's first frame is not a Welcome")
 )
