@@ -1,5 +1,8 @@
-//! The `node_events` table: which journal events of a node were recorded, so
-//! a re-sent event is acknowledged without being applied twice.
+//! The `node_journals` table: how far each journal of a node was recorded.
+//! A node's events increase per journal (docs/protocol.md, "Events and
+//! acks"), so an event at or below its journal's recorded seq is a resend,
+//! acknowledged without being applied twice; a journal id is stored once,
+//! and a node keeps at most a bounded number of journals (the oldest go).
 
 use rusqlite::params;
 
@@ -8,21 +11,52 @@ use crate::{Db, Error, Result};
 /// The highest event seq recorded for a node's journal (0 for a new journal).
 pub fn acked_seq(c: &Db<'_>, node_id: &str, journal_id: &str) -> Result<u64> {
     c.query_row_cached(
-        "SELECT COALESCE(MAX(seq), 0) FROM node_events WHERE node_id = ?1 AND journal_id = ?2",
+        "SELECT COALESCE(MAX(acked_seq), 0) FROM node_journals WHERE node_id = ?1 AND journal_id = ?2",
         [node_id, journal_id],
         |r| r.get(0),
     )
     .map_err(Error::sqlite("read acked seq"))
 }
 
-/// Records an event; returns false when it was already recorded.
-pub fn record(c: &Db<'_>, node_id: &str, journal_id: &str, seq: u64, kind: &str, now_ms: i64) -> Result<bool> {
+/// Records an event of a journal; returns false when it was recorded
+/// already (its seq is not above the journal's). A node's journals beyond
+/// the newest `journals_kept` are forgotten.
+pub fn record(c: &Db<'_>, node_id: &str, journal_id: &str, seq: u64, now_ms: i64, journals_kept: u32) -> Result<bool> {
     let n = c
         .execute_cached(
-            "INSERT OR IGNORE INTO node_events (node_id, journal_id, seq, kind, recorded_at_ms)
-             VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![node_id, journal_id, seq, kind, now_ms],
+            "INSERT INTO node_journals (node_id, journal_id, acked_seq, updated_at_ms) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (node_id, journal_id) DO UPDATE
+             SET acked_seq = excluded.acked_seq, updated_at_ms = excluded.updated_at_ms
+             WHERE excluded.acked_seq > node_journals.acked_seq",
+            params![node_id, journal_id, seq, now_ms],
         )
         .map_err(Error::sqlite("record node event"))?;
+    if n == 1 {
+        c.execute_cached(
+            "DELETE FROM node_journals WHERE node_id = ?1 AND id NOT IN
+             (SELECT id FROM node_journals WHERE node_id = ?1 ORDER BY updated_at_ms DESC, id DESC LIMIT ?2)",
+            params![node_id, journals_kept],
+        )
+        .map_err(Error::sqlite("forget old journals"))?;
+    }
     Ok(n == 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_event_is_recorded_once_and_old_journals_go() {
+        let store = crate::store_with_node();
+        let record =
+            |journal: &str, seq: u64, at: i64| store.write(|c| record(c, "node_1", journal, seq, at, 2)).unwrap();
+        assert!(record("j1", 1, 1) && record("j1", 2, 2));
+        assert!(!record("j1", 2, 3) && !record("j1", 1, 3), "a resend");
+        assert_eq!(store.read(|c| acked_seq(c, "node_1", "j1")).unwrap(), 2);
+        assert!(record("j2", 1, 4) && record("j3", 1, 5));
+        // Two journals kept: j1, the oldest, is forgotten.
+        assert_eq!(store.read(|c| acked_seq(c, "node_1", "j1")).unwrap(), 0);
+        assert_eq!(store.read(|c| acked_seq(c, "node_1", "j3")).unwrap(), 1);
+    }
 }

@@ -35,7 +35,24 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: V9,
     },
     Migration { version: 10, name: "otlp exports", sql: V10 },
+    Migration { version: 11, name: "node journals", sql: V11 },
 ];
+
+/// A journal's events are recorded by its highest seq (events increase per
+/// journal), not one row per event: a journal id is stored once per node.
+const V11: &str = r#"
+CREATE TABLE node_journals (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    node_id TEXT NOT NULL REFERENCES nodes(id),
+    journal_id TEXT NOT NULL,
+    acked_seq INTEGER NOT NULL DEFAULT 0,
+    updated_at_ms INTEGER NOT NULL,
+    UNIQUE (node_id, journal_id)
+);
+INSERT INTO node_journals (node_id, journal_id, acked_seq, updated_at_ms)
+    SELECT node_id, journal_id, MAX(seq), MAX(recorded_at_ms) FROM node_events GROUP BY node_id, journal_id;
+DROP TABLE node_events;
+"#;
 
 const V10: &str = r#"
 CREATE TABLE otlp_exports (
@@ -390,7 +407,7 @@ mod tests {
             "node_bindings",
             "node_certs",
             "node_labels",
-            "node_events",
+            "node_journals",
             "node_joins",
             "node_section_status",
             "node_sessions",

@@ -35,8 +35,9 @@ pub struct NewSession<'a> {
 }
 
 /// Opens a session: the next epoch of the node (one more than its highest,
-/// across restarts of the stack), recorded in the same statement group.
-pub fn open(c: &Db<'_>, s: &NewSession<'_>) -> Result<NodeSessionRow> {
+/// across restarts of the stack), recorded in the same statement group. The
+/// node's closed sessions beyond the newest `kept` are forgotten.
+pub fn open(c: &Db<'_>, s: &NewSession<'_>, kept: u32) -> Result<NodeSessionRow> {
     let epoch: u64 = c
         .query_row_cached(
             "SELECT COALESCE(MAX(epoch), 0) + 1 FROM node_sessions WHERE node_id = ?1",
@@ -50,8 +51,15 @@ pub fn open(c: &Db<'_>, s: &NewSession<'_>) -> Result<NodeSessionRow> {
         params![s.node_id, epoch, s.journal_id, s.boot_id, s.daemon_version, s.now_ms],
     )
     .map_err(Error::sqlite("insert node session"))?;
+    let id = c.last_insert_rowid();
+    c.execute_cached(
+        "DELETE FROM node_sessions WHERE node_id = ?1 AND disconnected_at_ms IS NOT NULL AND id NOT IN
+         (SELECT id FROM node_sessions WHERE node_id = ?1 ORDER BY epoch DESC LIMIT ?2)",
+        params![s.node_id, kept],
+    )
+    .map_err(Error::sqlite("forget old node sessions"))?;
     Ok(NodeSessionRow {
-        id: c.last_insert_rowid(),
+        id,
         node_id: s.node_id.to_string(),
         epoch,
         journal_id: s.journal_id.to_string(),

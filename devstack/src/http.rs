@@ -85,6 +85,6 @@ pub fn router(shared: Arc<Shared>) -> Router {
     Router::new()
         .route(WELL_KNOWN_PATH, get(|State(shared): State<Arc<Shared>>| async move { Json(well_known(&shared)) }))
         .route("/releases/{version}/{file}", get(release_file))
-        .route(crate::otlp::PATH, post(crate::otlp::receive))
+        .route(crate::otlp::PATH, post(crate::otlp::refuse_unauthenticated))
         .with_state(shared)
 }

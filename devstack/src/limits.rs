@@ -27,6 +27,12 @@ pub struct NodeLimits {
     /// Bytes of OTLP exports the stack keeps in all, every node's (the
     /// newest 64 MiB).
     pub otlp_total_bytes: u64,
+    /// Sessions the stack keeps the row of per node (the newest 64; the
+    /// open one always).
+    pub sessions_kept: u32,
+    /// Journals the stack keeps the recorded seq of per node (the newest
+    /// 16; a node has one, and a new one after its journal was lost).
+    pub journals_kept: u32,
 }
 
 impl Default for NodeLimits {
@@ -38,6 +44,8 @@ impl Default for NodeLimits {
             renewals_per_hour: 60,
             otlp_exports_per_node: 256,
             otlp_total_bytes: 64 * 1024 * 1024,
+            sessions_kept: 64,
+            journals_kept: 16,
         }
     }
 }

@@ -597,9 +597,11 @@ impl DevStack {
 
 /// Telemetry.
 impl DevStack {
-    /// The OTLP/HTTP metrics endpoint as nodes reach it (`http://host:port/v1/metrics`).
+    /// The OTLP/HTTP metrics endpoint as nodes reach it, on the HTTPS
+    /// listener (`https://host:port/v1/metrics`): a node presents its
+    /// certificate.
     pub fn otlp_url(&self) -> String {
-        format!("{}{}", self.run.shared.settings.http_base_url, otlp::PATH)
+        format!("{}{}", self.run.shared.settings.https_base_url, otlp::PATH)
     }
 
     /// The OTLP exports of a node the stack keeps (none when its store

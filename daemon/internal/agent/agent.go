@@ -173,7 +173,12 @@ func New(opts Options) (*Agent, error) {
 	if system, ok := opts.Machine.(hostconfig.System); ok {
 		reconcilers = append(reconcilers, hostconfig.New(system))
 	}
-	tcfg := telemetry.Config{NodeID: id.NodeID, Version: opts.Version, Machine: opts.Machine, Log: log}
+	// An https endpoint is the control plane's receiver: pinned by the
+	// serving CA, and the node's certificate is what authenticates it
+	// (docs/protocol.md, "Telemetry").
+	exporter := identity.HTTPSClient(c, id)
+	exporter.Timeout = telemetry.ExportTimeout
+	tcfg := telemetry.Config{NodeID: id.NodeID, Version: opts.Version, Machine: opts.Machine, Log: log, Client: exporter}
 	if a.instances != nil {
 		reconcilers = append(reconcilers, a.instances)
 		a.frames = append(a.frames, a.broker)

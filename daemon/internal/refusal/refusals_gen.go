@@ -39,6 +39,8 @@ const (
 	CodeMessageMalformed Code = "message-malformed"
 	// CodeHelloExpected: The first frame of a session was not a Hello (or none came in time).
 	CodeHelloExpected Code = "hello-expected"
+	// CodeHelloMalformed: A Hello whose journal id, boot id or daemon version is not of its form (an identifier of at most 64 bytes: docs/protocol.md, "Hello and Welcome").
+	CodeHelloMalformed Code = "hello-malformed"
 	// CodeFrameMalformed: A WebSocket message that is not one binary protobuf frame of the session.
 	CodeFrameMalformed Code = "frame-malformed"
 	// CodeSessionReplaced: A newer session of the same node took over.

@@ -93,6 +93,7 @@ var entries = []Entry{
 	{Code: "frame-too-large", Domain: "gateway", GRPC: codes.InvalidArgument, Meaning: "A message above the 1 MiB decoding limit."},
 	{Code: "message-malformed", Domain: "gateway", GRPC: codes.InvalidArgument, Meaning: "A request or frame (Join, Session, Renew, Tunnel) that does not decode as its protobuf message (a bad varint, a string that is not UTF-8), or a number out of the stack's range (an event seq above 2^63-1)."},
 	{Code: "hello-expected", Domain: "gateway", GRPC: codes.InvalidArgument, Meaning: "The first frame of a session was not a Hello (or none came in time)."},
+	{Code: "hello-malformed", Domain: "gateway", GRPC: codes.InvalidArgument, Meaning: "A Hello whose journal id, boot id or daemon version is not of its form (an identifier of at most 64 bytes: docs/protocol.md, \"Hello and Welcome\")."},
 	{Code: "frame-malformed", Domain: "gateway", GRPC: codes.InvalidArgument, Meaning: "A WebSocket message that is not one binary protobuf frame of the session."},
 	{Code: "session-replaced", Domain: "gateway", GRPC: codes.FailedPrecondition, Meaning: "A newer session of the same node took over."},
 	{Code: "liveness", Domain: "gateway", GRPC: codes.Unavailable, Meaning: "Nothing heard from the node for three heartbeat intervals."},

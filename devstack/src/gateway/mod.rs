@@ -17,6 +17,7 @@ use handlers::Handlers;
 
 pub mod auth;
 pub mod handlers;
+mod hello;
 pub mod limit;
 pub mod renew;
 pub mod session;

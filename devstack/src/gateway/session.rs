@@ -138,6 +138,7 @@ async fn start(
         Ok(hello) if hello.node_id != node.node_id => {
             refuse(Code::NodeMismatch, format!("Hello names {:?}, the certificate {}", hello.node_id, node.node_id))
         }
+        Ok(hello) if let Err(refusal) = super::hello::check(&hello) => refusal,
         Ok(hello) => match Session::open(shared, handlers, node, transport, &hello, out.clone()).await {
             Ok(session) => return Some(session),
             Err(status) => {
@@ -217,6 +218,7 @@ impl Session {
                         daemon_version: &hello.daemon_version,
                         now_ms: now,
                     },
+                    shared.settings.options.limits.sessions_kept,
                 )?;
                 nodes::record_hello(c, &node.node_id, &hello.daemon_version, hello.applied_generation)?;
                 let opening = Opening { c, node: &node, hello, previous_journal: previous.as_deref(), now_ms: now };
@@ -464,7 +466,8 @@ impl Session {
                     return Ok(Recorded::Deferred);
                 }
                 let now = now_ms();
-                if seq > 0 && !events::record(c, &node.node_id, &journal_id, seq, kind, now)? {
+                let kept = shared.settings.options.limits.journals_kept;
+                if seq > 0 && !events::record(c, &node.node_id, &journal_id, seq, now, kept)? {
                     return Ok(Recorded::Again);
                 }
                 let event = Event { c, shared, node, now_ms: now };

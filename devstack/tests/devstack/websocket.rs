@@ -154,28 +154,67 @@ async fn renewal_over_https_answers_a_renew_reply_or_a_refusal() {
     stack.shutdown().await.unwrap();
 }
 
+/// An export of `node_id` with one point of `bcd.gpu.temperature` whose
+/// data point is `point`.
+fn temperature(node_id: &str, point: &str) -> String {
+    format!(
+        r#"{{"resourceMetrics":[{{"resource":{{"attributes":[{{"key":"bcd.node.id","value":{{"stringValue":"{node_id}"}}}}]}},
+        "scopeMetrics":[{{"metrics":[{{"name":"bcd.gpu.temperature","gauge":{{"dataPoints":[{point}]}}}}]}}]}}]}}"#
+    )
+}
+
 #[tokio::test]
 async fn the_otlp_receiver_keeps_good_exports_and_refuses_malformed_ones() {
     let logs = crate::Logs::global();
-    let stack = DevStack::start(DevStackOptions::memory()).await.unwrap();
-    let addr = stack.otlp_url().trim_start_matches("http://").split('/').next().unwrap().to_string();
-    let export = r#"{"resourceMetrics":[{"resource":{"attributes":[{"key":"bcd.node.id","value":{"stringValue":"node_otlp"}}]},
-        "scopeMetrics":[{"metrics":[{"name":"bcd.gpu.utilization","gauge":{"dataPoints":[{"timeUnixNano":"1","asDouble":0.25}]}}]}]}]}"#;
-    let (status, body) =
-        http(TcpStream::connect(&addr).await.unwrap(), "/v1/metrics", "application/json", export.as_bytes()).await;
+    let (stack, _pool, token) = stack_with_pool(DevStackOptions::memory(), None).await;
+    let node = TestNode::join(&stack, &token).await.unwrap();
+    let export = temperature(&node.id, r#"{"timeUnixNano":"1","asDouble":41.5}"#);
+    let post = |body: Vec<u8>, content_type: &'static str| {
+        let (stack, cert) = (&stack, node.cert.clone());
+        async move { http(tls(stack, Some(&cert)).await, "/v1/metrics", content_type, &body).await }
+    };
+    let (status, body) = post(export.clone().into_bytes(), "application/json").await;
     assert_eq!((status, body.as_slice()), (200, b"{}".as_slice()));
-    let kept = stack.await_export("node_otlp", WAIT, |_| true).await.unwrap();
+    let kept = stack.await_export(&node.id, WAIT, |_| true).await.unwrap();
     assert_eq!(kept.body, export.as_bytes());
-    assert_eq!(devstack::point_value(kept.points("bcd.gpu.utilization")[0]), Some(0.25));
+    assert_eq!(devstack::point_value(kept.points("bcd.gpu.temperature")[0]), Some(41.5));
 
+    let code = |body: &[u8]| -> String {
+        let answer: serde_json::Value = serde_json::from_slice(body).unwrap();
+        answer["message"].as_str().unwrap().split(':').next().unwrap().to_string()
+    };
     let malformed = br#"{"resourceMetrics":[{"scopeMetrics":"node-otlp-private-marker"}]}"#;
-    let (status, body) =
-        http(TcpStream::connect(&addr).await.unwrap(), "/v1/metrics", "application/json", malformed).await;
-    assert_eq!(status, 400);
-    let answer: serde_json::Value = serde_json::from_slice(&body).unwrap();
-    assert!(answer["message"].as_str().unwrap().starts_with("otlp-malformed: "), "{answer}");
-    let (status, _) = http(TcpStream::connect(&addr).await.unwrap(), "/v1/metrics", "text/plain", b"x").await;
+    let (status, body) = post(malformed.to_vec(), "application/json").await;
+    assert_eq!((status, code(&body)), (400, "otlp-malformed".to_string()));
+    // What the official types would decode, and the receiver must not take.
+    for point in [
+        r#"{"asInt":"many"}"#,
+        r#"{"asInt":1.5}"#,
+        r#"{"asDouble":"many"}"#,
+        r#"{"timeUnixNano":"soon","asDouble":1.0}"#,
+        r#"{"asInt":"1","asDouble":1.0}"#,
+        r#"{"asInt":"1","attributes":[{"key":"gpu.index","value":{"intValue":"many"}}]}"#,
+    ] {
+        let (status, body) = post(temperature(&node.id, point).into_bytes(), "application/json").await;
+        assert_eq!((status, code(&body)), (400, "otlp-malformed".to_string()), "{point}");
+    }
+    let (status, _) = post(b"x".to_vec(), "text/plain").await;
     assert_eq!(status, 415);
+
+    // Another node's name, from this node's certificate: refused, not kept.
+    let spoofed = temperature("node_someone_else", r#"{"timeUnixNano":"1","asDouble":999.0}"#);
+    let (status, body) = post(spoofed.clone().into_bytes(), "application/json").await;
+    assert_eq!((status, code(&body)), (403, "node-mismatch".to_string()));
+    // No certificate, over TLS or the plain HTTP side: refused, not kept.
+    let (status, body) = http(tls(&stack, None).await, "/v1/metrics", "application/json", export.as_bytes()).await;
+    assert_eq!((status, code(&body)), (401, "cert-unknown".to_string()));
+    let plain = stack.http_url().trim_start_matches("http://").to_string();
+    let (status, body) =
+        http(TcpStream::connect(&plain).await.unwrap(), "/v1/metrics", "application/json", export.as_bytes()).await;
+    assert_eq!((status, code(&body)), (401, "cert-unknown".to_string()));
+    assert_eq!(stack.otlp_exports(&node.id).len(), 1);
+    assert!(stack.otlp_exports("node_someone_else").is_empty());
+
     stack.shutdown().await.unwrap();
     let text = logs.text();
     assert!(text.contains("otlp: malformed export refused"), "{text}");

@@ -297,6 +297,8 @@ pub enum Code {
     MessageMalformed,
     /// `hello-expected` (gateway, InvalidArgument): The first frame of a session was not a Hello (or none came in time).
     HelloExpected,
+    /// `hello-malformed` (gateway, InvalidArgument): A Hello whose journal id, boot id or daemon version is not of its form (an identifier of at most 64 bytes: docs/protocol.md, "Hello and Welcome").
+    HelloMalformed,
     /// `frame-malformed` (gateway, InvalidArgument): A WebSocket message that is not one binary protobuf frame of the session.
     FrameMalformed,
     /// `session-replaced` (gateway, FailedPrecondition): A newer session of the same node took over.
@@ -565,6 +567,7 @@ impl Code {
             Code::FrameTooLarge => "frame-too-large",
             Code::MessageMalformed => "message-malformed",
             Code::HelloExpected => "hello-expected",
+            Code::HelloMalformed => "hello-malformed",
             Code::FrameMalformed => "frame-malformed",
             Code::SessionReplaced => "session-replaced",
             Code::Liveness => "liveness",
@@ -745,6 +748,7 @@ impl Code {
             Code::FrameTooLarge => Domain::Gateway,
             Code::MessageMalformed => Domain::Gateway,
             Code::HelloExpected => Domain::Gateway,
+            Code::HelloMalformed => Domain::Gateway,
             Code::FrameMalformed => Domain::Gateway,
             Code::SessionReplaced => Domain::Gateway,
             Code::Liveness => Domain::Gateway,
@@ -925,6 +929,7 @@ impl Code {
             Code::FrameTooLarge => Grpc::InvalidArgument,
             Code::MessageMalformed => Grpc::InvalidArgument,
             Code::HelloExpected => Grpc::InvalidArgument,
+            Code::HelloMalformed => Grpc::InvalidArgument,
             Code::FrameMalformed => Grpc::InvalidArgument,
             Code::SessionReplaced => Grpc::FailedPrecondition,
             Code::Liveness => Grpc::Unavailable,
@@ -1105,6 +1110,7 @@ impl Code {
             Code::FrameTooLarge => "A message above the 1 MiB decoding limit.",
             Code::MessageMalformed => "A request or frame (Join, Session, Renew, Tunnel) that does not decode as its protobuf message (a bad varint, a string that is not UTF-8), or a number out of the stack's range (an event seq above 2^63-1).",
             Code::HelloExpected => "The first frame of a session was not a Hello (or none came in time).",
+            Code::HelloMalformed => "A Hello whose journal id, boot id or daemon version is not of its form (an identifier of at most 64 bytes: docs/protocol.md, \"Hello and Welcome\").",
             Code::FrameMalformed => "A WebSocket message that is not one binary protobuf frame of the session.",
             Code::SessionReplaced => "A newer session of the same node took over.",
             Code::Liveness => "Nothing heard from the node for three heartbeat intervals.",
@@ -1285,6 +1291,7 @@ impl Code {
             "frame-too-large" => Some(Code::FrameTooLarge),
             "message-malformed" => Some(Code::MessageMalformed),
             "hello-expected" => Some(Code::HelloExpected),
+            "hello-malformed" => Some(Code::HelloMalformed),
             "frame-malformed" => Some(Code::FrameMalformed),
             "session-replaced" => Some(Code::SessionReplaced),
             "liveness" => Some(Code::Liveness),
@@ -1466,6 +1473,7 @@ pub const TABLE: &[Code] = &[
     Code::FrameTooLarge,
     Code::MessageMalformed,
     Code::HelloExpected,
+    Code::HelloMalformed,
     Code::FrameMalformed,
     Code::SessionReplaced,
     Code::Liveness,

@@ -1,7 +1,11 @@
 //! The OTLP/HTTP receiver of node metrics (docs/protocol.md, "Telemetry"):
-//! `POST /v1/metrics` on the HTTP side (and on the HTTPS listener), an
-//! `ExportMetricsServiceRequest` in its OTLP/JSON form (or binary protobuf),
-//! decoded with the `opentelemetry-proto` crate's own types, never by hand.
+//! `POST /v1/metrics` on the HTTPS listener, from a node that presents its
+//! certificate (the plain HTTP side refuses every export `cert-unknown`), an
+//! `ExportMetricsServiceRequest` in its OTLP/JSON form (or binary protobuf)
+//! whose every resource names that node in `bcd.node.id` (another node is
+//! `node-mismatch`), checked against the metrics model and bounded in what
+//! it decodes to (`validate`), then decoded with the `opentelemetry-proto`
+//! crate's own types, never by hand.
 //!
 //! Every export that decodes is kept in the store as the bytes received
 //! (the newest `NodeLimits::otlp_exports_per_node` of a node, the newest
@@ -15,10 +19,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, to_bytes};
-use axum::extract::State;
+use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use opentelemetry_proto::tonic::collector::metrics::v1::{ExportMetricsServiceRequest, ExportMetricsServiceResponse};
+use opentelemetry_proto::tonic::common::v1::AnyValue as AnyValueMessage;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use opentelemetry_proto::tonic::metrics::v1::{Metric, NumberDataPoint, metric, number_data_point};
 use prost::Message as _;
@@ -26,16 +31,20 @@ use tracing::{info, warn};
 
 use crate::clock::now_ms;
 use crate::error::Result;
+use crate::gateway::auth;
 use crate::shared::Shared;
 use crate::status::Code;
 use crate::store::otlp;
 use crate::store::rows::OtlpExportRow;
+use crate::tls::PeerInfo;
 use crate::view::StackView;
+
+mod validate;
 
 /// The receiver's path (OTLP/HTTP's default for metrics).
 pub const PATH: &str = "/v1/metrics";
-/// The largest export the receiver reads.
-pub const MAX_EXPORT_BYTES: usize = 4 * 1024 * 1024;
+/// The largest export the receiver reads (bcd's are a few KiB).
+pub const MAX_EXPORT_BYTES: usize = 1024 * 1024;
 /// The resource attribute that names the exporting node.
 pub const NODE_ID_ATTRIBUTE: &str = "bcd.node.id";
 
@@ -161,25 +170,76 @@ struct Malformed {
 }
 
 fn decode(encoding: Encoding, body: &[u8]) -> std::result::Result<ExportMetricsServiceRequest, Malformed> {
+    let not_json = |e: serde_json::Error| Malformed {
+        message: format!("{}: not an OTLP/JSON ExportMetricsServiceRequest: {e}", Code::OtlpMalformed),
+        log: format!("{:?} error at line {} column {}", e.classify(), e.line(), e.column()),
+    };
+    let invalid = |e: validate::Invalid| Malformed {
+        message: format!("{}: not an OTLP/JSON ExportMetricsServiceRequest: {e}", Code::OtlpMalformed),
+        log: e.to_string(),
+    };
     match encoding {
-        Encoding::Json => serde_json::from_slice(body).map_err(|e| Malformed {
-            message: format!("{}: not an OTLP/JSON ExportMetricsServiceRequest: {e}", Code::OtlpMalformed),
-            log: format!("{:?} error at line {} column {}", e.classify(), e.line(), e.column()),
-        }),
-        Encoding::Protobuf => ExportMetricsServiceRequest::decode(body).map_err(|e| Malformed {
-            message: format!("{}: not a protobuf ExportMetricsServiceRequest: {e}", Code::OtlpMalformed),
-            log: "a protobuf decode error".to_string(),
-        }),
+        Encoding::Json => {
+            let value: serde_json::Value = serde_json::from_slice(body).map_err(not_json)?;
+            validate::check(&value, validate::LIMITS).map_err(invalid)?;
+            serde_json::from_value(value).map_err(not_json)
+        }
+        Encoding::Protobuf => {
+            let request = ExportMetricsServiceRequest::decode(body).map_err(|e| Malformed {
+                message: format!("{}: not a protobuf ExportMetricsServiceRequest: {e}", Code::OtlpMalformed),
+                log: "a protobuf decode error".to_string(),
+            })?;
+            bounded(&request).map_err(invalid)?;
+            Ok(request)
+        }
     }
 }
 
-/// The node an export names: `bcd.node.id` of its first resource.
-fn node_of(request: &ExportMetricsServiceRequest) -> String {
-    let attributes = request.resource_metrics.first().and_then(|r| r.resource.as_ref()).map(|r| &r.attributes);
-    attributes
-        .and_then(|a| a.iter().find(|kv| kv.key == NODE_ID_ATTRIBUTE))
-        .map(|kv| any_to_string(kv.value.as_ref()))
-        .unwrap_or_default()
+/// A decoded protobuf export within the receiver's limits (a JSON one was
+/// checked before it was decoded).
+fn bounded(request: &ExportMetricsServiceRequest) -> std::result::Result<(), validate::Invalid> {
+    let metrics = request.resource_metrics.iter().flat_map(|r| &r.scope_metrics).flat_map(|s| &s.metrics);
+    let points: usize = metrics
+        .map(|m| match &m.data {
+            Some(metric::Data::Gauge(g)) => g.data_points.len(),
+            Some(metric::Data::Sum(s)) => s.data_points.len(),
+            Some(metric::Data::Histogram(h)) => h.data_points.len(),
+            Some(metric::Data::ExponentialHistogram(h)) => h.data_points.len(),
+            Some(metric::Data::Summary(s)) => s.data_points.len(),
+            None => 0,
+        })
+        .sum();
+    if points > validate::LIMITS.points {
+        return Err(validate::Invalid {
+            path: "resourceMetrics".into(),
+            what: "more data points than the receiver takes",
+        });
+    }
+    Ok(())
+}
+
+/// Whether every resource of an export names `node_id` in `bcd.node.id`:
+/// the refusal (and its HTTP status) when one names another node or none.
+fn names_only(request: &ExportMetricsServiceRequest, node_id: &str) -> std::result::Result<(), (StatusCode, String)> {
+    for (i, resource) in request.resource_metrics.iter().enumerate() {
+        let attributes = resource.resource.as_ref().map(|r| r.attributes.as_slice()).unwrap_or_default();
+        let named = attributes.iter().rev().find(|kv| kv.key == NODE_ID_ATTRIBUTE);
+        match named.map(|kv| kv.value.as_ref()) {
+            None => {
+                let what = format!("{}: resource {i} names no {NODE_ID_ATTRIBUTE}", Code::OtlpMalformed);
+                return Err((StatusCode::BAD_REQUEST, what));
+            }
+            Some(Some(AnyValueMessage { value: Some(AnyValue::StringValue(named)) })) if named == node_id => {}
+            Some(_) => {
+                let what = format!(
+                    "{}: resource {i} is not that of node {node_id}, whose certificate sent it",
+                    Code::NodeMismatch
+                );
+                return Err((StatusCode::FORBIDDEN, what));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// An OTLP `Status` answer (OTLP/HTTP's error body) with `status`.
@@ -188,8 +248,39 @@ fn refusal(status: StatusCode, message: String) -> Response {
     (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
 }
 
-/// `POST /v1/metrics`.
-pub async fn receive(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Body) -> Response {
+/// The HTTP status of a refusal's gRPC status, for the receiver's answers.
+fn http_status(status: &tonic::Status) -> StatusCode {
+    match status.code() {
+        tonic::Code::Unauthenticated => StatusCode::UNAUTHORIZED,
+        tonic::Code::PermissionDenied => StatusCode::FORBIDDEN,
+        _ => StatusCode::SERVICE_UNAVAILABLE,
+    }
+}
+
+/// `POST /v1/metrics` on the plain HTTP side: refused, since no node is
+/// authenticated there.
+pub async fn refuse_unauthenticated() -> Response {
+    let message = format!(
+        "{}: exports go to the HTTPS listener, with the node's certificate (docs/protocol.md, \"Telemetry\")",
+        Code::CertUnknown
+    );
+    refusal(StatusCode::UNAUTHORIZED, message)
+}
+
+/// `POST /v1/metrics` on the HTTPS listener.
+pub async fn receive(
+    State(shared): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<PeerInfo>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let node = match auth::authenticate_peer(&shared, Some(&peer)) {
+        Ok(node) => node,
+        Err(status) => {
+            warn!(peer = %peer.remote_addr, code = crate::status::code_of(&status), "otlp: export refused");
+            return refusal(http_status(&status), status.message().to_string());
+        }
+    };
     let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
     let encoding = match content_type.split(';').next().unwrap_or("").trim() {
         "application/json" => Encoding::Json,
@@ -212,7 +303,11 @@ pub async fn receive(State(shared): State<Arc<Shared>>, headers: HeaderMap, body
             return refusal(StatusCode::BAD_REQUEST, malformed.message);
         }
     };
-    let node_id = node_of(&request);
+    let node_id = node.node_id;
+    if let Err((status, message)) = names_only(&request, &node_id) {
+        warn!(node_id = %node_id, %status, "otlp: export refused: it names another node, or none");
+        return refusal(status, message);
+    }
     let metrics: usize = request.resource_metrics.iter().flat_map(|r| &r.scope_metrics).map(|s| s.metrics.len()).sum();
     info!(node_id = %node_id, size = bytes.len(), metrics, ?encoding, "otlp: export received");
     let limits = &shared.settings.options.limits;
