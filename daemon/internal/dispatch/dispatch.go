@@ -16,9 +16,7 @@ package dispatch
 import (
 	"context"
 	"crypto"
-	"crypto/rand"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -34,16 +32,6 @@ import (
 // across its reboot. The refusal reasons (ReasonBadSignature, …) are
 // generated from proto/refusals.toml into refusals_gen.go.
 const ReasonRebooted = "rebooted"
-
-// unbatchedKey keeps the times of destructive commands run outside a batch.
-const unbatchedKey = "unbatched_ms"
-
-// errShutdown cancels running commands when bcd stops: they stay running
-// in the journal and are settled on their next delivery.
-var errShutdown = errors.New("shutting down")
-
-// errCancelled cancels a command on a Cancel frame.
-var errCancelled = errors.New(ReasonCancelled)
 
 // Trust is what the dispatcher needs of signed intent.
 type Trust interface {
@@ -137,109 +125,6 @@ func (d *Dispatcher) SetCredits(n uint32) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.credits = int(n)
-}
-
-// Running is the number of commands running in this process.
-func (d *Dispatcher) Running() int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return len(d.running)
-}
-
-// Stop cancels the running commands, which stay running in the journal,
-// and waits for their goroutines.
-func (d *Dispatcher) Stop() {
-	d.mu.Lock()
-	d.stopped = true
-	for _, cancel := range d.running {
-		cancel(errShutdown)
-	}
-	d.mu.Unlock()
-	d.wg.Wait()
-}
-
-// Wait waits for every running command to end (tests).
-func (d *Dispatcher) Wait() { d.wg.Wait() }
-
-// update builds a CommandUpdate frame; terminal states carry a node-signed
-// result.
-func (d *Dispatcher) update(id, kind string, state agentv1.CommandState, reason string, output []byte) (*agentv1.NodeFrame, error) {
-	now := d.cfg.Now().UnixMilli()
-	u := &agentv1.CommandUpdate{CommandId: id, State: state, Reason: reason, AtMs: now}
-	if terminal(state) {
-		stmt := &agentv1.NodeStatement{
-			NodeId: d.cfg.NodeID,
-			BootId: d.cfg.Machine.BootID(),
-			AtMs:   now,
-			Body: &agentv1.NodeStatement_CommandResult{CommandResult: &agentv1.CommandResult{
-				CommandId: id, Kind: kind, State: state, Reason: reason, Output: output}},
-		}
-		env, err := pki.SignStatement(rand.Reader, d.cfg.Key, stmt)
-		if err != nil {
-			return nil, fmt.Errorf("signing the result of %s: %w", id, err)
-		}
-		u.Result = env.Proto()
-	}
-	return &agentv1.NodeFrame{Frame: &agentv1.NodeFrame_CommandUpdate{CommandUpdate: u}}, nil
-}
-
-func terminal(s agentv1.CommandState) bool {
-	switch s {
-	case agentv1.CommandState_SUCCEEDED, agentv1.CommandState_FAILED, agentv1.CommandState_EXPIRED, agentv1.CommandState_UNSUPPORTED:
-		return true
-	}
-	return false
-}
-
-// emit appends a non-terminal update (ACCEPTED again, RUNNING, BUSY).
-func (d *Dispatcher) emit(id, kind string, state agentv1.CommandState, reason string) {
-	f, err := d.update(id, kind, state, reason, nil)
-	if err == nil {
-		_, err = d.cfg.Journal.Append(f)
-	}
-	if err != nil {
-		d.log.Error("dispatch.journal_failed", "command_id", id, "err", err)
-		return
-	}
-	d.cfg.Notify()
-}
-
-// refuse ends a command before acceptance; with record, the result is
-// kept so that a duplicate delivery gets it again.
-func (d *Dispatcher) refuse(cmd *agentv1.Command, state agentv1.CommandState, reason string, record bool) {
-	d.log.Info("dispatch.refused", "command_id", cmd.GetId(), "kind", cmd.GetKind(), "state", state.String(), "reason", reason)
-	rec := &journal.CommandRecord{ID: cmd.GetId(), Kind: cmd.GetKind(), AcceptedAtMs: d.cfg.Now().UnixMilli()}
-	if err := d.finish(rec, state, reason, nil, record); err != nil {
-		d.log.Error("dispatch.journal_failed", "command_id", cmd.GetId(), "err", err)
-	}
-}
-
-// finish journals a terminal update; with record, together with the done
-// record.
-func (d *Dispatcher) finish(rec *journal.CommandRecord, state agentv1.CommandState, reason string, output []byte, record bool) error {
-	f, err := d.update(rec.ID, rec.Kind, state, reason, output)
-	if err != nil {
-		return err
-	}
-	data, err := proto.Marshal(f.GetCommandUpdate())
-	if err != nil {
-		return err
-	}
-	err = d.cfg.Journal.Update(func(tx *journal.Tx) error {
-		if record {
-			rec.State, rec.Update, rec.DoneAtMs, rec.Delivery = journal.Done, data, d.cfg.Now().UnixMilli(), nil
-			if err := tx.PutCommand(rec); err != nil {
-				return err
-			}
-		}
-		_, err := tx.Append(f)
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	d.cfg.Notify()
-	return nil
 }
 
 // Deliver handles one CommandDelivery.
@@ -364,35 +249,6 @@ func (d *Dispatcher) accept(cmd *agentv1.Command, kind Kind, delivery *agentv1.C
 	d.start(rec, cmd)
 }
 
-// quorum checks a destructive command: an approved batch, or room under
-// unbatched_per_hour. It returns the unbatched times to record (nil for
-// none) or a refusal reason.
-func (d *Dispatcher) quorum(cmd *agentv1.Command, env *pki.Envelope, delivery *agentv1.CommandDelivery) ([]int64, string) {
-	q, trustDomain := d.cfg.Trust.Quorum()
-	if q == nil {
-		return nil, "" // no trust bundle: no quorum to enforce
-	}
-	if approval := delivery.GetBatchApproval(); approval != nil {
-		if _, err := pki.VerifyBatchApproval(pki.EnvelopeFromProto(approval), q, trustDomain, env, cmd, d.cfg.ServerNow()); err != nil {
-			return nil, ReasonBatchUnapproved + ": " + string(pki.CodeOf(err))
-		}
-		return nil, ""
-	}
-	now := d.cfg.Now().UnixMilli()
-	var times []int64
-	_ = json.Unmarshal(d.cfg.Journal.Get(unbatchedKey), &times)
-	kept := times[:0]
-	for _, t := range times {
-		if t > now-time.Hour.Milliseconds() {
-			kept = append(kept, t)
-		}
-	}
-	if len(kept) >= int(q.GetUnbatchedPerHour()) {
-		return nil, fmt.Sprintf("%s: %d destructive command(s) outside a batch in the last hour, %d allowed", ReasonUnbatchedLimit, len(kept), q.GetUnbatchedPerHour())
-	}
-	return append(kept, now), ""
-}
-
 // duplicate answers a command id the journal knows.
 func (d *Dispatcher) duplicate(rec *journal.CommandRecord, cmd *agentv1.Command) {
 	d.mu.Lock()
@@ -430,154 +286,10 @@ func (d *Dispatcher) duplicate(rec *journal.CommandRecord, cmd *agentv1.Command)
 	}
 }
 
-// start runs an accepted command in its own goroutine.
-func (d *Dispatcher) start(rec *journal.CommandRecord, cmd *agentv1.Command) {
-	ctx, cancel := context.WithCancelCause(context.Background())
-	d.mu.Lock()
-	if d.stopped {
-		d.mu.Unlock()
-		cancel(errShutdown)
-		return
-	}
-	d.running[rec.ID] = cancel
-	d.wg.Add(1)
-	d.mu.Unlock()
-	go func() {
-		defer d.wg.Done()
-		defer func() {
-			d.mu.Lock()
-			delete(d.running, rec.ID)
-			d.mu.Unlock()
-			cancel(nil)
-		}()
-		d.run(ctx, rec, cmd)
-	}()
-}
-
-// run executes one command: running{boot_id}, the work, the terminal update.
-func (d *Dispatcher) run(ctx context.Context, rec *journal.CommandRecord, cmd *agentv1.Command) {
-	kind, known := d.cfg.Kinds.Lookup(rec.Kind)
-	if !known { // accepted by a process that registered it, run by one that does not
-		if err := d.finish(rec, agentv1.CommandState_FAILED, unsupported(rec.Kind), nil, true); err != nil {
-			d.log.Error("dispatch.journal_failed", "command_id", rec.ID, "err", err)
-		}
-		return
-	}
-	if !d.begin(ctx, rec, cmd) {
-		return
-	}
-	var output []byte
-	var err error
-	if ctx.Err() == nil {
-		output, err = kind.Run(ctx, Call{ID: rec.ID, Params: cmd.GetParams()})
-		if errors.Is(err, ErrProcessEnding) && kind.SelfTerminating {
-			d.log.Info("dispatch.self_terminating", "command_id", rec.ID, "kind", rec.Kind)
-			return
-		}
-	}
-	switch cause := context.Cause(ctx); {
-	case errors.Is(cause, errShutdown):
-		d.log.Info("dispatch.interrupted", "command_id", rec.ID, "reason", "shutting down")
-		return
-	case errors.Is(cause, errCancelled):
-		err, output = errCancelled, nil
-	}
-	state, reason := agentv1.CommandState_SUCCEEDED, ""
-	if err != nil {
-		state, reason = agentv1.CommandState_FAILED, err.Error()
-	}
-	if err := d.finish(rec, state, reason, output, true); err != nil {
-		d.log.Error("dispatch.journal_failed", "command_id", rec.ID, "err", err)
-		return
-	}
-	d.log.Info("dispatch.done", "command_id", rec.ID, "kind", rec.Kind, "state", state.String(), "reason", reason)
-}
-
-// begin journals running{boot_id}, counts the execution and waits out
-// fakehw's hold; false means the journal failed and the command stays as
-// it was.
-func (d *Dispatcher) begin(ctx context.Context, rec *journal.CommandRecord, cmd *agentv1.Command) bool {
-	running, err := d.update(rec.ID, rec.Kind, agentv1.CommandState_RUNNING, "", nil)
-	if err != nil {
-		return false
-	}
-	rec.State, rec.BootID = journal.Running, d.cfg.Machine.BootID()
-	err = d.cfg.Journal.Update(func(tx *journal.Tx) error {
-		if err := tx.PutCommand(rec); err != nil {
-			return err
-		}
-		_, err := tx.Append(running)
-		return err
-	})
-	if err != nil {
-		d.log.Error("dispatch.journal_failed", "command_id", rec.ID, "err", err)
-		return false
-	}
-	// The execution is counted (fakehw fsyncs its counter) before RUNNING
-	// goes out, so whoever sees RUNNING sees the count too.
-	if err := d.cfg.Machine.Executed(rec.ID); err != nil {
-		d.log.Error("dispatch.counter_failed", "command_id", rec.ID, "err", err)
-	}
-	d.cfg.Notify()
-	d.log.Info("dispatch.running", "command_id", rec.ID, "kind", rec.Kind, "boot_id", rec.BootID)
-	if hold := d.cfg.Machine.Hold(cmd.GetParams()); hold > 0 {
-		timer := time.NewTimer(hold)
-		select {
-		case <-timer.C:
-		case <-ctx.Done():
-			timer.Stop()
-		}
-	}
-	return true
-}
-
 // retrySafe says whether the registered kind may run again after a crash.
 func (d *Dispatcher) retrySafe(name string) bool {
 	k, ok := d.cfg.Kinds.Lookup(name)
 	return ok && k.RetrySafe
-}
-
-// Settle ends a journaled command that is not done with a node-signed
-// result: a daemon.upgrade confirmed by the new binary's first Welcome, or
-// failed after its rollback. A done command is left alone.
-func (d *Dispatcher) Settle(id, kind string, state agentv1.CommandState, reason string, output []byte) error {
-	rec, err := d.cfg.Journal.Command(id)
-	if err != nil {
-		return err
-	}
-	if rec == nil {
-		rec = &journal.CommandRecord{ID: id, Kind: kind, AcceptedAtMs: d.cfg.Now().UnixMilli()}
-	}
-	if rec.State == journal.Done {
-		return nil
-	}
-	if err := d.finish(rec, state, reason, output, true); err != nil {
-		return err
-	}
-	d.log.Info("dispatch.done", "command_id", id, "kind", rec.Kind, "state", state.String(), "reason", reason)
-	return nil
-}
-
-// Cancel ends a running command FAILED "cancelled" (self-terminating ones
-// cannot be cancelled), or forgets a deferred one.
-func (d *Dispatcher) Cancel(id string) {
-	d.mu.Lock()
-	cancel, ok := d.running[id]
-	_, deferred := d.deferred[id]
-	delete(d.deferred, id)
-	d.mu.Unlock()
-	rec, _ := d.cfg.Journal.Command(id)
-	switch {
-	case ok && rec != nil && rec.SelfTerminating:
-		d.log.Info("dispatch.cancel_ignored", "command_id", id, "reason", "a self-terminating command cannot be cancelled")
-	case ok:
-		d.log.Info("dispatch.cancel", "command_id", id)
-		cancel(errCancelled)
-	case deferred:
-		d.log.Info("dispatch.cancel", "command_id", id, "deferred", true)
-	default:
-		d.log.Info("dispatch.cancel_ignored", "command_id", id, "reason", "not running")
-	}
 }
 
 // GenerationApplied reconsiders the commands deferred for a generation.

@@ -55,128 +55,231 @@ const (
 // SlotsDirOf is <prefix>/lib/bcd.
 func SlotsDirOf(prefix string) string { return path.Join(prefix, "lib", "bcd") }
 
-// RenderInstallScript renders the script.
+// RenderInstallScript renders the script: the options checked, the
+// [update] table of their pins, then the script's parts in order.
 func RenderInstallScript(o InstallOptions) (string, error) {
+	o, err := o.checked()
+	if err != nil {
+		return "", err
+	}
+	up, err := o.updateConfig()
+	if err != nil {
+		return "", err
+	}
+	s := &installScript{o: o, up: up, slots: SlotsDirOf(o.Prefix), user: o.user()}
+	s.preamble()
+	s.bcdUser()
+	s.entrypoint()
+	s.nodeConfig()
+	s.helperConfig()
+	s.units()
+	s.enable()
+	return s.b.String(), nil
+}
+
+// checked is o with the default prefix, or why o cannot be rendered: a
+// relative prefix, an instance bridge that is not an interface name,
+// instance bridges without Unprivileged.
+func (o InstallOptions) checked() (InstallOptions, error) {
 	if o.Prefix == "" {
 		o.Prefix = "/usr/local"
 	}
 	if !path.IsAbs(o.Prefix) {
-		return "", fmt.Errorf("--prefix %q is not absolute", o.Prefix)
+		return o, fmt.Errorf("--prefix %q is not absolute", o.Prefix)
 	}
 	for _, b := range o.InstanceBridges {
 		if !validName(b, 15) {
-			return "", fmt.Errorf("instance bridge %q is not an interface name", b)
+			return o, fmt.Errorf("instance bridge %q is not an interface name", b)
 		}
 	}
 	if !o.Unprivileged && len(o.InstanceBridges) > 0 {
-		return "", fmt.Errorf("--instance-bridges is for bcd helper: add --unprivileged")
+		return o, fmt.Errorf("--instance-bridges is for bcd helper: add --unprivileged")
 	}
-	slots := SlotsDirOf(o.Prefix)
-	var up *update.Config
-	if len(o.ReleaseKeys) > 0 {
-		up = &update.Config{Threshold: o.Threshold, MinSequence: o.MinSequence}
-		if up.Threshold <= 0 {
-			up.Threshold = len(o.ReleaseKeys)
-		}
-		for _, k := range o.ReleaseKeys {
-			up.ReleaseKeys = append(up.ReleaseKeys, base64.StdEncoding.EncodeToString(k.SPKI()))
-			up.ReleaseKeyPins = append(up.ReleaseKeyPins, k.Pin())
-		}
-		if _, err := up.Policy(); err != nil {
-			return "", err
-		}
+	return o, nil
+}
+
+// updateConfig is the [update] table of the pins (nil without release
+// keys; the threshold defaults to every key), refused when its policy is.
+func (o InstallOptions) updateConfig() (*update.Config, error) {
+	if len(o.ReleaseKeys) == 0 {
+		return nil, nil
 	}
-	user := "root"
+	up := &update.Config{Threshold: o.Threshold, MinSequence: o.MinSequence}
+	if up.Threshold <= 0 {
+		up.Threshold = len(o.ReleaseKeys)
+	}
+	for _, k := range o.ReleaseKeys {
+		up.ReleaseKeys = append(up.ReleaseKeys, base64.StdEncoding.EncodeToString(k.SPKI()))
+		up.ReleaseKeyPins = append(up.ReleaseKeyPins, k.Pin())
+	}
+	if _, err := up.Policy(); err != nil {
+		return nil, err
+	}
+	return up, nil
+}
+
+// user is the user bcd runs as: bcd when unprivileged, else root.
+func (o InstallOptions) user() string {
 	if o.Unprivileged {
-		user = "bcd"
+		return "bcd"
 	}
-	var b strings.Builder
-	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
-	heredoc := func(dest, text string) {
-		w("cat > %s <<'%s'", dest, scriptTerminator)
-		b.WriteString(text)
-		if !strings.HasSuffix(text, "\n") {
-			b.WriteString("\n")
-		}
-		w(scriptTerminator)
+	return "root"
+}
+
+// installScript is the script being rendered.
+type installScript struct {
+	o InstallOptions
+	// up is the [update] table (nil: none).
+	up *update.Config
+	// slots is the slots directory, user the user bcd runs as.
+	slots, user string
+	b           strings.Builder
+}
+
+// line writes one line of the script.
+func (s *installScript) line(format string, args ...any) {
+	fmt.Fprintf(&s.b, format+"\n", args...)
+}
+
+// heredoc writes a command that writes text to dest.
+func (s *installScript) heredoc(dest, text string) {
+	s.line("cat > %s <<'%s'", dest, scriptTerminator)
+	s.b.WriteString(text)
+	if !strings.HasSuffix(text, "\n") {
+		s.b.WriteString("\n")
 	}
+	s.line(scriptTerminator)
+}
+
+// preamble is the shebang, what the script installs and its argument.
+func (s *installScript) preamble() {
 	mode := "as root"
-	if o.Unprivileged {
+	if s.o.Unprivileged {
 		mode = "unprivileged, as the bcd user under bcd helper"
 	}
-	w("#!/bin/sh")
-	w("# Rendered by `bcd helper install-script` (bcd %s): installs bcd %s.", o.Version, mode)
-	w("# Usage: sh install.sh PATH-TO-BCD   (as root)")
-	w("set -eu")
-	w(`BIN=${1:?usage: sh install.sh PATH-TO-BCD}`)
-	w("umask 022")
-	w("")
-	if o.Unprivileged {
-		w("# The bcd user and group.")
-		w("if ! getent passwd bcd >/dev/null; then")
-		w("  useradd --system --user-group --home-dir %s --no-create-home --shell /usr/sbin/nologin bcd", NodeDataDir)
-		w("fi")
-		w("")
+	s.line("#!/bin/sh")
+	s.line("# Rendered by `bcd helper install-script` (bcd %s): installs bcd %s.", s.o.Version, mode)
+	s.line("# Usage: sh install.sh PATH-TO-BCD   (as root)")
+	s.line("set -eu")
+	s.line(`BIN=${1:?usage: sh install.sh PATH-TO-BCD}`)
+	s.line("umask 022")
+	s.line("")
+}
+
+// bcdUser adds the bcd user and group (unprivileged only).
+func (s *installScript) bcdUser() {
+	if !s.o.Unprivileged {
+		return
 	}
-	w("# The slots behind the entrypoint %s/bcd (root's, 0755).", slots)
-	w("install -d -o root -g root -m 0755 %s", slots)
-	w(`if [ ! -L %s/bcd ]; then`, slots)
-	w(`  install -o root -g root -m 0755 "$BIN" %s/bcd-a`, slots)
-	w("  ln -sfn bcd-a %s/bcd", slots)
-	w("fi")
-	w("install -d -m 0755 %s/bin", o.Prefix)
-	w("ln -sfn %s/bcd %s/bin/bcd", slots, o.Prefix)
-	w("")
-	w("# The node's configuration and data (%s's).", user)
-	w("install -d -o %s -g %s -m 0750 %s", user, user, path.Dir(NodeConfigPath))
-	w("install -d -o %s -g %s -m 0700 %s %s", user, user, NodeDataDir, path.Dir(NodeStaged))
-	w("if [ ! -e %s ]; then", NodeConfigPath)
+	s.line("# The bcd user and group.")
+	s.line("if ! getent passwd bcd >/dev/null; then")
+	s.line("  useradd --system --user-group --home-dir %s --no-create-home --shell /usr/sbin/nologin bcd", NodeDataDir)
+	s.line("fi")
+	s.line("")
+}
+
+// entrypoint installs the binary into bcd-a behind the entrypoint (unless
+// there is one already) and links <prefix>/bin/bcd to it.
+func (s *installScript) entrypoint() {
+	s.line("# The slots behind the entrypoint %s/bcd (root's, 0755).", s.slots)
+	s.line("install -d -o root -g root -m 0755 %s", s.slots)
+	s.line(`if [ ! -L %s/bcd ]; then`, s.slots)
+	s.line(`  install -o root -g root -m 0755 "$BIN" %s/bcd-a`, s.slots)
+	s.line("  ln -sfn bcd-a %s/bcd", s.slots)
+	s.line("fi")
+	s.line("install -d -m 0755 %s/bin", s.o.Prefix)
+	s.line("ln -sfn %s/bcd %s/bin/bcd", s.slots, s.o.Prefix)
+	s.line("")
+}
+
+// nodeConfig makes the node's directories and writes its config.toml
+// when there is none.
+func (s *installScript) nodeConfig() {
+	user := s.user
+	s.line("# The node's configuration and data (%s's).", user)
+	s.line("install -d -o %s -g %s -m 0750 %s", user, user, path.Dir(NodeConfigPath))
+	s.line("install -d -o %s -g %s -m 0700 %s %s", user, user, NodeDataDir, path.Dir(NodeStaged))
+	s.line("if [ ! -e %s ]; then", NodeConfigPath)
+	s.heredoc(NodeConfigPath, s.nodeConfigText())
+	s.line("  chown %s:%s %s", user, user, NodeConfigPath)
+	s.line("  chmod 0640 %s", NodeConfigPath)
+	s.line("fi")
+	s.line("")
+}
+
+// nodeConfigText is the node's config.toml: the data dir and [update],
+// whose slots are the helper's when unprivileged.
+func (s *installScript) nodeConfigText() string {
 	node := fmt.Sprintf("# bcd's configuration: `bcd join` adds the gateway and the pins.\ndata_dir = %s\n", config.Quote(NodeDataDir))
-	if up != nil {
-		nodeUp := *up
+	if s.up != nil {
+		nodeUp := *s.up
 		nodeUp.Staged = NodeStaged
-		if o.Unprivileged {
+		if s.o.Unprivileged {
 			nodeUp.HelperSocket = DefaultSocket
 		} else {
-			nodeUp.Dir = slots
+			nodeUp.Dir = s.slots
 		}
 		node += "\n" + nodeUp.String()
 	}
-	heredoc(NodeConfigPath, node)
-	w("  chown %s:%s %s", user, user, NodeConfigPath)
-	w("  chmod 0640 %s", NodeConfigPath)
-	w("fi")
-	w("")
-	if o.Unprivileged {
-		w("# The helper's configuration and state (root's, not group- or world-writable).")
-		w("install -d -o root -g root -m 0755 /etc/bcd-helper %s %s", HelperRootsDir, HelperStateDir)
-		helper := "# bcd helper's configuration (root's).\n[helper]\n"
-		helper += fmt.Sprintf("socket = %s\nuser = \"bcd\"\n", config.Quote(DefaultSocket))
-		bridges := make([]string, len(o.InstanceBridges))
-		for i, br := range o.InstanceBridges {
-			bridges[i] = config.Quote(br)
-		}
-		helper += fmt.Sprintf("instance_bridges = [%s]\n", strings.Join(bridges, ", "))
-		helper += fmt.Sprintf("state_dir = %s\ncommand_roots_dir = %s\n", config.Quote(HelperStateDir), config.Quote(HelperRootsDir))
-		if up != nil {
-			helperUp := *up
-			helperUp.Dir, helperUp.Staged = slots, NodeStaged
-			helper += "\n" + helperUp.String()
-		}
-		heredoc(DefaultConfigPath, helper)
-		w("chmod 0644 %s", DefaultConfigPath)
-		for i, k := range o.CommandRoots {
-			dest := fmt.Sprintf("%s/command-root-%d.pem", HelperRootsDir, i)
-			heredoc(dest, string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: k.SPKI()})))
-			w("chmod 0644 %s", dest)
-		}
-		w("")
+	return node
+}
+
+// helperConfig makes the helper's directories and writes its helper.toml
+// and the command roots (unprivileged only).
+func (s *installScript) helperConfig() {
+	if !s.o.Unprivileged {
+		return
 	}
-	w("# The service units.")
-	w("install -d -m 0755 %s", path.Dir(NodeUnitPath))
+	s.line("# The helper's configuration and state (root's, not group- or world-writable).")
+	s.line("install -d -o root -g root -m 0755 /etc/bcd-helper %s %s", HelperRootsDir, HelperStateDir)
+	s.heredoc(DefaultConfigPath, s.helperConfigText())
+	s.line("chmod 0644 %s", DefaultConfigPath)
+	for i, k := range s.o.CommandRoots {
+		dest := fmt.Sprintf("%s/command-root-%d.pem", HelperRootsDir, i)
+		s.heredoc(dest, string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: k.SPKI()})))
+		s.line("chmod 0644 %s", dest)
+	}
+	s.line("")
+}
+
+// helperConfigText is helper.toml: [helper] and [update] over the slots.
+func (s *installScript) helperConfigText() string {
+	helper := "# bcd helper's configuration (root's).\n[helper]\n"
+	helper += fmt.Sprintf("socket = %s\nuser = \"bcd\"\n", config.Quote(DefaultSocket))
+	bridges := make([]string, len(s.o.InstanceBridges))
+	for i, br := range s.o.InstanceBridges {
+		bridges[i] = config.Quote(br)
+	}
+	helper += fmt.Sprintf("instance_bridges = [%s]\n", strings.Join(bridges, ", "))
+	helper += fmt.Sprintf("state_dir = %s\ncommand_roots_dir = %s\n", config.Quote(HelperStateDir), config.Quote(HelperRootsDir))
+	if s.up != nil {
+		helperUp := *s.up
+		helperUp.Dir, helperUp.Staged = s.slots, NodeStaged
+		helper += "\n" + helperUp.String()
+	}
+	return helper
+}
+
+// units writes the service units: bcd-helper.service when unprivileged,
+// and bcd.service after it.
+func (s *installScript) units() {
+	s.line("# The service units.")
+	s.line("install -d -m 0755 %s", path.Dir(NodeUnitPath))
 	after := "network-online.target"
-	if o.Unprivileged {
-		heredoc(HelperUnitPath, fmt.Sprintf(`[Unit]
+	if s.o.Unprivileged {
+		s.heredoc(HelperUnitPath, helperUnit(s.slots))
+		s.line("chmod 0644 %s", HelperUnitPath)
+		after += " bcd-helper.service"
+	}
+	s.heredoc(NodeUnitPath, nodeUnit(after, s.user, s.slots))
+	s.line("chmod 0644 %s", NodeUnitPath)
+	s.line("")
+}
+
+// helperUnit is bcd-helper.service, running the helper of the slots'
+// entrypoint before bcd.service.
+func helperUnit(slots string) string {
+	return fmt.Sprintf(`[Unit]
 Description=bcd helper: the privileged operations of the unprivileged bcd
 Before=bcd.service
 
@@ -188,11 +291,13 @@ RestartSec=1
 
 [Install]
 WantedBy=multi-user.target
-`, slots, DefaultConfigPath))
-		w("chmod 0644 %s", HelperUnitPath)
-		after += " bcd-helper.service"
-	}
-	heredoc(NodeUnitPath, fmt.Sprintf(`[Unit]
+`, slots, DefaultConfigPath)
+}
+
+// nodeUnit is bcd.service, running bcd node of the slots' entrypoint as
+// user after the units of after (exit status 3 is not restarted).
+func nodeUnit(after, user, slots string) string {
+	return fmt.Sprintf(`[Unit]
 Description=bcd, the node daemon
 Wants=%s
 After=%s
@@ -207,20 +312,21 @@ RestartSec=1
 
 [Install]
 WantedBy=multi-user.target
-`, after, after, user, user, slots, NodeConfigPath))
-	w("chmod 0644 %s", NodeUnitPath)
-	w("")
-	w("if [ -d /run/systemd/system ]; then")
-	w("  systemctl daemon-reload")
-	if o.Unprivileged {
-		w("  systemctl enable --now bcd-helper.service")
+`, after, after, user, user, slots, NodeConfigPath)
+}
+
+// enable enables the units when systemd runs, and says what is next.
+func (s *installScript) enable() {
+	s.line("if [ -d /run/systemd/system ]; then")
+	s.line("  systemctl daemon-reload")
+	if s.o.Unprivileged {
+		s.line("  systemctl enable --now bcd-helper.service")
 	}
-	w("  systemctl enable bcd.service")
-	w(`  echo "bcd installed: join it (bcd join --config %s …), then systemctl start bcd"`, NodeConfigPath)
-	w("else")
-	w(`  echo "bcd installed; systemd is not running: the units are written, not started"`)
-	w("fi")
-	return b.String(), nil
+	s.line("  systemctl enable bcd.service")
+	s.line(`  echo "bcd installed: join it (bcd join --config %s …), then systemctl start bcd"`, NodeConfigPath)
+	s.line("else")
+	s.line(`  echo "bcd installed; systemd is not running: the units are written, not started"`)
+	s.line("fi")
 }
 
 // ExecStart reads the ExecStart= line of a unit (how a test starts the

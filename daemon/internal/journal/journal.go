@@ -15,21 +15,17 @@
 package journal
 
 import (
-	"bytes"
 	"cmp"
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
-	"bcd/internal/proto/agentv1"
 	bolt "go.etcd.io/bbolt"
-	"google.golang.org/protobuf/proto"
 )
 
 // The limits of docs/daemon.md, "The journal".
@@ -65,11 +61,6 @@ var errUnchanged = errors.New("journal: nothing changed")
 // ErrLocked means another process holds the journal.
 var ErrLocked = errors.New("journal is locked by another process (is another bcd running on this data dir?)")
 
-// ErrAckBeyond means an ack names a seq this journal never appended: it
-// changes nothing (an ack for events never sent must not drop the unsent
-// ones).
-var ErrAckBeyond = errors.New("ack beyond the last event appended")
-
 var (
 	bucketMeta     = []byte("meta")
 	bucketEvents   = []byte("events")
@@ -86,43 +77,6 @@ var (
 	keySpec       = []byte("applied_spec")
 	keyLastAcked  = []byte("last_acked_seq")
 )
-
-// CommandState is how far a command got on this node.
-type CommandState string
-
-const (
-	// Accepted is written before any side effect of the command.
-	Accepted CommandState = "accepted"
-	// Running is written right before execution, with the boot id.
-	Running CommandState = "running"
-	// Done holds the terminal update.
-	Done CommandState = "done"
-)
-
-// CommandRecord is what the journal knows of one command id.
-type CommandRecord struct {
-	// ID is the command id.
-	ID string `json:"id"`
-	// Kind is the command kind.
-	Kind string `json:"kind"`
-	// State is accepted, running or done.
-	State CommandState `json:"state"`
-	// RetrySafe says the command may run again after a crash.
-	RetrySafe bool `json:"retrySafe"`
-	// SelfTerminating says executing it ends the process (node.reboot).
-	SelfTerminating bool `json:"selfTerminating"`
-	// BootID is the boot the command was running in.
-	BootID string `json:"bootId,omitempty"`
-	// AcceptedAtMs is when it was accepted (local clock).
-	AcceptedAtMs int64 `json:"acceptedAtMs"`
-	// DoneAtMs is when it finished (local clock).
-	DoneAtMs int64 `json:"doneAtMs,omitempty"`
-	// Update is the terminal CommandUpdate (protobuf) once done.
-	Update []byte `json:"update,omitempty"`
-	// Delivery is the CommandDelivery (protobuf) it was accepted from, so a
-	// retry-safe command can run again after a crash.
-	Delivery []byte `json:"delivery,omitempty"`
-}
 
 // Options tune a journal; zero values take the defaults.
 type Options struct {
@@ -341,74 +295,6 @@ func (j *Journal) View(fn func(*Tx) error) error {
 	return j.db.View(func(tx *bolt.Tx) error { return fn(&Tx{j: j, tx: tx}) })
 }
 
-// Append stores frame as the next event, setting its seq, and drops the
-// oldest unacked events while the log is over its caps.
-func (t *Tx) Append(frame *agentv1.NodeFrame) (uint64, error) {
-	meta, events := t.tx.Bucket(bucketMeta), t.tx.Bucket(bucketEvents)
-	seq := u64(meta.Get(keyNextSeq))
-	if seq == 0 {
-		seq = 1
-	}
-	frame.Seq = seq
-	data, err := proto.Marshal(frame)
-	if err != nil {
-		return 0, err
-	}
-	if err := events.Put(seqKey(seq), data); err != nil {
-		return 0, err
-	}
-	count := u64(meta.Get(keyEventCount)) + 1
-	size := u64(meta.Get(keyEventBytes)) + uint64(len(data))
-	c := events.Cursor()
-	for k, v := c.First(); k != nil && (count > uint64(t.j.maxEvents) || size > uint64(t.j.maxBytes)); k, v = c.First() {
-		if u64(k) == seq {
-			break // never drop the event just written
-		}
-		count--
-		size -= uint64(len(v))
-		if err := c.Delete(); err != nil {
-			return 0, err
-		}
-		t.dropped++
-	}
-	if err := putU64(meta, keyNextSeq, seq+1); err != nil {
-		return 0, err
-	}
-	if err := putU64(meta, keyEventCount, count); err != nil {
-		return 0, err
-	}
-	return seq, putU64(meta, keyEventBytes, size)
-}
-
-// Append stores one event in its own transaction.
-func (j *Journal) Append(frame *agentv1.NodeFrame) (uint64, error) {
-	var seq uint64
-	err := j.Update(func(t *Tx) error {
-		var err error
-		seq, err = t.Append(frame)
-		return err
-	})
-	return seq, err
-}
-
-// Ack drops every event with seq ≤ upTo: at once for every reader, in the
-// file with the journal's next change or LazyWriteDelay later (see the
-// package comment). An upTo beyond the last event appended is ErrAckBeyond
-// and changes nothing.
-func (j *Journal) Ack(upTo uint64) error {
-	if last := j.LastSeq(); upTo > last {
-		return fmt.Errorf("%w: ack of %d, last event %d", ErrAckBeyond, upTo, last)
-	}
-	if upTo <= j.LastAcked() {
-		return nil // the events up to it are gone already
-	}
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	j.pending.ack = max(j.pending.ack, upTo)
-	j.writeLater()
-	return nil
-}
-
 // writeLazy writes what was pending when the transaction began: the ack
 // (at most the last seq appended) and the mark, each only forward.
 func (t *Tx) writeLazy(p lazy) error {
@@ -425,285 +311,4 @@ func (t *Tx) writeLazy(p lazy) error {
 		return err
 	}
 	return putU64(meta, keyMark, uint64(p.mark))
-}
-
-// ack drops the events with seq ≤ upTo and records upTo as the last acked
-// seq; upTo is at most the last seq appended.
-func (t *Tx) ack(upTo uint64) error {
-	meta, events := t.tx.Bucket(bucketMeta), t.tx.Bucket(bucketEvents)
-	count, size := u64(meta.Get(keyEventCount)), u64(meta.Get(keyEventBytes))
-	c := events.Cursor()
-	for k, v := c.First(); k != nil && u64(k) <= upTo; k, v = c.First() {
-		count--
-		size -= uint64(len(v))
-		if err := c.Delete(); err != nil {
-			return err
-		}
-	}
-	if err := putU64(meta, keyEventCount, count); err != nil {
-		return err
-	}
-	if upTo > u64(meta.Get(keyLastAcked)) {
-		if err := putU64(meta, keyLastAcked, upTo); err != nil {
-			return err
-		}
-	}
-	return putU64(meta, keyEventBytes, size)
-}
-
-// acked is the ack taken but not yet written (0 for none).
-func (j *Journal) acked() uint64 { return j.lazy().ack }
-
-// LastAcked is the highest seq the gateway acked (0 for none).
-func (j *Journal) LastAcked() uint64 {
-	var seq uint64
-	_ = j.db.View(func(tx *bolt.Tx) error {
-		seq = u64(tx.Bucket(bucketMeta).Get(keyLastAcked))
-		return nil
-	})
-	return max(seq, j.acked())
-}
-
-// Unacked returns the stored events with seq > after, in seq order.
-func (j *Journal) Unacked(after uint64) ([]*agentv1.NodeFrame, error) {
-	after = max(after, j.acked())
-	var out []*agentv1.NodeFrame
-	err := j.db.View(func(tx *bolt.Tx) error {
-		c := tx.Bucket(bucketEvents).Cursor()
-		for k, v := c.Seek(seqKey(after + 1)); k != nil; k, v = c.Next() {
-			f := &agentv1.NodeFrame{}
-			if err := proto.Unmarshal(v, f); err != nil {
-				return fmt.Errorf("journal event %d: %w", u64(k), err)
-			}
-			out = append(out, f)
-		}
-		return nil
-	})
-	return out, err
-}
-
-// EventStats returns the number and total size of unacked events.
-func (j *Journal) EventStats() (count int, size int64) {
-	acked := j.acked()
-	_ = j.db.View(func(tx *bolt.Tx) error {
-		meta := tx.Bucket(bucketMeta)
-		count, size = int(u64(meta.Get(keyEventCount))), int64(u64(meta.Get(keyEventBytes)))
-		c := tx.Bucket(bucketEvents).Cursor()
-		for k, v := c.First(); k != nil && u64(k) <= acked; k, v = c.Next() {
-			count--
-			size -= int64(len(v))
-		}
-		return nil
-	})
-	return count, size
-}
-
-// LastSeq is the seq of the last event appended (0 for none).
-func (j *Journal) LastSeq() uint64 {
-	var seq uint64
-	_ = j.db.View(func(tx *bolt.Tx) error {
-		if next := u64(tx.Bucket(bucketMeta).Get(keyNextSeq)); next > 0 {
-			seq = next - 1
-		}
-		return nil
-	})
-	return seq
-}
-
-// Command returns the record of a command id, if any.
-func (t *Tx) Command(id string) (*CommandRecord, error) {
-	data := t.tx.Bucket(bucketCommands).Get([]byte(id))
-	if data == nil {
-		return nil, nil
-	}
-	rec := &CommandRecord{}
-	if err := json.Unmarshal(data, rec); err != nil {
-		return nil, fmt.Errorf("journal command %s: %w", id, err)
-	}
-	return rec, nil
-}
-
-// PutCommand stores a command record.
-func (t *Tx) PutCommand(rec *CommandRecord) error {
-	data, err := json.Marshal(rec)
-	if err != nil {
-		return err
-	}
-	return t.tx.Bucket(bucketCommands).Put([]byte(rec.ID), data)
-}
-
-// Command returns the record of a command id, if any.
-func (j *Journal) Command(id string) (*CommandRecord, error) {
-	var rec *CommandRecord
-	err := j.View(func(t *Tx) error {
-		var err error
-		rec, err = t.Command(id)
-		return err
-	})
-	return rec, err
-}
-
-// PutCommand stores a command record in its own transaction.
-func (j *Journal) PutCommand(rec *CommandRecord) error {
-	return j.Update(func(t *Tx) error { return t.PutCommand(rec) })
-}
-
-// Commands returns every command record.
-func (j *Journal) Commands() ([]*CommandRecord, error) {
-	var out []*CommandRecord
-	err := j.db.View(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketCommands).ForEach(func(k, v []byte) error {
-			rec := &CommandRecord{}
-			if err := json.Unmarshal(v, rec); err != nil {
-				return fmt.Errorf("journal command %s: %w", k, err)
-			}
-			out = append(out, rec)
-			return nil
-		})
-	})
-	return out, err
-}
-
-// Sweep removes done commands whose result is older than DoneRetention and
-// returns how many it removed.
-func (j *Journal) Sweep() (int, error) {
-	cutoff := j.now().Add(-DoneRetention).UnixMilli()
-	removed := 0
-	err := j.Update(func(t *Tx) error {
-		c := t.tx.Bucket(bucketCommands).Cursor()
-		for k, v := c.First(); k != nil; k, v = c.Next() {
-			rec := &CommandRecord{}
-			if json.Unmarshal(v, rec) != nil {
-				continue
-			}
-			if rec.State == Done && rec.DoneAtMs < cutoff {
-				if err := c.Delete(); err != nil {
-					return err
-				}
-				removed++
-			}
-		}
-		if removed == 0 {
-			return errUnchanged
-		}
-		return nil
-	})
-	if removed > 0 {
-		j.log.Info("journal.swept", "commands", removed)
-	}
-	return removed, err
-}
-
-// Mark returns the server-time mark (0 before any Welcome).
-func (j *Journal) Mark() int64 {
-	mark, _ := j.MarkHeard()
-	return mark
-}
-
-// MarkHeard returns the mark and when, on the local clock, it last moved
-// (Unix ms; 0 when unknown: before any Welcome, or a journal written before
-// this was kept).
-func (j *Journal) MarkHeard() (mark, heardAtMs int64) {
-	_ = j.db.View(func(tx *bolt.Tx) error {
-		meta := tx.Bucket(bucketMeta)
-		mark, heardAtMs = int64(u64(meta.Get(keyMark))), int64(u64(meta.Get(keyMarkHeard)))
-		return nil
-	})
-	if p := j.lazy(); p.mark > mark {
-		return p.mark, p.markHeard
-	}
-	return mark, heardAtMs
-}
-
-// AdvanceMark sets the mark to max(mark, serverTimeMs) and returns it; when
-// it moves, the local time is kept with it (MarkHeard). The move takes
-// effect at once and is written with the journal's next change or
-// LazyWriteDelay later (see the package comment).
-func (j *Journal) AdvanceMark(serverTimeMs int64) (int64, error) {
-	mark, _ := j.MarkHeard()
-	if serverTimeMs <= mark {
-		return mark, nil
-	}
-	heard := j.now().UnixMilli()
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if serverTimeMs > j.pending.mark {
-		j.pending.mark, j.pending.markHeard = serverTimeMs, heard
-		j.writeLater()
-	}
-	return j.pending.mark, nil
-}
-
-// Applied returns the applied generation and the applied spec's envelope
-// (protobuf Envelope bytes; nil before the first spec).
-func (j *Journal) Applied() (generation uint64, spec []byte) {
-	_ = j.db.View(func(tx *bolt.Tx) error {
-		meta := tx.Bucket(bucketMeta)
-		generation = u64(meta.Get(keyGeneration))
-		if s := meta.Get(keySpec); s != nil {
-			spec = append([]byte(nil), s...)
-		}
-		return nil
-	})
-	return generation, spec
-}
-
-// IsApplied says whether spec is, byte for byte, the applied spec (compared
-// in place, without a copy).
-func (j *Journal) IsApplied(spec []byte) (same bool) {
-	_ = j.db.View(func(tx *bolt.Tx) error {
-		applied := tx.Bucket(bucketMeta).Get(keySpec)
-		same = applied != nil && bytes.Equal(applied, spec)
-		return nil
-	})
-	return same
-}
-
-// AppliedGeneration is Applied's generation alone, without a copy of the
-// spec (a Hello, a heartbeat and each report read it).
-func (j *Journal) AppliedGeneration() (generation uint64) {
-	_ = j.db.View(func(tx *bolt.Tx) error {
-		generation = u64(tx.Bucket(bucketMeta).Get(keyGeneration))
-		return nil
-	})
-	return generation
-}
-
-// SetApplied records the applied generation and its spec.
-func (t *Tx) SetApplied(generation uint64, spec []byte) error {
-	meta := t.tx.Bucket(bucketMeta)
-	if err := putU64(meta, keyGeneration, generation); err != nil {
-		return err
-	}
-	return meta.Put(keySpec, spec)
-}
-
-// Get returns a value of the state bucket (nil when absent): the trust
-// bundle, the allocations, the unbatched-command times.
-func (t *Tx) Get(key string) []byte {
-	v := t.tx.Bucket(bucketState).Get([]byte(key))
-	if v == nil {
-		return nil
-	}
-	return append([]byte(nil), v...)
-}
-
-// Put sets a value of the state bucket (nil deletes it).
-func (t *Tx) Put(key string, value []byte) error {
-	if value == nil {
-		return t.tx.Bucket(bucketState).Delete([]byte(key))
-	}
-	return t.tx.Bucket(bucketState).Put([]byte(key), value)
-}
-
-// Get reads one value of the state bucket.
-func (j *Journal) Get(key string) []byte {
-	var v []byte
-	_ = j.View(func(t *Tx) error { v = t.Get(key); return nil })
-	return v
-}
-
-// Put writes one value of the state bucket in its own transaction.
-func (j *Journal) Put(key string, value []byte) error {
-	return j.Update(func(t *Tx) error { return t.Put(key, value) })
 }

@@ -1,6 +1,6 @@
 // Certificates (docs/formats.md, "Certificates"): CSRs bcd makes and the control plane
 // parses, and verification of a certificate issued by an expected CA, with
-// crypto/x509, in the order of the Rust side's pki/src/x509.rs (parse, issuer
+// crypto/x509, in the order of the Rust side's pki/src/x509/verify.rs (parse, issuer
 // name, signature algorithm, signature, validity, profile), then
 // x509.Certificate.Verify at the given time with the usage's ExtKeyUsage.
 
@@ -239,7 +239,7 @@ func describe(cert *x509.Certificate) (*CertificateInfo, error) {
 var oidSubjectAltName = asn1.ObjectIdentifier{2, 5, 29, 17}
 
 // understoodExtensions are the only extensions a certificate may mark
-// critical (RFC 5280, 4.2), the list of the Rust side's pki/src/x509.rs:
+// critical (RFC 5280, 4.2), the list of the Rust side's pki/src/x509/verify.rs:
 // subject key identifier, key usage, subject alternative name, basic
 // constraints, authority key identifier and extended key usage. crypto/x509
 // understands more (name constraints, policies), which the Rust verifier

@@ -91,7 +91,7 @@ func TestCertificateUsageAndNamesAreEnforced(t *testing.T) {
 
 // TestDefect11UnknownCriticalExtensionsAreRefused: a critical extension
 // outside understoodExtensions, in the leaf or in the CA, is cert-chain, as
-// in pki/src/x509.rs; the same extension not critical is ignored.
+// in pki/src/x509/verify.rs; the same extension not critical is ignored.
 func TestDefect11UnknownCriticalExtensionsAreRefused(t *testing.T) {
 	at := time.Unix(1_767_225_600, 0)
 	caKey, leafKey := DeriveP256("s", "node-ca"), DeriveP256("s", "node/0")

@@ -1,0 +1,126 @@
+// The journal's state besides events and commands: the server-time mark
+// (only forward, taken at once and written lazily), the applied generation
+// and spec, and the state bucket's values (the trust bundle, the
+// allocations, the unbatched-command times).
+
+package journal
+
+import (
+	"bytes"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Mark returns the server-time mark (0 before any Welcome).
+func (j *Journal) Mark() int64 {
+	mark, _ := j.MarkHeard()
+	return mark
+}
+
+// MarkHeard returns the mark and when, on the local clock, it last moved
+// (Unix ms; 0 when unknown: before any Welcome, or a journal written before
+// this was kept).
+func (j *Journal) MarkHeard() (mark, heardAtMs int64) {
+	_ = j.db.View(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		mark, heardAtMs = int64(u64(meta.Get(keyMark))), int64(u64(meta.Get(keyMarkHeard)))
+		return nil
+	})
+	if p := j.lazy(); p.mark > mark {
+		return p.mark, p.markHeard
+	}
+	return mark, heardAtMs
+}
+
+// AdvanceMark sets the mark to max(mark, serverTimeMs) and returns it; when
+// it moves, the local time is kept with it (MarkHeard). The move takes
+// effect at once and is written with the journal's next change or
+// LazyWriteDelay later (see the package comment).
+func (j *Journal) AdvanceMark(serverTimeMs int64) (int64, error) {
+	mark, _ := j.MarkHeard()
+	if serverTimeMs <= mark {
+		return mark, nil
+	}
+	heard := j.now().UnixMilli()
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if serverTimeMs > j.pending.mark {
+		j.pending.mark, j.pending.markHeard = serverTimeMs, heard
+		j.writeLater()
+	}
+	return j.pending.mark, nil
+}
+
+// Applied returns the applied generation and the applied spec's envelope
+// (protobuf Envelope bytes; nil before the first spec).
+func (j *Journal) Applied() (generation uint64, spec []byte) {
+	_ = j.db.View(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		generation = u64(meta.Get(keyGeneration))
+		if s := meta.Get(keySpec); s != nil {
+			spec = append([]byte(nil), s...)
+		}
+		return nil
+	})
+	return generation, spec
+}
+
+// IsApplied says whether spec is, byte for byte, the applied spec (compared
+// in place, without a copy).
+func (j *Journal) IsApplied(spec []byte) (same bool) {
+	_ = j.db.View(func(tx *bolt.Tx) error {
+		applied := tx.Bucket(bucketMeta).Get(keySpec)
+		same = applied != nil && bytes.Equal(applied, spec)
+		return nil
+	})
+	return same
+}
+
+// AppliedGeneration is Applied's generation alone, without a copy of the
+// spec (a Hello, a heartbeat and each report read it).
+func (j *Journal) AppliedGeneration() (generation uint64) {
+	_ = j.db.View(func(tx *bolt.Tx) error {
+		generation = u64(tx.Bucket(bucketMeta).Get(keyGeneration))
+		return nil
+	})
+	return generation
+}
+
+// SetApplied records the applied generation and its spec.
+func (t *Tx) SetApplied(generation uint64, spec []byte) error {
+	meta := t.tx.Bucket(bucketMeta)
+	if err := putU64(meta, keyGeneration, generation); err != nil {
+		return err
+	}
+	return meta.Put(keySpec, spec)
+}
+
+// Get returns a value of the state bucket (nil when absent): the trust
+// bundle, the allocations, the unbatched-command times.
+func (t *Tx) Get(key string) []byte {
+	v := t.tx.Bucket(bucketState).Get([]byte(key))
+	if v == nil {
+		return nil
+	}
+	return append([]byte(nil), v...)
+}
+
+// Put sets a value of the state bucket (nil deletes it).
+func (t *Tx) Put(key string, value []byte) error {
+	if value == nil {
+		return t.tx.Bucket(bucketState).Delete([]byte(key))
+	}
+	return t.tx.Bucket(bucketState).Put([]byte(key), value)
+}
+
+// Get reads one value of the state bucket.
+func (j *Journal) Get(key string) []byte {
+	var v []byte
+	_ = j.View(func(t *Tx) error { v = t.Get(key); return nil })
+	return v
+}
+
+// Put writes one value of the state bucket in its own transaction.
+func (j *Journal) Put(key string, value []byte) error {
+	return j.Update(func(t *Tx) error { return t.Put(key, value) })
+}
