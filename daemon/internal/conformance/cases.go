@@ -51,6 +51,16 @@ var cases = []testCase{
 		return &agentv1.NodeFrame{Frame: &agentv1.NodeFrame_Heartbeat{Heartbeat: &agentv1.Heartbeat{AtMs: 1}}}
 	})},
 	{"session/another-nodes-hello", refusal.CodeNodeMismatch, session(joined, hello(func(t *Target) string { return t.Revoked.NodeID }))},
+	{"session/hello-with-a-long-journal-id", refusal.CodeHelloMalformed, session(joined, func(t *Target) *agentv1.NodeFrame {
+		f := hello(func(t *Target) string { return t.Joined.NodeID })(t)
+		f.GetHello().JournalId = strings.Repeat("j", 900)
+		return f
+	})},
+	{"session/hello-with-a-control-character", refusal.CodeHelloMalformed, session(joined, func(t *Target) *agentv1.NodeFrame {
+		f := hello(func(t *Target) string { return t.Joined.NodeID })(t)
+		f.GetHello().BootId = "boot\nforged"
+		return f
+	})},
 	{"session/oversized-frame", refusal.CodeFrameTooLarge, session(joined, func(t *Target) *agentv1.NodeFrame {
 		f := hello(func(t *Target) string { return t.Joined.NodeID })(t)
 		f.GetHello().DaemonVersion = strings.Repeat("x", oversized)

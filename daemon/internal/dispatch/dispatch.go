@@ -279,7 +279,7 @@ func (d *Dispatcher) duplicate(rec *journal.CommandRecord, cmd *agentv1.Command)
 		d.log.Info("dispatch.duplicate", "command_id", rec.ID, "answer", "re-execute after a crash")
 		d.start(rec, cmd)
 	default:
-		d.log.Info("dispatch.duplicate", "command_id", rec.ID, "answer", "interrupted")
+		d.log.Info("dispatch.duplicate", "command_id", rec.ID, "answer", ReasonInterrupted)
 		if err := d.finish(rec, agentv1.CommandState_FAILED, ReasonInterrupted, nil, true); err != nil {
 			d.log.Error("dispatch.journal_failed", "command_id", rec.ID, "err", err)
 		}

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strings"
 	"sync"
 	"time"
 
@@ -127,6 +128,8 @@ func checkHello(f *agentv1.NodeFrame, nodeID string) error {
 		return refusal.Status(refusal.CodeHelloExpected, "the first frame is not a Hello")
 	case f.GetHello().GetNodeId() != nodeID:
 		return refusal.Status(refusal.CodeNodeMismatch, "Hello names %q, the certificate %s", f.GetHello().GetNodeId(), nodeID)
+	case !helloShaped(f.GetHello()):
+		return refusal.Status(refusal.CodeHelloMalformed, "the Hello's journal id, boot id or daemon version is not of its form")
 	}
 	return nil
 }
@@ -151,4 +154,28 @@ func (g *Gateway) Tunnel(stream agentv1.Gateway_TunnelServer) error {
 		return err
 	}
 	return refusal.Status(refusal.CodeTunnelUnknown, "this gateway asked for no tunnel")
+}
+
+// maxHelloField is the longest journal id, boot id or daemon version
+// (docs/protocol.md, "Hello and Welcome").
+const maxHelloField = 64
+
+// helloShaped reports whether a Hello's strings are of their form: the
+// journal id and the boot id identifiers (ASCII letters, digits, "._:-";
+// the journal id not empty), the daemon version letters, digits and
+// ".+_~-", each at most maxHelloField bytes.
+func helloShaped(h *agentv1.Hello) bool {
+	of := func(s, extra string) bool {
+		if len(s) > maxHelloField {
+			return false
+		}
+		for _, c := range []byte(s) {
+			alnum := c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+			if !alnum && !strings.ContainsRune(extra, rune(c)) {
+				return false
+			}
+		}
+		return true
+	}
+	return h.GetJournalId() != "" && of(h.GetJournalId(), "._:-") && of(h.GetBootId(), "._:-") && of(h.GetDaemonVersion(), ".+_~-")
 }
