@@ -320,16 +320,24 @@ fn without_a_stack_or_with_a_wrong_token_every_subcommand_says_so() {
     assert_eq!(text(&unknown.stderr), "devstack: no node is named \"node_nope\" (by id, id prefix or hostname)\n");
 
     // A discovery file that names the same endpoint with another token.
-    let forged = home.path().join("forged.json");
-    let mut discovery = devstack::admin::discovery::read(&admin).unwrap();
-    discovery.token_file = home.path().join("wrong-token");
-    std::fs::write(&discovery.token_file, "bc_admin_wrong\n").unwrap();
-    std::fs::write(&forged, serde_json::to_vec(&discovery).unwrap()).unwrap();
+    use devstack::admin::discovery::{read, token_path, write_private};
+    let forged = home.path().join("wrong-token.json");
+    let mut discovery = read(&admin).unwrap();
+    discovery.token_file = token_path(&forged);
+    write_private(&discovery.token_file, b"bc_admin_wrong\n").unwrap();
+    write_private(&forged, &serde_json::to_vec(&discovery).unwrap()).unwrap();
     let refused = devstack().args(["--admin-file"]).arg(&forged).arg("nodes").output().unwrap();
     assert!(!refused.status.success());
     let said = text(&refused.stderr);
     assert!(said.contains("refused the admin token in") && said.contains("wrong-token"), "{said}");
     assert!(!said.contains("bc_admin_wrong") && !said.contains(token.trim()), "no token in the message: {said}");
+    // One that names a token file elsewhere is not trusted: nothing is read or sent.
+    discovery.token_file = home.path().join("elsewhere");
+    write_private(&discovery.token_file, b"bc_admin_elsewhere\n").unwrap();
+    write_private(&forged, &serde_json::to_vec(&discovery).unwrap()).unwrap();
+    let refused = devstack().args(["--admin-file"]).arg(&forged).arg("nodes").output().unwrap();
+    let said = text(&refused.stderr);
+    assert!(!refused.status.success() && said.contains("is not trusted"), "{said}");
 
     sigint(&serve.child);
     assert!(await_exit(&mut serve.child, DEADLINE).success());

@@ -42,6 +42,29 @@ pub async fn require_token(State(expected): State<std::sync::Arc<[u8; 32]>>, req
     refused
 }
 
+/// Lets a request through only when it names a loopback host (`Host:
+/// 127.0.0.1:PORT`, `[::1]:PORT` or `localhost:PORT`): a page another site
+/// served, whose name was made to resolve to loopback (DNS rebinding),
+/// names its own host and is refused `421`, whatever else it sends.
+pub async fn require_loopback_host(request: Request, next: Next) -> Response {
+    let host = request.headers().get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if loopback_host(host) {
+        return next.run(request).await;
+    }
+    ApiError::new(StatusCode::MISDIRECTED_REQUEST, "the admin endpoint answers requests for a loopback host only")
+        .into_response()
+}
+
+/// Whether a `Host` header names a loopback host (with or without a port).
+fn loopback_host(host: &str) -> bool {
+    let name = match host.rsplit_once(':') {
+        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) && !name.ends_with(':') => name,
+        _ => host,
+    };
+    let name = name.trim_start_matches('[').trim_end_matches(']');
+    name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -53,5 +76,15 @@ mod tests {
         assert!(a.starts_with("bc_admin_") && a.len() == 9 + 43, "{a}");
         assert_eq!(digest(&a), digest(&a));
         assert_ne!(digest(&a), digest(&b));
+    }
+
+    #[test]
+    fn only_a_loopback_host_is_answered() {
+        for good in ["127.0.0.1:4000", "127.0.0.1", "[::1]:80", "localhost:9", "LOCALHOST"] {
+            assert!(loopback_host(good), "{good}");
+        }
+        for bad in ["", "evil.example:4000", "10.0.0.1:1", "127.0.0.1.evil.example", "[::2]:1", "localhost.evil:1"] {
+            assert!(!loopback_host(bad), "{bad}");
+        }
     }
 }

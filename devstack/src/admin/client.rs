@@ -41,6 +41,16 @@ pub enum ClientError {
         /// The pid it names.
         pid: u32,
     },
+    /// The discovery file, its directory or the token file could have been
+    /// planted or changed by another user: nothing was read from the token
+    /// file and nothing was sent.
+    #[error("{} is not trusted: {reason}", path.display())]
+    Untrusted {
+        /// The discovery file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
     /// The discovery file does not parse.
     #[error("{} is not a dev stack discovery file: {reason}", path.display())]
     Discovery {
@@ -140,23 +150,23 @@ impl AdminClient {
     /// The client of the stack the discovery file at `path` names (see
     /// [`discovery::path`]), with its token read from the token file.
     pub fn discover(path: &Path) -> Result<AdminClient, ClientError> {
-        let discovery = match discovery::read(path) {
+        let discovery = match discovery::read_trusted(path) {
             Ok(d) => d,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(ClientError::NotRunning { path: path.to_path_buf() });
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                return Err(ClientError::Untrusted { path: path.to_path_buf(), reason: e.to_string() });
             }
             Err(e) => return Err(ClientError::Discovery { path: path.to_path_buf(), reason: e.to_string() }),
         };
         if !discovery::alive(discovery.pid) {
             return Err(ClientError::Stale { path: path.to_path_buf(), pid: discovery.pid });
         }
-        let authority = discovery
-            .url
-            .strip_prefix("http://")
-            .filter(|a| !a.is_empty() && !a.contains('/'))
+        let authority = discovery::loopback_authority(&discovery.url)
             .ok_or_else(|| ClientError::Discovery {
                 path: path.to_path_buf(),
-                reason: format!("the url {:?} is not http://host:port", discovery.url),
+                reason: format!("the url {:?} is not http://host:port on loopback", discovery.url),
             })?
             .to_string();
         let token = std::fs::read_to_string(&discovery.token_file)

@@ -69,6 +69,78 @@ pub fn alive(pid: u32) -> bool {
     answered || (pid > 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
 }
 
+/// Why a file or directory another user could have made or changed is not
+/// trusted, or `None` when it is this user's, not a symlink, and writable by
+/// no one else (`private`: readable by no one else either).
+fn untrusted(path: &Path, dir: bool, private: bool) -> Option<String> {
+    use std::os::unix::fs::MetadataExt as _;
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(meta) => meta,
+        Err(e) => return Some(format!("{}: {e}", path.display())),
+    };
+    let kind = meta.file_type();
+    let shown = path.display();
+    if kind.is_symlink() {
+        return Some(format!("{shown} is a symbolic link"));
+    }
+    if (dir && !kind.is_dir()) || (!dir && !kind.is_file()) {
+        return Some(format!("{shown} is not a {}", if dir { "directory" } else { "regular file" }));
+    }
+    if meta.uid() != uid() {
+        return Some(format!("{shown} belongs to uid {}, not to this user ({})", meta.uid(), uid()));
+    }
+    let others = if private { 0o077 } else { 0o022 };
+    if meta.mode() & others != 0 {
+        return Some(format!(
+            "{shown} has mode {:o}: others may {}",
+            meta.mode() & 0o777,
+            if private { "read it" } else { "change it" }
+        ));
+    }
+    None
+}
+
+/// Whether a discovery file's endpoint is on loopback: `http://` and an IP
+/// literal of the loopback range with a port (what `serve` writes).
+pub fn loopback_authority(url: &str) -> Option<&str> {
+    let authority = url.strip_prefix("http://").filter(|a| !a.contains('/'))?;
+    let addr: std::net::SocketAddr = authority.parse().ok()?;
+    addr.ip().is_loopback().then_some(authority)
+}
+
+/// Reads a discovery file a client may trust: it and its directory are the
+/// current user's and writable by no one else, its endpoint is on loopback,
+/// and its token file is the one beside it, the user's, mode 0600 (the
+/// checks `serve` makes, so a file another user planted is refused before
+/// its token file is read or any request is sent).
+pub fn read_trusted(path: &Path) -> std::io::Result<Discovery> {
+    let refuse = |why: String| std::io::Error::new(std::io::ErrorKind::PermissionDenied, why);
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    if let Some(why) = untrusted(dir, true, false) {
+        return Err(refuse(why));
+    }
+    std::fs::symlink_metadata(path)?; // NotFound: no stack runs
+    if let Some(why) = untrusted(path, false, false) {
+        return Err(refuse(why));
+    }
+    let discovery = read(path)?;
+    if loopback_authority(&discovery.url).is_none() {
+        return Err(refuse(format!("its endpoint {:?} is not http:// on a loopback address", discovery.url)));
+    }
+    if discovery.token_file != token_path(path) {
+        let beside = token_path(path);
+        return Err(refuse(format!(
+            "it names the token file {}, not {}",
+            discovery.token_file.display(),
+            beside.display()
+        )));
+    }
+    if let Some(why) = untrusted(&discovery.token_file, false, true) {
+        return Err(refuse(why));
+    }
+    Ok(discovery)
+}
+
 /// Reads a discovery file.
 pub fn read(path: &Path) -> std::io::Result<Discovery> {
     let text = std::fs::read(path)?;
@@ -193,6 +265,54 @@ mod tests {
 
         drop(published);
         assert!(!path.exists() && !token_path(&path).exists());
+    }
+
+    #[test]
+    fn a_discovery_file_another_user_could_have_planted_is_refused() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("d").join("admin.json");
+        let published = Published::write(&path, discovery(std::process::id()), "secret").unwrap();
+        assert_eq!(read_trusted(&path).unwrap().token_file, token_path(&path));
+        let refused = |why: &str| {
+            let e = read_trusted(&path).unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{why}: {e}");
+            assert!(e.to_string().contains(why), "{why}: {e}");
+        };
+        let mode = |p: &Path, m: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+        let rewrite = |d: Discovery| write_private(&path, &serde_json::to_vec(&d).unwrap()).unwrap();
+        let good = read(&path).unwrap();
+
+        mode(path.parent().unwrap(), 0o777);
+        refused("others may change it");
+        mode(path.parent().unwrap(), 0o700);
+        mode(&path, 0o666);
+        refused("others may change it");
+        mode(&path, 0o600);
+        mode(&good.token_file, 0o644);
+        refused("others may read it");
+        mode(&good.token_file, 0o600);
+        rewrite(Discovery { url: "http://203.0.113.7:80".into(), ..good.clone() });
+        refused("not http:// on a loopback address");
+        rewrite(Discovery { url: "http://evil.example:80".into(), ..good.clone() });
+        refused("not http:// on a loopback address");
+        let elsewhere = dir.path().join("victim-secret");
+        std::fs::write(&elsewhere, "another file of this user").unwrap();
+        rewrite(Discovery { token_file: elsewhere, ..good.clone() });
+        refused("not");
+        rewrite(good.clone());
+        let link = dir.path().join("link.json");
+        std::os::unix::fs::symlink(&path, &link).unwrap();
+        let e = read_trusted(&link).unwrap_err();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        if uid() == 0 {
+            // Planted by another user (root can make the file someone else's).
+            std::os::unix::fs::chown(&path, Some(65534), None).unwrap();
+            refused("belongs to uid 65534");
+            std::os::unix::fs::chown(&path, Some(0), None).unwrap();
+        }
+        assert!(read_trusted(&path).is_ok());
+        drop(published);
     }
 
     #[test]

@@ -94,6 +94,9 @@ fn router(state: State, token_sha256: [u8; 32]) -> Router {
         .merge(events::routes())
         .merge(console::routes())
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such admin route") })
+        // The token is checked first (a request without it is 401 whatever
+        // its Host), then the Host (with the token, a non-loopback one is 421).
+        .layer(axum::middleware::from_fn(auth::require_loopback_host))
         .layer(axum::middleware::from_fn_with_state(Arc::new(token_sha256), auth::require_token))
         .with_state(state)
 }

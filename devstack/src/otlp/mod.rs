@@ -361,7 +361,8 @@ mod tests {
     #[test]
     fn an_otlp_json_export_decodes_with_the_crates_types() {
         let request = decode(Encoding::Json, EXPORT.as_bytes()).ok().expect("the export decodes");
-        assert_eq!(node_of(&request), "node_1");
+        assert!(names_only(&request, "node_1").is_ok());
+        assert_eq!(names_only(&request, "node_2").unwrap_err().0, StatusCode::FORBIDDEN);
         let export = OtlpExport {
             node_id: "node_1".into(),
             received_at_ms: 0,

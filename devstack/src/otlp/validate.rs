@@ -389,7 +389,7 @@ mod tests {
 
     #[test]
     fn a_body_is_bounded_in_points_and_depth() {
-        let many = vec![r#"{"asInt":1}"#; 11].join(",");
+        let many = [r#"{"asInt":1}"#; 11].join(",");
         let small = Limits { points: 10, ..LIMITS };
         let err = check(&serde_json::from_str(&point(&many)).unwrap(), small).unwrap_err();
         assert_eq!(err.what, "more data points than the receiver takes");

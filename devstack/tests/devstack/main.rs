@@ -1,6 +1,7 @@
 //! The dev stack's scenario suite: a Rust node over real mTLS against an
 //! in-process stack (no Go needed).
 
+mod admin;
 mod connections;
 mod events;
 mod hardening;
