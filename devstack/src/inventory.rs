@@ -9,7 +9,7 @@ use tracing::{debug, warn};
 
 use crate::error::Result;
 use crate::gateway::handlers::{Effects, Event, EventHandler};
-use crate::limits;
+use crate::limits::{self, Refused};
 use crate::status::Code;
 use crate::store::inventory;
 use crate::store::rows::InventoryRow;
@@ -24,27 +24,14 @@ impl EventHandler<proto::StatusReport> for Inventory {
         let limit = event.shared.settings.options.limits.inventory_sections;
         let mut kept = inventory::names(event.c, node_id)?;
         let mut stored = 0;
+        let (mut beyond, mut mismatched) = (Refused::default(), Refused::default());
         for section in &report.inventory {
             if !limits::valid_name(&section.name) || !limits::admits(&kept, &section.name, limit) {
-                warn!(
-                    node_id = %node_id,
-                    code = %Code::ReportLimit,
-                    section = ?section.name,
-                    kept = kept.len(),
-                    limit,
-                    "session: inventory section refused: not a plain name, or beyond the node's limit of sections"
-                );
+                beyond.add(&section.name);
                 continue;
             }
-            let actual = hex::encode(Sha256::digest(&section.content));
-            if actual != section.sha256 {
-                warn!(
-                    node_id = %node_id,
-                    section = ?section.name,
-                    claimed = ?section.sha256,
-                    actual = %actual,
-                    "session: inventory section refused: its sha256 does not match its content"
-                );
+            if hex::encode(Sha256::digest(&section.content)) != section.sha256 {
+                mismatched.add(&section.name);
                 continue;
             }
             inventory::upsert(event.c, node_id, &section.name, &section.sha256, &section.content, event.now_ms)?;
@@ -52,6 +39,25 @@ impl EventHandler<proto::StatusReport> for Inventory {
                 kept.push(section.name.clone());
             }
             stored += 1;
+        }
+        if beyond.count > 0 {
+            warn!(
+                node_id = %node_id,
+                code = %Code::ReportLimit,
+                refused = beyond.count,
+                first = ?beyond.first,
+                kept = kept.len(),
+                limit,
+                "session: inventory sections refused: not plain names, or beyond the node's limit of sections"
+            );
+        }
+        if mismatched.count > 0 {
+            warn!(
+                node_id = %node_id,
+                refused = mismatched.count,
+                first = ?mismatched.first,
+                "session: inventory sections refused: their sha256 does not match their content"
+            );
         }
         if !report.inventory.is_empty() {
             debug!(node_id = %node_id, sections = stored, refused = report.inventory.len() - stored, "inventory stored");

@@ -36,6 +36,7 @@ mod ledger;
 mod limits;
 mod listen;
 mod log_capture;
+mod log_escape;
 mod nodes;
 mod options;
 mod otlp;
@@ -71,6 +72,7 @@ pub use instances::{InstanceRequest, UNSCHEDULABLE};
 pub use keys::Pins;
 pub use limits::NodeLimits;
 pub use log_capture::LogCapture;
+pub use log_escape::EscapedFields;
 pub use nodes::JoinMark;
 pub use options::{
     ChallengeSource, ConnectionOptions, DevStackOptions, ReleaseKeys, TpmAllow, TpmAttestorOptions, TunnelOptions,

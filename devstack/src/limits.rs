@@ -50,6 +50,31 @@ impl Default for NodeLimits {
     }
 }
 
+/// What a report part refused, for its one log line: how many, and the
+/// first name (cut to [`MAX_NAME_BYTES`]), so that a report of thousands of
+/// names is one line, not thousands.
+#[derive(Debug, Default)]
+pub struct Refused {
+    /// How many were refused.
+    pub count: usize,
+    /// The first refused name, cut.
+    pub first: Option<String>,
+}
+
+impl Refused {
+    /// Counts a refused name.
+    pub fn add(&mut self, name: &str) {
+        self.count += 1;
+        if self.first.is_none() {
+            let mut end = name.len().min(MAX_NAME_BYTES);
+            while !name.is_char_boundary(end) {
+                end -= 1;
+            }
+            self.first = Some(name[..end].to_string());
+        }
+    }
+}
+
 /// The longest section name (inventory or NodeSpec) a node may report.
 pub const MAX_NAME_BYTES: usize = 64;
 

@@ -20,6 +20,7 @@ impl LogCapture {
             let logs = LogCapture::default();
             let writer = logs.clone();
             let subscriber = tracing_subscriber::fmt()
+                .fmt_fields(crate::log_escape::EscapedFields)
                 .with_env_filter(tracing_subscriber::EnvFilter::new("debug"))
                 .with_ansi(false)
                 .with_writer(move || writer.clone())

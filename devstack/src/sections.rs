@@ -27,16 +27,10 @@ impl EventHandler<proto::StatusReport> for Sections {
         let node_id = event.node_id();
         let limit = event.shared.settings.options.limits.section_statuses;
         let mut kept = sections::names(event.c, node_id)?;
+        let mut refused = limits::Refused::default();
         for s in &report.sections {
             if !limits::valid_name(&s.section) || !limits::admits(&kept, &s.section, limit) {
-                warn!(
-                    node_id = %node_id,
-                    code = %Code::ReportLimit,
-                    section = ?s.section,
-                    kept = kept.len(),
-                    limit,
-                    "session: section status refused: not a plain name, or beyond the node's limit of sections"
-                );
+                refused.add(&s.section);
                 continue;
             }
             if !kept.contains(&s.section) {
@@ -59,6 +53,17 @@ impl EventHandler<proto::StatusReport> for Sections {
                 reason = ?status.reason,
                 generation = status.generation,
                 "section status"
+            );
+        }
+        if refused.count > 0 {
+            warn!(
+                node_id = %node_id,
+                code = %Code::ReportLimit,
+                refused = refused.count,
+                first = ?refused.first,
+                kept = kept.len(),
+                limit,
+                "session: section statuses refused: not plain names, or beyond the node's limit of sections"
             );
         }
         Ok(Effects::default())

@@ -16,8 +16,8 @@ const SRC: &str = "devstack/src/";
 /// The layers, from the ground up, and the top-level modules of each. A new
 /// module takes its place here: that is where a reader looks for it.
 const LAYERS: &[(&str, &[&str])] = &[
-    ("leaves", &["clock", "ids", "limits", "listen", "log_capture"]),
-    ("ground", &["changes", "error", "events", "frames", "options", "status"]),
+    ("leaves", &["clock", "ids", "limits", "listen", "log_escape"]),
+    ("ground", &["changes", "error", "events", "frames", "log_capture", "options", "status"]),
     ("core", &["hub", "issuance", "keys", "ledger", "shared", "tls", "view"]),
     ("gateway", &["connections", "gateway"]),
     (

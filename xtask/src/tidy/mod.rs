@@ -30,6 +30,9 @@
 //! - Files and functions stay short (`sizes`): no source file over
 //!   [`sizes::MAX_FILE_LINES`] lines and no non-test function over
 //!   [`sizes::MAX_FN_LINES`], but those in a short allow-list that says why.
+//! - Every log subscriber escapes what peers chose (`logs`): each
+//!   `tracing_subscriber` fmt builder sets the dev stack's escaping field
+//!   formatter.
 //! - No refusal code is typed by hand (`literals`): a string literal that is
 //!   a code of `proto/refusals.toml` (or starts with one and a colon) appears
 //!   only in generated files, tests and fixture data; elsewhere the code is
@@ -43,6 +46,8 @@
 mod layers;
 #[cfg(test)]
 mod literals;
+#[cfg(test)]
+mod logs;
 #[cfg(test)]
 mod sizes;
 

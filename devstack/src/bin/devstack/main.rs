@@ -64,6 +64,7 @@ fn main() -> std::process::ExitCode {
     // The stack logs warnings by default (RUST_LOG=info shows every join,
     // session and command); the client subcommands log nothing of their own.
     tracing_subscriber::fmt()
+        .fmt_fields(devstack::EscapedFields)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(if serving { "warn" } else { "error" })),
