@@ -43,6 +43,13 @@ pub fn url(https_base: &str) -> String {
 pub const REFUSAL_CLOSE_BASE: u16 = 4000;
 /// The longest close reason (RFC 6455: 125 bytes of payload, 2 of them the code).
 pub const MAX_CLOSE_REASON: usize = 123;
+/// How much of a message the socket reads: twice the frame limit, so that
+/// a message over the limit (and under this) is read whole and refused with
+/// a close frame the node sees, instead of the connection being dropped
+/// under a node that is still writing it (a reset, and no close code).
+/// Beyond this bound the connection is dropped (docs/protocol.md,
+/// "WebSocket transport").
+const READ_BOUND: usize = 2 * MAX_MESSAGE_BYTES;
 /// How many frames may wait for a slow node before the session blocks.
 const OUTBOUND_BUFFER: usize = 64;
 
@@ -52,7 +59,7 @@ pub async fn upgrade(
     ConnectInfo(peer): ConnectInfo<PeerInfo>,
     ws: WebSocketUpgrade,
 ) -> Response {
-    let ws = ws.max_message_size(MAX_MESSAGE_BYTES).max_frame_size(MAX_MESSAGE_BYTES);
+    let ws = ws.max_message_size(READ_BOUND).max_frame_size(READ_BOUND);
     ws.on_upgrade(move |socket| serve(gateway, peer, socket))
 }
 
@@ -110,6 +117,9 @@ async fn serve(gateway: GatewayService, peer: PeerInfo, socket: WebSocket) {
 /// close ends the stream.
 fn inbound(message: Result<Message, axum::Error>) -> Option<Result<proto::NodeFrame, Status>> {
     match message {
+        Ok(Message::Binary(bytes)) if bytes.len() > MAX_MESSAGE_BYTES => {
+            Some(Err(limit::too_large(&format!("a message of {} bytes", bytes.len()))))
+        }
         Ok(Message::Binary(bytes)) => Some(
             proto::NodeFrame::decode(bytes.as_ref())
                 .map_err(|e| refuse(Code::FrameMalformed, format!("a binary message that is not a NodeFrame: {e}"))),

@@ -89,6 +89,12 @@ async fn refusals_are_close_frames_with_their_code() {
     let _ = huge.send(Message::Binary(vec![0u8; devstack::MAX_MESSAGE_BYTES + 1].into())).await;
     let (code, reason) = next(&mut huge).await.unwrap_err();
     assert_eq!((code, reason.split(':').next().unwrap()), (4003, "frame-too-large"), "{reason}");
+    // Up to twice the limit the message is read whole, so the node that
+    // wrote it all sees the close code, not a reset.
+    let mut larger = socket(&stack, Some(&node.cert)).await;
+    larger.send(Message::Binary(vec![0u8; 2 * devstack::MAX_MESSAGE_BYTES - 64].into())).await.unwrap();
+    let (code, reason) = next(&mut larger).await.unwrap_err();
+    assert_eq!((code, reason.split(':').next().unwrap()), (4003, "frame-too-large"), "{reason}");
 
     stack.revoke_node(&node.id).await.unwrap();
     let mut revoked = socket(&stack, Some(&node.cert)).await;
