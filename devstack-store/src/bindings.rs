@@ -2,11 +2,12 @@
 //! is bound to (a TPM's EK, with the AK of its latest join), and how each
 //! join of a node went.
 
-use rusqlite::{Row, params};
+use crate::params;
+use crate::sql::{Row, SqlError};
 
+use crate::optional;
 use crate::rows::{NodeBindingRow, NodeJoinRow, NodeKeyLevel};
 use crate::{Db, Error, Result};
-use crate::{enum_col, optional};
 
 /// The binding kind of a TPM's endorsement key.
 pub const TPM_EK: &str = "tpm-ek";
@@ -14,7 +15,7 @@ pub const TPM_EK: &str = "tpm-ek";
 const BINDING_COLUMNS: &str = "node_id, kind, sha256, ak_public, ak_name, created_at_ms, updated_at_ms";
 const JOIN_COLUMNS: &str = "node_id, method, node_key, policy, serial, at_ms";
 
-fn binding(r: &Row<'_>) -> rusqlite::Result<NodeBindingRow> {
+fn binding(r: &Row) -> Result<NodeBindingRow, SqlError> {
     Ok(NodeBindingRow {
         node_id: r.get(0)?,
         kind: r.get(1)?,
@@ -26,11 +27,11 @@ fn binding(r: &Row<'_>) -> rusqlite::Result<NodeBindingRow> {
     })
 }
 
-fn join(r: &Row<'_>) -> rusqlite::Result<NodeJoinRow> {
+fn join(r: &Row) -> Result<NodeJoinRow, SqlError> {
     Ok(NodeJoinRow {
         node_id: r.get(0)?,
-        method: enum_col(r, 1)?,
-        node_key: enum_col(r, 2)?,
+        method: r.parse(1)?,
+        node_key: r.parse(2)?,
         policy: r.get(3)?,
         serial: r.get(4)?,
         at_ms: r.get(5)?,
@@ -40,9 +41,9 @@ fn join(r: &Row<'_>) -> rusqlite::Result<NodeJoinRow> {
 /// The binding of a hardware identity (`kind`, lowercase hex SHA-256).
 pub fn get(c: &Db<'_>, kind: &str, sha256: &str) -> Result<Option<NodeBindingRow>> {
     optional(
-        c.query_row_cached(
+        c.query_row(
             &format!("SELECT {BINDING_COLUMNS} FROM node_bindings WHERE kind = ?1 AND sha256 = ?2"),
-            [kind, sha256],
+            params![kind, sha256],
             binding,
         ),
         "read node binding",
@@ -51,13 +52,12 @@ pub fn get(c: &Db<'_>, kind: &str, sha256: &str) -> Result<Option<NodeBindingRow
 
 /// Every binding of a node.
 pub fn of_node(c: &Db<'_>, node_id: &str) -> Result<Vec<NodeBindingRow>> {
-    let mut stmt = c
-        .prepare_cached(&format!(
-            "SELECT {BINDING_COLUMNS} FROM node_bindings WHERE node_id = ?1 ORDER BY created_at_ms"
-        ))
-        .map_err(Error::sqlite("list node bindings"))?;
-    let rows = stmt.query_map([node_id], binding).map_err(Error::sqlite("list node bindings"))?;
-    rows.collect::<rusqlite::Result<_>>().map_err(Error::sqlite("list node bindings"))
+    c.query_map(
+        &format!("SELECT {BINDING_COLUMNS} FROM node_bindings WHERE node_id = ?1 ORDER BY created_at_ms"),
+        params![node_id],
+        binding,
+    )
+    .map_err(Error::at("list node bindings"))
 }
 
 /// The TPM binding of a node, if it joined with a TPM.
@@ -67,7 +67,7 @@ pub fn tpm_of_node(c: &Db<'_>, node_id: &str) -> Result<Option<NodeBindingRow>> 
 
 /// Binds a hardware identity to a node, or records the AK of a rejoin.
 pub fn upsert(c: &Db<'_>, b: &NodeBindingRow) -> Result<()> {
-    c.execute_cached(
+    c.execute(
         &format!(
             "INSERT INTO node_bindings ({BINDING_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
              ON CONFLICT (kind, sha256) DO UPDATE
@@ -76,27 +76,28 @@ pub fn upsert(c: &Db<'_>, b: &NodeBindingRow) -> Result<()> {
         ),
         params![b.node_id, b.kind, b.sha256, b.ak_public, b.ak_name, b.created_at_ms, b.updated_at_ms],
     )
-    .map_err(Error::sqlite("write node binding"))?;
+    .map_err(Error::at("write node binding"))?;
     Ok(())
 }
 
 /// Records a join.
 pub fn record_join(c: &Db<'_>, j: &NodeJoinRow) -> Result<()> {
-    c.execute_cached(
+    c.execute(
         &format!("INSERT INTO node_joins ({JOIN_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"),
         params![j.node_id, j.method.as_str(), j.node_key.as_str(), j.policy, j.serial, j.at_ms],
     )
-    .map_err(Error::sqlite("record node join"))?;
+    .map_err(Error::at("record node join"))?;
     Ok(())
 }
 
 /// Every join of a node, oldest first.
 pub fn joins(c: &Db<'_>, node_id: &str) -> Result<Vec<NodeJoinRow>> {
-    let mut stmt = c
-        .prepare_cached(&format!("SELECT {JOIN_COLUMNS} FROM node_joins WHERE node_id = ?1 ORDER BY id"))
-        .map_err(Error::sqlite("list node joins"))?;
-    let rows = stmt.query_map([node_id], join).map_err(Error::sqlite("list node joins"))?;
-    rows.collect::<rusqlite::Result<_>>().map_err(Error::sqlite("list node joins"))
+    c.query_map(
+        &format!("SELECT {JOIN_COLUMNS} FROM node_joins WHERE node_id = ?1 ORDER BY id"),
+        params![node_id],
+        join,
+    )
+    .map_err(Error::at("list node joins"))
 }
 
 /// The latest join's node-key level (what renewals must keep).

@@ -1,11 +1,12 @@
 //! The `commands` and `command_updates` tables: the queue, the delivery
 //! counters, the states a node reports and the verified outcome.
 
-use rusqlite::{Row, params};
+use crate::params;
+use crate::sql::{Row, SqlError};
 
+use crate::optional;
 use crate::rows::{CommandRow, CommandStatus, CommandUpdateRow};
 use crate::{Db, Error, Result};
-use crate::{enum_col, optional};
 
 const COLUMNS: &str = "id, node_id, kind, params, retry_safe, destructive, batch, not_after_ms, min_generation, \
                        envelope, state, reason, result, output, created_at_ms, delivered_at_ms, finished_at_ms, deliveries, \
@@ -14,7 +15,7 @@ const COLUMNS: &str = "id, node_id, kind, params, retry_safe, destructive, batch
 /// The states that are not terminal, as SQL.
 const OPEN: &str = "('pending', 'delivered', 'accepted', 'running', 'busy')";
 
-fn row(r: &Row<'_>) -> rusqlite::Result<CommandRow> {
+fn row(r: &Row) -> Result<CommandRow, SqlError> {
     Ok(CommandRow {
         id: r.get(0)?,
         node_id: r.get(1)?,
@@ -26,7 +27,7 @@ fn row(r: &Row<'_>) -> rusqlite::Result<CommandRow> {
         not_after_ms: r.get(7)?,
         min_generation: r.get(8)?,
         envelope: r.get(9)?,
-        state: enum_col(r, 10)?,
+        state: r.parse(10)?,
         reason: r.get(11)?,
         result: r.get(12)?,
         output: r.get(13)?,
@@ -39,16 +40,17 @@ fn row(r: &Row<'_>) -> rusqlite::Result<CommandRow> {
 }
 
 fn list(c: &Db<'_>, where_clause: &str, node_id: &str) -> Result<Vec<CommandRow>> {
-    let mut stmt = c
-        .prepare_cached(&format!("SELECT {COLUMNS} FROM commands WHERE node_id = ?1 {where_clause} ORDER BY seq"))
-        .map_err(Error::sqlite("list commands"))?;
-    let rows = stmt.query_map([node_id], row).map_err(Error::sqlite("list commands"))?;
-    rows.collect::<rusqlite::Result<_>>().map_err(Error::sqlite("list commands"))
+    c.query_map(
+        &format!("SELECT {COLUMNS} FROM commands WHERE node_id = ?1 {where_clause} ORDER BY seq"),
+        params![node_id],
+        row,
+    )
+    .map_err(Error::at("list commands"))
 }
 
 /// Inserts a command in state `pending`.
 pub fn insert(c: &Db<'_>, cmd: &CommandRow) -> Result<()> {
-    c.execute_cached(
+    c.execute(
         &format!(
             "INSERT INTO commands ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, \
              ?16, ?17, ?18, ?19)"
@@ -75,13 +77,13 @@ pub fn insert(c: &Db<'_>, cmd: &CommandRow) -> Result<()> {
             cmd.batch_approval
         ],
     )
-    .map_err(Error::sqlite("insert command"))?;
+    .map_err(Error::at("insert command"))?;
     Ok(())
 }
 
 /// A command by id.
 pub fn get(c: &Db<'_>, id: &str) -> Result<Option<CommandRow>> {
-    optional(c.query_row_cached(&format!("SELECT {COLUMNS} FROM commands WHERE id = ?1"), [id], row), "read command")
+    optional(c.query_row(&format!("SELECT {COLUMNS} FROM commands WHERE id = ?1"), params![id], row), "read command")
 }
 
 /// Every command of a node, in enqueue order.
@@ -101,23 +103,23 @@ pub fn open(c: &Db<'_>, node_id: &str) -> Result<Vec<CommandRow>> {
 
 /// Counts a delivery; a `pending` command becomes `delivered`.
 pub fn mark_delivered(c: &Db<'_>, id: &str, now_ms: i64) -> Result<()> {
-    c.execute_cached(
+    c.execute(
         "UPDATE commands SET deliveries = deliveries + 1, delivered_at_ms = ?2,
                 state = CASE WHEN state = 'pending' THEN 'delivered' ELSE state END
          WHERE id = ?1",
         params![id, now_ms],
     )
-    .map_err(Error::sqlite("mark command delivered"))?;
+    .map_err(Error::at("mark command delivered"))?;
     Ok(())
 }
 
 /// Appends a state the node reported to the command's history.
 pub fn record_update(c: &Db<'_>, id: &str, state: CommandStatus, reason: &str, now_ms: i64) -> Result<()> {
-    c.execute_cached(
+    c.execute(
         "INSERT INTO command_updates (command_id, state, reason, at_ms) VALUES (?1, ?2, ?3, ?4)",
         params![id, state.as_str(), reason, now_ms],
     )
-    .map_err(Error::sqlite("record command update"))?;
+    .map_err(Error::at("record command update"))?;
     Ok(())
 }
 
@@ -138,7 +140,7 @@ pub struct Outcome<'a> {
 pub fn set_state(c: &Db<'_>, id: &str, o: &Outcome<'_>, now_ms: i64) -> Result<bool> {
     let finished = o.state.is_terminal().then_some(now_ms);
     let n = c
-        .execute_cached(
+        .execute(
             &format!(
                 "UPDATE commands SET state = ?2, reason = ?3, result = COALESCE(?4, result), output = COALESCE(?5, output),
                         finished_at_ms = ?6
@@ -146,21 +148,16 @@ pub fn set_state(c: &Db<'_>, id: &str, o: &Outcome<'_>, now_ms: i64) -> Result<b
             ),
             params![id, o.state.as_str(), o.reason, o.result, o.output, finished],
         )
-        .map_err(Error::sqlite("set command state"))?;
+        .map_err(Error::at("set command state"))?;
     Ok(n == 1)
 }
 
 /// A command's history, oldest first.
 pub fn updates(c: &Db<'_>, id: &str) -> Result<Vec<CommandUpdateRow>> {
-    let mut stmt = c
-        .prepare_cached(
-            "SELECT command_id, state, reason, at_ms FROM command_updates WHERE command_id = ?1 ORDER BY id",
-        )
-        .map_err(Error::sqlite("list command updates"))?;
-    let rows = stmt
-        .query_map([id], |r| {
-            Ok(CommandUpdateRow { command_id: r.get(0)?, state: enum_col(r, 1)?, reason: r.get(2)?, at_ms: r.get(3)? })
-        })
-        .map_err(Error::sqlite("list command updates"))?;
-    rows.collect::<rusqlite::Result<_>>().map_err(Error::sqlite("list command updates"))
+    c.query_map(
+        "SELECT command_id, state, reason, at_ms FROM command_updates WHERE command_id = ?1 ORDER BY id",
+        params![id],
+        |r| Ok(CommandUpdateRow { command_id: r.get(0)?, state: r.parse(1)?, reason: r.get(2)?, at_ms: r.get(3)? }),
+    )
+    .map_err(Error::at("list command updates"))
 }

@@ -4,17 +4,19 @@
 
 use std::path::PathBuf;
 
+use crate::sql::SqlError;
+
 /// Why the store could not do what it was asked.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// A statement on the SQLite store failed.
+    /// A statement failed.
     #[error("store: {context}: {source}")]
-    Sqlite {
+    Statement {
         /// What the stack was doing.
         context: &'static str,
-        /// The SQLite error.
-        source: rusqlite::Error,
+        /// The backend's error.
+        source: SqlError,
     },
     /// A numbered migration failed to apply.
     #[error("store migration {version} ({name}): {source}")]
@@ -23,8 +25,17 @@ pub enum Error {
         version: u32,
         /// The migration's name.
         name: &'static str,
-        /// The SQLite error.
-        source: rusqlite::Error,
+        /// The backend's error.
+        source: SqlError,
+    },
+    /// The store could not be reached or opened (a PostgreSQL server that
+    /// does not answer, a URL it refuses).
+    #[error("store {location}: {reason}")]
+    Unavailable {
+        /// Where (a URL without its password).
+        location: String,
+        /// Why.
+        reason: String,
     },
     /// A stored row holds something the stack cannot read back.
     #[error("store: {table}.{column} of {key}: {reason}")]
@@ -51,10 +62,30 @@ pub enum Error {
 /// A result whose error is a store [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// An error a transaction's closure may return: the store's own, or one
+/// that can carry it (the dev stack's), so that a transaction that lost a
+/// race is told apart and run again.
+pub trait StoreFailure: From<Error> {
+    /// The store's error inside, if this is one.
+    fn store_error(&self) -> Option<&Error>;
+}
+
+impl StoreFailure for Error {
+    fn store_error(&self) -> Option<&Error> {
+        Some(self)
+    }
+}
+
 impl Error {
     /// A statement's error with its context.
-    pub(crate) fn sqlite(context: &'static str) -> impl FnOnce(rusqlite::Error) -> Error {
-        move |source| Error::Sqlite { context, source }
+    pub(crate) fn at<S: Into<SqlError>>(context: &'static str) -> impl FnOnce(S) -> Error {
+        move |source| Error::Statement { context, source: source.into() }
+    }
+
+    /// Whether the transaction lost a race with another and may be run
+    /// again (PostgreSQL's serialization failures).
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Error::Statement { source, .. } if source.is_retryable())
     }
 
     /// A stored value that does not read back.
@@ -68,8 +99,8 @@ impl Error {
     /// the caller's malformed input, not the store failing.
     pub fn out_of_range(&self) -> Option<String> {
         match self {
-            Error::Sqlite { context, source: rusqlite::Error::ToSqlConversionFailure(reason) } => {
-                Some(format!("{context}: {reason}"))
+            Error::Statement { context, source: SqlError::OutOfRange { index, reason } } => {
+                Some(format!("{context}: parameter {index}: {reason}"))
             }
             _ => None,
         }

@@ -4,18 +4,18 @@
 //! acknowledged without being applied twice; a journal id is stored once,
 //! and a node keeps at most a bounded number of journals (the oldest go).
 
-use rusqlite::params;
+use crate::params;
 
 use crate::{Db, Error, Result};
 
 /// The highest event seq recorded for a node's journal (0 for a new journal).
 pub fn acked_seq(c: &Db<'_>, node_id: &str, journal_id: &str) -> Result<u64> {
-    c.query_row_cached(
+    c.query_row(
         "SELECT COALESCE(MAX(acked_seq), 0) FROM node_journals WHERE node_id = ?1 AND journal_id = ?2",
-        [node_id, journal_id],
+        params![node_id, journal_id],
         |r| r.get(0),
     )
-    .map_err(Error::sqlite("read acked seq"))
+    .map_err(Error::at("read acked seq"))
 }
 
 /// Records an event of a journal; returns false when it was recorded
@@ -23,21 +23,21 @@ pub fn acked_seq(c: &Db<'_>, node_id: &str, journal_id: &str) -> Result<u64> {
 /// the newest `journals_kept` are forgotten.
 pub fn record(c: &Db<'_>, node_id: &str, journal_id: &str, seq: u64, now_ms: i64, journals_kept: u32) -> Result<bool> {
     let n = c
-        .execute_cached(
+        .execute(
             "INSERT INTO node_journals (node_id, journal_id, acked_seq, updated_at_ms) VALUES (?1, ?2, ?3, ?4)
              ON CONFLICT (node_id, journal_id) DO UPDATE
              SET acked_seq = excluded.acked_seq, updated_at_ms = excluded.updated_at_ms
              WHERE excluded.acked_seq > node_journals.acked_seq",
             params![node_id, journal_id, seq, now_ms],
         )
-        .map_err(Error::sqlite("record node event"))?;
+        .map_err(Error::at("record node event"))?;
     if n == 1 {
-        c.execute_cached(
+        c.execute(
             "DELETE FROM node_journals WHERE node_id = ?1 AND id NOT IN
              (SELECT id FROM node_journals WHERE node_id = ?1 ORDER BY updated_at_ms DESC, id DESC LIMIT ?2)",
             params![node_id, journals_kept],
         )
-        .map_err(Error::sqlite("forget old journals"))?;
+        .map_err(Error::at("forget old journals"))?;
     }
     Ok(n == 1)
 }

@@ -2,6 +2,7 @@
 //! nodes by state and of commands by state, each one aggregate query, so
 //! that a watcher of 10,000 nodes reads a few numbers instead of every row.
 
+use crate::params;
 use crate::rows::FleetCounts;
 use crate::{Db, Error, Result};
 
@@ -9,18 +10,21 @@ use crate::{Db, Error, Result};
 /// sessions are not stored).
 pub fn counts(c: &Db<'_>) -> Result<FleetCounts> {
     let (nodes, adopted, rejected) = c
-        .query_row_cached(
-            "SELECT COUNT(*), COALESCE(SUM(state = 'adopted'), 0), COALESCE(SUM(state = 'rejected'), 0) FROM nodes",
-            [],
-            |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?)),
+        .query_row(
+            "SELECT COUNT(*), CAST(COALESCE(SUM(CASE WHEN state = 'adopted' THEN 1 ELSE 0 END), 0) AS BIGINT), \
+             CAST(COALESCE(SUM(CASE WHEN state = 'rejected' THEN 1 ELSE 0 END), 0) AS BIGINT) FROM nodes",
+            params![],
+            |r| Ok((r.get::<i64>(0)?, r.get::<i64>(1)?, r.get::<i64>(2)?)),
         )
-        .map_err(Error::sqlite("counting nodes"))?;
-    let (commands, commands_done) = c.query_row_cached(
-        "SELECT COUNT(*), COALESCE(SUM(state IN ('succeeded', 'failed', 'expired', 'unsupported')), 0) FROM commands",
-        [],
-        |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)),
-    )
-    .map_err(Error::sqlite("counting commands"))?;
+        .map_err(Error::at("counting nodes"))?;
+    let (commands, commands_done) = c
+        .query_row(
+            "SELECT COUNT(*), CAST(COALESCE(SUM(CASE WHEN state IN ('succeeded', 'failed', 'expired', 'unsupported') \
+         THEN 1 ELSE 0 END), 0) AS BIGINT) FROM commands",
+            params![],
+            |r| Ok((r.get::<i64>(0)?, r.get::<i64>(1)?)),
+        )
+        .map_err(Error::at("counting commands"))?;
     let n = |v: i64| u64::try_from(v).unwrap_or(0);
     Ok(FleetCounts {
         nodes: n(nodes),

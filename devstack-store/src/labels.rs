@@ -1,7 +1,7 @@
 //! The `node_labels` table: what the stack knows a node offers, from its
 //! Hello (`bc.dev/driver.<runtime>` for each runtime driver it announces).
 
-use rusqlite::params;
+use crate::params;
 
 use crate::rows::NodeLabelRow;
 use crate::{Db, Error, Result};
@@ -22,27 +22,27 @@ pub fn set_drivers(c: &Db<'_>, node_id: &str, drivers: &[(String, String)], now:
     if current.map(|l| (l.label.as_str(), l.value.as_str())).eq(wanted.iter().map(|(l, v)| (l.as_str(), *v))) {
         return Ok(false);
     }
-    c.execute_cached("DELETE FROM node_labels WHERE node_id = ?1 AND label LIKE 'bc.dev/driver.%'", [node_id])
-        .map_err(Error::sqlite("clear driver labels"))?;
+    c.execute("DELETE FROM node_labels WHERE node_id = ?1 AND label LIKE 'bc.dev/driver.%'", params![node_id])
+        .map_err(Error::at("clear driver labels"))?;
     for (label, version) in &wanted {
-        c.execute_cached(
-            "INSERT OR REPLACE INTO node_labels (node_id, label, value, updated_at_ms) VALUES (?1, ?2, ?3, ?4)",
+        c.execute(
+            "INSERT INTO node_labels (node_id, label, value, updated_at_ms) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (node_id, label) DO UPDATE SET value = excluded.value, updated_at_ms = excluded.updated_at_ms",
             params![node_id, label, version, now],
         )
-        .map_err(Error::sqlite("insert driver label"))?;
+        .map_err(Error::at("insert driver label"))?;
     }
     Ok(true)
 }
 
 /// A node's labels, by label.
 pub fn of_node(c: &Db<'_>, node_id: &str) -> Result<Vec<NodeLabelRow>> {
-    let mut stmt = c
-        .prepare_cached("SELECT node_id, label, value FROM node_labels WHERE node_id = ?1 ORDER BY label")
-        .map_err(Error::sqlite("list labels"))?;
-    let rows = stmt
-        .query_map([node_id], |r| Ok(NodeLabelRow { node_id: r.get(0)?, label: r.get(1)?, value: r.get(2)? }))
-        .map_err(Error::sqlite("list labels"))?;
-    rows.collect::<rusqlite::Result<_>>().map_err(Error::sqlite("list labels"))
+    c.query_map(
+        "SELECT node_id, label, value FROM node_labels WHERE node_id = ?1 ORDER BY label",
+        params![node_id],
+        |r| Ok(NodeLabelRow { node_id: r.get(0)?, label: r.get(1)?, value: r.get(2)? }),
+    )
+    .map_err(Error::at("list labels"))
 }
 
 #[cfg(test)]
@@ -53,8 +53,7 @@ mod tests {
     fn driver_labels_already_so_are_not_written_again() {
         let store = crate::store_with_node();
         let updated = |c: &Db<'_>| -> Vec<i64> {
-            let mut stmt = c.prepare_cached("SELECT updated_at_ms FROM node_labels ORDER BY label").unwrap();
-            stmt.query_map([], |r| r.get(0)).unwrap().collect::<rusqlite::Result<_>>().unwrap()
+            c.query_map("SELECT updated_at_ms FROM node_labels ORDER BY label", params![], |r| r.get(0)).unwrap()
         };
         let drivers = |list: &[(&str, &str)]| -> Vec<(String, String)> {
             list.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect()

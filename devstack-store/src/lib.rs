@@ -5,10 +5,12 @@
 //! read or a transaction hands its closure a [`Db`], and every statement of
 //! a table module takes one, so statements compose inside a caller's
 //! transaction (event recording does this). The backend behind `Db` is the
-//! store's business: today one SQLite connection (file or in-memory) behind
-//! a mutex; no caller names SQLite.
+//! store's business: SQLite (`sqlite`: one connection, a file or in memory,
+//! behind a mutex; the embedded default) or PostgreSQL (`pg`: a pool, for
+//! several gateways on one database); the SQL is written once (`sql`), the
+//! migrations are one numbered list. No caller names either.
 //!
-//! A store file (and its -wal and -shm files) is owner-only (0600), in a
+//! A SQLite file (and its -wal and -shm files) is owner-only (0600), in a
 //! directory created owner-only (0700): it holds every private key of the
 //! stack. Every read and transaction is short and synchronous; callers never
 //! hold one across an await.
@@ -16,15 +18,14 @@
 //! **Architecture Invariant:** this crate knows no feature of the stack: it
 //! imports nothing of `devstack`, and its types are plain rows.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 
-use rusqlite::{CachedStatement, Connection, OptionalExtension};
-
-pub use error::{Error, Result};
+pub use error::{Error, Result, StoreFailure};
 
 pub mod bindings;
 pub mod certs;
+pub mod cluster;
 pub mod commands;
 mod error;
 pub mod events;
@@ -36,6 +37,7 @@ pub mod labels;
 pub mod migrations;
 pub mod nodes;
 pub mod otlp;
+mod pg;
 pub mod pools;
 pub mod releases;
 pub mod reservations;
@@ -45,195 +47,204 @@ pub mod sections;
 pub mod sessions;
 pub mod settings;
 pub mod specs;
+mod sql;
+mod sqlite;
 pub mod tokens;
 pub mod volumes;
 
+pub use pg::redacted;
+
 /// Where the store lives.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub enum StoreLocation {
-    /// A private in-memory database (gone at shutdown).
+    /// A private in-memory SQLite database (gone at shutdown).
     Memory,
     /// A SQLite file; a stack started again on it keeps its keys and nodes.
     File(PathBuf),
+    /// A PostgreSQL database (`postgres://user@host:port/db`, or a
+    /// key=value connection string), which several gateways share.
+    Postgres(String),
+}
+
+impl std::fmt::Debug for StoreLocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never a password.
+        match self {
+            StoreLocation::Memory => f.write_str("Memory"),
+            StoreLocation::File(path) => f.debug_tuple("File").field(path).finish(),
+            StoreLocation::Postgres(url) => f.debug_tuple("Postgres").field(&redacted(url)).finish(),
+        }
+    }
 }
 
 /// The store.
 pub struct Store {
-    conn: Mutex<Connection>,
+    backend: Backend,
+}
+
+enum Backend {
+    Sqlite(Mutex<rusqlite::Connection>),
+    Postgres(pg::Pool),
 }
 
 impl Store {
     /// Opens (creating if needed) the store and applies the migrations.
     pub fn open(location: &StoreLocation) -> Result<Self> {
-        let mut conn = match location {
-            StoreLocation::Memory => Connection::open_in_memory().map_err(Error::sqlite("open in-memory store"))?,
-            StoreLocation::File(path) => open_file(path)?,
+        let backend = match location {
+            StoreLocation::Memory => Backend::Sqlite(Mutex::new(sqlite::open(None)?)),
+            StoreLocation::File(path) => Backend::Sqlite(Mutex::new(sqlite::open(Some(path))?)),
+            StoreLocation::Postgres(url) => {
+                let pool = pg::Pool::open(url)?;
+                migrations::migrate_postgres(&*pool.checkout()?)?;
+                Backend::Postgres(pool)
+            }
         };
-        conn.execute_batch("PRAGMA foreign_keys = ON;").map_err(Error::sqlite("enable foreign keys"))?;
-        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
-        migrations::migrate(&mut conn)?;
-        Ok(Store { conn: Mutex::new(conn) })
+        Ok(Store { backend })
     }
 
-    fn lock(&self) -> MutexGuard<'_, Connection> {
+    /// Which backend runs the store: `sqlite` or `postgres`.
+    pub fn backend(&self) -> &'static str {
+        match self.backend {
+            Backend::Sqlite(_) => "sqlite",
+            Backend::Postgres(_) => "postgres",
+        }
+    }
+
+    fn lock(conn: &Mutex<rusqlite::Connection>) -> MutexGuard<'_, rusqlite::Connection> {
         // A panic while the lock was held cannot leave SQLite half-written:
         // every multi-statement change runs in a transaction that rolls back
         // when dropped. So a poisoned lock is still a consistent connection.
-        self.conn.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        conn.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// One consistent read: `f` sees the store at one instant (writes
     /// through a read's `Db` are not atomic together; use [`Store::write`]).
-    pub fn read<T, E>(&self, f: impl FnOnce(&Db<'_>) -> Result<T, E>) -> Result<T, E> {
-        f(&Db { conn: &self.lock() })
+    pub fn read<T, E: From<Error>>(&self, f: impl FnOnce(&Db<'_>) -> Result<T, E>) -> Result<T, E> {
+        match &self.backend {
+            Backend::Sqlite(conn) => f(&Db { inner: Inner::Sqlite(&Self::lock(conn)) }),
+            Backend::Postgres(pool) => {
+                let conn = pool.checkout()?;
+                conn.begin("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY").map_err(Error::at("begin a read"))?;
+                let value = f(&Db { inner: Inner::Postgres(&conn) });
+                conn.batch("COMMIT").map_err(Error::at("end a read"))?;
+                value
+            }
+        }
     }
 
     /// Runs `f` in a transaction, committed when it returns `Ok` (rolled
-    /// back on `Err`, or on a panic).
-    pub fn write<T, E: From<Error>>(&self, f: impl FnOnce(&Db<'_>) -> Result<T, E>) -> Result<T, E> {
+    /// back on `Err`, or on a panic). On PostgreSQL a transaction that lost
+    /// a race with another is run again, so `f` may run more than once.
+    pub fn write<T, E: StoreFailure>(&self, f: impl FnMut(&Db<'_>) -> Result<T, E>) -> Result<T, E> {
         self.write_then(f, |_| {})
     }
 
-    /// [`Store::write`], then `committed` once the commit is done, still
-    /// under the store's lock, so that what it announces is in the order of
-    /// the commits; it is told whether the transaction changed any row.
-    pub fn write_then<T, E: From<Error>>(
+    /// [`Store::write`], then `committed` once the commit is done (on
+    /// SQLite still under the store's lock, so that what it announces is in
+    /// the order of the commits); it is told whether the transaction
+    /// changed any row.
+    pub fn write_then<T, E: StoreFailure>(
         &self,
-        f: impl FnOnce(&Db<'_>) -> Result<T, E>,
+        mut f: impl FnMut(&Db<'_>) -> Result<T, E>,
         committed: impl FnOnce(bool),
     ) -> Result<T, E> {
-        let mut conn = self.lock();
-        let before = conn.total_changes();
-        let tx = conn.transaction().map_err(Error::sqlite("begin transaction"))?;
-        let value = f(&Db { conn: &tx })?;
-        tx.commit().map_err(Error::sqlite("commit"))?;
-        committed(conn.total_changes() != before);
-        Ok(value)
+        match &self.backend {
+            Backend::Sqlite(conn) => {
+                let mut conn = Self::lock(conn);
+                let before = conn.total_changes();
+                let tx = conn.transaction().map_err(Error::at("begin transaction"))?;
+                let value = f(&Db { inner: Inner::Sqlite(&tx) })?;
+                tx.commit().map_err(Error::at("commit"))?;
+                committed(conn.total_changes() != before);
+                Ok(value)
+            }
+            Backend::Postgres(pool) => {
+                let conn = pool.checkout()?;
+                let mut attempt = 1;
+                loop {
+                    conn.begin("BEGIN ISOLATION LEVEL SERIALIZABLE").map_err(Error::at("begin transaction"))?;
+                    let outcome = f(&Db { inner: Inner::Postgres(&conn) }).and_then(|value| {
+                        conn.batch("COMMIT").map(|()| value).map_err(|e| Error::at("commit")(e).into())
+                    });
+                    match outcome {
+                        Ok(value) => {
+                            committed(conn.changed());
+                            return Ok(value);
+                        }
+                        Err(e) => {
+                            // After a failed COMMIT the transaction is over;
+                            // a ROLLBACK then only warns.
+                            let _ = conn.batch("ROLLBACK");
+                            let lost_race = e.store_error().is_some_and(Error::is_retryable);
+                            if !lost_race || attempt == pg::WRITE_ATTEMPTS {
+                                return Err(e);
+                            }
+                            attempt += 1;
+                        }
+                    }
+                }
+            }
+        }
     }
 }
 
-/// The store as one read or one transaction sees it; every statement takes
-/// one. Its statements run prepared once per connection (the statement
-/// cache) rather than parsed and planned on every call: with a fleet
-/// joining, SQLite's parser and planner were a third of the stack's time in
-/// the store.
+/// The store as one read or one transaction sees it; every statement of a
+/// table module takes one. The SQL is written once, in the dialect both
+/// backends take (`sql`).
 pub struct Db<'a> {
-    conn: &'a Connection,
+    inner: Inner<'a>,
+}
+
+enum Inner<'a> {
+    Sqlite(&'a rusqlite::Connection),
+    Postgres(&'a pg::Conn),
 }
 
 impl Db<'_> {
-    /// `Connection::execute` through the statement cache.
-    pub(crate) fn execute_cached<P: rusqlite::Params>(&self, sql: &str, params: P) -> rusqlite::Result<usize> {
-        self.conn.prepare_cached(sql)?.execute(params)
-    }
-
-    /// `Connection::query_row` through the statement cache.
-    pub(crate) fn query_row_cached<T, P, F>(&self, sql: &str, params: P, f: F) -> rusqlite::Result<T>
-    where
-        P: rusqlite::Params,
-        F: FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
-    {
-        self.conn.prepare_cached(sql)?.query_row(params, f)
-    }
-
-    /// A statement through the statement cache (for queries of many rows).
-    pub(crate) fn prepare_cached(&self, sql: &str) -> rusqlite::Result<CachedStatement<'_>> {
-        self.conn.prepare_cached(sql)
-    }
-
-    /// The rowid of the last row this connection inserted.
-    pub(crate) fn last_insert_rowid(&self) -> i64 {
-        self.conn.last_insert_rowid()
-    }
-}
-
-/// How many prepared statements the connection keeps: more than the store
-/// has distinct statements, so each is parsed and planned once.
-const STATEMENT_CACHE: usize = 256;
-
-/// The mode of the store's files: it holds every private key of the stack.
-const STORE_FILE_MODE: u32 = 0o600;
-
-fn open_file(path: &Path) -> Result<Connection> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        create_private_dir(dir)?;
-    }
-    // The file exists, owner-only, before SQLite opens it: SQLite gives its
-    // -wal and -shm files the database file's mode.
-    private_file(path, true)?;
-    let conn = Connection::open(path).map_err(Error::sqlite("open store file"))?;
-    conn.busy_timeout(std::time::Duration::from_secs(5)).map_err(Error::sqlite("set busy timeout"))?;
-    // WAL keeps readers and the writer apart; a restarted stack opens the
-    // same file while the previous connection may still be closing.
-    conn.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(())).map_err(Error::sqlite("enable WAL"))?;
-    // A commit is in the WAL before it returns, so it survives the stack's
-    // process being killed or restarted; the WAL is fsynced at checkpoints,
-    // not at every commit (an OS crash may lose the last commits). The
-    // store's one lock is held through each commit: with an fsync each
-    // (~4 ms on this disk), a fleet's joins and sessions would all wait on
-    // the disk, about 250 commits a second (docs/devstack.md, "The store").
-    conn.execute_batch("PRAGMA synchronous = NORMAL;").map_err(Error::sqlite("set synchronous"))?;
-    // A checkpoint every 10,000 WAL pages (~40 MiB), not SQLite's 1,000: it
-    // writes each page it finds once, so the pages a fleet's commits touch
-    // again and again are written a tenth as often (docs/devstack.md).
-    conn.execute_batch("PRAGMA wal_autocheckpoint = 10000;").map_err(Error::sqlite("set wal_autocheckpoint"))?;
-    // A store made before the files were owner-only is made so now.
-    for suffix in ["-wal", "-shm"] {
-        let mut side = path.as_os_str().to_owned();
-        side.push(suffix);
-        private_file(Path::new(&side), false)?;
-    }
-    Ok(conn)
-}
-
-/// Creates `dir` (and its parents) owner-only when it does not exist; an
-/// existing directory keeps its mode.
-fn create_private_dir(dir: &Path) -> Result<()> {
-    let io = |source| Error::Io { path: dir.to_path_buf(), source };
-    if dir.exists() {
-        return Ok(());
-    }
-    let mut builder = std::fs::DirBuilder::new();
-    builder.recursive(true);
-    #[cfg(unix)]
-    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-    builder.create(dir).map_err(io)
-}
-
-/// Makes `path` owner-only (0600), creating it empty when `create` says so;
-/// a missing file that is not to be created is left alone.
-fn private_file(path: &Path, create: bool) -> Result<()> {
-    let io = |source| Error::Io { path: path.to_path_buf(), source };
-    let mut options = std::fs::OpenOptions::new();
-    options.read(true).write(true).create(create);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, STORE_FILE_MODE);
-    match options.open(path) {
-        Ok(file) => {
-            #[cfg(unix)]
-            {
-                use std::os::unix::fs::PermissionsExt as _;
-                file.set_permissions(std::fs::Permissions::from_mode(STORE_FILE_MODE)).map_err(io)?;
-            }
-            drop(file);
-            Ok(())
+    /// Runs a statement; the number of rows it changed.
+    pub(crate) fn execute(&self, sql: &str, params: &[&dyn sql::ToValue]) -> Result<usize, sql::SqlError> {
+        match self.inner {
+            Inner::Sqlite(conn) => sqlite::execute(conn, sql, params),
+            Inner::Postgres(conn) => conn.execute(sql, params),
         }
-        Err(e) if !create && e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(io(e)),
+    }
+
+    /// Runs a query; each row through `f`.
+    pub(crate) fn query_map<T>(
+        &self,
+        sql: &str,
+        params: &[&dyn sql::ToValue],
+        f: impl FnMut(&sql::Row) -> Result<T, sql::SqlError>,
+    ) -> Result<Vec<T>, sql::SqlError> {
+        match self.inner {
+            Inner::Sqlite(conn) => sqlite::query_map(conn, sql, params, f),
+            Inner::Postgres(conn) => conn.query_map(sql, params, f),
+        }
+    }
+
+    /// Runs a query of one row (no row: [`sql::SqlError::NoRows`]).
+    pub(crate) fn query_row<T>(
+        &self,
+        sql: &str,
+        params: &[&dyn sql::ToValue],
+        f: impl FnOnce(&sql::Row) -> Result<T, sql::SqlError>,
+    ) -> Result<T, sql::SqlError> {
+        let mut f = Some(f);
+        let mut rows = self.query_map(sql, params, |r| match f.take() {
+            Some(f) => f(r).map(Some),
+            None => Ok(None),
+        })?;
+        rows.drain(..).next().flatten().ok_or(sql::SqlError::NoRows)
     }
 }
 
 /// Reads an optional single row.
-pub(crate) fn optional<T>(r: rusqlite::Result<T>, context: &'static str) -> Result<Option<T>> {
-    r.optional().map_err(Error::sqlite(context))
-}
-
-/// Reads a text column holding an enum value; a value the stack does not
-/// know is a conversion failure naming the column.
-pub(crate) fn enum_col<T: std::str::FromStr<Err = String>>(r: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<T> {
-    let text: String = r.get(idx)?;
-    text.parse()
-        .map_err(|e: String| rusqlite::Error::FromSqlConversionFailure(idx, rusqlite::types::Type::Text, e.into()))
+pub(crate) fn optional<T>(r: Result<T, sql::SqlError>, context: &'static str) -> Result<Option<T>> {
+    match r {
+        Ok(value) => Ok(Some(value)),
+        Err(sql::SqlError::NoRows) => Ok(None),
+        Err(e) => Err(Error::at(context)(e)),
+    }
 }
 
 /// The wall clock in Unix milliseconds, for the store's own bookkeeping

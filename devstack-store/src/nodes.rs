@@ -1,20 +1,21 @@
 //! The `nodes` table.
 
-use rusqlite::{Row, params};
+use crate::params;
+use crate::sql::{Row, SqlError};
 
+use crate::optional;
 use crate::rows::NodeRow;
 use crate::{Db, Error, Result};
-use crate::{enum_col, optional};
 
 const COLUMNS: &str = "seq, id, pool_id, state, reason, hostname, daemon_version, hardware_id, acceptance_command_id, \
                        applied_generation, spec_generation, created_at_ms, adopted_at_ms";
 
-fn row(r: &Row<'_>) -> rusqlite::Result<NodeRow> {
+fn row(r: &Row) -> Result<NodeRow, SqlError> {
     Ok(NodeRow {
         seq: r.get(0)?,
         id: r.get(1)?,
         pool_id: r.get(2)?,
-        state: enum_col(r, 3)?,
+        state: r.parse(3)?,
         reason: r.get(4)?,
         hostname: r.get(5)?,
         daemon_version: r.get(6)?,
@@ -27,12 +28,9 @@ fn row(r: &Row<'_>) -> rusqlite::Result<NodeRow> {
     })
 }
 
-fn list(c: &Db<'_>, where_clause: &str, args: impl rusqlite::Params) -> Result<Vec<NodeRow>> {
-    let mut stmt = c
-        .prepare_cached(&format!("SELECT {COLUMNS} FROM nodes {where_clause} ORDER BY seq"))
-        .map_err(Error::sqlite("list nodes"))?;
-    let rows = stmt.query_map(args, row).map_err(Error::sqlite("list nodes"))?;
-    rows.collect::<rusqlite::Result<_>>().map_err(Error::sqlite("list nodes"))
+fn list(c: &Db<'_>, where_clause: &str, args: &[&dyn crate::sql::ToValue]) -> Result<Vec<NodeRow>> {
+    c.query_map(&format!("SELECT {COLUMNS} FROM nodes {where_clause} ORDER BY seq"), args, row)
+        .map_err(Error::at("list nodes"))
 }
 
 /// What a join records about a new node.
@@ -55,48 +53,47 @@ pub struct NewNode<'a> {
 
 /// Inserts a node in state `joined`.
 pub fn insert(c: &Db<'_>, n: &NewNode<'_>) -> Result<()> {
-    c.execute_cached(
+    c.execute(
         "INSERT INTO nodes (id, pool_id, state, hostname, daemon_version, hardware_id, join_token_id, created_at_ms)
          VALUES (?1, ?2, 'joined', ?3, ?4, ?5, ?6, ?7)",
         params![n.id, n.pool_id, n.hostname, n.daemon_version, n.hardware_id, n.join_token_id, n.created_at_ms],
     )
-    .map_err(Error::sqlite("insert node"))?;
+    .map_err(Error::at("insert node"))?;
     Ok(())
 }
 
 /// A node by id.
 pub fn get(c: &Db<'_>, id: &str) -> Result<Option<NodeRow>> {
-    optional(c.query_row_cached(&format!("SELECT {COLUMNS} FROM nodes WHERE id = ?1"), [id], row), "read node")
+    optional(c.query_row(&format!("SELECT {COLUMNS} FROM nodes WHERE id = ?1"), params![id], row), "read node")
 }
 
 /// The nodes of a pool, in join order.
 pub fn of_pool(c: &Db<'_>, pool_id: &str) -> Result<Vec<NodeRow>> {
-    list(c, "WHERE pool_id = ?1", [pool_id])
+    list(c, "WHERE pool_id = ?1", params![pool_id])
 }
 
 /// Every node, in join order.
 pub fn all(c: &Db<'_>) -> Result<Vec<NodeRow>> {
-    list(c, "", [])
+    list(c, "", params![])
 }
 
 /// The nodes that joined after the node with `seq` (in join order).
 pub fn after(c: &Db<'_>, seq: i64) -> Result<Vec<NodeRow>> {
-    list(c, "WHERE seq > ?1", [seq])
+    list(c, "WHERE seq > ?1", params![seq])
 }
 
 /// The highest join order so far (0 with no node).
 pub fn last_seq(c: &Db<'_>) -> Result<i64> {
-    c.query_row_cached("SELECT COALESCE(MAX(seq), 0) FROM nodes", [], |r| r.get(0))
-        .map_err(Error::sqlite("read node seq"))
+    c.query_row("SELECT COALESCE(MAX(seq), 0) FROM nodes", params![], |r| r.get(0)).map_err(Error::at("read node seq"))
 }
 
 /// Rejects a node that is `accepting`, with its reason.
 pub fn reject(c: &Db<'_>, id: &str, reason: &str) -> Result<()> {
-    c.execute_cached(
+    c.execute(
         "UPDATE nodes SET state = 'rejected', reason = ?2 WHERE id = ?1 AND state = 'accepting'",
         params![id, reason],
     )
-    .map_err(Error::sqlite("reject node"))?;
+    .map_err(Error::at("reject node"))?;
     Ok(())
 }
 
@@ -105,11 +102,11 @@ pub fn reject(c: &Db<'_>, id: &str, reason: &str) -> Result<()> {
 /// `joined` (another session of the node got there first).
 pub fn set_accepting(c: &Db<'_>, id: &str, command_id: &str) -> Result<bool> {
     let n = c
-        .execute_cached(
+        .execute(
             "UPDATE nodes SET state = 'accepting', acceptance_command_id = ?2 WHERE id = ?1 AND state = 'joined'",
             params![id, command_id],
         )
-        .map_err(Error::sqlite("set node accepting"))?;
+        .map_err(Error::at("set node accepting"))?;
     Ok(n == 1)
 }
 
@@ -117,34 +114,34 @@ pub fn set_accepting(c: &Db<'_>, id: &str, command_id: &str) -> Result<bool> {
 /// already adopted or rejected.
 pub fn adopt(c: &Db<'_>, id: &str, now_ms: i64) -> Result<bool> {
     let n = c
-        .execute_cached(
+        .execute(
             "UPDATE nodes SET state = 'adopted', reason = '', adopted_at_ms = ?2
              WHERE id = ?1 AND state IN ('joined', 'accepting')",
             params![id, now_ms],
         )
-        .map_err(Error::sqlite("adopt node"))?;
+        .map_err(Error::at("adopt node"))?;
     Ok(n == 1)
 }
 
 /// Records what a Hello says (daemon version, applied generation).
 pub fn record_hello(c: &Db<'_>, id: &str, daemon_version: &str, applied_generation: u64) -> Result<()> {
     // A row already so is not written again (a reconnect changes neither).
-    c.execute_cached(
+    c.execute(
         "UPDATE nodes SET daemon_version = ?2, applied_generation = ?3
          WHERE id = ?1 AND (daemon_version IS NOT ?2 OR applied_generation IS NOT ?3)",
         params![id, daemon_version, applied_generation],
     )
-    .map_err(Error::sqlite("record hello"))?;
+    .map_err(Error::at("record hello"))?;
     Ok(())
 }
 
 /// Records the applied generation a node reports; returns whether it changed.
 pub fn set_applied_generation(c: &Db<'_>, id: &str, generation: u64) -> Result<bool> {
     let n = c
-        .execute_cached(
+        .execute(
             "UPDATE nodes SET applied_generation = ?2 WHERE id = ?1 AND applied_generation != ?2",
             params![id, generation],
         )
-        .map_err(Error::sqlite("set applied generation"))?;
+        .map_err(Error::at("set applied generation"))?;
     Ok(n == 1)
 }

@@ -1,7 +1,8 @@
 //! The `otlp_exports` table: the exports the OTLP receiver kept, bounded
 //! per node and in total bytes, oldest dropped first.
 
-use rusqlite::{Row, params};
+use crate::params;
+use crate::sql::{Row, SqlError};
 
 use crate::rows::OtlpExportRow;
 use crate::{Db, Error, Result};
@@ -15,7 +16,7 @@ pub struct Bounds {
     pub total_bytes: u64,
 }
 
-fn row(r: &Row<'_>) -> rusqlite::Result<OtlpExportRow> {
+fn row(r: &Row) -> Result<OtlpExportRow, SqlError> {
     Ok(OtlpExportRow {
         seq: r.get(0)?,
         node_id: r.get(1)?,
@@ -34,35 +35,34 @@ pub fn insert(
     body: &[u8],
     bounds: Bounds,
 ) -> Result<()> {
-    c.execute_cached(
+    c.execute(
         "INSERT INTO otlp_exports (node_id, received_at_ms, encoding, body, bytes) VALUES (?1, ?2, ?3, ?4, ?5)",
         params![node_id, received_at_ms, encoding, body, body.len() as i64],
     )
-    .map_err(Error::sqlite("insert otlp export"))?;
-    c.execute_cached(
+    .map_err(Error::at("insert otlp export"))?;
+    c.execute(
         "DELETE FROM otlp_exports WHERE node_id = ?1 AND seq NOT IN
          (SELECT seq FROM otlp_exports WHERE node_id = ?1 ORDER BY seq DESC LIMIT ?2)",
         params![node_id, bounds.per_node],
     )
-    .map_err(Error::sqlite("bound otlp exports per node"))?;
-    c.execute_cached(
+    .map_err(Error::at("bound otlp exports per node"))?;
+    c.execute(
         "DELETE FROM otlp_exports WHERE seq IN (SELECT seq FROM
-         (SELECT seq, SUM(bytes) OVER (ORDER BY seq DESC) AS kept FROM otlp_exports) WHERE kept > ?1)",
+         (SELECT seq, CAST(SUM(bytes) OVER (ORDER BY seq DESC) AS BIGINT) AS kept FROM otlp_exports) AS k WHERE kept > ?1)",
         params![bounds.total_bytes.min(i64::MAX as u64) as i64],
     )
-    .map_err(Error::sqlite("bound otlp exports in bytes"))?;
+    .map_err(Error::at("bound otlp exports in bytes"))?;
     Ok(())
 }
 
 /// A node's exports, in the order received.
 pub fn of_node(c: &Db<'_>, node_id: &str) -> Result<Vec<OtlpExportRow>> {
-    let mut stmt = c
-        .prepare_cached(
-            "SELECT seq, node_id, received_at_ms, encoding, body FROM otlp_exports WHERE node_id = ?1 ORDER BY seq",
-        )
-        .map_err(Error::sqlite("list otlp exports"))?;
-    let rows = stmt.query_map([node_id], row).map_err(Error::sqlite("list otlp exports"))?;
-    rows.collect::<rusqlite::Result<_>>().map_err(Error::sqlite("list otlp exports"))
+    c.query_map(
+        "SELECT seq, node_id, received_at_ms, encoding, body FROM otlp_exports WHERE node_id = ?1 ORDER BY seq",
+        params![node_id],
+        row,
+    )
+    .map_err(Error::at("list otlp exports"))
 }
 
 #[cfg(test)]

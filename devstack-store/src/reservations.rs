@@ -1,11 +1,12 @@
 //! The `reservations` table: GPU holds on a node and what the node reported
 //! about them.
 
-use rusqlite::{Row, params};
+use crate::params;
+use crate::sql::{Row, SqlError};
 
+use crate::optional;
 use crate::rows::{ReservationRow, ReservationState};
 use crate::{Db, Error, Result};
-use crate::{enum_col, optional};
 
 const COLUMNS: &str = "id, node_id, gpu_indexes, state, reason, generation, release_generation, bound_generation, \
                        cdi_devices, statement, last_refusal, created_at_ms, active_at_ms, released_at_ms, \
@@ -15,17 +16,17 @@ const COLUMNS: &str = "id, node_id, gpu_indexes, state, reason, generation, rele
 const TAKEN: &str = "('pending', 'active', 'releasing')";
 
 /// A JSON text column, parsed by `parse` (an array of indexes or of names).
-fn json_col<T>(r: &Row<'_>, idx: usize, parse: impl FnOnce(&str) -> serde_json::Result<T>) -> rusqlite::Result<T> {
-    let text: String = r.get(idx)?;
-    parse(&text).map_err(|e| rusqlite::Error::FromSqlConversionFailure(idx, rusqlite::types::Type::Text, e.into()))
+fn json_col<T>(r: &Row, index: usize, parse: impl FnOnce(&str) -> serde_json::Result<T>) -> Result<T, SqlError> {
+    let text: String = r.get(index)?;
+    parse(&text).map_err(|e| SqlError::Column { index, reason: e.to_string() })
 }
 
-fn row(r: &Row<'_>) -> rusqlite::Result<ReservationRow> {
+fn row(r: &Row) -> Result<ReservationRow, SqlError> {
     Ok(ReservationRow {
         id: r.get(0)?,
         node_id: r.get(1)?,
         gpu_indexes: json_col(r, 2, |t| serde_json::from_str::<Vec<u32>>(t))?,
-        state: enum_col(r, 3)?,
+        state: r.parse(3)?,
         reason: r.get(4)?,
         generation: r.get(5)?,
         release_generation: r.get(6)?,
@@ -37,18 +38,19 @@ fn row(r: &Row<'_>) -> rusqlite::Result<ReservationRow> {
         active_at_ms: r.get(12)?,
         released_at_ms: r.get(13)?,
         vcpus: r.get(14)?,
-        memory_bytes: r.get::<_, i64>(15)? as u64,
+        memory_bytes: r.get::<i64>(15)? as u64,
         binding: r.get(16)?,
         cgroup_parent: r.get(17)?,
     })
 }
 
 fn list(c: &Db<'_>, where_clause: &str, node_id: &str) -> Result<Vec<ReservationRow>> {
-    let mut stmt = c
-        .prepare_cached(&format!("SELECT {COLUMNS} FROM reservations WHERE node_id = ?1 {where_clause} ORDER BY seq"))
-        .map_err(Error::sqlite("list reservations"))?;
-    let rows = stmt.query_map([node_id], row).map_err(Error::sqlite("list reservations"))?;
-    rows.collect::<rusqlite::Result<_>>().map_err(Error::sqlite("list reservations"))
+    c.query_map(
+        &format!("SELECT {COLUMNS} FROM reservations WHERE node_id = ?1 {where_clause} ORDER BY seq"),
+        params![node_id],
+        row,
+    )
+    .map_err(Error::at("list reservations"))
 }
 
 fn to_json(value: impl Into<serde_json::Value>) -> String {
@@ -76,7 +78,7 @@ pub fn insert(
     generation: u64,
     now_ms: i64,
 ) -> Result<()> {
-    c.execute_cached(
+    c.execute(
         "INSERT INTO reservations (id, node_id, gpu_indexes, state, generation, created_at_ms, vcpus, memory_bytes, binding)
          VALUES (?1, ?2, ?3, 'pending', ?4, ?5, ?6, ?7, ?8)",
         params![
@@ -90,14 +92,14 @@ pub fn insert(
             share.binding
         ],
     )
-    .map_err(Error::sqlite("insert reservation"))?;
+    .map_err(Error::at("insert reservation"))?;
     Ok(())
 }
 
 /// A reservation by id.
 pub fn get(c: &Db<'_>, id: &str) -> Result<Option<ReservationRow>> {
     optional(
-        c.query_row_cached(&format!("SELECT {COLUMNS} FROM reservations WHERE id = ?1"), [id], row),
+        c.query_row(&format!("SELECT {COLUMNS} FROM reservations WHERE id = ?1"), params![id], row),
         "read reservation",
     )
 }
@@ -129,20 +131,20 @@ pub fn activate(
     now_ms: i64,
 ) -> Result<bool> {
     let n = c
-        .execute_cached(
+        .execute(
             "UPDATE reservations SET state = 'active', bound_generation = ?2, cdi_devices = ?3, statement = ?4,
                     last_refusal = '', active_at_ms = ?5, cgroup_parent = ?6
              WHERE id = ?1 AND state = 'pending'",
             params![id, bound_generation, to_json(cdi_devices.to_vec()), statement, now_ms, cgroup_parent],
         )
-        .map_err(Error::sqlite("activate reservation"))?;
+        .map_err(Error::at("activate reservation"))?;
     Ok(n == 1)
 }
 
 /// Records why a report about a reservation was refused.
 pub fn refuse(c: &Db<'_>, id: &str, refusal: &str) -> Result<()> {
-    c.execute_cached("UPDATE reservations SET last_refusal = ?2 WHERE id = ?1", params![id, refusal])
-        .map_err(Error::sqlite("record reservation refusal"))?;
+    c.execute("UPDATE reservations SET last_refusal = ?2 WHERE id = ?1", params![id, refusal])
+        .map_err(Error::at("record reservation refusal"))?;
     Ok(())
 }
 
@@ -150,23 +152,23 @@ pub fn refuse(c: &Db<'_>, id: &str, refusal: &str) -> Result<()> {
 /// generation that dropped its hold; returns false otherwise.
 pub fn start_release(c: &Db<'_>, id: &str, generation: u64) -> Result<bool> {
     let n = c
-        .execute_cached(
+        .execute(
             "UPDATE reservations SET state = 'releasing', release_generation = ?2
              WHERE id = ?1 AND state IN ('pending', 'active')",
             params![id, generation],
         )
-        .map_err(Error::sqlite("release reservation"))?;
+        .map_err(Error::at("release reservation"))?;
     Ok(n == 1)
 }
 
 /// Moves a releasing reservation to `released`; returns false otherwise.
 pub fn finish_release(c: &Db<'_>, id: &str, now_ms: i64) -> Result<bool> {
     let n = c
-        .execute_cached(
+        .execute(
             "UPDATE reservations SET state = 'released', released_at_ms = ?2 WHERE id = ?1 AND state = 'releasing'",
             params![id, now_ms],
         )
-        .map_err(Error::sqlite("finish reservation release"))?;
+        .map_err(Error::at("finish reservation release"))?;
     Ok(n == 1)
 }
 
@@ -174,17 +176,17 @@ pub fn finish_release(c: &Db<'_>, id: &str, now_ms: i64) -> Result<bool> {
 /// before, or `None` when it was already over.
 pub fn fail(c: &Db<'_>, id: &str, reason: &str, now_ms: i64) -> Result<Option<ReservationState>> {
     let Some(before) = get(c, id)?.map(|r| r.state).filter(|s| !s.is_terminal()) else { return Ok(None) };
-    c.execute_cached(
+    c.execute(
         "UPDATE reservations SET state = 'failed', reason = ?2, released_at_ms = ?3 WHERE id = ?1",
         params![id, reason, now_ms],
     )
-    .map_err(Error::sqlite("fail reservation"))?;
+    .map_err(Error::at("fail reservation"))?;
     Ok(Some(before))
 }
 
 /// Records the spec generation that dropped a failed reservation's hold.
 pub fn set_release_generation(c: &Db<'_>, id: &str, generation: u64) -> Result<()> {
-    c.execute_cached("UPDATE reservations SET release_generation = ?2 WHERE id = ?1", params![id, generation])
-        .map_err(Error::sqlite("set reservation release generation"))?;
+    c.execute("UPDATE reservations SET release_generation = ?2 WHERE id = ?1", params![id, generation])
+        .map_err(Error::at("set reservation release generation"))?;
     Ok(())
 }

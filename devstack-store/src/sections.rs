@@ -1,19 +1,20 @@
 //! The `node_section_status` table: the latest status a node reported for
 //! each section of its NodeSpec.
 
-use rusqlite::{Row, params};
+use crate::params;
+use crate::sql::{Row, SqlError};
 
+use crate::optional;
 use crate::rows::SectionStatus;
 use crate::{Db, Error, Result};
-use crate::{enum_col, optional};
 
 const COLUMNS: &str = "node_id, section, state, reason, message, generation, updated_at_ms";
 
-fn row(r: &Row<'_>) -> rusqlite::Result<SectionStatus> {
+fn row(r: &Row) -> Result<SectionStatus, SqlError> {
     Ok(SectionStatus {
         node_id: r.get(0)?,
         section: r.get(1)?,
-        state: enum_col(r, 2)?,
+        state: r.parse(2)?,
         reason: r.get(3)?,
         message: r.get(4)?,
         generation: r.get(5)?,
@@ -23,7 +24,7 @@ fn row(r: &Row<'_>) -> rusqlite::Result<SectionStatus> {
 
 /// Stores (or replaces) a node's status of one section.
 pub fn upsert(c: &Db<'_>, s: &SectionStatus) -> Result<()> {
-    c.execute_cached(
+    c.execute(
         &format!(
             "INSERT INTO node_section_status ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
              ON CONFLICT (node_id, section) DO UPDATE
@@ -32,14 +33,14 @@ pub fn upsert(c: &Db<'_>, s: &SectionStatus) -> Result<()> {
         ),
         params![s.node_id, s.section, s.state.as_str(), s.reason, s.message, s.generation, s.updated_at_ms],
     )
-    .map_err(Error::sqlite("store section status"))?;
+    .map_err(Error::at("store section status"))?;
     Ok(())
 }
 
 /// A node's status of one section.
 pub fn get(c: &Db<'_>, node_id: &str, section: &str) -> Result<Option<SectionStatus>> {
     optional(
-        c.query_row_cached(
+        c.query_row(
             &format!("SELECT {COLUMNS} FROM node_section_status WHERE node_id = ?1 AND section = ?2"),
             params![node_id, section],
             row,
@@ -50,18 +51,18 @@ pub fn get(c: &Db<'_>, node_id: &str, section: &str) -> Result<Option<SectionSta
 
 /// A node's statuses, by section.
 pub fn of_node(c: &Db<'_>, node_id: &str) -> Result<Vec<SectionStatus>> {
-    let mut stmt = c
-        .prepare_cached(&format!("SELECT {COLUMNS} FROM node_section_status WHERE node_id = ?1 ORDER BY section"))
-        .map_err(Error::sqlite("list section statuses"))?;
-    let rows = stmt.query_map([node_id], row).map_err(Error::sqlite("list section statuses"))?;
-    rows.collect::<rusqlite::Result<_>>().map_err(Error::sqlite("list section statuses"))
+    c.query_map(
+        &format!("SELECT {COLUMNS} FROM node_section_status WHERE node_id = ?1 ORDER BY section"),
+        params![node_id],
+        row,
+    )
+    .map_err(Error::at("list section statuses"))
 }
 
 /// The sections a node has a status of.
 pub fn names(c: &Db<'_>, node_id: &str) -> Result<Vec<String>> {
-    let mut stmt = c
-        .prepare_cached("SELECT section FROM node_section_status WHERE node_id = ?1 ORDER BY section")
-        .map_err(Error::sqlite("list section names"))?;
-    let rows = stmt.query_map([node_id], |r| r.get(0)).map_err(Error::sqlite("list section names"))?;
-    rows.collect::<rusqlite::Result<_>>().map_err(Error::sqlite("list section names"))
+    c.query_map("SELECT section FROM node_section_status WHERE node_id = ?1 ORDER BY section", params![node_id], |r| {
+        r.get(0)
+    })
+    .map_err(Error::at("list section names"))
 }

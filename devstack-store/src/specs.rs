@@ -1,6 +1,7 @@
 //! The `node_specs` table: every NodeSpec generation made for a node.
 
-use rusqlite::{Row, params};
+use crate::params;
+use crate::sql::{Row, SqlError};
 
 use crate::optional;
 use crate::rows::NodeSpecRow;
@@ -8,7 +9,7 @@ use crate::{Db, Error, Result};
 
 const COLUMNS: &str = "node_id, generation, payload, envelope, created_at_ms";
 
-fn row(r: &Row<'_>) -> rusqlite::Result<NodeSpecRow> {
+fn row(r: &Row) -> Result<NodeSpecRow, SqlError> {
     Ok(NodeSpecRow {
         node_id: r.get(0)?,
         generation: r.get(1)?,
@@ -20,22 +21,22 @@ fn row(r: &Row<'_>) -> rusqlite::Result<NodeSpecRow> {
 
 /// Inserts a spec and makes it the node's `spec_generation`.
 pub fn insert(c: &Db<'_>, s: &NodeSpecRow) -> Result<()> {
-    c.execute_cached(
+    c.execute(
         &format!("INSERT INTO node_specs ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5)"),
         params![s.node_id, s.generation, s.payload, s.envelope, s.created_at_ms],
     )
-    .map_err(Error::sqlite("insert node spec"))?;
-    c.execute_cached("UPDATE nodes SET spec_generation = ?2 WHERE id = ?1", params![s.node_id, s.generation])
-        .map_err(Error::sqlite("set spec generation"))?;
+    .map_err(Error::at("insert node spec"))?;
+    c.execute("UPDATE nodes SET spec_generation = ?2 WHERE id = ?1", params![s.node_id, s.generation])
+        .map_err(Error::at("set spec generation"))?;
     Ok(())
 }
 
 /// A node's latest spec.
 pub fn latest(c: &Db<'_>, node_id: &str) -> Result<Option<NodeSpecRow>> {
     optional(
-        c.query_row_cached(
+        c.query_row(
             &format!("SELECT {COLUMNS} FROM node_specs WHERE node_id = ?1 ORDER BY generation DESC LIMIT 1"),
-            [node_id],
+            params![node_id],
             row,
         ),
         "read node spec",
@@ -44,9 +45,10 @@ pub fn latest(c: &Db<'_>, node_id: &str) -> Result<Option<NodeSpecRow>> {
 
 /// Every spec of a node, by generation.
 pub fn of_node(c: &Db<'_>, node_id: &str) -> Result<Vec<NodeSpecRow>> {
-    let mut stmt = c
-        .prepare_cached(&format!("SELECT {COLUMNS} FROM node_specs WHERE node_id = ?1 ORDER BY generation"))
-        .map_err(Error::sqlite("list node specs"))?;
-    let rows = stmt.query_map([node_id], row).map_err(Error::sqlite("list node specs"))?;
-    rows.collect::<rusqlite::Result<_>>().map_err(Error::sqlite("list node specs"))
+    c.query_map(
+        &format!("SELECT {COLUMNS} FROM node_specs WHERE node_id = ?1 ORDER BY generation"),
+        params![node_id],
+        row,
+    )
+    .map_err(Error::at("list node specs"))
 }

@@ -288,3 +288,12 @@ impl Error {
         move |source| Error::Pki { context, source }
     }
 }
+
+impl crate::store::StoreFailure for Error {
+    fn store_error(&self) -> Option<&crate::store::Error> {
+        match self {
+            Error::Store(e) => Some(e),
+            _ => None,
+        }
+    }
+}

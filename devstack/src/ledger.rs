@@ -60,11 +60,17 @@ impl Ledger {
     }
 
     /// A transaction, committed when `f` returns `Ok`; then its events are
-    /// published and the change is announced.
-    pub fn write<T>(&self, f: impl FnOnce(&Tx<'_>) -> Result<T>) -> Result<T> {
+    /// published and the change is announced. `f` may run more than once
+    /// (a PostgreSQL transaction that lost a race is run again).
+    pub fn write<T>(&self, mut f: impl FnMut(&Tx<'_>) -> Result<T>) -> Result<T> {
         let events = RefCell::new(Vec::new());
         self.store.write_then(
-            |db| f(&Tx { db, events: &events }),
+            |db| {
+                // A transaction run again (it lost a race on PostgreSQL)
+                // publishes what its last run queued, not what each did.
+                events.borrow_mut().clear();
+                f(&Tx { db, events: &events })
+            },
             |changed| {
                 let events = events.take();
                 let announce = changed || !events.is_empty();

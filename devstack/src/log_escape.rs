@@ -17,7 +17,7 @@ use tracing_subscriber::fmt::FormatFields;
 use tracing_subscriber::fmt::format::Writer;
 
 /// The field formatter: as tracing's default (the message first, then
-/// `name=value` pairs), each value escaped.
+/// `name=value` pairs, a string quoted), each value escaped.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct EscapedFields;
 
@@ -80,7 +80,13 @@ impl Visitor<'_> {
 
 impl Visit for Visitor<'_> {
     fn record_str(&mut self, field: &Field, value: &str) {
-        self.field(field, format_args!("{value}"));
+        // Quoted, as tracing's own formatter writes a string (the message
+        // as it is).
+        if field.name() == "message" {
+            self.field(field, format_args!("{value}"));
+        } else {
+            self.field(field, format_args!("{value:?}"));
+        }
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
@@ -126,8 +132,9 @@ mod tests {
         assert_eq!(text.lines().count(), 1, "{text}");
         assert!(!text.contains('\u{1b}') && !text.contains('\u{202e}'), "{text}");
         assert!(text.contains("report: x\\n2026") && text.contains("secret_ref=x\\n2026"), "{text}");
+        assert!(text.contains("state=\"x\\n2026"), "a string is quoted, as by tracing's own formatter: {text}");
         assert!(text.contains("\\u{1b}[2J\\u{202e}"), "{text}");
         let plain = line(|| tracing::info!(node_id = "node_1", count = 3, "joined"));
-        assert!(plain.trim_end().ends_with("joined node_id=node_1 count=3"), "{plain}");
+        assert!(plain.trim_end().ends_with("joined node_id=\"node_1\" count=3"), "{plain}");
     }
 }
