@@ -72,7 +72,7 @@ pub fn upsert(c: &Db<'_>, b: &NodeBindingRow) -> Result<()> {
             "INSERT INTO node_bindings ({BINDING_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
              ON CONFLICT (kind, sha256) DO UPDATE
              SET ak_public = excluded.ak_public, ak_name = excluded.ak_name, updated_at_ms = excluded.updated_at_ms
-             WHERE node_id = excluded.node_id"
+             WHERE node_bindings.node_id = excluded.node_id"
         ),
         params![b.node_id, b.kind, b.sha256, b.ak_public, b.ak_name, b.created_at_ms, b.updated_at_ms],
     )

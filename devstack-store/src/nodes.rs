@@ -128,7 +128,7 @@ pub fn record_hello(c: &Db<'_>, id: &str, daemon_version: &str, applied_generati
     // A row already so is not written again (a reconnect changes neither).
     c.execute(
         "UPDATE nodes SET daemon_version = ?2, applied_generation = ?3
-         WHERE id = ?1 AND (daemon_version IS NOT ?2 OR applied_generation IS NOT ?3)",
+         WHERE id = ?1 AND (daemon_version IS DISTINCT FROM ?2 OR applied_generation IS DISTINCT FROM ?3)",
         params![id, daemon_version, applied_generation],
     )
     .map_err(Error::at("record hello"))?;
