@@ -3,12 +3,16 @@
 //! tests): `initdb` and `pg_ctl` from Debian's `postgresql` package in a
 //! temporary directory, listening on a Unix socket there only (no TCP
 //! port, nothing another machine could reach), without fsync (it is thrown
-//! away), stopped and removed when dropped. PostgreSQL refuses to run as
-//! root, so as root the cluster runs as the package's `postgres` user,
-//! which owns the directory.
+//! away), stopped and removed when dropped, and by a watchdog when the
+//! process that started it ends without dropping it (a static of a test
+//! binary, a kill): the watchdog holds the read end of a pipe only the
+//! process has the write end of. PostgreSQL refuses to run as root, so as
+//! root the cluster runs as the package's `postgres` user, which owns the
+//! directory.
 
+use std::os::unix::process::CommandExt as _;
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 
 /// Why a cluster could not be started.
 #[derive(Debug, thiserror::Error)]
@@ -32,6 +36,9 @@ pub struct Cluster {
     dir: tempfile::TempDir,
     bin: PathBuf,
     user: Option<String>,
+    /// Stops the cluster and removes its directory once this process is
+    /// gone (its stdin, a pipe from here, reads end of file).
+    watchdog: Option<Child>,
 }
 
 /// The directory of the newest PostgreSQL's server programs.
@@ -69,12 +76,39 @@ impl Cluster {
                 });
             }
         }
-        let cluster = Cluster { dir, bin, user };
+        let mut cluster = Cluster { dir, bin, user, watchdog: None };
         let data = cluster.data();
         let initdb = ["-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8", "-D"];
         cluster.run("initdb", "initdb", |c| c.args(initdb).arg(&data))?;
+        cluster.watchdog = Some(cluster.watchdog()?);
         cluster.pg_ctl("pg_ctl start", &["start"])?;
         Ok(cluster)
+    }
+
+    /// The watchdog: a shell in a session of its own (a Ctrl-C to this
+    /// process's group does not reach it) that waits for end of file on
+    /// its stdin, then stops the server at once and removes the directory.
+    fn watchdog(&self) -> Result<Child, ClusterError> {
+        let pg_ctl = self.bin.join("pg_ctl");
+        let as_user = match &self.user {
+            Some(user) => format!("runuser -u {user} -- "),
+            None => String::new(),
+        };
+        let script = format!(
+            "cat >/dev/null; {as_user}\"$0\" stop -m immediate -w -D \"$1/data\" >/dev/null 2>&1; rm -rf \"$1\""
+        );
+        let mut command = Command::new("sh");
+        command.arg("-c").arg(script).arg(pg_ctl).arg(self.dir.path());
+        command.stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::null());
+        // SAFETY: setsid is async-signal-safe and touches nothing of the
+        // parent's; the child only execs after it.
+        unsafe {
+            command.pre_exec(|| {
+                libc::setsid();
+                Ok(())
+            });
+        }
+        command.spawn().map_err(|e| ClusterError::Step { step: "start its watchdog", reason: e.to_string() })
     }
 
     fn data(&self) -> PathBuf {
@@ -160,6 +194,10 @@ impl Drop for Cluster {
     fn drop(&mut self) {
         // A fast stop (the clients are cut); the directory goes with it.
         let _ = self.pg_ctl("pg_ctl stop", &["stop"]);
+        if let Some(mut watchdog) = self.watchdog.take() {
+            drop(watchdog.stdin.take());
+            let _ = watchdog.wait();
+        }
     }
 }
 

@@ -96,6 +96,13 @@ pub fn pending(c: &Db<'_>, node_id: &str) -> Result<Vec<CommandRow>> {
     list(c, "AND state = 'pending'", node_id)
 }
 
+/// The nodes that have a command not yet delivered (the sweep that wakes
+/// them, should a wake between gateways be lost).
+pub fn nodes_with_pending(c: &Db<'_>) -> Result<Vec<String>> {
+    c.query_map("SELECT DISTINCT node_id FROM commands WHERE state = 'pending'", params![], |r| r.get(0))
+        .map_err(Error::at("list nodes with pending commands"))
+}
+
 /// The commands of a node that are not done (sent again after each Welcome).
 pub fn open(c: &Db<'_>, node_id: &str) -> Result<Vec<CommandRow>> {
     list(c, &format!("AND state IN {OPEN}"), node_id)

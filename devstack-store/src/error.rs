@@ -28,6 +28,17 @@ pub enum Error {
         /// The backend's error.
         source: SqlError,
     },
+    /// A session-scoped write of a session a newer one replaced (here or on
+    /// another gateway): it is not written.
+    #[error("session {epoch} of node {node_id} is fenced: its session epoch is {current} now")]
+    Fenced {
+        /// The node.
+        node_id: String,
+        /// The epoch the write was made for.
+        epoch: u64,
+        /// The node's epoch now.
+        current: u64,
+    },
     /// The store could not be reached or opened (a PostgreSQL server that
     /// does not answer, a URL it refuses).
     #[error("store {location}: {reason}")]

@@ -25,11 +25,13 @@ pub use error::{Error, Result, StoreFailure};
 
 pub mod bindings;
 pub mod certs;
+pub mod clock;
 pub mod cluster;
 pub mod commands;
 mod error;
 pub mod events;
 pub mod fleet;
+pub mod gateways;
 pub mod instances;
 pub mod inventory;
 pub mod join_requests;
@@ -53,6 +55,9 @@ pub mod tokens;
 pub mod volumes;
 
 pub use pg::redacted;
+
+/// What a commit that changed a row notifies the gateways of a store.
+pub const CHANGED: &str = "c";
 
 /// Where the store lives.
 #[derive(Clone, PartialEq, Eq)]
@@ -100,6 +105,24 @@ impl Store {
             }
         };
         Ok(Store { backend })
+    }
+
+    /// Tells every gateway of the store `payload` (PostgreSQL's `NOTIFY`);
+    /// nothing on SQLite, whose store one process holds.
+    pub fn notify(&self, payload: &str) -> Result<()> {
+        match &self.backend {
+            Backend::Sqlite(_) => Ok(()),
+            Backend::Postgres(pool) => pool.notify(payload),
+        }
+    }
+
+    /// What the gateways of the store notify, as it comes (every commit that
+    /// changed a row notifies [`CHANGED`]); `None` on SQLite.
+    pub fn listen(&self) -> Result<Option<tokio::sync::mpsc::UnboundedReceiver<String>>> {
+        match &self.backend {
+            Backend::Sqlite(_) => Ok(None),
+            Backend::Postgres(pool) => pool.listen().map(Some),
+        }
     }
 
     /// Which backend runs the store: `sqlite` or `postgres`.
@@ -164,6 +187,11 @@ impl Store {
                 loop {
                     conn.begin("BEGIN ISOLATION LEVEL SERIALIZABLE").map_err(Error::at("begin transaction"))?;
                     let outcome = f(&Db { inner: Inner::Postgres(&conn) }).and_then(|value| {
+                        // Every gateway of the store is told, at the commit.
+                        if conn.changed() {
+                            conn.execute("SELECT pg_notify(?1, ?2)", params![pg::CHANNEL, CHANGED])
+                                .map_err(Error::at("notify the commit"))?;
+                        }
                         conn.batch("COMMIT").map(|()| value).map_err(|e| Error::at("commit")(e).into())
                     });
                     match outcome {
@@ -201,6 +229,12 @@ enum Inner<'a> {
 }
 
 impl Db<'_> {
+    /// Whether PostgreSQL runs it (for the few statements whose SQL the two
+    /// backends spell differently: the clock).
+    pub(crate) fn postgres(&self) -> bool {
+        matches!(self.inner, Inner::Postgres(_))
+    }
+
     /// Runs a statement; the number of rows it changed.
     pub(crate) fn execute(&self, sql: &str, params: &[&dyn sql::ToValue]) -> Result<usize, sql::SqlError> {
         match self.inner {

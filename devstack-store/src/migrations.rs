@@ -40,7 +40,31 @@ pub const MIGRATIONS: &[Migration] = &[
     },
     Migration { version: 10, name: "otlp exports", sql: V10 },
     Migration { version: 11, name: "node journals", sql: V11 },
+    Migration { version: 12, name: "gateways, session epochs and liveness", sql: V12 },
 ];
+
+/// Several gateways on one store: each registers itself (`gateways`), a
+/// node's current session epoch and gateway (its home) are the node's, so
+/// that a session-scoped write is fenced by its epoch, and when a gateway
+/// last heard a node is kept by the store's clock (`heard_at_ms`), never a
+/// gateway's.
+const V12: &str = r#"
+ALTER TABLE nodes ADD COLUMN session_epoch INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE nodes ADD COLUMN gateway_id TEXT NOT NULL DEFAULT '';
+ALTER TABLE nodes ADD COLUMN heard_at_ms INTEGER;
+ALTER TABLE nodes ADD COLUMN unreachable_at_ms INTEGER;
+UPDATE nodes SET session_epoch = (SELECT COALESCE(MAX(epoch), 0) FROM node_sessions WHERE node_sessions.node_id = nodes.id);
+ALTER TABLE node_sessions ADD COLUMN gateway_id TEXT NOT NULL DEFAULT '';
+CREATE TABLE gateways (
+    id TEXT PRIMARY KEY,
+    grpc_url TEXT NOT NULL,
+    https_url TEXT NOT NULL,
+    started_at_ms INTEGER NOT NULL,
+    beat_at_ms INTEGER NOT NULL,
+    draining INTEGER NOT NULL DEFAULT 0,
+    fenced_writes INTEGER NOT NULL DEFAULT 0
+);
+"#;
 
 /// A journal's events are recorded by its highest seq (events increase per
 /// journal), not one row per event: a journal id is stored once per node.
@@ -467,6 +491,7 @@ mod tests {
             .unwrap();
         for t in [
             "commands",
+            "gateways",
             "join_requests",
             "join_tokens",
             "instances",

@@ -8,7 +8,8 @@ use crate::rows::NodeRow;
 use crate::{Db, Error, Result};
 
 const COLUMNS: &str = "seq, id, pool_id, state, reason, hostname, daemon_version, hardware_id, acceptance_command_id, \
-                       applied_generation, spec_generation, created_at_ms, adopted_at_ms";
+                       applied_generation, spec_generation, created_at_ms, adopted_at_ms, session_epoch, gateway_id, \
+                       unreachable_at_ms";
 
 fn row(r: &Row) -> Result<NodeRow, SqlError> {
     Ok(NodeRow {
@@ -25,6 +26,9 @@ fn row(r: &Row) -> Result<NodeRow, SqlError> {
         spec_generation: r.get(10)?,
         created_at_ms: r.get(11)?,
         adopted_at_ms: r.get(12)?,
+        session_epoch: r.get(13)?,
+        gateway_id: r.get(14)?,
+        unreachable_since_ms: r.get(15)?,
     })
 }
 
@@ -144,4 +148,77 @@ pub fn set_applied_generation(c: &Db<'_>, id: &str, generation: u64) -> Result<b
         )
         .map_err(Error::at("set applied generation"))?;
     Ok(n == 1)
+}
+
+/// Takes the node's next session epoch for a session opening on
+/// `gateway_id`, which becomes its home; `None` for an unknown node. Every
+/// session-scoped write of an older epoch is fenced from here on.
+pub fn take_epoch(c: &Db<'_>, id: &str, gateway_id: &str) -> Result<Option<u64>> {
+    optional(
+        c.query_row(
+            "UPDATE nodes SET session_epoch = session_epoch + 1, gateway_id = ?2 WHERE id = ?1 RETURNING session_epoch",
+            params![id, gateway_id],
+            |r| r.get(0),
+        ),
+        "take a session epoch",
+    )
+}
+
+/// Fences a session-scoped write: `Ok` when `epoch` is still the node's
+/// session epoch, else [`Error::Fenced`] (a newer session, here or on
+/// another gateway, owns the node).
+pub fn fence(c: &Db<'_>, id: &str, epoch: u64) -> Result<()> {
+    let current: Option<u64> = optional(
+        c.query_row("SELECT session_epoch FROM nodes WHERE id = ?1", params![id], |r| r.get(0)),
+        "read the session epoch",
+    )?;
+    match current {
+        Some(current) if current == epoch => Ok(()),
+        current => Err(Error::Fenced { node_id: id.to_string(), epoch, current: current.unwrap_or(0) }),
+    }
+}
+
+/// Records that the nodes of `heard` (id, session epoch, how long ago the
+/// gateway heard from it by its own monotonic clock) were heard: their
+/// `heard_at_ms` becomes the store's now less that age, and an unreachable
+/// mark is cleared; a node whose epoch is no longer the one given is not
+/// written (another session owns it). Returns the nodes whose mark was
+/// cleared.
+pub fn heard(c: &Db<'_>, heard: &[(&str, u64, u64)]) -> Result<Vec<String>> {
+    let now = crate::clock::now_ms(c)?;
+    let mut cleared = Vec::new();
+    for (id, epoch, age_ms) in heard {
+        let at = now.saturating_sub(i64::try_from(*age_ms).unwrap_or(i64::MAX));
+        let unmarked: Vec<String> = c
+            .query_map(
+                "UPDATE nodes SET unreachable_at_ms = NULL
+                 WHERE id = ?1 AND session_epoch = ?2 AND unreachable_at_ms IS NOT NULL RETURNING id",
+                params![id, epoch],
+                |r| r.get(0),
+            )
+            .map_err(Error::at("clear an unreachable mark"))?;
+        cleared.extend(unmarked);
+        c.execute(
+            "UPDATE nodes SET heard_at_ms = ?3
+             WHERE id = ?1 AND session_epoch = ?2 AND (heard_at_ms IS NULL OR heard_at_ms < ?3)",
+            params![id, epoch, at],
+        )
+        .map_err(Error::at("record a node heard"))?;
+    }
+    Ok(cleared)
+}
+
+/// Marks unreachable every node no gateway heard from for `timeout_ms` by
+/// the store's clock (and not marked already); returns them.
+pub fn mark_unreachable(c: &Db<'_>, timeout_ms: u64) -> Result<Vec<String>> {
+    let now = crate::clock::now_ms(c)?;
+    let before = now.saturating_sub(i64::try_from(timeout_ms).unwrap_or(i64::MAX));
+    c.query_map(
+        "UPDATE nodes SET unreachable_at_ms = ?1
+         WHERE heard_at_ms IS NOT NULL AND heard_at_ms < ?2 AND unreachable_at_ms IS NULL
+         RETURNING id",
+        params![now, before],
+        |r| r.get(0),
+    )
+    .map_err(Error::at("mark nodes unreachable"))
 }

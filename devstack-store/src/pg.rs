@@ -275,6 +275,63 @@ impl Pool {
     }
 }
 
+/// The channel the gateways of a store notify each other on.
+pub const CHANNEL: &str = "devstack";
+
+impl Pool {
+    /// Sends `payload` to every listener of the store (itself included).
+    pub(crate) fn notify(&self, payload: &str) -> Result<()> {
+        let conn = self.checkout()?;
+        conn.execute("SELECT pg_notify(?1, ?2)", crate::params![CHANNEL, payload])
+            .map_err(Error::at("notify the gateways"))?;
+        Ok(())
+    }
+
+    /// What the store's gateways notify, as it comes: a connection of its
+    /// own that listens, connected again (after a second) when the server
+    /// drops it; an empty payload says it was (what was sent meanwhile is
+    /// lost: the receiver re-reads what it waits on).
+    pub(crate) fn listen(&self) -> Result<tokio::sync::mpsc::UnboundedReceiver<String>> {
+        let runtime = self.runtime.as_ref().ok_or_else(|| Error::Unavailable {
+            location: redacted(&self.url),
+            reason: "the store is closing".into(),
+        })?;
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let url = self.url.clone();
+        runtime.spawn(async move {
+            while !tx.is_closed() {
+                if let Ok((client, mut connection)) = tokio_postgres::connect(&url, NoTls).await {
+                    let (messages, mut incoming) = tokio::sync::mpsc::unbounded_channel();
+                    let driver = tokio::spawn(async move {
+                        loop {
+                            match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+                                Some(Ok(tokio_postgres::AsyncMessage::Notification(n))) => {
+                                    if messages.send(n.payload().to_string()).is_err() {
+                                        return;
+                                    }
+                                }
+                                Some(Ok(_)) => {}
+                                Some(Err(_)) | None => return,
+                            }
+                        }
+                    });
+                    if client.batch_execute(&format!("LISTEN {CHANNEL}")).await.is_ok() {
+                        let _ = tx.send(String::new());
+                        while let Some(payload) = incoming.recv().await {
+                            if tx.send(payload).is_err() {
+                                break;
+                            }
+                        }
+                    }
+                    driver.abort();
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        });
+        Ok(rx)
+    }
+}
+
 impl Drop for Pool {
     fn drop(&mut self) {
         self.lock().clear();

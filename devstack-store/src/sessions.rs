@@ -7,7 +7,8 @@ use crate::sql::{Row, SqlError};
 use crate::rows::NodeSessionRow;
 use crate::{Db, Error, Result};
 
-const COLUMNS: &str = "id, node_id, epoch, journal_id, boot_id, daemon_version, connected_at_ms, disconnected_at_ms";
+const COLUMNS: &str =
+    "id, node_id, epoch, journal_id, boot_id, daemon_version, connected_at_ms, disconnected_at_ms, gateway_id";
 
 fn row(r: &Row) -> Result<NodeSessionRow, SqlError> {
     Ok(NodeSessionRow {
@@ -19,6 +20,7 @@ fn row(r: &Row) -> Result<NodeSessionRow, SqlError> {
         daemon_version: r.get(5)?,
         connected_at_ms: r.get(6)?,
         disconnected_at_ms: r.get(7)?,
+        gateway_id: r.get(8)?,
     })
 }
 
@@ -32,26 +34,23 @@ pub struct NewSession<'a> {
     pub boot_id: &'a str,
     /// Its daemon version.
     pub daemon_version: &'a str,
+    /// The gateway it opens on.
+    pub gateway_id: &'a str,
     /// Now.
     pub now_ms: i64,
 }
 
-/// Opens a session: the next epoch of the node (one more than its highest,
-/// across restarts of the stack), recorded in the same statement group. The
-/// node's closed sessions beyond the newest `kept` are forgotten.
-pub fn open(c: &Db<'_>, s: &NewSession<'_>, kept: u32) -> Result<NodeSessionRow> {
-    let epoch: u64 = c
-        .query_row(
-            "SELECT COALESCE(MAX(epoch), 0) + 1 FROM node_sessions WHERE node_id = ?1",
-            params![s.node_id],
-            |r| r.get(0),
-        )
-        .map_err(Error::at("next session epoch"))?;
+/// Opens a session: it takes the node's next session epoch (which fences
+/// every older session's writes, on any gateway) and makes the gateway the
+/// node's home. The node's closed sessions beyond the newest `kept` are
+/// forgotten. `None` for an unknown node.
+pub fn open(c: &Db<'_>, s: &NewSession<'_>, kept: u32) -> Result<Option<NodeSessionRow>> {
+    let Some(epoch) = crate::nodes::take_epoch(c, s.node_id, s.gateway_id)? else { return Ok(None) };
     let id: i64 = c
         .query_row(
-            "INSERT INTO node_sessions (node_id, epoch, journal_id, boot_id, daemon_version, connected_at_ms)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6) RETURNING id",
-            params![s.node_id, epoch, s.journal_id, s.boot_id, s.daemon_version, s.now_ms],
+            "INSERT INTO node_sessions (node_id, epoch, journal_id, boot_id, daemon_version, gateway_id, connected_at_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) RETURNING id",
+            params![s.node_id, epoch, s.journal_id, s.boot_id, s.daemon_version, s.gateway_id, s.now_ms],
             |r| r.get(0),
         )
         .map_err(Error::at("insert node session"))?;
@@ -61,7 +60,7 @@ pub fn open(c: &Db<'_>, s: &NewSession<'_>, kept: u32) -> Result<NodeSessionRow>
         params![s.node_id, kept],
     )
     .map_err(Error::at("forget old node sessions"))?;
-    Ok(NodeSessionRow {
+    Ok(Some(NodeSessionRow {
         id,
         node_id: s.node_id.to_string(),
         epoch,
@@ -70,7 +69,8 @@ pub fn open(c: &Db<'_>, s: &NewSession<'_>, kept: u32) -> Result<NodeSessionRow>
         daemon_version: s.daemon_version.to_string(),
         connected_at_ms: s.now_ms,
         disconnected_at_ms: None,
-    })
+        gateway_id: s.gateway_id.to_string(),
+    }))
 }
 
 /// Closes a session.
@@ -83,10 +83,14 @@ pub fn close(c: &Db<'_>, id: i64, now_ms: i64) -> Result<()> {
     Ok(())
 }
 
-/// Closes every session left open (by a stack that stopped without closing).
-pub fn close_all_open(c: &Db<'_>, now_ms: i64) -> Result<usize> {
-    c.execute("UPDATE node_sessions SET disconnected_at_ms = ?1 WHERE disconnected_at_ms IS NULL", params![now_ms])
-        .map_err(Error::at("close open sessions"))
+/// Closes every session of `gateway_id` left open (by a gateway that
+/// stopped without closing them; another gateway's stay open).
+pub fn close_all_open(c: &Db<'_>, gateway_id: &str, now_ms: i64) -> Result<usize> {
+    c.execute(
+        "UPDATE node_sessions SET disconnected_at_ms = ?1 WHERE disconnected_at_ms IS NULL AND gateway_id = ?2",
+        params![now_ms, gateway_id],
+    )
+    .map_err(Error::at("close open sessions"))
 }
 
 /// The journal id of a node's latest session, if it had one.

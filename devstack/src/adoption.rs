@@ -37,14 +37,15 @@ impl WelcomedHook for FirstSession {
         let Some(node) = shared.ledger.read(|c| nodes::get(c, &session.node.node_id))? else {
             return Ok(Effects::default());
         };
-        Ok(Effects { specs: on_session_start(shared, &node)?.into_iter().collect(), ..Effects::default() })
+        let spec = on_session_start(shared, &node, session.epoch)?;
+        Ok(Effects { specs: spec.into_iter().collect(), ..Effects::default() })
     }
 }
 
 /// Returns a spec to send when the node was adopted right now (a pool
 /// without acceptance check, or a decision a stopped stack had not made
 /// yet).
-fn on_session_start(shared: &Shared, node: &NodeRow) -> Result<Option<NodeSpecRow>> {
+fn on_session_start(shared: &Shared, node: &NodeRow, epoch: u64) -> Result<Option<NodeSpecRow>> {
     match node.state {
         NodeState::Joined => {
             let pool = shared
@@ -52,13 +53,17 @@ fn on_session_start(shared: &Shared, node: &NodeRow) -> Result<Option<NodeSpecRo
                 .read(|c| pools::get(c, &node.pool_id))?
                 .ok_or_else(|| Error::UnknownPool { pool_id: node.pool_id.clone() })?;
             if pool.acceptance == ACCEPTANCE_NONE {
-                return shared.ledger.write(|c| adopt(c, shared, node));
+                return shared.ledger.write(|c| {
+                    nodes::fence(c, &node.id, epoch)?;
+                    adopt(c, shared, node)
+                });
             }
             // The command and the move to `accepting` in one transaction:
             // of two first sessions racing here, only one enqueues.
             let opts = CommandOptions { retry_safe: true, ..Default::default() };
             let row = commands::prepare(shared, &node.id, ACCEPTANCE_DIAG, &json!({}), &opts);
             let enqueued = shared.ledger.write(|c| {
+                nodes::fence(c, &node.id, epoch)?;
                 if !nodes::set_accepting(c, &node.id, &row.id)? {
                     return Ok(false);
                 }
@@ -74,7 +79,7 @@ fn on_session_start(shared: &Shared, node: &NodeRow) -> Result<Option<NodeSpecRo
         // A stack that stopped between a result and its decision decides now.
         NodeState::Accepting => {
             let Some(id) = &node.acceptance_command_id else { return Ok(None) };
-            shared.ledger.write(|c| match command_rows::get(c, id)? {
+            shared.ledger.write(|c| match nodes::fence(c, &node.id, epoch).and_then(|()| command_rows::get(c, id))? {
                 Some(cmd) if cmd.state.is_terminal() => decide(c, shared, node, &cmd),
                 _ => Ok(None),
             })
@@ -206,8 +211,8 @@ mod tests {
         let shared = crate::shared::testing::shared_with_node(ACCEPTANCE_DIAG);
         let joined = shared.ledger.read(|c| nodes::get(c, "node_1")).unwrap().unwrap();
         // Both sessions read the node as `joined` before either decided.
-        assert_eq!(on_session_start(&shared, &joined).unwrap(), None);
-        assert_eq!(on_session_start(&shared, &joined).unwrap(), None);
+        assert_eq!(on_session_start(&shared, &joined, 0).unwrap(), None);
+        assert_eq!(on_session_start(&shared, &joined, 0).unwrap(), None);
         let commands = shared.ledger.read(|c| command_rows::of_node(c, "node_1")).unwrap();
         assert_eq!(commands.len(), 1);
         let node = shared.ledger.read(|c| nodes::get(c, "node_1")).unwrap().unwrap();
@@ -215,8 +220,8 @@ mod tests {
 
         let plain = crate::shared::testing::shared_with_node(ACCEPTANCE_NONE);
         let joined = plain.ledger.read(|c| nodes::get(c, "node_1")).unwrap().unwrap();
-        assert_eq!(on_session_start(&plain, &joined).unwrap().map(|s| s.generation), Some(1));
-        assert_eq!(on_session_start(&plain, &joined).unwrap(), None);
+        assert_eq!(on_session_start(&plain, &joined, 0).unwrap().map(|s| s.generation), Some(1));
+        assert_eq!(on_session_start(&plain, &joined, 0).unwrap(), None);
         assert_eq!(plain.ledger.read(|c| specs::of_node(c, "node_1")).unwrap().len(), 1);
     }
 }

@@ -128,7 +128,7 @@ impl Running {
         tls::install_crypto_provider();
         let store = Store::open(&options.store)?;
         let now = now_ms();
-        let stale = store.write(|c| sessions::close_all_open(c, now))?;
+        let stale = store.write(|c| sessions::close_all_open(c, &options.gateway_id, now))?;
         if stale > 0 {
             info!(sessions = stale, "devstack: closed sessions left open by a previous run");
         }
@@ -153,6 +153,7 @@ impl Running {
         let tunnels = Arc::new(Registry::new(tunnels_options, changes));
         let gateway = GatewayService::new(shared.clone(), Arc::new(handlers(&tunnels)));
         let (stop, _) = watch::channel(Phase::Serving);
+        crate::cluster::join(&shared, stop.subscribe())?;
         let options = &shared.settings.options;
         let tasks = vec![
             serve_gateway(gateway.clone(), tpm.clone(), gateway_listener, &stop)?,
@@ -185,6 +186,7 @@ impl Running {
         let started = tokio::time::Instant::now();
         let shared = self.shared.clone();
         let _ = self.stop.send(Phase::Closed);
+        crate::cluster::drain(&self.shared);
         let drain = Control::Drain {
             reason: "the dev stack is shutting down".into(),
             retry_after_ms: shared.settings.options.drain_retry_after_ms,

@@ -15,8 +15,10 @@ pub const JWK_FILE: &str = "join-encryption.jwk";
 /// What goes into a bcd configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BcdConfig {
-    /// The gateway's URL.
+    /// The gateway's URL (the node's home).
     pub gateway_url: String,
+    /// Every gateway's URL, the home first (written when there are several).
+    pub gateway_urls: Vec<String>,
     /// The name the serving certificate is checked for.
     pub gateway_server_name: String,
     /// The serving CA's pin.
@@ -66,6 +68,10 @@ pub fn render(config: &BcdConfig) -> String {
     let line = |key: &str, value: &str| format!("{key} = {}\n", toml_string(value));
     let mut text = String::from("# A bcd configuration written by the dev stack (devstack).\n");
     text += &line("gateway_url", &config.gateway_url);
+    if config.gateway_urls.len() > 1 {
+        let urls: Vec<String> = config.gateway_urls.iter().map(|u| toml_string(u)).collect();
+        text += &format!("gateway_urls = [{}]\n", urls.join(", "));
+    }
     text += &line("gateway_server_name", &config.gateway_server_name);
     text += &line("serving_ca_spki_pin", &config.serving_ca_spki_pin);
     text += &line("join_signing_pin", &config.join_signing_pin);
@@ -107,6 +113,7 @@ pub fn write_for(shared: &Shared, dir: &Path, data_dir: &Path, update: Option<&U
     let pins = shared.keys.pins();
     let cfg = BcdConfig {
         gateway_url: shared.settings.gateway_url.clone(),
+        gateway_urls: crate::cluster::live(shared)?.into_iter().map(|g| g.grpc_url).collect(),
         gateway_server_name: crate::SERVER_NAME.to_string(),
         serving_ca_spki_pin: pins.serving_ca,
         join_signing_pin: pins.join_signing,
@@ -127,6 +134,7 @@ mod tests {
         assert_eq!(toml_string(r#"C:\data "x""#), r#""C:\\data \"x\"""#);
         let config = BcdConfig {
             gateway_url: "https://127.0.0.1:1".into(),
+            gateway_urls: vec!["https://127.0.0.1:1".into()],
             gateway_server_name: "gw.dev.local".into(),
             serving_ca_spki_pin: "sha256:a".into(),
             join_signing_pin: "sha256:b".into(),
@@ -139,6 +147,9 @@ mod tests {
         assert!(text.contains("gateway_server_name = \"gw.dev.local\"\n"));
         assert!(text.ends_with("node_id = \"\"\n"));
         assert!(!text.contains("[update]"));
+        assert!(!text.contains("gateway_urls"), "one gateway: no list");
+        let several = BcdConfig { gateway_urls: vec!["https://a:1".into(), "https://b:2".into()], ..config.clone() };
+        assert!(render(&several).contains("gateway_urls = [\"https://a:1\", \"https://b:2\"]\n"));
 
         let key = pki::Signer::public_key(&pki::keys::ed25519("bc-interop-v1", "release/0"));
         let update = UpdatePins { keys: vec![key.clone()], threshold: 2, min_sequence: 5 };

@@ -126,6 +126,17 @@ pub enum StackEvent {
         /// Its sequence.
         sequence: u64,
     },
+    /// No gateway heard from the node for the liveness timeout (by the
+    /// store's clock).
+    Unreachable {
+        /// The node.
+        node_id: String,
+    },
+    /// A gateway heard from a node marked unreachable: the mark is cleared.
+    Reachable {
+        /// The node.
+        node_id: String,
+    },
 }
 
 impl StackEvent {
@@ -143,6 +154,8 @@ impl StackEvent {
             StackEvent::Reservation { .. } => "reservation",
             StackEvent::Revoked { .. } => "revoked",
             StackEvent::ReleasePublished { .. } => "release_published",
+            StackEvent::Unreachable { .. } => "node.unreachable",
+            StackEvent::Reachable { .. } => "node.reachable",
         }
     }
 
@@ -156,7 +169,9 @@ impl StackEvent {
             | StackEvent::Rejected { node_id, .. }
             | StackEvent::Command { node_id, .. }
             | StackEvent::Reservation { node_id, .. }
-            | StackEvent::Revoked { node_id } => Some(node_id),
+            | StackEvent::Revoked { node_id }
+            | StackEvent::Unreachable { node_id }
+            | StackEvent::Reachable { node_id } => Some(node_id),
             StackEvent::PoolCreated { .. } | StackEvent::TokenMinted { .. } | StackEvent::ReleasePublished { .. } => {
                 None
             }
@@ -179,7 +194,10 @@ impl StackEvent {
             StackEvent::Disconnected { node_id, epoch, reason } => {
                 json!({ "node_id": node_id, "epoch": epoch, "reason": reason })
             }
-            StackEvent::Adopted { node_id } | StackEvent::Revoked { node_id } => json!({ "node_id": node_id }),
+            StackEvent::Adopted { node_id }
+            | StackEvent::Revoked { node_id }
+            | StackEvent::Unreachable { node_id }
+            | StackEvent::Reachable { node_id } => json!({ "node_id": node_id }),
             StackEvent::Rejected { node_id, reason } => json!({ "node_id": node_id, "reason": reason }),
             StackEvent::Command { node_id, command_id, kind, state, reason } => json!({
                 "node_id": node_id, "command_id": command_id, "kind": kind, "state": state.as_str(), "reason": reason,

@@ -40,7 +40,23 @@ pub fn well_known(shared: &Shared) -> Value {
             "encryptionJwk": jwk,
         },
         "trustDomain": shared.settings.options.trust_domain,
+        "gateways": gateways(shared),
     })
+}
+
+/// The gateways a node may dial, this one first (docs/protocol.md, "The
+/// well-known document"); this one alone when the store cannot be read.
+fn gateways(shared: &Shared) -> Value {
+    let me = || vec![json!({ "id": shared.settings.options.gateway_id, "url": shared.settings.gateway_url })];
+    match crate::cluster::live(shared) {
+        Ok(list) if !list.is_empty() => list.iter().map(|g| json!({ "id": g.id, "url": g.grpc_url })).collect(),
+        Ok(_) => me(),
+        Err(e) => {
+            tracing::warn!(error = %e, "http: the gateways could not be read for the well-known document");
+            me()
+        }
+    }
+    .into()
 }
 
 /// One file of a release: an artifact's bytes or the signed manifest. The

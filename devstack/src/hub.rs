@@ -1,9 +1,15 @@
-//! The live sessions, by node: how the API and the workers reach a node's
-//! session task (wake it for new commands, inject a frame, revoke, drain).
-//! A session that registers or goes bumps the change notification.
+//! The live sessions of this gateway, by node: how the API and the workers
+//! reach a node's session task (wake it for new commands, inject a frame,
+//! revoke, drain). A session that registers or goes bumps the change
+//! notification. With several gateways on one store, a node whose session
+//! is on another gateway is reached through the store ([`Poke`]: a wake, a
+//! new spec or a revocation, sent to the gateway that holds it); when each
+//! session last heard its node is kept for the liveness beat.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
 
 use tokio::sync::mpsc;
 
@@ -50,22 +56,72 @@ impl std::fmt::Display for Transport {
     }
 }
 
+/// What reaches a node's session on another gateway, through the store.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Poke {
+    /// New commands are queued for the node.
+    Wake(String),
+    /// The node has a new spec: send it.
+    Spec(String),
+    /// The node's certificates were revoked.
+    Revoke(String),
+}
+
+/// When a session last heard its node, in milliseconds since the hub was
+/// made (by this process's monotonic clock).
+#[derive(Clone, Default)]
+pub struct Heard(Arc<AtomicU64>);
+
+impl Heard {
+    /// The session heard its node now.
+    pub fn now(&self, hub: &Hub) {
+        self.0.store(hub.since_start(), Ordering::Relaxed);
+    }
+}
+
 struct Handle {
     epoch: u64,
     transport: Transport,
     tx: mpsc::UnboundedSender<Control>,
+    heard: Heard,
 }
 
 /// The registry of live sessions.
 pub struct Hub {
     sessions: Mutex<HashMap<String, Handle>>,
     changes: Changes,
+    /// How a node on another gateway is reached (set by the composition
+    /// root when the store is shared).
+    remote: OnceLock<Box<dyn Fn(Poke) + Send + Sync>>,
+    started: Instant,
 }
 
 impl Hub {
     /// An empty registry that bumps `changes` when a session comes or goes.
     pub fn new(changes: Changes) -> Self {
-        Hub { sessions: Mutex::new(HashMap::new()), changes }
+        Hub { sessions: Mutex::new(HashMap::new()), changes, remote: OnceLock::new(), started: Instant::now() }
+    }
+
+    /// How a node whose session is on another gateway is reached.
+    pub fn set_remote(&self, poke: impl Fn(Poke) + Send + Sync + 'static) {
+        let _ = self.remote.set(Box::new(poke));
+    }
+
+    fn since_start(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Each live session's node, epoch, and how long ago it heard its node
+    /// (milliseconds, by this process's monotonic clock).
+    pub fn heard(&self) -> Vec<(String, u64, u64)> {
+        let now = self.since_start();
+        let map = self.lock();
+        map.iter().map(|(id, h)| (id.clone(), h.epoch, now.saturating_sub(h.heard.0.load(Ordering::Relaxed)))).collect()
+    }
+
+    /// Whether this gateway holds a session of the node.
+    pub fn holds(&self, node_id: &str) -> bool {
+        self.lock().contains_key(node_id)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Handle>> {
@@ -75,13 +131,21 @@ impl Hub {
     }
 
     /// Registers the session `epoch` of a node; an older one is told to close.
-    pub fn register(&self, node_id: &str, epoch: u64, transport: Transport) -> mpsc::UnboundedReceiver<Control> {
+    pub fn register(
+        &self,
+        node_id: &str,
+        epoch: u64,
+        transport: Transport,
+    ) -> (mpsc::UnboundedReceiver<Control>, Heard) {
         let (tx, rx) = mpsc::unbounded_channel();
-        if let Some(old) = self.lock().insert(node_id.to_string(), Handle { epoch, transport, tx }) {
+        let heard = Heard::default();
+        heard.now(self);
+        let handle = Handle { epoch, transport, tx, heard: heard.clone() };
+        if let Some(old) = self.lock().insert(node_id.to_string(), handle) {
             let _ = old.tx.send(Control::Replaced);
         }
         self.changes.bump();
-        rx
+        (rx, heard)
     }
 
     /// Removes the session `epoch` of a node, unless a newer one replaced it.
@@ -95,15 +159,39 @@ impl Hub {
         }
     }
 
-    /// Sends to a node's live session; false when it has none.
+    /// Sends to a node's live session on this gateway; false when it has
+    /// none here. A wake or a revocation for a node on another gateway goes
+    /// there through the store (true: it was sent on).
     pub fn send(&self, node_id: &str, control: Control) -> bool {
+        if let Some(h) = self.lock().get(node_id) {
+            return h.tx.send(control).is_ok();
+        }
+        let poke = match control {
+            Control::Wake => Poke::Wake(node_id.to_string()),
+            Control::Revoke(_) => Poke::Revoke(node_id.to_string()),
+            _ => return false,
+        };
+        self.remote.get().is_some_and(|remote| {
+            remote(poke);
+            true
+        })
+    }
+
+    /// Sends to a node's live session on this gateway only.
+    pub fn send_local(&self, node_id: &str, control: Control) -> bool {
         self.lock().get(node_id).is_some_and(|h| h.tx.send(control).is_ok())
     }
 
     /// Sends a committed spec to the node's live session as DesiredState (a
-    /// node that is away gets it after its next Welcome).
+    /// node that is away gets it after its next Welcome; one on another
+    /// gateway is sent it there).
     pub fn push_spec(&self, spec: &NodeSpecRow) -> Result<()> {
-        self.send(&spec.node_id, Control::Raw(Box::new(desired_state_frame(spec)?)));
+        let frame = Control::Raw(Box::new(desired_state_frame(spec)?));
+        if !self.send_local(&spec.node_id, frame)
+            && let Some(remote) = self.remote.get()
+        {
+            remote(Poke::Spec(spec.node_id.clone()));
+        }
         Ok(())
     }
 

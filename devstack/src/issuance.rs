@@ -7,8 +7,11 @@ use crate::ids;
 use crate::shared::Shared;
 use crate::store::rows::NodeCertRow;
 
-/// Back-dating of a node certificate's notBefore, for clock skew.
-const SKEW_MS: i64 = 60_000;
+/// Back-dating of a node certificate's notBefore, for clock skew: 5
+/// minutes, so a certificate one gateway issues is already valid on a
+/// gateway (or node) whose clock is minutes behind (docs/devstack.md,
+/// "Several gateways").
+const SKEW_MS: i64 = 300_000;
 
 /// Issues a 24-hour certificate (random serial) for a verified CSR; a TPM
 /// node's certificate names its AK (`urn:bc:tpm-ak:`).

@@ -93,6 +93,11 @@ impl Ledger {
         self.changes.bump();
     }
 
+    /// The store itself (its notifications between gateways).
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
     /// The event stream (to subscribe to).
     pub fn events(&self) -> &EventBus {
         &self.events

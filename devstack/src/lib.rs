@@ -14,6 +14,7 @@ mod adoption;
 mod changes;
 pub mod client;
 mod clock;
+mod cluster;
 mod commands;
 mod compose;
 pub mod config;
@@ -60,6 +61,7 @@ mod tunnels;
 mod view;
 mod workload;
 
+pub use clock::set_offset_ms as set_clock_offset_ms;
 pub use commands::{Batch, BatchCommand, BatchSpec, CommandOptions, CommandOutcome, Signing};
 pub use config::BcdConfigPaths;
 pub use connections::RETRY_AFTER_MS;
@@ -87,7 +89,7 @@ pub use spec::SpecUpdate;
 pub use stack::DevStack;
 pub use store::StoreLocation;
 pub use store::rows::{
-    CommandRow, CommandStatus, CommandUpdateRow, FleetCounts, InstanceDesired, InstanceRow, InstanceState,
+    CommandRow, CommandStatus, CommandUpdateRow, FleetCounts, GatewayRow, InstanceDesired, InstanceRow, InstanceState,
     InventoryRow, JoinMethod, JoinTokenRow, NodeBindingRow, NodeCertRow, NodeJoinRow, NodeKeyLevel, NodeLabelRow,
     NodeRow, NodeSessionRow, NodeSpecRow, NodeState, PoolRow, ReleaseArtifactRow, ReservationRow, ReservationState,
     SectionState, SectionStatus, VolumeRow, VolumeState,

@@ -74,6 +74,12 @@ pub struct DevStackOptions {
     pub limits: NodeLimits,
     /// The connection caps and deadlines of both listeners.
     pub connections: ConnectionOptions,
+    /// This gateway's id among the gateways of its store (several share a
+    /// PostgreSQL store; default `g1`).
+    pub gateway_id: String,
+    /// How long no gateway may hear from a node before the stack marks it
+    /// unreachable (default 30 s; docs/devstack.md, "Several gateways").
+    pub liveness_timeout: Duration,
 }
 
 impl Default for DevStackOptions {
@@ -101,9 +107,14 @@ impl Default for DevStackOptions {
             tunnels: TunnelOptions::default(),
             limits: NodeLimits::default(),
             connections: ConnectionOptions::default(),
+            gateway_id: DEFAULT_GATEWAY_ID.to_string(),
+            liveness_timeout: Duration::from_secs(30),
         }
     }
 }
+
+/// The id of a stack's gateway when it is the only one.
+pub const DEFAULT_GATEWAY_ID: &str = "g1";
 
 impl DevStackOptions {
     /// Defaults with an in-memory store.

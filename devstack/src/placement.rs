@@ -392,6 +392,9 @@ mod tests {
                 spec_generation: 1,
                 created_at_ms: 0,
                 adopted_at_ms: None,
+                session_epoch: 0,
+                gateway_id: String::new(),
+                unreachable_since_ms: None,
             },
             labels: vec![NodeLabelRow {
                 node_id: id.into(),

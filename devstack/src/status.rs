@@ -31,6 +31,10 @@ impl From<Error> for Status {
     fn from(e: Error) -> Status {
         match &e {
             Error::Refused { code, detail } => return refuse(*code, detail),
+            Error::Store(crate::store::Error::Fenced { node_id, epoch, current }) => {
+                let detail = format!("session {epoch} of node {node_id} was taken over by session {current}");
+                return refuse(Code::SessionFenced, detail);
+            }
             Error::Store(store) => {
                 if let Some(why) = store.out_of_range() {
                     let status = refuse(Code::MessageMalformed, format!("a number out of range ({why})"));

@@ -45,6 +45,8 @@ const (
 	CodeFrameMalformed Code = "frame-malformed"
 	// CodeSessionReplaced: A newer session of the same node took over.
 	CodeSessionReplaced Code = "session-replaced"
+	// CodeSessionFenced: A write of a session whose epoch is no longer the node's (a newer session, on this gateway or another, owns the node): it is not written, and the session ends.
+	CodeSessionFenced Code = "session-fenced"
 	// CodeLiveness: Nothing heard from the node for three heartbeat intervals.
 	CodeLiveness Code = "liveness"
 	// CodeDraining: The stack is shutting down and opens no session.

@@ -96,6 +96,7 @@ var entries = []Entry{
 	{Code: "hello-malformed", Domain: "gateway", GRPC: codes.InvalidArgument, Meaning: "A Hello whose journal id, boot id or daemon version is not of its form (an identifier of at most 64 bytes: docs/protocol.md, \"Hello and Welcome\")."},
 	{Code: "frame-malformed", Domain: "gateway", GRPC: codes.InvalidArgument, Meaning: "A WebSocket message that is not one binary protobuf frame of the session."},
 	{Code: "session-replaced", Domain: "gateway", GRPC: codes.FailedPrecondition, Meaning: "A newer session of the same node took over."},
+	{Code: "session-fenced", Domain: "gateway", GRPC: codes.FailedPrecondition, Meaning: "A write of a session whose epoch is no longer the node's (a newer session, on this gateway or another, owns the node): it is not written, and the session ends."},
 	{Code: "liveness", Domain: "gateway", GRPC: codes.Unavailable, Meaning: "Nothing heard from the node for three heartbeat intervals."},
 	{Code: "draining", Domain: "gateway", GRPC: codes.Unavailable, Meaning: "The stack is shutting down and opens no session."},
 	{Code: "journal-lost", Domain: "gateway", GRPC: codes.Aborted, Meaning: "A command delivered to a node that came back with another journal, not retry_safe: it may have run, so it ends FAILED instead of being delivered again."},

@@ -3,6 +3,7 @@
 
 mod commands;
 mod fleet;
+mod gateways;
 mod instances;
 mod nodes;
 mod otlp;
@@ -12,6 +13,7 @@ mod sections;
 
 pub use commands::{CommandRow, CommandStatus, CommandUpdateRow};
 pub use fleet::FleetCounts;
+pub use gateways::GatewayRow;
 pub use instances::{InstanceDesired, InstanceRow, InstanceState, NodeLabelRow, VolumeRow, VolumeState};
 pub use nodes::{
     InventoryRow, JoinMethod, JoinTokenRow, NodeBindingRow, NodeCertRow, NodeJoinRow, NodeKeyLevel, NodeRow,

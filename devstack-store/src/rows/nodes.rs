@@ -119,6 +119,13 @@ pub struct NodeRow {
     pub created_at_ms: i64,
     /// Adoption time.
     pub adopted_at_ms: Option<i64>,
+    /// The epoch of its latest session (what fences an older one's writes).
+    pub session_epoch: u64,
+    /// Its home: the gateway its latest session opened on (empty before one).
+    pub gateway_id: String,
+    /// Since when (the store's clock) it is marked unreachable: no gateway
+    /// heard from it for the liveness timeout. `None` while it is heard.
+    pub unreachable_since_ms: Option<i64>,
 }
 
 /// A certificate issued to a node.
@@ -159,6 +166,8 @@ pub struct NodeSessionRow {
     pub connected_at_ms: i64,
     /// When the stream ended.
     pub disconnected_at_ms: Option<i64>,
+    /// The gateway it ran on.
+    pub gateway_id: String,
 }
 
 /// One verified inventory section of a node.

@@ -121,6 +121,8 @@ pub struct RequestContext<'a> {
     pub shared: &'a Shared,
     /// The session's node.
     pub node: &'a AuthedNode,
+    /// The session's epoch: what a write of the session is fenced by.
+    pub epoch: u64,
 }
 
 /// What a handler asks of the session once its event committed (or its

@@ -16,6 +16,7 @@ use crate::status::{self, Code, refuse};
 use handlers::Handlers;
 
 pub mod auth;
+mod fence;
 pub mod handlers;
 mod hello;
 pub mod limit;

@@ -34,14 +34,14 @@ use tonic::Status;
 use tracing::{debug, info, warn};
 
 use super::auth::AuthedNode;
+use super::fence;
 use super::handlers::{Effects, Event, EventHandler, Handlers, Opening, RequestContext, RequestHandler};
 use super::limit;
 use crate::clock::now_ms;
 use crate::error::Result;
 use crate::events::StackEvent;
 use crate::frames::{delivery_frame, desired_state_frame, frame};
-use crate::hub::{Control, Transport};
-use crate::ledger::Tx;
+use crate::hub::{Control, Heard, Transport};
 use crate::shared::Shared;
 use crate::status::{Code, refuse};
 use crate::store::rows::{CommandRow, CommandStatus, NodeSessionRow, NodeSpecRow};
@@ -189,6 +189,8 @@ struct Session {
     control: mpsc::UnboundedReceiver<Control>,
     interval: Duration,
     last_heard: Instant,
+    /// When the node was last heard, as the hub's liveness beat reads it.
+    heard: Heard,
     /// BUSY commands and when to deliver them again.
     busy: HashMap<String, Instant>,
 }
@@ -216,10 +218,12 @@ impl Session {
                         journal_id: &hello.journal_id,
                         boot_id: &hello.boot_id,
                         daemon_version: &hello.daemon_version,
+                        gateway_id: &shared.settings.options.gateway_id,
                         now_ms: now,
                     },
                     shared.settings.options.limits.sessions_kept,
-                )?;
+                )?
+                .ok_or_else(|| crate::error::Error::UnknownNode { node_id: node.node_id.clone() })?;
                 nodes::record_hello(c, &node.node_id, &hello.daemon_version, hello.applied_generation)?;
                 let opening = Opening { c, node: &node, hello, previous_journal: previous.as_deref(), now_ms: now };
                 for hook in &handlers.hello {
@@ -229,7 +233,7 @@ impl Session {
                 Ok((row, acked))
             })
             .map_err(Status::from)?;
-        let control = shared.hub.register(&node.node_id, row.epoch, transport);
+        let (control, heard) = shared.hub.register(&node.node_id, row.epoch, transport);
         let interval = shared.settings.heartbeat_interval;
         let session = Session {
             shared,
@@ -240,6 +244,7 @@ impl Session {
             control,
             interval,
             last_heard: Instant::now(),
+            heard,
             busy: HashMap::new(),
         };
         info!(
@@ -286,10 +291,19 @@ impl Session {
         loop {
             let liveness = self.last_heard + self.interval * 3;
             let next_busy = self.busy.values().min().copied();
+            // In this order: what the hub says (a drain, a revocation),
+            // then what the node sent, then the timers, so a frame that
+            // waits is read before the node is judged silent.
             let step = tokio::select! {
+                biased;
+                control = self.control.recv() => match control {
+                    Some(c) => Box::pin(self.on_control(c)).await,
+                    None => Err(End::Done("the hub closed")),
+                },
                 message = inbound.next() => match message {
                     Some(Ok(f)) => {
                         self.last_heard = Instant::now();
+                        self.heard.now(&self.shared.hub);
                         Box::pin(self.on_frame(f)).await
                     }
                     None => Err(End::Closed),
@@ -300,10 +314,6 @@ impl Session {
                             Err(End::Gone)
                         }
                     },
-                },
-                control = self.control.recv() => match control {
-                    Some(c) => Box::pin(self.on_control(c)).await,
-                    None => Err(End::Done("the hub closed")),
                 },
                 _ = ping.tick() => {
                     let p = proto::Ping { nonce: crate::ids::nonce(), server_time_ms: now_ms() };
@@ -328,7 +338,7 @@ impl Session {
     /// latest), every open command.
     async fn after_welcome(&mut self) -> Result<(), End> {
         let mut effects = Effects::default();
-        let session = RequestContext { shared: &self.shared, node: &self.node };
+        let session = RequestContext { shared: &self.shared, node: &self.node, epoch: self.row.epoch };
         for hook in &self.handlers.welcomed {
             effects.merge(hook.on_welcomed(&session).map_err(store_end)?);
         }
@@ -355,8 +365,11 @@ impl Session {
 
     async fn deliver(&mut self, rows: &[CommandRow]) -> Result<(), End> {
         for row in rows {
-            self.send(delivery_frame(row).map_err(store_end)?).await?;
-            self.shared.ledger.write(|c| mark_delivered(c, row)).map_err(store_end)?;
+            // Claimed (fenced by the session's epoch) before it is sent: a
+            // session another gateway took over delivers nothing.
+            let frame = delivery_frame(row).map_err(store_end)?;
+            self.shared.ledger.write(|c| fence::mark_delivered(c, row, self.row.epoch)).map_err(store_end)?;
+            self.send(frame).await?;
             self.busy.remove(&row.id);
             debug!(node_id = %self.node.node_id, command_id = %row.id, kind = %row.kind, "session: command delivered");
         }
@@ -433,7 +446,10 @@ impl Session {
         let changed = self
             .shared
             .ledger
-            .write(|c| Ok(nodes::set_applied_generation(c, &self.node.node_id, generation)?))
+            .write(|c| {
+                nodes::fence(c, &self.node.node_id, self.row.epoch)?;
+                Ok(nodes::set_applied_generation(c, &self.node.node_id, generation)?)
+            })
             .map_err(store_end)?;
         if changed {
             debug!(node_id = %self.node.node_id, generation, "session: applied generation");
@@ -455,6 +471,7 @@ impl Session {
         message: T,
     ) -> Result<(), End> {
         let (shared, node, journal_id) = (self.shared.clone(), self.node.clone(), self.row.journal_id.clone());
+        let epoch = self.row.epoch;
         let handlers = self.handlers.clone();
         let recorded = tokio::task::spawn_blocking(move || {
             let (shared, node) = (&*shared, &node);
@@ -465,6 +482,7 @@ impl Session {
                 if shared.is_draining() {
                     return Ok(Recorded::Deferred);
                 }
+                nodes::fence(c, &node.node_id, epoch)?;
                 let now = now_ms();
                 let kept = shared.settings.options.limits.journals_kept;
                 if seq > 0 && !events::record(c, &node.node_id, &journal_id, seq, now, kept)? {
@@ -507,7 +525,7 @@ impl Session {
 
     /// Answers a request with its handler, then carries out what it asked.
     async fn on_request<T>(&mut self, handler: &dyn RequestHandler<T>, message: T) -> Result<(), End> {
-        let request = RequestContext { shared: &self.shared, node: &self.node };
+        let request = RequestContext { shared: &self.shared, node: &self.node, epoch: self.row.epoch };
         let effects = handler.answer(&request, message).map_err(store_end)?;
         self.carry_out(effects).await
     }
@@ -543,6 +561,11 @@ impl Session {
             End::Done(why) => why,
         };
         info!(node_id = %node_id, epoch = self.row.epoch, reason = why, "session: closed");
+        if let End::Refuse(status) = &end
+            && crate::status::code_of(status) == Code::SessionFenced.as_str()
+        {
+            fence::count_fenced(&self.shared, node_id, self.row.epoch);
+        }
         if let Err(e) = self.shared.ledger.write(|c| Ok(sessions::close(c, self.row.id, now_ms())?)) {
             warn!(node_id = %node_id, error = %e, "session: could not record the disconnection");
         }
@@ -556,23 +579,6 @@ impl Session {
             let _ = self.out.send(Err(status)).await;
         }
     }
-}
-
-/// Records a command delivered, inside a transaction; a first delivery is
-/// published `delivered` (a delivery again, after a BUSY or on a new
-/// session, changes no state).
-fn mark_delivered(c: &Tx<'_>, row: &CommandRow) -> Result<()> {
-    commands::mark_delivered(c, &row.id, now_ms())?;
-    if row.state == CommandStatus::Pending {
-        c.publish(StackEvent::Command {
-            node_id: row.node_id.clone(),
-            command_id: row.id.clone(),
-            kind: row.kind.clone(),
-            state: CommandStatus::Delivered,
-            reason: String::new(),
-        });
-    }
-    Ok(())
 }
 
 fn store_end(e: impl Into<crate::error::Error>) -> End {

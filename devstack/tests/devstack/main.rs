@@ -4,6 +4,7 @@
 mod admin;
 mod connections;
 mod events;
+mod gateways;
 mod hardening;
 mod instances;
 mod intent;

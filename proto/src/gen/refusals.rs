@@ -303,6 +303,8 @@ pub enum Code {
     FrameMalformed,
     /// `session-replaced` (gateway, FailedPrecondition): A newer session of the same node took over.
     SessionReplaced,
+    /// `session-fenced` (gateway, FailedPrecondition): A write of a session whose epoch is no longer the node's (a newer session, on this gateway or another, owns the node): it is not written, and the session ends.
+    SessionFenced,
     /// `liveness` (gateway, Unavailable): Nothing heard from the node for three heartbeat intervals.
     Liveness,
     /// `draining` (gateway, Unavailable): The stack is shutting down and opens no session.
@@ -570,6 +572,7 @@ impl Code {
             Code::HelloMalformed => "hello-malformed",
             Code::FrameMalformed => "frame-malformed",
             Code::SessionReplaced => "session-replaced",
+            Code::SessionFenced => "session-fenced",
             Code::Liveness => "liveness",
             Code::Draining => "draining",
             Code::JournalLost => "journal-lost",
@@ -751,6 +754,7 @@ impl Code {
             Code::HelloMalformed => Domain::Gateway,
             Code::FrameMalformed => Domain::Gateway,
             Code::SessionReplaced => Domain::Gateway,
+            Code::SessionFenced => Domain::Gateway,
             Code::Liveness => Domain::Gateway,
             Code::Draining => Domain::Gateway,
             Code::JournalLost => Domain::Gateway,
@@ -932,6 +936,7 @@ impl Code {
             Code::HelloMalformed => Grpc::InvalidArgument,
             Code::FrameMalformed => Grpc::InvalidArgument,
             Code::SessionReplaced => Grpc::FailedPrecondition,
+            Code::SessionFenced => Grpc::FailedPrecondition,
             Code::Liveness => Grpc::Unavailable,
             Code::Draining => Grpc::Unavailable,
             Code::JournalLost => Grpc::Aborted,
@@ -1113,6 +1118,7 @@ impl Code {
             Code::HelloMalformed => "A Hello whose journal id, boot id or daemon version is not of its form (an identifier of at most 64 bytes: docs/protocol.md, \"Hello and Welcome\").",
             Code::FrameMalformed => "A WebSocket message that is not one binary protobuf frame of the session.",
             Code::SessionReplaced => "A newer session of the same node took over.",
+            Code::SessionFenced => "A write of a session whose epoch is no longer the node's (a newer session, on this gateway or another, owns the node): it is not written, and the session ends.",
             Code::Liveness => "Nothing heard from the node for three heartbeat intervals.",
             Code::Draining => "The stack is shutting down and opens no session.",
             Code::JournalLost => "A command delivered to a node that came back with another journal, not retry_safe: it may have run, so it ends FAILED instead of being delivered again.",
@@ -1294,6 +1300,7 @@ impl Code {
             "hello-malformed" => Some(Code::HelloMalformed),
             "frame-malformed" => Some(Code::FrameMalformed),
             "session-replaced" => Some(Code::SessionReplaced),
+            "session-fenced" => Some(Code::SessionFenced),
             "liveness" => Some(Code::Liveness),
             "draining" => Some(Code::Draining),
             "journal-lost" => Some(Code::JournalLost),
@@ -1476,6 +1483,7 @@ pub const TABLE: &[Code] = &[
     Code::HelloMalformed,
     Code::FrameMalformed,
     Code::SessionReplaced,
+    Code::SessionFenced,
     Code::Liveness,
     Code::Draining,
     Code::JournalLost,

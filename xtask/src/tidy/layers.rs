@@ -24,6 +24,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "features",
         &[
             "adoption",
+            "cluster",
             "commands",
             "config",
             "fleet",

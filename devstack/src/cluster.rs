@@ -1,0 +1,166 @@
+//! This gateway among the gateways of its store (docs/devstack.md, "Several
+//! gateways"): it registers itself, and while it runs it beats by the
+//! store's clock, writes how long ago each of its sessions heard its node
+//! (ages by its own monotonic clock, never its wall clock, so gateways
+//! whose clocks disagree agree on who is heard), marks unreachable a node
+//! no gateway heard for the liveness timeout (`node.unreachable`, cleared
+//! on the next heard frame with `node.reachable`), and wakes its sessions
+//! whose node has a command waiting (the safety net under the pokes). The
+//! pokes themselves go between gateways as the store's notifications: a
+//! wake, a new spec or a revocation for a node whose session another
+//! gateway holds, and a change of the store that wakes this process's
+//! waits.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tracing::{debug, info, warn};
+
+use crate::connections::Phase;
+use crate::error::Result;
+use crate::events::StackEvent;
+use crate::hub::{Control, Poke};
+use crate::shared::Shared;
+use crate::store::{commands, gateways, nodes, specs};
+
+/// A poke as the store carries it: `w:`, `s:` or `r:` and the node.
+fn encode(poke: &Poke) -> String {
+    match poke {
+        Poke::Wake(node) => format!("w:{node}"),
+        Poke::Spec(node) => format!("s:{node}"),
+        Poke::Revoke(node) => format!("r:{node}"),
+    }
+}
+
+/// Registers this gateway and, on a shared store, hands the hub the way to
+/// other gateways and listens to them; then beats until `stop` says the
+/// stack stopped.
+pub fn join(shared: &Arc<Shared>, stop: watch::Receiver<Phase>) -> Result<()> {
+    let settings = &shared.settings;
+    let id = settings.options.gateway_id.clone();
+    let started = crate::clock::now_ms();
+    shared
+        .ledger
+        .write(|c| Ok(gateways::register(c, &id, &settings.gateway_url, &settings.https_base_url, started)?))?;
+    if let Some(notifications) = shared.ledger.store().listen()? {
+        let weak = Arc::downgrade(shared);
+        shared.hub.set_remote(move |poke| {
+            let Some(shared) = weak.upgrade() else { return };
+            if let Err(e) = shared.ledger.store().notify(&encode(&poke)) {
+                warn!(error = %e, ?poke, "cluster: a poke to the other gateways was lost (the sweep delivers)");
+            }
+        });
+        tokio::spawn(listen(Arc::downgrade(shared), notifications));
+    }
+    tokio::spawn(beat(Arc::downgrade(shared), stop));
+    info!(gateway = %id, store = shared.ledger.store().backend(), "cluster: gateway registered");
+    Ok(())
+}
+
+/// Acts on what the other gateways notify.
+async fn listen(shared: Weak<Shared>, mut notifications: mpsc::UnboundedReceiver<String>) {
+    while let Some(payload) = notifications.recv().await {
+        let Some(shared) = shared.upgrade() else { return };
+        let (kind, node) = payload.split_once(':').unwrap_or((payload.as_str(), ""));
+        match kind {
+            "w" => {
+                shared.hub.send_local(node, Control::Wake);
+            }
+            "r" => {
+                shared.hub.send_local(node, Control::Revoke("the node's certificates were revoked".into()));
+            }
+            "s" if shared.hub.holds(node) => match shared.ledger.read(|c| specs::latest(c, node)) {
+                Ok(Some(spec)) => {
+                    let _ = shared.hub.push_spec(&spec);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    warn!(node_id = %node, error = %e, "cluster: a spec poked by another gateway could not be read")
+                }
+            },
+            // A commit elsewhere (or the listener connected again): what a
+            // wait here reads may have changed.
+            _ => shared.ledger.changes().bump(),
+        }
+    }
+}
+
+/// The beat, every heartbeat interval until the stack stops.
+async fn beat(shared: Weak<Shared>, mut stop: watch::Receiver<Phase>) {
+    let interval = match shared.upgrade() {
+        Some(shared) => shared.settings.heartbeat_interval,
+        None => return,
+    };
+    let mut tick = tokio::time::interval(interval.max(Duration::from_millis(100)));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => return,
+        }
+        let Some(shared) = shared.upgrade() else { return };
+        if *stop.borrow() != Phase::Serving {
+            return;
+        }
+        if let Err(e) = once(&shared) {
+            warn!(error = %e, "cluster: the gateway's beat failed (the next one tries again)");
+        }
+    }
+}
+
+/// One beat: the gateway's, its sessions' heard ages, the unreachable
+/// marks, and the wakes of the sweep.
+fn once(shared: &Shared) -> Result<()> {
+    let id = &shared.settings.options.gateway_id;
+    let heard = shared.hub.heard();
+    let timeout = shared.settings.options.liveness_timeout;
+    shared.ledger.write(|c| {
+        gateways::beat(c, id)?;
+        let entries: Vec<(&str, u64, u64)> = heard.iter().map(|(n, e, age)| (n.as_str(), *e, *age)).collect();
+        for node_id in nodes::heard(c, &entries)? {
+            info!(node_id = %node_id, "cluster: node heard again");
+            c.publish(StackEvent::Reachable { node_id });
+        }
+        let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        for node_id in nodes::mark_unreachable(c, timeout_ms)? {
+            warn!(node_id = %node_id, timeout_ms, "cluster: node unreachable: no gateway heard from it");
+            c.publish(StackEvent::Unreachable { node_id });
+        }
+        Ok(())
+    })?;
+    let waiting = shared.ledger.read(commands::nodes_with_pending)?;
+    for node_id in waiting.iter().filter(|n| shared.hub.holds(n)) {
+        debug!(node_id = %node_id, "cluster: the sweep wakes a session with a command waiting");
+        shared.hub.send_local(node_id, Control::Wake);
+    }
+    Ok(())
+}
+
+/// The gateways nodes may dial, this one first: those that beat within
+/// three heartbeat intervals (at least 15 s) and do not drain.
+pub fn live(shared: &Shared) -> Result<Vec<crate::store::rows::GatewayRow>> {
+    let fresh = i64::try_from((shared.settings.heartbeat_interval * 3).max(Duration::from_secs(15)).as_millis())
+        .unwrap_or(i64::MAX);
+    let mut all = shared.ledger.read(gateways::all)?;
+    all.retain(|g| !g.draining && g.beat_ms_ago <= fresh);
+    let me = &shared.settings.options.gateway_id;
+    all.sort_by_key(|g| (&g.id != me, g.id.clone()));
+    Ok(all)
+}
+
+/// Marks this gateway draining: the well-known document stops listing it.
+pub fn drain(shared: &Shared) {
+    let id = &shared.settings.options.gateway_id;
+    if let Err(e) = shared.ledger.write(|c| Ok(gateways::set_draining(c, id)?)) {
+        warn!(gateway = %id, error = %e, "cluster: could not mark the gateway draining");
+    }
+}
+
+/// The store's gateways as a view reads them.
+impl crate::view::StackView<'_> {
+    /// Every registered gateway, by id: its URLs, when it beat, whether it
+    /// drains and how many of its session writes the store fenced.
+    pub fn gateways(&self) -> Vec<crate::store::rows::GatewayRow> {
+        self.read(gateways::all)
+    }
+}
