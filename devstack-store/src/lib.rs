@@ -82,6 +82,17 @@ impl std::fmt::Debug for StoreLocation {
     }
 }
 
+impl std::fmt::Display for StoreLocation {
+    /// Where the store is, as a person reads it: never a password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreLocation::Memory => f.write_str("SQLite, in memory"),
+            StoreLocation::File(path) => write!(f, "SQLite, {}", path.display()),
+            StoreLocation::Postgres(url) => write!(f, "PostgreSQL, {}", redacted(url)),
+        }
+    }
+}
+
 /// The store.
 pub struct Store {
     backend: Backend,

@@ -43,16 +43,31 @@ pub(crate) fn describe(e: &tokio_postgres::Error) -> String {
 
 /// A URL without its password (what logs and errors may show).
 pub fn redacted(url: &str) -> String {
-    match url.split_once("://") {
-        Some((scheme, rest)) => match rest.split_once('@') {
-            Some((userinfo, host)) => match userinfo.split_once(':') {
-                Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
-                None => url.to_string(),
-            },
-            None => url.to_string(),
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return "(a PostgreSQL connection string)".to_string();
+    };
+    let (rest, query) = match rest.split_once('?') {
+        Some((rest, query)) => (rest, Some(query)),
+        None => (rest, None),
+    };
+    let mut out = match rest.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+            None => format!("{scheme}://{rest}"),
         },
-        None => "(a PostgreSQL connection string)".to_string(),
+        None => format!("{scheme}://{rest}"),
+    };
+    if let Some(query) = query {
+        let pairs: Vec<String> = query
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((key, _)) if key.eq_ignore_ascii_case("password") => format!("{key}=***"),
+                _ => pair.to_string(),
+            })
+            .collect();
+        out = format!("{out}?{}", pairs.join("&"));
     }
+    out
 }
 
 /// `?N` parameters as PostgreSQL's `$N` (outside string literals).
@@ -379,5 +394,10 @@ mod tests {
         );
         assert_eq!(redacted("postgres://bc@/devstack?host=/tmp"), "postgres://bc@/devstack?host=/tmp");
         assert!(!redacted("host=/tmp user=bc password=x").contains('x'));
+        assert_eq!(
+            redacted("postgres://bc@h/db?password=s3&sslmode=disable"),
+            "postgres://bc@h/db?password=***&sslmode=disable"
+        );
+        assert_eq!(redacted("postgres://bc:p@ss@h/db"), "postgres://bc:***@h/db");
     }
 }

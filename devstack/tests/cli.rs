@@ -493,3 +493,53 @@ fn console_in_tmux_relays_resizes_exits_with_the_shell_status_and_detaches_on_ct
     assert!(await_exit(&mut serve.child, DEADLINE).success());
     assert_no_process_under(&data_dir);
 }
+
+/// Whether PostgreSQL's server programs are installed; without them the
+/// scenario skips, except under CI.
+fn require_postgres(scenario: &str) -> bool {
+    let ok = std::fs::read_dir("/usr/lib/postgresql")
+        .is_ok_and(|versions| versions.flatten().any(|v| v.path().join("bin/initdb").exists()));
+    if !ok {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "{scenario}: PostgreSQL is not installed (CI=true)");
+        eprintln!("{scenario} skipped: PostgreSQL is not installed");
+    }
+    ok
+}
+
+#[test]
+fn serve_postgres_with_three_gateways_lists_them_all_and_leaves_nothing_behind() {
+    let scenario = "serve_postgres_with_three_gateways_lists_them_all_and_leaves_nothing_behind";
+    // Several gateways need a store they share.
+    let alone = devstack().args(["serve", "--memory", "--gateways", "2"]).output().unwrap();
+    assert!(!alone.status.success());
+    let said = text(&alone.stderr);
+    assert!(said.contains("the argument '--memory' cannot be used with") || said.contains("share"), "{said}");
+    let alone = devstack().args(["serve", "--gateways", "2"]).env_remove("DEVSTACK_DATABASE_URL").output().unwrap();
+    assert!(text(&alone.stderr).contains("--gateways 2 needs a store they share: --postgres or --store URL"));
+    if !require_postgres(scenario) {
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let admin = home.path().join("admin.json");
+    let mut serve = Serve::start(&["--postgres", "--gateways", "3"], &admin);
+    let data_dir = serve.await_data_dir();
+    let printed = serve.printed.join("\n");
+    let store = printed.lines().find_map(|l| l.trim_start().strip_prefix("store:")).unwrap().trim().to_string();
+    assert!(store.starts_with("PostgreSQL, postgresql://postgres@") && store.ends_with("(throwaway, removed at exit)"));
+    let socket_dir = store.split('@').nth(1).unwrap().split('/').next().unwrap().replace("%2F", "/");
+    assert!(Path::new(&socket_dir).is_dir(), "{socket_dir}");
+    for id in ["g2", "g3"] {
+        assert!(printed.lines().any(|l| l.trim_start().starts_with(&format!("gateway {id} "))), "{printed}");
+    }
+    let config = std::fs::read_to_string(data_dir.join("bcd/config.toml")).unwrap();
+    let urls = config.lines().find(|l| l.starts_with("gateway_urls = [")).expect("the config lists the gateways");
+    assert_eq!(urls.matches("https://").count(), 3, "{urls}");
+    let status = serve.cli(&["status", "--json"]);
+    assert!(status.status.success(), "{}", text(&status.stderr));
+
+    sigint(&serve.child.0);
+    let exit = await_exit(&mut serve.child.0, DEADLINE);
+    assert!(exit.success(), "{exit}");
+    assert!(!Path::new(&socket_dir).exists(), "the throwaway cluster is removed");
+    assert_no_process_under(Path::new(&socket_dir));
+}

@@ -1,7 +1,8 @@
 //! `devstack`: the dev control plane's command line (docs/devstack.md,
 //! "devstack serve" and "The admin CLI"). `serve` runs a stack on loopback
-//! (optionally with N simulated bcd nodes, `--sim N`) and its admin
-//! endpoint; every other subcommand talks to a running stack through that
+//! (optionally with N simulated bcd nodes, `--sim N`, and N gateways on a
+//! PostgreSQL store, `--gateways N`) and its admin endpoint; `gateway` runs
+//! one more gateway on a shared store; every other subcommand talks to a running stack through that
 //! endpoint, found by its discovery file: `nodes`, `node`, `token`,
 //! `command`, `reserve`, `release`, `revoke`, `events`, `status`, and
 //! `console` (a node's shell in this terminal, [`console`]).
@@ -13,8 +14,10 @@ use clap::{Parser, Subcommand};
 
 mod cli;
 mod console;
+mod gateway;
 mod serve;
 mod sim;
+mod store_args;
 mod table;
 
 /// The dev control plane of the bcd interop workspace.
@@ -34,6 +37,9 @@ enum Action {
     /// Serve the JoinService, the gateway, the well-known document and the
     /// admin endpoint until SIGINT or SIGTERM.
     Serve(serve::Serve),
+    /// Serve one more gateway of a stack whose store is a shared PostgreSQL
+    /// database (its nodes fail over between the gateways) until SIGINT or SIGTERM.
+    Gateway(gateway::Gateway),
     /// What the running stack is: URLs, pools, how many nodes in each state.
     Status(cli::Status),
     /// List the nodes of the running stack.
@@ -60,7 +66,7 @@ enum Action {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    let serving = matches!(cli.action, Action::Serve(_));
+    let serving = matches!(cli.action, Action::Serve(_) | Action::Gateway(_));
     // The stack logs warnings by default (RUST_LOG=info shows every join,
     // session and command); the client subcommands log nothing of their own.
     tracing_subscriber::fmt()
@@ -87,6 +93,7 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
     let result = runtime.block_on(async move {
         match cli.action {
             Action::Serve(args) => serve::run(args, discovery).await,
+            Action::Gateway(args) => gateway::run(args).await,
             Action::Status(args) => cli::status(&discovery, args).await,
             Action::Nodes(args) => cli::nodes(&discovery, args).await,
             Action::Node(args) => cli::node(&discovery, args).await,

@@ -17,11 +17,13 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Args;
 use devstack::admin::{Admin, AdminOptions, discovery, releases};
-use devstack::{DevStack, DevStackOptions, PoolSpec, StoreLocation, TpmAllow, TpmAttestorOptions};
+use devstack::{DevStack, DevStackOptions, PoolSpec, TpmAllow, TpmAttestorOptions};
 use pki::tpm::attestor::NodeKeyPolicy;
 use tokio::sync::watch;
 
+use crate::gateway::{ChildSpec, Children};
 use crate::sim::{Sim, SimSpec, Variant, stopped};
+use crate::store_args::{OpenedStore, StoreArgs, url_of};
 
 /// The committed manufacturer root of the fakehw TPM's EK certificate.
 const EK_ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/tpm/ek-root.der");
@@ -38,12 +40,19 @@ fn committed(path: &str) -> PathBuf {
 pub struct Serve {
     /// Keep the store in memory; config, key and token files go to a
     /// temporary directory that is printed (and removed at exit).
-    #[arg(long, conflicts_with = "data")]
+    #[arg(long, conflicts_with_all = ["data", "store", "postgres"])]
     memory: bool,
-    /// Keep the store in DIR/devstack.sqlite and write the bcd files under
-    /// DIR; a later run on the same DIR keeps the keys, pins and nodes.
+    /// Keep the store in DIR/devstack.sqlite (unless --store or --postgres
+    /// puts it in PostgreSQL) and write the bcd files under DIR; a later run
+    /// on the same DIR keeps the keys, pins and nodes.
     #[arg(long, value_name = "DIR")]
     data: Option<PathBuf>,
+    #[command(flatten)]
+    store: StoreArgs,
+    /// Run N gateways on the store (this process is g1; g2 … gN are
+    /// `devstack gateway` processes); needs --postgres or --store.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
+    gateways: u32,
     /// The gateway port (0 picks a free one).
     #[arg(long, value_name = "P", default_value_t = 0)]
     port: u16,
@@ -141,7 +150,7 @@ async fn default_pool(stack: &DevStack, expect_gpus: Option<u32>) -> Result<Stri
 /// A stop flag that SIGINT or SIGTERM sets. It listens from now on (before
 /// anything is printed, so a signal sent as soon as the output appears stops
 /// the stack cleanly).
-fn stop_signals() -> Result<watch::Receiver<bool>> {
+pub fn stop_signals() -> Result<watch::Receiver<bool>> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).context("listen for SIGTERM")?;
     let mut int = signal(SignalKind::interrupt()).context("listen for SIGINT")?;
@@ -176,13 +185,13 @@ pub async fn run(args: Serve, discovery_file: PathBuf) -> Result<ExitCode> {
         std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
         builder.create(&dir).with_context(|| format!("create {}", dir.display()))?;
     }
-    let store = if args.memory || args.data.is_none() {
-        StoreLocation::Memory
-    } else {
-        StoreLocation::File(dir.join("devstack.sqlite"))
-    };
+    if args.gateways > 1 && !args.store.shared() {
+        anyhow::bail!("--gateways {} needs a store they share: --postgres or --store URL", args.gateways);
+    }
+    let sqlite = dir.join("devstack.sqlite");
+    let opened = args.store.open((!args.memory && args.data.is_some()).then_some(sqlite.as_path()))?;
     let options = DevStackOptions {
-        store,
+        store: opened.location.clone(),
         signed_intent: args.signed_intent,
         listen_host: args.host,
         gateway_port: args.port,
@@ -192,9 +201,24 @@ pub async fn run(args: Serve, discovery_file: PathBuf) -> Result<ExitCode> {
         ..DevStackOptions::default()
     };
     let stack = Arc::new(DevStack::start(options).await.context("start the dev stack")?);
-    let admin = prepare(&stack, &args, &dir, &discovery_file).await?;
+    let others = match url_of(&opened.location) {
+        Some(url) if args.gateways > 1 => {
+            let spec = ChildSpec {
+                store_url: url,
+                gateways: args.gateways,
+                host: args.host,
+                signed_intent: args.signed_intent,
+            };
+            Some(Children::start(&spec).await?)
+        }
+        _ => None,
+    };
+    let admin = prepare(&stack, &args, &dir, &discovery_file, &opened, others.as_ref()).await?;
 
     let code = run_until_stopped(&stack, &args, &dir, &mut stop).await?;
+    if let Some(others) = others {
+        others.stop().await?;
+    }
     admin.shutdown().await;
     match Arc::try_unwrap(stack) {
         Ok(stack) => stack.shutdown().await.context("shut down")?,
@@ -203,6 +227,8 @@ pub async fn run(args: Serve, discovery_file: PathBuf) -> Result<ExitCode> {
         Err(_) => tracing::warn!("devstack: the stack is still shared at exit; not drained"),
     }
     drop(temp);
+    // The throwaway cluster goes last, once no gateway uses it.
+    drop(opened);
     Ok(code)
 }
 
@@ -241,7 +267,14 @@ async fn run_until_stopped(
 
 /// Everything before serving: the default pool, the join token file, the
 /// releases, the bcd configuration, the admin endpoint; prints where they are.
-async fn prepare(stack: &Arc<DevStack>, args: &Serve, dir: &Path, discovery_file: &Path) -> Result<Admin> {
+async fn prepare(
+    stack: &Arc<DevStack>,
+    args: &Serve,
+    dir: &Path,
+    discovery_file: &Path,
+    opened: &OpenedStore,
+    others: Option<&Children>,
+) -> Result<Admin> {
     let pool_id = default_pool(stack, args.expect_gpus).await?;
     let token = stack.mint_join_token(&pool_id, args.token_uses, args.token_ttl).await?;
     let token_path = dir.join(TOKEN_FILE);
@@ -273,6 +306,9 @@ async fn prepare(stack: &Arc<DevStack>, args: &Serve, dir: &Path, discovery_file
     let ttl = crate::table::duration(args.token_ttl);
     println!("devstack is serving (stop with Ctrl-C)");
     println!("  gateway:             {}", stack.gateway_url());
+    for (id, url) in others.map(|o| o.urls.as_slice()).unwrap_or_default() {
+        println!("  gateway {id:<12} {url}");
+    }
     println!("  server name:         {}", stack.server_name());
     println!("  well-known:          {}", stack.well_known_url());
     println!("  websocket session:   {}", stack.websocket_url());
@@ -283,6 +319,11 @@ async fn prepare(stack: &Arc<DevStack>, args: &Serve, dir: &Path, discovery_file
     println!("  signed intent:       {}", args.signed_intent);
     println!("  pool:                {DEFAULT_POOL} ({pool_id})");
     println!("  data dir:            {}{}", dir.display(), if args.data.is_none() { " (temporary)" } else { "" });
+    match (&opened.cluster, url_of(&opened.location)) {
+        // A throwaway cluster's URL has no password: printed whole, for psql.
+        (Some(_), Some(url)) => println!("  store:               PostgreSQL, {url} (throwaway, removed at exit)"),
+        _ => println!("  store:               {}", opened.location),
+    }
     println!("  bcd config:          {}", paths.config.display());
     println!("  join encryption jwk: {}", paths.jwk.display());
     println!("  join token file:     {} ({} uses, {ttl})", token_path.display(), args.token_uses);
