@@ -4,12 +4,14 @@
 //! [`wsl_runner`]) under a [`supervisor`] that restarts it as systemd would,
 //! and gives scenarios a [`node::Node`] handle whose output is captured
 //! ([`logs`]) and checked for secrets. Missing prerequisites skip a scenario
-//! locally and fail it under `CI=true` ([`prereq`]).
+//! locally and fail it under `CI=true` ([`prereq`]). Scenarios of several
+//! gateways run each as a process of its own ([`gateways`]).
 //!
 //! The scenarios themselves live in `tests/e2e` (feature `bcd-e2e`) and
 //! drive the dev stack in process.
 
 pub use bcd_build as build;
+pub mod gateways;
 pub mod logs;
 #[cfg(target_os = "linux")]
 pub mod netns;

@@ -40,9 +40,11 @@ pub fn join(shared: &Arc<Shared>, stop: watch::Receiver<Phase>) -> Result<()> {
     let settings = &shared.settings;
     let id = settings.options.gateway_id.clone();
     let started = crate::clock::now_ms();
-    shared
-        .ledger
-        .write(|c| Ok(gateways::register(c, &id, &settings.gateway_url, &settings.https_base_url, started)?))?;
+    if settings.options.listed {
+        shared
+            .ledger
+            .write(|c| Ok(gateways::register(c, &id, &settings.gateway_url, &settings.https_base_url, started)?))?;
+    }
     if let Some(notifications) = shared.ledger.store().listen()? {
         let weak = Arc::downgrade(shared);
         shared.hub.set_remote(move |poke| {

@@ -111,9 +111,11 @@ pub fn write(dir: &Path, config: &BcdConfig, jwk: &str) -> Result<BcdConfigPaths
 /// changed copy) and `join-encryption.jwk` into `dir`.
 pub fn write_for(shared: &Shared, dir: &Path, data_dir: &Path, update: Option<&UpdatePins>) -> Result<BcdConfigPaths> {
     let pins = shared.keys.pins();
+    let gateway_urls: Vec<String> = crate::cluster::live(shared)?.into_iter().map(|g| g.grpc_url).collect();
     let cfg = BcdConfig {
-        gateway_url: shared.settings.gateway_url.clone(),
-        gateway_urls: crate::cluster::live(shared)?.into_iter().map(|g| g.grpc_url).collect(),
+        // The first of the list: this gateway, unless it is not listed.
+        gateway_url: gateway_urls.first().unwrap_or(&shared.settings.gateway_url).clone(),
+        gateway_urls,
         gateway_server_name: crate::SERVER_NAME.to_string(),
         serving_ca_spki_pin: pins.serving_ca,
         join_signing_pin: pins.join_signing,

@@ -27,9 +27,11 @@ pub fn well_known(shared: &Shared) -> Value {
     // The JWK is embedded as a JSON object; `pki::pin::p256_jwk` writes
     // valid JSON, so parsing it back cannot fail.
     let jwk: Value = serde_json::from_str(&keys.join_encryption_jwk()).unwrap_or(Value::Null);
+    let gateways = gateways(shared);
+    let first = gateways.first().and_then(|g| g["url"].as_str()).unwrap_or(&shared.settings.gateway_url).to_string();
     json!({
         "gateway": {
-            "url": shared.settings.gateway_url,
+            "url": first,
             "serverName": crate::SERVER_NAME,
             "servingCaSpkiPin": keys.serving_ca_pin(),
         },
@@ -40,13 +42,13 @@ pub fn well_known(shared: &Shared) -> Value {
             "encryptionJwk": jwk,
         },
         "trustDomain": shared.settings.options.trust_domain,
-        "gateways": gateways(shared),
+        "gateways": gateways,
     })
 }
 
 /// The gateways a node may dial, this one first (docs/protocol.md, "The
 /// well-known document"); this one alone when the store cannot be read.
-fn gateways(shared: &Shared) -> Value {
+fn gateways(shared: &Shared) -> Vec<Value> {
     let me = || vec![json!({ "id": shared.settings.options.gateway_id, "url": shared.settings.gateway_url })];
     match crate::cluster::live(shared) {
         Ok(list) if !list.is_empty() => list.iter().map(|g| json!({ "id": g.id, "url": g.grpc_url })).collect(),
@@ -56,7 +58,6 @@ fn gateways(shared: &Shared) -> Value {
             me()
         }
     }
-    .into()
 }
 
 /// One file of a release: an artifact's bytes or the signed manifest. The

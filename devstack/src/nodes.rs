@@ -68,6 +68,13 @@ impl StackView<'_> {
         let epoch = self.live_epoch(node_id)?;
         self.node_sessions(node_id).into_iter().find(|s| s.epoch == epoch)
     }
+
+    /// The row of a node's current session on any gateway of the store:
+    /// the one of the node's epoch, still connected.
+    pub fn open_session(&self, node_id: &str) -> Option<NodeSessionRow> {
+        let epoch = self.node(node_id)?.session_epoch;
+        self.node_sessions(node_id).into_iter().find(|s| s.epoch == epoch && s.disconnected_at_ms.is_none())
+    }
 }
 
 /// Waits until a node satisfies `predicate`; returns its row. Fails at once

@@ -80,6 +80,11 @@ pub struct DevStackOptions {
     /// How long no gateway may hear from a node before the stack marks it
     /// unreachable (default 30 s; docs/devstack.md, "Several gateways").
     pub liveness_timeout: Duration,
+    /// Whether nodes are told of this gateway (the well-known document's
+    /// and the bcd configurations' lists of gateways; default true). A stack
+    /// that only drives a control plane whose nodes use its other gateways
+    /// (the harness's, beside gateway processes it kills) is not listed.
+    pub listed: bool,
 }
 
 impl Default for DevStackOptions {
@@ -109,6 +114,7 @@ impl Default for DevStackOptions {
             connections: ConnectionOptions::default(),
             gateway_id: DEFAULT_GATEWAY_ID.to_string(),
             liveness_timeout: Duration::from_secs(30),
+            listed: true,
         }
     }
 }

@@ -8,6 +8,7 @@ mod bench;
 mod common;
 mod console;
 mod faults;
+mod gateways;
 mod holds;
 mod host;
 mod intent;
