@@ -35,3 +35,16 @@ pub fn counts(c: &Db<'_>) -> Result<FleetCounts> {
         commands: n(commands),
     })
 }
+
+/// How many nodes have their current session open on each gateway (the
+/// store's view of who is connected where, across gateway processes).
+pub fn sessions_by_gateway(c: &Db<'_>) -> Result<Vec<(String, u64)>> {
+    c.query_map(
+        "SELECT s.gateway_id, COUNT(*) FROM node_sessions s
+         JOIN nodes n ON n.id = s.node_id AND n.session_epoch = s.epoch
+         WHERE s.disconnected_at_ms IS NULL GROUP BY s.gateway_id ORDER BY s.gateway_id",
+        params![],
+        |r| Ok((r.get::<String>(0)?, u64::try_from(r.get::<i64>(1)?).unwrap_or(0))),
+    )
+    .map_err(Error::at("count the open sessions by gateway"))
+}

@@ -114,3 +114,20 @@ pub fn of_node(c: &Db<'_>, node_id: &str) -> Result<Vec<NodeSessionRow>> {
     )
     .map_err(Error::at("list node sessions"))
 }
+
+/// Every node's current session, on any gateway, still connected (the
+/// session of the node's epoch, not closed), by node id: what a watcher of
+/// several gateways counts as connected.
+pub fn open_all(c: &Db<'_>) -> Result<Vec<NodeSessionRow>> {
+    let columns: Vec<String> = COLUMNS.split(", ").map(|col| format!("s.{col}")).collect();
+    c.query_map(
+        &format!(
+            "SELECT {} FROM node_sessions s JOIN nodes n ON n.id = s.node_id AND n.session_epoch = s.epoch
+             WHERE s.disconnected_at_ms IS NULL ORDER BY s.node_id",
+            columns.join(", ")
+        ),
+        params![],
+        row,
+    )
+    .map_err(Error::at("list the open sessions"))
+}

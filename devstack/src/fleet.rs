@@ -13,6 +13,17 @@ impl StackView<'_> {
         counts.sessions = self.hub().len() as u64;
         counts
     }
+
+    /// How many nodes are connected to each gateway of the store, by the
+    /// store (every gateway process's sessions, not only this one's).
+    pub fn sessions_by_gateway(&self) -> Vec<(String, u64)> {
+        self.read(fleet::sessions_by_gateway)
+    }
+
+    /// Every node's open session on any gateway, by node id.
+    pub fn open_sessions(&self) -> Vec<crate::store::rows::NodeSessionRow> {
+        self.read(crate::store::sessions::open_all)
+    }
 }
 
 #[cfg(test)]

@@ -119,6 +119,13 @@ enum Bench {
         /// How many `bcd sim` processes share them (each agent holds about 4 descriptors).
         #[arg(long, default_value_t = 4)]
         procs: usize,
+        /// How many gateways (more than one: gateway processes on PostgreSQL, one of them
+        /// killed with every agent connected, its nodes' way back timed).
+        #[arg(long, default_value_t = 1)]
+        gateways: usize,
+        /// The store: sqlite (the in-process stack on a file) or postgres (a throwaway cluster).
+        #[arg(long, default_value = "sqlite", value_parser = ["sqlite", "postgres"])]
+        store: String,
     },
     /// Wall time of the TPM fixture regeneration (into a scratch directory) and of its check (medians of N runs).
     Tpm {
@@ -158,7 +165,7 @@ fn bench(sh: &Shell, what: Bench) -> Result<()> {
         }
         Bench::Transports { runs } => bench_scenario(sh, "bench::bench_transports", runs, "native"),
         Bench::Vps { runs } => bench_scenario(sh, "vps_bench::", runs, "native"),
-        Bench::Scale { nodes, procs } => bench_scale(sh, nodes, procs),
+        Bench::Scale { nodes, procs, gateways, store } => bench_scale(sh, nodes, procs, gateways, &store),
     }
 }
 
@@ -387,15 +394,19 @@ fn bench_fixtures_check(sh: &Shell, runs: usize) -> Result<()> {
     Ok(())
 }
 
-fn bench_scale(sh: &Shell, nodes: usize, procs: usize) -> Result<()> {
+fn bench_scale(sh: &Shell, nodes: usize, procs: usize, gateways: usize, store: &str) -> Result<()> {
     anyhow::ensure!(
         (1..=10_000 * procs.max(1)).contains(&nodes) && procs >= 1,
         "--nodes 1 to 10,000 per process, --procs at least 1"
     );
+    anyhow::ensure!((1..=8).contains(&gateways), "--gateways 1 to 8");
+    anyhow::ensure!(gateways == 1 || store == "postgres", "several gateways share a store: --store postgres");
     let cargo = cargo();
-    let (nodes, procs) = (nodes.to_string(), procs.to_string());
+    let (nodes, procs, gateways) = (nodes.to_string(), procs.to_string(), gateways.to_string());
     let _nodes = sh.push_env("BCD_SCALE_NODES", &nodes);
     let _procs = sh.push_env("BCD_SCALE_PROCS", &procs);
+    let _gateways = sh.push_env("BCD_SCALE_GATEWAYS", &gateways);
+    let _store = sh.push_env("BCD_SCALE_STORE", store);
     // The release profile: the dev stack (in the test process) and its crypto optimized.
     cmd!(
         sh,

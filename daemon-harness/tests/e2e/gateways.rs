@@ -1,8 +1,6 @@
 //! Several gateways on one PostgreSQL store (docs/harness.md, "Several
-//! gateways"): each gateway an `e2e-gateway` process on a throwaway cluster
-//! of the scenario's own, the scenario's in-process stack unlisted (it
-//! drives the control plane; nodes never dial it), and real fakehw bcds
-//! that fail over between the gateways. A gateway killed while a held
+//! gateways"): gateway processes on a throwaway cluster of the scenario's
+//! own ([`crate::plane`]) and real fakehw bcds that fail over between them. A gateway killed while a held
 //! command runs, a gateway paused while its node moves (then fenced when it
 //! wakes), three gateways with skewed clocks, every gateway restarted at
 //! once, and PostgreSQL itself restarted; each asserts with fakehw's
@@ -11,74 +9,36 @@
 
 use std::time::{Duration, Instant};
 
-use daemon_harness::gateways::{GatewayProcess, GatewaySpec};
+use daemon_harness::gateways::GatewaySpec;
 use daemon_harness::node::Node;
-use devstack::{CommandOptions, CommandStatus, DevStack, NodeSessionRow, StoreLocation};
-use devstack_store::cluster::Cluster;
+use devstack::{CommandOptions, CommandStatus, DevStack};
 use serde_json::json;
 
-use crate::common::{DEADLINE, Env, await_command_state, execution_count};
-
-/// The e2e-gateway binary, built with the suite.
-const GATEWAY_EXE: &str = env!("CARGO_BIN_EXE_e2e-gateway");
+use crate::common::{DEADLINE, await_command_state, execution_count};
+use crate::plane::Plane;
 
 /// How long a node may take to be back on another gateway after its own
 /// died: the redial's jitter (at most 200 ms at the first attempt), a TLS
 /// handshake and a Welcome, with room for a loaded machine.
 const REHOME_BOUND: Duration = Duration::from_secs(10);
 
-/// A scenario's control plane: the cluster, the in-process stack that
-/// drives it, and the gateway processes.
-struct Fleet {
-    env: Env,
-    gateways: Vec<GatewayProcess>,
-    cluster: Cluster,
+/// A control plane of `specs`' gateway processes.
+async fn fleet(scenario: &str, specs: Vec<GatewaySpec>) -> Option<Plane> {
+    Plane::start_gateways(scenario, specs, |_| {}).await
 }
 
-/// The cluster, or None (skipped) without PostgreSQL outside CI.
-fn cluster(scenario: &str) -> Option<Cluster> {
-    match Cluster::start() {
-        Ok(cluster) => Some(cluster),
-        Err(e) => {
-            assert!(std::env::var_os("CI").is_none(), "{scenario}: PostgreSQL is a prerequisite under CI: {e}");
-            eprintln!("{scenario} skipped: {e}");
-            None
-        }
-    }
-}
-
-impl Fleet {
-    /// A cluster, the driving stack (gateway id `api`, not listed) and one
-    /// gateway process per spec.
-    async fn start(scenario: &str, specs: Vec<GatewaySpec>) -> Option<Fleet> {
-        let cluster = cluster(scenario)?;
-        let url = cluster.database("e2e").expect("a database");
-        let store = StoreLocation::Postgres(url.clone());
-        let env = Env::start_with(scenario, |o| {
-            o.store = store;
-            o.gateway_id = "api".into();
-            o.listed = false;
-        })
-        .await?;
-        let host = env.runner.gateway_host().parse().expect("the runner's gateway host is an IP address");
-        let mut gateways = Vec::new();
-        for mut spec in specs {
-            spec.host = host;
-            gateways.push(GatewayProcess::start(GATEWAY_EXE.as_ref(), &url, spec).await.expect("a gateway starts"));
-        }
-        Some(Fleet { env, gateways, cluster })
-    }
-
-    fn stack(&self) -> &DevStack {
-        &self.env.stack
-    }
-
-    fn gateway(&mut self, id: &str) -> &mut GatewayProcess {
-        self.gateways.iter_mut().find(|g| g.id() == id).unwrap_or_else(|| panic!("no gateway {id}"))
-    }
-
+/// What these scenarios ask of a plane of gateway processes.
+trait Gateways {
     /// A node joined and adopted whose configuration lists the gateways
     /// with `home` first (so its first session is there).
+    async fn must_adopt_on(&self, name: &str, pool: &str, home: &str) -> (Node, String);
+    /// How many session writes the store fenced for gateway `id`.
+    fn fenced_writes(&self, id: &str) -> u64;
+    /// No gateway (and not the driving stack) marked a node unreachable.
+    fn assert_no_unreachable_mark(&self);
+}
+
+impl Gateways for Plane {
     async fn must_adopt_on(&self, name: &str, pool: &str, home: &str) -> (Node, String) {
         let mut node = self.env.must_make_node(name, "cpu").await;
         let mut urls: Vec<&str> = self.gateways.iter().map(|g| g.urls().gateway.as_str()).collect();
@@ -91,31 +51,11 @@ impl Fleet {
         (node, id)
     }
 
-    /// Waits until `node_id` has an open session of epoch ≥ `min_epoch` on
-    /// a gateway `on` accepts.
-    async fn await_open_session(
-        &self,
-        node_id: &str,
-        min_epoch: u64,
-        on: impl Fn(&str) -> bool + Send + Sync,
-    ) -> NodeSessionRow {
-        self.stack()
-            .await_until(format!("a session of {node_id} at epoch ≥ {min_epoch}"), DEADLINE, |v| {
-                let open = v.open_session(node_id);
-                v.note(format_args!("{open:?}"));
-                open.filter(|s| s.epoch >= min_epoch && on(&s.gateway_id))
-            })
-            .await
-            .unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    /// How many session writes the store fenced for gateway `id`.
     fn fenced_writes(&self, id: &str) -> u64 {
         let gateways = self.stack().view(|v| v.gateways()).unwrap();
         gateways.iter().find(|g| g.id == id).map(|g| g.fenced_writes).unwrap_or(0)
     }
 
-    /// No gateway (and not the driving stack) marked a node unreachable.
     fn assert_no_unreachable_mark(&self) {
         for g in &self.gateways {
             assert!(
@@ -174,7 +114,7 @@ async fn assert_ended_once(stack: &DevStack, node: &Node, cmd: &str) {
 async fn a_gateway_killed_while_a_held_command_runs_rehomes_its_node_and_the_command_ends_once() {
     let scenario = "a_gateway_killed_while_a_held_command_runs_rehomes_its_node_and_the_command_ends_once";
     let specs = ["g1", "g2", "g3"].map(GatewaySpec::new).to_vec();
-    let Some(mut fleet) = Fleet::start(scenario, specs).await else { return };
+    let Some(mut fleet) = fleet(scenario, specs).await else { return };
     let pool = fleet.env.must_create_pool("any", None).await;
     let (mut node, id) = fleet.must_adopt_on("rehomed", &pool, "g1").await;
     let epoch = fleet.await_open_session(&id, 1, |_| true).await.epoch;
@@ -200,7 +140,7 @@ async fn a_gateway_killed_while_a_held_command_runs_rehomes_its_node_and_the_com
 async fn a_paused_gateway_whose_node_moved_is_fenced_when_it_wakes_and_delivers_nothing_twice() {
     let scenario = "a_paused_gateway_whose_node_moved_is_fenced_when_it_wakes_and_delivers_nothing_twice";
     let specs = ["g1", "g2"].map(GatewaySpec::new).to_vec();
-    let Some(mut fleet) = Fleet::start(scenario, specs).await else { return };
+    let Some(mut fleet) = fleet(scenario, specs).await else { return };
     let pool = fleet.env.must_create_pool("any", None).await;
     let (mut node, id) = fleet.must_adopt_on("zombie", &pool, "g1").await;
     let epoch = fleet.await_open_session(&id, 1, |_| true).await.epoch;
@@ -250,7 +190,7 @@ async fn three_gateways_ninety_seconds_apart_mark_no_node_unreachable_and_the_sk
     let spec =
         |id: &str, offset: i64| GatewaySpec { clock_offset_s: offset, liveness_ms: 5_000, ..GatewaySpec::new(id) };
     let specs = vec![spec("ahead", 90), spec("behind", -90), spec("ontime", 0)];
-    let Some(mut fleet) = Fleet::start(scenario, specs).await else { return };
+    let Some(mut fleet) = fleet(scenario, specs).await else { return };
     let pool = fleet.env.must_create_pool("any", None).await;
     let mut nodes = Vec::new();
     for home in ["ahead", "behind", "ontime"] {
@@ -285,7 +225,7 @@ async fn three_gateways_ninety_seconds_apart_mark_no_node_unreachable_and_the_sk
 async fn every_gateway_restarted_at_once_with_nodes_connected_loses_nothing_and_runs_nothing_twice() {
     let scenario = "every_gateway_restarted_at_once_with_nodes_connected_loses_nothing_and_runs_nothing_twice";
     let specs = ["g1", "g2", "g3"].map(GatewaySpec::new).to_vec();
-    let Some(mut fleet) = Fleet::start(scenario, specs).await else { return };
+    let Some(mut fleet) = fleet(scenario, specs).await else { return };
     let pool = fleet.env.must_create_pool("any", None).await;
     let mut nodes = Vec::new();
     for home in ["g1", "g2", "g3"] {
@@ -321,7 +261,7 @@ async fn every_gateway_restarted_at_once_with_nodes_connected_loses_nothing_and_
 async fn postgres_restarted_while_reports_and_updates_flow_loses_and_doubles_nothing() {
     let scenario = "postgres_restarted_while_reports_and_updates_flow_loses_and_doubles_nothing";
     let specs = ["g1", "g2"].map(GatewaySpec::new).to_vec();
-    let Some(fleet) = Fleet::start(scenario, specs).await else { return };
+    let Some(fleet) = fleet(scenario, specs).await else { return };
     let pool = fleet.env.must_create_pool("any", None).await;
     let (mut a, a_id) = fleet.must_adopt_on("pg-a", &pool, "g1").await;
     let (mut b, b_id) = fleet.must_adopt_on("pg-b", &pool, "g2").await;
@@ -333,7 +273,7 @@ async fn postgres_restarted_while_reports_and_updates_flow_loses_and_doubles_not
         }
     }
     await_command_state(fleet.stack(), &commands[0].1, CommandStatus::Running).await;
-    fleet.cluster.restart().expect("PostgreSQL restarts");
+    fleet.cluster.as_ref().expect("a cluster").restart().expect("PostgreSQL restarts");
     for (node, cmd) in &commands {
         assert_ended_once(fleet.stack(), node, cmd).await;
     }

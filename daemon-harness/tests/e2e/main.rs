@@ -16,6 +16,7 @@ mod join;
 mod knobs;
 mod lifecycle;
 mod placement;
+mod plane;
 mod runners;
 mod scale;
 mod telemetry;
