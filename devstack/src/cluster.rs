@@ -81,9 +81,28 @@ async fn listen(shared: Weak<Shared>, mut notifications: mpsc::UnboundedReceiver
                     warn!(node_id = %node, error = %e, "cluster: a spec poked by another gateway could not be read")
                 }
             },
-            // A commit elsewhere (or the listener connected again): what a
-            // wait here reads may have changed.
+            // The listener connected (again): pokes sent while it was away
+            // are lost, so each held session gets its node's latest spec
+            // (commands are the sweep's), and waits look again.
+            "" => {
+                resend_specs(&shared);
+                shared.ledger.changes().bump();
+            }
+            // A commit elsewhere: what a wait here reads may have changed.
             _ => shared.ledger.changes().bump(),
+        }
+    }
+}
+
+/// Sends every session this gateway holds its node's latest spec.
+fn resend_specs(shared: &Shared) {
+    for node in shared.hub.held() {
+        match shared.ledger.read(|c| specs::latest(c, &node)) {
+            Ok(Some(spec)) => {
+                let _ = shared.hub.push_spec(&spec);
+            }
+            Ok(None) => {}
+            Err(e) => warn!(node_id = %node, error = %e, "cluster: a spec to send again could not be read"),
         }
     }
 }

@@ -119,6 +119,11 @@ impl Hub {
         map.iter().map(|(id, h)| (id.clone(), h.epoch, now.saturating_sub(h.heard.0.load(Ordering::Relaxed)))).collect()
     }
 
+    /// The nodes whose session this gateway holds.
+    pub fn held(&self) -> Vec<String> {
+        self.lock().keys().cloned().collect()
+    }
+
     /// Whether this gateway holds a session of the node.
     pub fn holds(&self, node_id: &str) -> bool {
         self.lock().contains_key(node_id)
