@@ -237,7 +237,9 @@ func simSeed(s string, i int) string {
 }
 
 // simConfig writes an agent's config.toml (the base one with its own data
-// dir) and join-encryption.jwk once, and returns the config's path.
+// dir, every other key kept: the gateway list, gateway_url and
+// gateway_urls, is the base's) and join-encryption.jwk once, and returns
+// the config's path.
 func simConfig(dir string, baseText, jwk []byte) (string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", err

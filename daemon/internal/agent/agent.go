@@ -158,8 +158,7 @@ func New(opts Options) (*Agent, error) {
 	a.tunnels = a.newTunnels()
 	a.frames = []FrameHandler{a.tunnels}
 	a.session = session.New(session.Config{
-		Dial:       a.dialer(),
-		Gateway:    gatewayName(c),
+		Gateways:   a.gateways(),
 		Journal:    j,
 		Handler:    a,
 		BackoffCap: opts.BackoffCap,
@@ -230,27 +229,42 @@ func (a *Agent) Close() {
 }
 
 // FallbackConnectTimeout is how long the gRPC dial may take before the
-// session falls back to the WebSocket.
+// session falls back to the WebSocket, or, with several gateways, moves
+// on to the next.
 const FallbackConnectTimeout = 10 * time.Second
 
-// dialer is the session's: gRPC (gateway_url), the WebSocket ([websocket]
-// url), or with both gRPC falling back to the WebSocket; one that always
-// fails in the never-connecting build.
-func (a *Agent) dialer() session.Dialer {
-	if a.opts.NeverConnect {
-		return func(context.Context) (session.Stream, func(), error) { return nil, nil, ErrNeverConnects }
-	}
+// gateways are the session's: one per gateway of the configuration's list
+// (gateway_url, gateway_urls), each dialed over gRPC and, with [websocket]
+// url too, falling back to the WebSocket (the one URL for every gateway);
+// without gateway_url the WebSocket alone; in the never-connecting build
+// one that always fails. With one gRPC gateway and no WebSocket the dial
+// is left to grpc-go as it always was; with several, a dial that cannot
+// connect within FallbackConnectTimeout fails so the session moves on.
+func (a *Agent) gateways() []session.Gateway {
 	c := a.opts.Config
-	switch {
-	case c.UsesGRPC() && c.UsesWebsocket():
-		grpc := session.GRPCDialer(c, a.id, session.DialOptions{AllowH2C: a.opts.AllowH2C, ConnectTimeout: FallbackConnectTimeout})
-		return session.Fallback(a.log,
-			session.Transport{Name: "grpc", Dial: grpc},
-			session.Transport{Name: "websocket", Dial: session.WebsocketDialer(c, a.id)})
-	case c.UsesWebsocket():
-		return session.WebsocketDialer(c, a.id)
+	if a.opts.NeverConnect {
+		never := func(context.Context) (session.Stream, func(), error) { return nil, nil, ErrNeverConnects }
+		return []session.Gateway{{URL: gatewayName(c), Dial: never}}
 	}
-	return session.GRPCDialer(c, a.id, session.DialOptions{AllowH2C: a.opts.AllowH2C})
+	if !c.UsesGRPC() {
+		return []session.Gateway{{URL: c.Websocket.URL, Dial: session.WebsocketDialer(c, a.id)}}
+	}
+	urls := c.Gateways()
+	opts := session.DialOptions{AllowH2C: a.opts.AllowH2C}
+	if c.UsesWebsocket() || len(urls) > 1 {
+		opts.ConnectTimeout = FallbackConnectTimeout
+	}
+	gateways := make([]session.Gateway, 0, len(urls))
+	for _, u := range urls {
+		dial := session.GRPCDialer(c.ForGateway(u), a.id, opts)
+		if c.UsesWebsocket() {
+			dial = session.Fallback(a.log,
+				session.Transport{Name: "grpc", Dial: dial},
+				session.Transport{Name: "websocket", Dial: session.WebsocketDialer(c, a.id)})
+		}
+		gateways = append(gateways, session.Gateway{URL: u, Dial: dial})
+	}
+	return gateways
 }
 
 // gatewayName names the gateway in logs and status: gateway_url, else the
@@ -281,7 +295,8 @@ func (a *Agent) Run(ctx context.Context) (int, error) {
 		return ExitError, fmt.Errorf("the instances: %w", err)
 	}
 	a.log.Info("node.starting", "node_id", a.id.NodeID, "boot_id", a.opts.Machine.BootID(), "journal_id", a.journal.ID(),
-		"version", a.opts.Version, "gateway", a.opts.Config.GatewayURL, "command_roots", len(a.trust.Roots()))
+		"version", a.opts.Version, "gateway", a.opts.Config.GatewayURL, "gateways", len(a.opts.Config.Gateways()),
+		"command_roots", len(a.trust.Roots()))
 	done := make(chan error, 1)
 	go func() { done <- a.session.Run(ctx) }()
 	stopRenewal := a.startRenewal(ctx, cancel)

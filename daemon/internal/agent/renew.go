@@ -1,6 +1,8 @@
 // The agent's renewals: the renew loop runs beside the session for as long
 // as the agent runs, and the agent waits for it to end before it returns or
-// execs, so no renewal is cut off between the TPM and the data dir.
+// execs, so no renewal is cut off between the TPM and the data dir. A
+// renewal, like a tunnel, goes to the gateway the session is on
+// (sessionGateway): with several gateways, the home may be gone.
 
 package agent
 
@@ -10,6 +12,16 @@ import (
 
 	"bcd/internal/renew"
 )
+
+// sessionGateway is the gRPC gateway the session is on or dialing, one of
+// the configuration's list ("" without gateway_url): every gateway serves
+// the node, and this one is the one last known to answer.
+func (a *Agent) sessionGateway() string {
+	if !a.opts.Config.UsesGRPC() {
+		return ""
+	}
+	return a.session.Info().Gateway
+}
 
 // startRenewal starts the renew loop on ctx; stop (idempotent) cancels it
 // with cancel and waits for it to end.
@@ -23,6 +35,7 @@ func (a *Agent) startRenewal(ctx context.Context, cancel context.CancelFunc) (st
 			JoinSigning: a.signing,
 			After:       a.opts.RenewAfter,
 			AllowH2C:    a.opts.AllowH2C,
+			Gateway:     a.sessionGateway,
 			Log:         a.log,
 		})
 	}()

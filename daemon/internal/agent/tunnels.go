@@ -22,7 +22,15 @@ type FrameHandler interface {
 
 // newTunnels is the agent's tunnel manager.
 func (a *Agent) newTunnels() *tunnel.Manager {
-	dial := tunnel.GRPCDialer(a.opts.Config, a.id, a.opts.AllowH2C)
+	// The tunnel goes to the gateway the session is on, which asked for
+	// it; a.session is made after the manager, and read at each dial.
+	dial := func(ctx context.Context) (tunnel.Stream, func(), error) {
+		c := a.opts.Config
+		if u := a.sessionGateway(); u != "" {
+			c = c.ForGateway(u)
+		}
+		return tunnel.GRPCDialer(c, a.id, a.opts.AllowH2C)(ctx)
+	}
 	if a.opts.NeverConnect {
 		dial = func(context.Context) (tunnel.Stream, func(), error) { return nil, nil, ErrNeverConnects }
 	}

@@ -33,6 +33,9 @@ var ErrInvalid = errors.New("invalid configuration")
 type Config struct {
 	// GatewayURL is the gateway, https://host:port (http:// for h2c in fakehw builds).
 	GatewayURL string `toml:"gateway_url"`
+	// GatewayURLs are the other gateways bcd fails over to (gateways.go):
+	// the list is gateway_url, then these that are not it.
+	GatewayURLs []string `toml:"gateway_urls"`
 	// GatewayServerName is the name the serving certificate must carry
 	// (default: the URL's host).
 	GatewayServerName string `toml:"gateway_server_name"`
@@ -109,6 +112,9 @@ func Parse(data []byte, path string) (*Config, error) {
 		return nil, fmt.Errorf("%w: %s: there is no key %q: keys are lowercase", ErrInvalid, path, key.String())
 	}
 	if err := c.Websocket.check(); err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrInvalid, path, err)
+	}
+	if err := c.checkGateways(); err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrInvalid, path, err)
 	}
 	c.Path = path
@@ -221,45 +227,74 @@ func (c *Config) ServerName() string {
 // when missing), replacing each key's line or adding it before the first
 // table, and leaves every other line alone. Values are TOML strings.
 func Set(path string, values map[string]string, order []string) error {
+	return SetEncoded(path, quoteAll(values), order)
+}
+
+// SetEncoded is Set of values already written as TOML (Quote, QuoteArray).
+func SetEncoded(path string, encoded map[string]string, order []string) error {
 	data, err := os.ReadFile(path)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	return WriteFileAtomic(path, Update(data, values, order), 0o644)
+	return WriteFileAtomic(path, UpdateEncoded(data, encoded, order), 0o644)
 }
 
 // Update is Set on the bytes of a file: each key's line replaced, or added
 // (in order, then the rest) before the first table.
 func Update(data []byte, values map[string]string, order []string) []byte {
+	return UpdateEncoded(data, quoteAll(values), order)
+}
+
+// quoteAll is values as TOML basic strings.
+func quoteAll(values map[string]string) map[string]string {
+	encoded := make(map[string]string, len(values))
+	for key, v := range values {
+		encoded[key] = Quote(v)
+	}
+	return encoded
+}
+
+// UpdateEncoded is Update of values already written as TOML, each on one
+// line; a value replaced goes with every line it spanned (span.go).
+func UpdateEncoded(data []byte, values map[string]string, order []string) []byte {
 	lines := strings.SplitAfter(string(data), "\n")
 	if len(lines) > 0 && lines[len(lines)-1] == "" {
 		lines = lines[:len(lines)-1]
 	}
 	done := map[string]bool{}
-	firstTable := len(lines)
-	for i, line := range lines {
-		trimmed := strings.TrimSpace(line)
+	firstTable := -1 // the lines shrink as values across lines are replaced
+	for i := 0; i < len(lines); i++ {
+		trimmed := strings.TrimSpace(lines[i])
 		if strings.HasPrefix(trimmed, "[") {
 			firstTable = i
 			break
 		}
 		key, _, ok := strings.Cut(trimmed, "=")
-		key = strings.TrimSpace(key)
-		if v, want := values[key]; ok && want {
-			lines[i] = key + " = " + Quote(v) + "\n"
-			done[key] = true
+		if !ok || strings.HasPrefix(trimmed, "#") {
+			continue
 		}
+		key = strings.TrimSpace(key)
+		end := valueEnd(lines, i)
+		if v, want := values[key]; want {
+			lines = slices.Replace(lines, i, end+1, key+" = "+v+"\n")
+			done[key] = true
+		} else {
+			i = end
+		}
+	}
+	if firstTable < 0 {
+		firstTable = len(lines)
 	}
 	var added []string
 	for _, key := range order {
 		if v, ok := values[key]; ok && !done[key] {
-			added = append(added, key+" = "+Quote(v)+"\n")
+			added = append(added, key+" = "+v+"\n")
 			done[key] = true
 		}
 	}
 	for key, v := range values {
 		if !done[key] {
-			added = append(added, key+" = "+Quote(v)+"\n")
+			added = append(added, key+" = "+v+"\n")
 		}
 	}
 	if firstTable > 0 && firstTable <= len(lines) && len(added) > 0 && !strings.HasSuffix(lines[firstTable-1], "\n") {
@@ -293,6 +328,15 @@ func Quote(s string) string {
 	}
 	b.WriteByte('"')
 	return b.String()
+}
+
+// QuoteArray returns items as a TOML array of basic strings, on one line.
+func QuoteArray(items []string) string {
+	quoted := make([]string, len(items))
+	for i, item := range items {
+		quoted[i] = Quote(item)
+	}
+	return "[" + strings.Join(quoted, ", ") + "]"
 }
 
 // WriteFileAtomic writes data to path through a temporary file in the same

@@ -159,6 +159,8 @@ type Document struct {
 		EncryptionJWK json.RawMessage `json:"encryptionJwk"`
 	} `json:"join"`
 	TrustDomain string `json:"trustDomain"`
+	// Gateways are every gateway a node may dial (gateways.go).
+	Gateways []DocumentGateway `json:"gateways"`
 }
 
 // Join runs a join. It returns ErrAlreadyJoined (with the result) when the
@@ -360,7 +362,8 @@ func parseJWK(data []byte, pin string) (*ecdsa.PublicKey, error) {
 	return pub, nil
 }
 
-// bootstrap reads the well-known document and writes config.toml and
+// bootstrap reads the well-known document and writes config.toml (with
+// gateway_urls after gateway_url when it lists several gateways) and
 // join-encryption.jwk from it.
 func bootstrap(ctx context.Context, opts Options, log *slog.Logger) error {
 	base := strings.TrimRight(opts.Server, "/")
@@ -412,6 +415,14 @@ func bootstrap(ctx context.Context, opts Options, log *slog.Logger) error {
 	if _, err := parseJWK(doc.Join.EncryptionJWK, doc.Join.EncryptionPin); err != nil {
 		return fmt.Errorf("%w: %w", ErrWellKnown, err)
 	}
+	existing, loadErr := config.Load(opts.ConfigPath)
+	if loadErr != nil {
+		existing = nil
+	}
+	gateways, err := gatewayURLs(doc, existing != nil && existing.DevInsecureH2C)
+	if err != nil {
+		return err
+	}
 	values := map[string]string{
 		"gateway_url":         doc.Gateway.URL,
 		"gateway_server_name": doc.Gateway.ServerName,
@@ -419,15 +430,14 @@ func bootstrap(ctx context.Context, opts Options, log *slog.Logger) error {
 		"join_signing_pin":    doc.Join.SigningPin,
 		"join_encryption_pin": doc.Join.EncryptionPin,
 	}
-	order := []string{"gateway_url", "gateway_server_name", "serving_ca_spki_pin", "join_signing_pin", "join_signing_key", "join_encryption_pin", "data_dir", "node_id"}
+	order := []string{"gateway_url", "gateway_urls", "gateway_server_name", "serving_ca_spki_pin", "join_signing_pin", "join_signing_key", "join_encryption_pin", "data_dir", "node_id"}
 	if doc.Join.SigningKey != "" {
 		if _, err := identity.ParsePinnedKey(doc.Join.SigningKey, doc.Join.SigningPin); err != nil {
 			return fmt.Errorf("%w: %w", ErrWellKnown, err)
 		}
 		values["join_signing_key"] = doc.Join.SigningKey
 	}
-	existing, err := config.Load(opts.ConfigPath)
-	if err != nil || existing.DataDir == "" {
+	if existing == nil || existing.DataDir == "" {
 		dataDir := opts.DataDir
 		if dataDir == "" {
 			abs, err := filepath.Abs(filepath.Join(filepath.Dir(opts.ConfigPath), "data"))
@@ -442,14 +452,23 @@ func bootstrap(ctx context.Context, opts Options, log *slog.Logger) error {
 	if err := os.MkdirAll(filepath.Dir(opts.ConfigPath), 0o755); err != nil {
 		return err
 	}
-	if err := config.Set(opts.ConfigPath, values, order); err != nil {
+	encoded := map[string]string{}
+	for key, v := range values {
+		encoded[key] = config.Quote(v)
+	}
+	// gateway_urls only with several gateways; one a person wrote before
+	// is emptied when the document lists one.
+	if len(gateways) > 0 || (existing != nil && len(existing.GatewayURLs) > 0) {
+		encoded["gateway_urls"] = config.QuoteArray(gateways)
+	}
+	if err := config.SetEncoded(opts.ConfigPath, encoded, order); err != nil {
 		return err
 	}
 	jwkPath := filepath.Join(filepath.Dir(opts.ConfigPath), config.JWKFileName)
 	if err := config.WriteFileAtomic(jwkPath, append([]byte(strings.TrimSpace(string(doc.Join.EncryptionJWK))), '\n'), 0o644); err != nil {
 		return err
 	}
-	log.Info("join.bootstrap", "server", base, "gateway", doc.Gateway.URL, "trust_domain", doc.TrustDomain)
+	log.Info("join.bootstrap", "server", base, "gateway", doc.Gateway.URL, "gateways", max(len(gateways), 1), "trust_domain", doc.TrustDomain)
 	return nil
 }
 

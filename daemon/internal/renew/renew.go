@@ -10,7 +10,8 @@
 // while the current certificate lasts.
 //
 // The call goes where the session goes (https.go): Gateway.Renew over gRPC
-// with gateway_url, POST /v1/renew on the HTTPS listener with only
+// with gateway_url (or, with several gateways, the one the session is on:
+// Config.Gateway), POST /v1/renew on the HTTPS listener with only
 // [websocket] url, and with both, gRPC first and HTTPS when the gateway
 // cannot be reached (not when it refuses).
 package renew
@@ -57,6 +58,10 @@ type Config struct {
 	After time.Duration
 	// AllowH2C permits dev_insecure_h2c (fakehw builds).
 	AllowH2C bool
+	// Gateway, when set, names the gateway of Config's list a gRPC
+	// renewal calls, asked at each renewal (the agent's: the one its
+	// session is on); nil or "" is gateway_url.
+	Gateway func() string
 	// Log receives renew.* lines.
 	Log *slog.Logger
 }
@@ -174,7 +179,13 @@ func call(ctx context.Context, cfg Config, req *agentv1.RenewRequest) (*agentv1.
 
 // overGRPC is Gateway.Renew with the current client certificate.
 func overGRPC(ctx context.Context, cfg Config, req *agentv1.RenewRequest) (*agentv1.RenewReply, error) {
-	conn, err := identity.Dial(cfg.Config, identity.DialOptions{Identity: cfg.Identity, AllowH2C: cfg.AllowH2C})
+	c := cfg.Config
+	if cfg.Gateway != nil {
+		if u := cfg.Gateway(); u != "" {
+			c = c.ForGateway(u)
+		}
+	}
+	conn, err := identity.Dial(c, identity.DialOptions{Identity: cfg.Identity, AllowH2C: cfg.AllowH2C})
 	if err != nil {
 		return nil, err
 	}

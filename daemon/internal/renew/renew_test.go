@@ -273,3 +273,19 @@ func TestTheSchedule(t *testing.T) {
 		t.Fatalf("%d renewals", n.g.Renewals())
 	}
 }
+
+// With several gateways a renewal goes to the one Config.Gateway names
+// (the agent's: the gateway its session is on), not to gateway_url,
+// which may be gone.
+func TestARenewalGoesToTheGatewayTheSessionIsOn(t *testing.T) {
+	n := joined(t, false)
+	other := testgw.Start(t, testgw.Options{Keys: n.g.Keys})
+	n.g.Stop()
+	n.cfg.Gateway = func() string { return other.URL }
+	if err := Once(context.Background(), n.cfg); err != nil {
+		t.Fatal(err)
+	}
+	if other.Renewals() != 1 || n.g.Renewals() != 0 {
+		t.Fatalf("renewals: %d on the session's gateway, %d on gateway_url", other.Renewals(), n.g.Renewals())
+	}
+}

@@ -70,10 +70,10 @@ func (s *Session) connect(ctx context.Context) (welcomed bool, err error) {
 // it; the connection lasts until close (or ctx ends).
 func (s *Session) dial(ctx context.Context) (*conn, error) {
 	cctx, cancel := context.WithCancel(ctx)
-	stream, closeConn, err := s.cfg.Dial(cctx)
+	stream, closeConn, err := s.route.gateway().Dial(cctx)
 	if err != nil {
 		cancel()
-		return nil, fmt.Errorf("dial: %w", err)
+		return nil, &dialError{err}
 	}
 	c := &conn{
 		s:       s,
@@ -231,7 +231,7 @@ func (c *conn) resume() error {
 	s.connections++
 	s.info.Transport = transport
 	s.mu.Unlock()
-	s.log.Info("session.connected", "epoch", w.GetSessionEpoch(), "gateway", s.cfg.Gateway, "transport", transport,
+	s.log.Info("session.connected", "epoch", w.GetSessionEpoch(), "gateway", s.route.gateway().URL, "transport", transport,
 		"heartbeat_ms", c.interval.Milliseconds(), "lane_credits", w.GetLaneCredits(), "acked_seq", w.GetAckedSeq())
 
 	// Control frames queued for an earlier connection are stale.

@@ -5,7 +5,8 @@
 // sent) and the resend of unacked events, heartbeats at the Welcome's
 // interval (held to MinHeartbeat–MaxHeartbeat), Pong, liveness (3 silent
 // intervals drop the stream), full-jitter reconnect, Drain (redial after
-// exactly retry_after_ms, at most MaxDrainRetryWait) and revocation.
+// exactly retry_after_ms, at most MaxDrainRetryWait), failover between
+// several gateways (failover.go) and revocation.
 // What the frames mean (commands, desired state, cancel) is the Handler's.
 package session
 
@@ -15,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -123,6 +125,10 @@ type Config struct {
 	Dial Dialer
 	// Gateway names the gateway in logs and status.
 	Gateway string
+	// Gateways, when set, are the gateways to fail over between, in
+	// order (failover.go); Dial and Gateway are then not used. Without it
+	// the list is the one gateway of Dial and Gateway.
+	Gateways []Gateway
 	// Journal holds the events, the acks and the mark.
 	Journal *journal.Journal
 	// Handler handles frames.
@@ -142,6 +148,7 @@ type Session struct {
 	log     *slog.Logger
 	notify  chan struct{}
 	control chan *agentv1.NodeFrame
+	route   failover // Run's alone
 
 	mu          sync.Mutex
 	info        Info
@@ -165,12 +172,17 @@ func New(cfg Config) *Session {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	gateways := cfg.Gateways
+	if len(gateways) == 0 {
+		gateways = []Gateway{{URL: cfg.Gateway, Dial: cfg.Dial}}
+	}
 	return &Session{
 		cfg:     cfg,
 		log:     log,
 		notify:  make(chan struct{}, 1),
 		control: make(chan *agentv1.NodeFrame, 64),
-		info:    Info{State: Disconnected, Gateway: cfg.Gateway},
+		route:   failover{gateways: slices.Clone(gateways)},
+		info:    Info{State: Disconnected, Gateway: gateways[0].URL},
 	}
 }
 
@@ -305,6 +317,7 @@ func (s *Session) Run(ctx context.Context) error {
 	attempt := 0
 	for {
 		s.setState(Connecting, 0, 0)
+		gateway := s.route.gateway().URL
 		welcomed, err := s.connect(ctx)
 		if ctx.Err() != nil {
 			s.setState(Disconnected, 0, 0)
@@ -312,7 +325,7 @@ func (s *Session) Run(ctx context.Context) error {
 		}
 		if errors.Is(err, ErrRevoked) {
 			s.setState(Revoked, 0, 0)
-			s.log.Warn("session.revoked", "gateway", s.cfg.Gateway, "err", err)
+			s.log.Warn("session.revoked", "gateway", gateway, "err", err)
 			return ErrRevoked
 		}
 		s.setState(Disconnected, 0, 0)
@@ -323,8 +336,11 @@ func (s *Session) Run(ctx context.Context) error {
 		var d *drained
 		if errors.As(err, &d) {
 			wait = d.retryAfter
+			if s.route.several() {
+				wait = drainJitter(wait)
+			}
 			attempt = 0
-			s.log.Info("session.drained", "retry_after_ms", d.retryAfter.Milliseconds())
+			s.log.Info("session.drained", "gateway", gateway, "retry_after_ms", d.retryAfter.Milliseconds(), "retry_in_ms", wait.Milliseconds())
 		} else {
 			wait = s.backoff(attempt)
 			attempt++
@@ -332,12 +348,15 @@ func (s *Session) Run(ctx context.Context) error {
 			s.setRefused(code)
 			switch code {
 			case refusal.CodeCertUnknown, pki.CodeCertValidity:
-				s.log.Error("session.certificate_refused", "gateway", s.cfg.Gateway, "code", string(code), "err", err,
+				s.log.Error("session.certificate_refused", "gateway", gateway, "code", string(code), "err", err,
 					"retry_in_ms", wait.Milliseconds())
 			default:
-				s.log.Warn("session.dropped", "gateway", s.cfg.Gateway, "code", string(code), "err", err,
+				s.log.Warn("session.dropped", "gateway", gateway, "code", string(code), "err", err,
 					"retry_in_ms", wait.Milliseconds())
 			}
+		}
+		if s.route.several() {
+			s.moveOn(failoverReason(err, welcomed))
 		}
 		timer := time.NewTimer(wait)
 		select {
@@ -347,6 +366,15 @@ func (s *Session) Run(ctx context.Context) error {
 		case <-timer.C:
 		}
 	}
+}
+
+// moveOn moves the session to the next gateway of its list, for reason.
+func (s *Session) moveOn(reason string) {
+	from, to := s.route.move()
+	s.mu.Lock()
+	s.info.Gateway = to.URL
+	s.mu.Unlock()
+	s.log.Warn("session.failover", "from", from.URL, "to", to.URL, "reason", reason)
 }
 
 // backoff is full jitter: random(0, min(cap, base·2^attempt)).

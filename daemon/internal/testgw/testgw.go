@@ -4,7 +4,10 @@
 // 127.0.0.1 and gw.dev.local, a node CA issuing node certificates from
 // CSRs), a JoinService that opens sealed tokens and signs JoinResponses,
 // and Session streams handed to the test to script frame by frame (after
-// the gateway checked their first frame is the caller's Hello).
+// the gateway checked their first frame is the caller's Hello). Two
+// gateways started with the same Keys serve the same nodes, as the dev
+// stack's gateways on one store do; Stop and Restart take one away and
+// bring it back on its address.
 //
 // Every refusal is a code of proto/refusals.toml with the table's gRPC
 // status (refusal.Status), the same answer the dev stack gives for the same
@@ -20,6 +23,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -92,7 +96,7 @@ type Gateway struct {
 	// renewals counts the certificates Renew issued.
 	renewals int
 
-	server *grpc.Server
+	server *grpc.Server // under mu; nil while stopped
 }
 
 // Start starts a gateway on a free loopback port; the test stops it.
@@ -114,13 +118,45 @@ func Start(t testing.TB, opts Options) *Gateway {
 		t.Fatal(err)
 	}
 	g.URL = "https://" + lis.Addr().String()
-	g.server = grpc.NewServer(grpc.Creds(credentials.NewTLS(g.TLSConfig())),
-		grpc.MaxRecvMsgSize(maxDecodeBytes), grpc.UnaryInterceptor(limitUnary))
-	agentv1.RegisterJoinServer(g.server, g)
-	agentv1.RegisterGatewayServer(g.server, g)
-	go func() { _ = g.server.Serve(lis) }()
-	t.Cleanup(g.server.Stop)
+	g.serve(lis)
+	t.Cleanup(g.Stop)
 	return g
+}
+
+// serve serves the Join and Gateway services on lis.
+func (g *Gateway) serve(lis net.Listener) {
+	server := grpc.NewServer(grpc.Creds(credentials.NewTLS(g.TLSConfig())),
+		grpc.MaxRecvMsgSize(maxDecodeBytes), grpc.UnaryInterceptor(limitUnary))
+	agentv1.RegisterJoinServer(server, g)
+	agentv1.RegisterGatewayServer(server, g)
+	g.mu.Lock()
+	g.server = server
+	g.mu.Unlock()
+	go func() { _ = server.Serve(lis) }()
+}
+
+// Stop takes the gateway away as a killed process goes: its listener
+// closes and every connection is cut (a stream ends Unavailable), so a
+// dial is refused until Restart. The gateway's state (tokens, revoked
+// nodes, Sessions) stays.
+func (g *Gateway) Stop() {
+	g.mu.Lock()
+	server := g.server
+	g.server = nil
+	g.mu.Unlock()
+	if server != nil {
+		server.Stop()
+	}
+}
+
+// Restart serves a stopped gateway again on its address.
+func (g *Gateway) Restart(t testing.TB) {
+	t.Helper()
+	lis, err := net.Listen("tcp", strings.TrimPrefix(g.URL, "https://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.serve(lis)
 }
 
 // TLSConfig is the server side: TLS 1.3, h2, a client certificate
