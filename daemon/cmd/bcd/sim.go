@@ -31,7 +31,9 @@ const simUsage = `usage: bcd sim --config PATH --nodes N [--seed S] [--token-fil
 
 Runs N node agents in one process (fakehw builds only): agent i is a fakehw
 machine with seed S+i (S+"-"+i when S is not a number) and its own identity,
-journal, configuration and status socket under data_dir/sim/<i>. Agents that
+journal, configuration and status socket under data_dir/sim/<i>; with several
+gateways configured (gateway_urls), agent i starts on gateway i mod n and
+fails over in the list's order from there. Agents that
 have not joined yet join with one token read from standard input (a token
 with N uses); the token is never printed. At most C joins are under way at a
 time; a join that fails for a transient reason (a transport error,
@@ -122,7 +124,8 @@ func runSim(args []string, e env) int {
 	if err != nil {
 		return fail(e, "sim", err)
 	}
-	s := &sim{e: e, log: logger(e), seed: *seed, baseText: baseText, jwk: jwk, slots: make(chan struct{}, *concurrency)}
+	s := &sim{e: e, log: logger(e), seed: *seed, baseText: baseText, jwk: jwk, gateways: base.Gateways(),
+		slots: make(chan struct{}, *concurrency)}
 	s.knobs = readKnobs(e.getenv, s.log)
 	dirs := make([]string, *nodes)
 	needToken := false
@@ -163,6 +166,7 @@ type sim struct {
 	knobs         knobs
 	seed, token   string
 	baseText, jwk []byte
+	gateways      []string      // the base's gateway list
 	slots         chan struct{} // one per join (or setup) under way
 	ran, refused  atomic.Int64
 }
@@ -207,7 +211,7 @@ func (s *sim) agent(i int, dir string) int {
 // with (nil when the agent had joined before: the agent reads its data
 // dir's).
 func (s *sim) setup(i int, dir string, log *slog.Logger) (*join.Result, machine.Machine, error) {
-	path, err := simConfig(dir, s.baseText, s.jwk)
+	path, err := simConfig(dir, i, s.gateways, s.baseText, s.jwk)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -236,11 +240,12 @@ func simSeed(s string, i int) string {
 	return s + "-" + strconv.Itoa(i)
 }
 
-// simConfig writes an agent's config.toml (the base one with its own data
-// dir, every other key kept: the gateway list, gateway_url and
-// gateway_urls, is the base's) and join-encryption.jwk once, and returns
-// the config's path.
-func simConfig(dir string, baseText, jwk []byte) (string, error) {
+// simConfig writes agent i's config.toml (the base one with its own data
+// dir and, with several gateways, the base's list turned so that agent i
+// starts on gateway i mod n: the fleet is spread over the gateways, each
+// agent failing over in the same order after its own; every other key
+// kept) and join-encryption.jwk once, and returns the config's path.
+func simConfig(dir string, i int, gateways []string, baseText, jwk []byte) (string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", err
 	}
@@ -252,6 +257,13 @@ func simConfig(dir string, baseText, jwk []byte) (string, error) {
 		return "", err
 	}
 	// config.toml comes last: that it exists says the agent's files do.
-	text := config.Update(baseText, map[string]string{"data_dir": dir, "node_id": ""}, []string{"data_dir", "node_id"})
+	values := map[string]string{"data_dir": config.Quote(dir), "node_id": config.Quote("")}
+	order := []string{"data_dir", "node_id"}
+	if n := len(gateways); n > 1 {
+		turned := append(append([]string{}, gateways[i%n:]...), gateways[:i%n]...)
+		values["gateway_url"], values["gateway_urls"] = config.Quote(turned[0]), config.QuoteArray(turned)
+		order = append(order, "gateway_url", "gateway_urls")
+	}
+	text := config.UpdateEncoded(baseText, values, order)
 	return path, config.WriteFileAtomic(path, text, 0o644)
 }

@@ -319,10 +319,7 @@ impl Session {
                     let p = proto::Ping { nonce: crate::ids::nonce(), server_time_ms: now_ms() };
                     Box::pin(self.send(frame(Out::Ping(p)))).await
                 }
-                _ = tokio::time::sleep_until(liveness) => Err(End::Refuse(refuse(
-                    Code::Liveness,
-                    format!("nothing heard for {} ms", (self.interval * 3).as_millis()),
-                ))),
+                _ = tokio::time::sleep_until(liveness) => self.judge_liveness(liveness),
                 _ = tokio::time::sleep_until(next_busy.unwrap_or(liveness)), if next_busy.is_some() => {
                     Box::pin(self.retry_busy()).await
                 }
@@ -332,6 +329,22 @@ impl Session {
                 return end;
             }
         }
+    }
+
+    /// The liveness deadline passed: the node is silent, unless the timer
+    /// fired more than an interval late, which says this process was
+    /// paused (stopped, frozen) and not that the node fell silent; then
+    /// the node gets one more interval from now, for what it sent
+    /// meanwhile to be read (and, if another session took the node over,
+    /// fenced).
+    fn judge_liveness(&mut self, deadline: Instant) -> Result<(), End> {
+        let now = Instant::now();
+        if now.saturating_duration_since(deadline) > self.interval {
+            debug!(node_id = %self.node.node_id, "session: woke after a pause; the node gets one more interval");
+            self.last_heard = now.checked_sub(self.interval * 2).unwrap_or(now);
+            return Ok(());
+        }
+        Err(End::Refuse(refuse(Code::Liveness, format!("nothing heard for {} ms", (self.interval * 3).as_millis()))))
     }
 
     /// The Welcomed hooks, the desired state (the one a hook sent, else the
