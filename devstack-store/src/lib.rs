@@ -218,6 +218,9 @@ impl Store {
                             if !lost_race || attempt == pg::WRITE_ATTEMPTS {
                                 return Err(e);
                             }
+                            // Run again after a full-jitter wait, so the
+                            // transactions that collided do not collide again.
+                            std::thread::sleep(pg::retry_wait(attempt));
                             attempt += 1;
                         }
                     }

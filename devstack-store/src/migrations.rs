@@ -46,13 +46,20 @@ pub const MIGRATIONS: &[Migration] = &[
 /// Several gateways on one store: each registers itself (`gateways`), a
 /// node's current session epoch and gateway (its home) are the node's, so
 /// that a session-scoped write is fenced by its epoch, and when a gateway
-/// last heard a node is kept by the store's clock (`heard_at_ms`), never a
-/// gateway's.
+/// last heard a node is kept by the store's clock, never a gateway's, in a
+/// table of its own (`node_liveness`): every gateway rewrites it each beat,
+/// and kept apart from `nodes` it never conflicts with the sessions'
+/// transactions, which read the node's row for their fence.
 const V12: &str = r#"
 ALTER TABLE nodes ADD COLUMN session_epoch INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE nodes ADD COLUMN gateway_id TEXT NOT NULL DEFAULT '';
-ALTER TABLE nodes ADD COLUMN heard_at_ms INTEGER;
-ALTER TABLE nodes ADD COLUMN unreachable_at_ms INTEGER;
+CREATE TABLE node_liveness (
+    node_id TEXT PRIMARY KEY REFERENCES nodes(id),
+    epoch INTEGER NOT NULL,
+    heard_at_ms INTEGER NOT NULL,
+    unreachable_at_ms INTEGER
+);
+CREATE INDEX node_liveness_heard ON node_liveness (heard_at_ms);
 UPDATE nodes SET session_epoch = (SELECT COALESCE(MAX(epoch), 0) FROM node_sessions WHERE node_sessions.node_id = nodes.id);
 ALTER TABLE node_sessions ADD COLUMN gateway_id TEXT NOT NULL DEFAULT '';
 CREATE TABLE gateways (

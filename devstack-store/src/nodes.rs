@@ -9,7 +9,7 @@ use crate::{Db, Error, Result};
 
 const COLUMNS: &str = "seq, id, pool_id, state, reason, hostname, daemon_version, hardware_id, acceptance_command_id, \
                        applied_generation, spec_generation, created_at_ms, adopted_at_ms, session_epoch, gateway_id, \
-                       unreachable_at_ms";
+                       (SELECT unreachable_at_ms FROM node_liveness WHERE node_liveness.node_id = nodes.id)";
 
 fn row(r: &Row) -> Result<NodeRow, SqlError> {
     Ok(NodeRow {
@@ -180,33 +180,58 @@ pub fn fence(c: &Db<'_>, id: &str, epoch: u64) -> Result<()> {
 
 /// Records that the nodes of `heard` (id, session epoch, how long ago the
 /// gateway heard from it by its own monotonic clock) were heard: their
-/// `heard_at_ms` becomes the store's now less that age, and an unreachable
-/// mark is cleared; a node whose epoch is no longer the one given is not
-/// written (another session owns it). Returns the nodes whose mark was
-/// cleared.
+/// liveness row's `heard_at_ms` becomes the store's now less that age (it
+/// never moves back), and an unreachable mark is cleared; a node whose
+/// epoch is no longer the one given is not written (another session owns
+/// it). Returns the nodes whose mark was cleared.
 pub fn heard(c: &Db<'_>, heard: &[(&str, u64, u64)]) -> Result<Vec<String>> {
     let now = crate::clock::now_ms(c)?;
     let mut cleared = Vec::new();
-    for (id, epoch, age_ms) in heard {
-        let at = now.saturating_sub(i64::try_from(*age_ms).unwrap_or(i64::MAX));
+    // A statement per chunk of nodes, not per node: a gateway's beat writes
+    // every session it holds (thousands) in one transaction.
+    for chunk in heard.chunks(HEARD_CHUNK) {
+        let ats: Vec<i64> =
+            chunk.iter().map(|(_, _, age)| now.saturating_sub(i64::try_from(*age).unwrap_or(i64::MAX))).collect();
+        let mut args: Vec<&dyn crate::sql::ToValue> = Vec::with_capacity(chunk.len() * 3);
+        let mut rows = Vec::with_capacity(chunk.len());
+        for (i, ((id, epoch, _), at)) in chunk.iter().zip(&ats).enumerate() {
+            args.extend([id as &dyn crate::sql::ToValue, epoch, at]);
+            let n = i * 3;
+            rows.push(format!("(?{}, CAST(?{} AS BIGINT), CAST(?{} AS BIGINT))", n + 1, n + 2, n + 3));
+        }
+        let heard_rows = format!(
+            "SELECT n.id, n.session_epoch, v.column3 FROM (VALUES {}) AS v JOIN nodes n
+             ON n.id = v.column1 AND n.session_epoch = v.column2 WHERE true",
+            rows.join(", ")
+        );
         let unmarked: Vec<String> = c
             .query_map(
-                "UPDATE nodes SET unreachable_at_ms = NULL
-                 WHERE id = ?1 AND session_epoch = ?2 AND unreachable_at_ms IS NOT NULL RETURNING id",
-                params![id, epoch],
+                &format!(
+                    "UPDATE node_liveness SET unreachable_at_ms = NULL
+                     WHERE unreachable_at_ms IS NOT NULL AND node_id IN (SELECT id FROM ({heard_rows}) AS h)
+                     RETURNING node_id"
+                ),
+                &args,
                 |r| r.get(0),
             )
-            .map_err(Error::at("clear an unreachable mark"))?;
+            .map_err(Error::at("clear unreachable marks"))?;
         cleared.extend(unmarked);
         c.execute(
-            "UPDATE nodes SET heard_at_ms = ?3
-             WHERE id = ?1 AND session_epoch = ?2 AND (heard_at_ms IS NULL OR heard_at_ms < ?3)",
-            params![id, epoch, at],
+            &format!(
+                "INSERT INTO node_liveness (node_id, epoch, heard_at_ms) {heard_rows}
+                 ON CONFLICT (node_id) DO UPDATE SET epoch = excluded.epoch, heard_at_ms = excluded.heard_at_ms
+                 WHERE node_liveness.heard_at_ms < excluded.heard_at_ms"
+            ),
+            &args,
         )
-        .map_err(Error::at("record a node heard"))?;
+        .map_err(Error::at("record nodes heard"))?;
     }
     Ok(cleared)
 }
+
+/// How many nodes one statement of [`heard`] writes (3 parameters each,
+/// well under both backends' limits).
+const HEARD_CHUNK: usize = 500;
 
 /// Marks unreachable every node no gateway heard from for `timeout_ms` by
 /// the store's clock (and not marked already); returns them.
@@ -214,11 +239,65 @@ pub fn mark_unreachable(c: &Db<'_>, timeout_ms: u64) -> Result<Vec<String>> {
     let now = crate::clock::now_ms(c)?;
     let before = now.saturating_sub(i64::try_from(timeout_ms).unwrap_or(i64::MAX));
     c.query_map(
-        "UPDATE nodes SET unreachable_at_ms = ?1
-         WHERE heard_at_ms IS NOT NULL AND heard_at_ms < ?2 AND unreachable_at_ms IS NULL
-         RETURNING id",
+        "UPDATE node_liveness SET unreachable_at_ms = ?1
+         WHERE heard_at_ms < ?2 AND unreachable_at_ms IS NULL
+         RETURNING node_id",
         params![now, before],
         |r| r.get(0),
     )
     .map_err(Error::at("mark nodes unreachable"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Store, StoreLocation};
+
+    /// A store with pool `p` and node `n` (epoch 1, home `g1`).
+    fn store_with_node() -> Store {
+        let store = Store::open(&StoreLocation::Memory).unwrap();
+        store
+            .write(|c| {
+                let pool = crate::rows::PoolRow {
+                    id: "p".into(),
+                    name: "p".into(),
+                    gpu_model: None,
+                    expect_gpu_count: None,
+                    acceptance: "none".into(),
+                    created_at_ms: 1,
+                    kind: "gpu".into(),
+                    policy: "{}".into(),
+                };
+                crate::pools::insert(c, &pool)?;
+                let node = NewNode {
+                    id: "n",
+                    pool_id: "p",
+                    join_token_id: None,
+                    hostname: "h",
+                    daemon_version: "v",
+                    hardware_id: "hw",
+                    created_at_ms: 1,
+                };
+                insert(c, &node)?;
+                assert_eq!(take_epoch(c, "n", "g1")?, Some(1));
+                Ok::<_, Error>(())
+            })
+            .unwrap();
+        store
+    }
+
+    #[test]
+    fn a_node_heard_long_ago_is_marked_unreachable_until_heard_again() {
+        let store = store_with_node();
+        // Heard 10 s ago by epoch 1; epoch 0's word is not written.
+        assert!(store.write(|c| heard(c, &[("n", 0, 0)])).unwrap().is_empty());
+        assert!(store.write(|c| mark_unreachable(c, 0)).unwrap().is_empty(), "never heard: never marked");
+        assert!(store.write(|c| heard(c, &[("n", 1, 10_000)])).unwrap().is_empty());
+        assert!(store.write(|c| mark_unreachable(c, 60_000)).unwrap().is_empty());
+        assert_eq!(store.write(|c| mark_unreachable(c, 5_000)).unwrap(), ["n"]);
+        assert!(store.read(|c| get(c, "n")).unwrap().unwrap().unreachable_since_ms.is_some());
+        assert!(store.write(|c| mark_unreachable(c, 5_000)).unwrap().is_empty(), "marked once");
+        assert_eq!(store.write(|c| heard(c, &[("n", 1, 0)])).unwrap(), ["n"]);
+        assert_eq!(store.read(|c| get(c, "n")).unwrap().unwrap().unreachable_since_ms, None);
+    }
 }

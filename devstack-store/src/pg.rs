@@ -31,7 +31,17 @@ pub const POOL_SIZE: usize = 8;
 /// How long a checkout waits for a free connection before it fails.
 const CHECKOUT_WAIT: Duration = Duration::from_secs(30);
 /// How often a write is tried when it keeps losing races.
-pub const WRITE_ATTEMPTS: usize = 8;
+pub const WRITE_ATTEMPTS: usize = 16;
+
+/// The wait before a write's next attempt, after `attempt` lost a race:
+/// full jitter, `random(0, min(64 ms, 2^attempt ms))`.
+pub(crate) fn retry_wait(attempt: usize) -> Duration {
+    let cap_us = 1_000u64 << attempt.min(6);
+    let mut bytes = [0u8; 8];
+    // No randomness (never on Linux): the cap's half, still bounded.
+    let random = getrandom::fill(&mut bytes).map(|()| u64::from_le_bytes(bytes)).unwrap_or(cap_us / 2);
+    Duration::from_micros(random % cap_us)
+}
 
 /// A PostgreSQL error as the store says it: its SQLSTATE and message.
 pub(crate) fn describe(e: &tokio_postgres::Error) -> String {

@@ -41,8 +41,8 @@ pub struct NewSession<'a> {
 }
 
 /// Opens a session: it takes the node's next session epoch (which fences
-/// every older session's writes, on any gateway) and makes the gateway the
-/// node's home. The node's closed sessions beyond the newest `kept` are
+/// every older session's writes, on any gateway), makes the gateway the
+/// node's home and records the node heard (by the store's clock). The node's closed sessions beyond the newest `kept` are
 /// forgotten. `None` for an unknown node.
 pub fn open(c: &Db<'_>, s: &NewSession<'_>, kept: u32) -> Result<Option<NodeSessionRow>> {
     let Some(epoch) = crate::nodes::take_epoch(c, s.node_id, s.gateway_id)? else { return Ok(None) };
@@ -54,6 +54,15 @@ pub fn open(c: &Db<'_>, s: &NewSession<'_>, kept: u32) -> Result<Option<NodeSess
             |r| r.get(0),
         )
         .map_err(Error::at("insert node session"))?;
+    // Heard now: a session that ends before its gateway's next beat still
+    // leaves the node's liveness to judge (a mark is cleared by the beat).
+    let now = crate::clock::now_ms(c)?;
+    c.execute(
+        "INSERT INTO node_liveness (node_id, epoch, heard_at_ms) VALUES (?1, ?2, ?3)
+         ON CONFLICT (node_id) DO UPDATE SET epoch = excluded.epoch, heard_at_ms = excluded.heard_at_ms",
+        params![s.node_id, epoch, now],
+    )
+    .map_err(Error::at("record the node heard"))?;
     c.execute(
         "DELETE FROM node_sessions WHERE node_id = ?1 AND disconnected_at_ms IS NOT NULL AND id NOT IN
          (SELECT id FROM node_sessions WHERE node_id = ?1 ORDER BY epoch DESC LIMIT ?2)",

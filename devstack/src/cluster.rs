@@ -123,8 +123,12 @@ async fn beat(shared: Weak<Shared>, mut stop: watch::Receiver<Phase>) {
         if *stop.borrow() != Phase::Serving {
             return;
         }
-        if let Err(e) = once(&shared) {
-            warn!(error = %e, "cluster: the gateway's beat failed (the next one tries again)");
+        // Off the runtime's workers: a beat writes every session it holds.
+        let beat = tokio::task::spawn_blocking(move || once(&shared)).await;
+        match beat {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => warn!(error = %e, "cluster: the gateway's beat failed (the next one tries again)"),
+            Err(e) => warn!(error = %e, "cluster: the gateway's beat did not finish"),
         }
     }
 }
@@ -135,6 +139,9 @@ fn once(shared: &Shared) -> Result<()> {
     let id = &shared.settings.options.gateway_id;
     let heard = shared.hub.heard();
     let timeout = shared.settings.options.liveness_timeout;
+    // Two transactions: the marks scan every node's liveness, and a
+    // conflict there with another gateway's beat need not run this one's
+    // heard ages again.
     shared.ledger.write(|c| {
         gateways::beat(c, id)?;
         let entries: Vec<(&str, u64, u64)> = heard.iter().map(|(n, e, age)| (n.as_str(), *e, *age)).collect();
@@ -142,6 +149,9 @@ fn once(shared: &Shared) -> Result<()> {
             info!(node_id = %node_id, "cluster: node heard again");
             c.publish(StackEvent::Reachable { node_id });
         }
+        Ok(())
+    })?;
+    shared.ledger.write(|c| {
         let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
         for node_id in nodes::mark_unreachable(c, timeout_ms)? {
             warn!(node_id = %node_id, timeout_ms, "cluster: node unreachable: no gateway heard from it");

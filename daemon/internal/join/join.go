@@ -376,44 +376,9 @@ func bootstrap(ctx context.Context, opts Options, log *slog.Logger) error {
 	if !opts.TrustDocument && (opts.ServingCAPin == "" || opts.JoinSigningPin == "" || opts.JoinEncryptionPin == "") {
 		return fmt.Errorf("%w: --server needs --serving-ca-pin, --join-signing-pin and --join-encryption-pin in this build", ErrWellKnown)
 	}
-	client := opts.HTTP
-	if client == nil {
-		client = &http.Client{Timeout: 30 * time.Second}
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+WellKnownPath, nil)
+	doc, err := fetchDocument(ctx, opts, base)
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrWellKnown, err)
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrWellKnown, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrWellKnown, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%w: GET %s: %s", ErrWellKnown, base+WellKnownPath, resp.Status)
-	}
-	doc := &Document{}
-	if err := json.Unmarshal(body, doc); err != nil {
-		return fmt.Errorf("%w: %w", ErrWellKnown, err)
-	}
-	if doc.Gateway.URL == "" || doc.Gateway.ServingCASPKIPin == "" || doc.Join.SigningPin == "" || doc.Join.EncryptionPin == "" || len(doc.Join.EncryptionJWK) == 0 {
-		return fmt.Errorf("%w: the document lacks the gateway or the join pins", ErrWellKnown)
-	}
-	for _, p := range []struct{ flag, doc, name string }{
-		{opts.ServingCAPin, doc.Gateway.ServingCASPKIPin, "serving CA"},
-		{opts.JoinSigningPin, doc.Join.SigningPin, "join-signing"},
-		{opts.JoinEncryptionPin, doc.Join.EncryptionPin, "join-encryption"},
-	} {
-		if p.flag != "" && p.flag != p.doc {
-			return fmt.Errorf("%w: the document's %s pin %s is not the pinned %s", ErrPin, p.name, p.doc, p.flag)
-		}
-	}
-	if _, err := parseJWK(doc.Join.EncryptionJWK, doc.Join.EncryptionPin); err != nil {
-		return fmt.Errorf("%w: %w", ErrWellKnown, err)
+		return err
 	}
 	existing, loadErr := config.Load(opts.ConfigPath)
 	if loadErr != nil {
@@ -470,6 +435,52 @@ func bootstrap(ctx context.Context, opts Options, log *slog.Logger) error {
 	}
 	log.Info("join.bootstrap", "server", base, "gateway", doc.Gateway.URL, "gateways", max(len(gateways), 1), "trust_domain", doc.TrustDomain)
 	return nil
+}
+
+// fetchDocument GETs base's well-known document and checks it: every
+// field bootstrap writes present, each pin the one given on the command
+// line (when given), the encryption JWK the one its pin names.
+func fetchDocument(ctx context.Context, opts Options, base string) (*Document, error) {
+	client := opts.HTTP
+	if client == nil {
+		client = &http.Client{Timeout: 30 * time.Second}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+WellKnownPath, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrWellKnown, err)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrWellKnown, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrWellKnown, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%w: GET %s: %s", ErrWellKnown, base+WellKnownPath, resp.Status)
+	}
+	doc := &Document{}
+	if err := json.Unmarshal(body, doc); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrWellKnown, err)
+	}
+	if doc.Gateway.URL == "" || doc.Gateway.ServingCASPKIPin == "" || doc.Join.SigningPin == "" || doc.Join.EncryptionPin == "" || len(doc.Join.EncryptionJWK) == 0 {
+		return nil, fmt.Errorf("%w: the document lacks the gateway or the join pins", ErrWellKnown)
+	}
+	for _, p := range []struct{ flag, doc, name string }{
+		{opts.ServingCAPin, doc.Gateway.ServingCASPKIPin, "serving CA"},
+		{opts.JoinSigningPin, doc.Join.SigningPin, "join-signing"},
+		{opts.JoinEncryptionPin, doc.Join.EncryptionPin, "join-encryption"},
+	} {
+		if p.flag != "" && p.flag != p.doc {
+			return nil, fmt.Errorf("%w: the document's %s pin %s is not the pinned %s", ErrPin, p.name, p.doc, p.flag)
+		}
+	}
+	if _, err := parseJWK(doc.Join.EncryptionJWK, doc.Join.EncryptionPin); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrWellKnown, err)
+	}
+	return doc, nil
 }
 
 // EncodeSPKI is the base64 form of a key for join_signing_key.

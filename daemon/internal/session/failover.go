@@ -42,7 +42,7 @@ const (
 	// ReasonDropped: a welcomed stream ended (EOF, reset, an error).
 	ReasonDropped = "dropped"
 	// ReasonLiveness: nothing was heard for 3 heartbeat intervals.
-	ReasonLiveness = "liveness"
+	ReasonLiveness = string(refusal.CodeLiveness)
 	// ReasonDrain: the gateway sent Drain.
 	ReasonDrain = "drain"
 	// ReasonFenced: the gateway refused the session session-fenced (a

@@ -92,3 +92,52 @@ async fn a_session_that_moved_fences_the_one_it_left() {
     g1.shutdown().await.unwrap();
     g2.shutdown().await.unwrap();
 }
+
+/// A node no gateway hears from for the liveness timeout is marked
+/// unreachable (by the store's clock), and heard again it is not.
+async fn a_silent_node_is_marked_unreachable_and_cleared_when_heard(store: StoreLocation) {
+    let options = DevStackOptions {
+        store,
+        heartbeat_interval_ms: 100,
+        liveness_timeout: Duration::from_millis(600),
+        ..DevStackOptions::default()
+    };
+    let stack = DevStack::start(options).await.unwrap();
+    let mut events = stack.events(0);
+    let (node, session) = adopted_on(&stack, &stack).await;
+    // Heard while its session lives: a beat writes its liveness.
+    stack.await_until("the node's liveness", WAIT, |v| v.node(&node.id).map(|_| ())).await.unwrap();
+    drop(session);
+    let marked = wait_for_event(&mut events, "node.unreachable").await;
+    assert_eq!(marked.node_id(), Some(node.id.as_str()));
+    assert!(stack.node(&node.id).unwrap().unwrap().unreachable_since_ms.is_some());
+    let _back = node.connect(&stack, 1).await.unwrap();
+    let cleared = wait_for_event(&mut events, "node.reachable").await;
+    assert_eq!(cleared.node_id(), Some(node.id.as_str()));
+    assert_eq!(stack.node(&node.id).unwrap().unwrap().unreachable_since_ms, None);
+    stack.shutdown().await.unwrap();
+}
+
+/// The next event named `name`, within the test's deadline.
+async fn wait_for_event(events: &mut devstack::EventSubscription, name: &str) -> devstack::StackEvent {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        match tokio::time::timeout_at(deadline, events.next()).await {
+            Ok(Some(devstack::Received::Event(p))) if p.event.name() == name => return p.event.clone(),
+            Ok(Some(_)) => {}
+            other => panic!("no {name} event: {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn on_sqlite_a_silent_node_is_marked_unreachable_and_cleared_when_heard() {
+    a_silent_node_is_marked_unreachable_and_cleared_when_heard(StoreLocation::Memory).await;
+}
+
+#[tokio::test]
+async fn on_postgres_a_silent_node_is_marked_unreachable_and_cleared_when_heard() {
+    let Some(cluster) = cluster() else { return };
+    let url = cluster.database("gw_liveness").unwrap();
+    a_silent_node_is_marked_unreachable_and_cleared_when_heard(StoreLocation::Postgres(url)).await;
+}
