@@ -33,4 +33,6 @@ const (
 const (
 	// CodeBridge: A NIC on a bridge that is not an instance bridge of this host.
 	CodeBridge Code = "instance-bridge"
+	// CodeDisk: A disk that is not a regular file of the node's user with one link, reached without a symbolic link (the volume directory included).
+	CodeDisk Code = "instance-disk"
 )

@@ -68,6 +68,8 @@ type Server struct {
 	exes     []string
 	slots    *update.Slots
 	roots    []*pki.PublicKey
+	// binder binds verified volumes at root's paths (disks.go).
+	binder Binder
 	// mu serializes the operations: one change of the host at a time.
 	mu sync.Mutex
 	// peer reads a connection's caller (SO_PEERCRED; tests replace it).
@@ -80,6 +82,9 @@ type Options struct {
 	UID, GID *uint32
 	// Exes override the slots a caller may run.
 	Exes []string
+	// Binder replaces the bind mounts of the domains' disks (tests that
+	// cannot mount).
+	Binder Binder
 }
 
 // NewServer checks the configuration and loads the pins and roots.
@@ -87,7 +92,10 @@ func NewServer(cfg *Config, log *slog.Logger, opts Options) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, log: log, peer: peerOf}
+	s := &Server{cfg: cfg, log: log, peer: peerOf, binder: mountBinder{}}
+	if opts.Binder != nil {
+		s.binder = opts.Binder
+	}
 	if opts.UID != nil && opts.GID != nil {
 		s.uid, s.gid = *opts.UID, *opts.GID
 	} else {

@@ -148,6 +148,7 @@ var entries = []Entry{
 	{Code: "host-no-command-roots", Domain: "host", GRPC: codes.FailedPrecondition, Meaning: "No command root is configured, so nothing is applied."},
 	{Code: "host-node-unknown", Domain: "host", GRPC: codes.FailedPrecondition, Meaning: "The helper does not know this host's node id ([helper] node_id, or node_id in the node's config.toml), so it applies no spec."},
 	{Code: "instance-bridge", Domain: "instance", GRPC: codes.PermissionDenied, Meaning: "A NIC on a bridge that is not an instance bridge of this host."},
+	{Code: "instance-disk", Domain: "instance", GRPC: codes.PermissionDenied, Meaning: "A disk that is not a regular file of the node's user with one link, reached without a symbolic link (the volume directory included)."},
 	{Code: "ticket-replayed", Domain: "tunnel", GRPC: codes.PermissionDenied, Meaning: "An exec ticket whose jti this node already took (seen jtis are kept until they expire, across restarts)."},
 	{Code: "tunnel-shell", Domain: "tunnel", GRPC: codes.Internal, Meaning: "bcd could not start the shell on a pseudo-terminal."},
 	{Code: "ResourcesExhausted", Domain: "vps", GRPC: codes.ResourceExhausted, Meaning: "The host has no free vCPU or memory to start the instance now; it is tried again on the next pass."},

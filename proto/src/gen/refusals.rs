@@ -407,6 +407,8 @@ pub enum Code {
     HostNodeUnknown,
     /// `instance-bridge` (instance, PermissionDenied): A NIC on a bridge that is not an instance bridge of this host.
     InstanceBridge,
+    /// `instance-disk` (instance, PermissionDenied): A disk that is not a regular file of the node's user with one link, reached without a symbolic link (the volume directory included).
+    InstanceDisk,
     /// `ticket-replayed` (tunnel, PermissionDenied): An exec ticket whose jti this node already took (seen jtis are kept until they expire, across restarts).
     TicketReplayed,
     /// `tunnel-shell` (tunnel, Internal): bcd could not start the shell on a pseudo-terminal.
@@ -620,6 +622,7 @@ impl Code {
             Code::HostNoCommandRoots => "host-no-command-roots",
             Code::HostNodeUnknown => "host-node-unknown",
             Code::InstanceBridge => "instance-bridge",
+            Code::InstanceDisk => "instance-disk",
             Code::TicketReplayed => "ticket-replayed",
             Code::TunnelShell => "tunnel-shell",
             Code::Resourcesexhausted => "ResourcesExhausted",
@@ -800,6 +803,7 @@ impl Code {
             Code::HostNoCommandRoots => Domain::Host,
             Code::HostNodeUnknown => Domain::Host,
             Code::InstanceBridge => Domain::Instance,
+            Code::InstanceDisk => Domain::Instance,
             Code::TicketReplayed => Domain::Tunnel,
             Code::TunnelShell => Domain::Tunnel,
             Code::Resourcesexhausted => Domain::Vps,
@@ -980,6 +984,7 @@ impl Code {
             Code::HostNoCommandRoots => Grpc::FailedPrecondition,
             Code::HostNodeUnknown => Grpc::FailedPrecondition,
             Code::InstanceBridge => Grpc::PermissionDenied,
+            Code::InstanceDisk => Grpc::PermissionDenied,
             Code::TicketReplayed => Grpc::PermissionDenied,
             Code::TunnelShell => Grpc::Internal,
             Code::Resourcesexhausted => Grpc::ResourceExhausted,
@@ -1160,6 +1165,7 @@ impl Code {
             Code::HostNoCommandRoots => "No command root is configured, so nothing is applied.",
             Code::HostNodeUnknown => "The helper does not know this host's node id ([helper] node_id, or node_id in the node's config.toml), so it applies no spec.",
             Code::InstanceBridge => "A NIC on a bridge that is not an instance bridge of this host.",
+            Code::InstanceDisk => "A disk that is not a regular file of the node's user with one link, reached without a symbolic link (the volume directory included).",
             Code::TicketReplayed => "An exec ticket whose jti this node already took (seen jtis are kept until they expire, across restarts).",
             Code::TunnelShell => "bcd could not start the shell on a pseudo-terminal.",
             Code::Resourcesexhausted => "The host has no free vCPU or memory to start the instance now; it is tried again on the next pass.",
@@ -1340,6 +1346,7 @@ impl Code {
             "host-no-command-roots" => Some(Code::HostNoCommandRoots),
             "host-node-unknown" => Some(Code::HostNodeUnknown),
             "instance-bridge" => Some(Code::InstanceBridge),
+            "instance-disk" => Some(Code::InstanceDisk),
             "ticket-replayed" => Some(Code::TicketReplayed),
             "tunnel-shell" => Some(Code::TunnelShell),
             "ResourcesExhausted" => Some(Code::Resourcesexhausted),
@@ -1521,6 +1528,7 @@ pub const TABLE: &[Code] = &[
     Code::HostNoCommandRoots,
     Code::HostNodeUnknown,
     Code::InstanceBridge,
+    Code::InstanceDisk,
     Code::TicketReplayed,
     Code::TunnelShell,
     Code::Resourcesexhausted,

@@ -237,6 +237,9 @@ func devices(d *runtime.Domain) []*element {
 	return []*element{dev}
 }
 
+// DiskDev is the guest device of the i-th disk: vda, vdb, … (i below MaxDisks).
+func DiskDev(i int) string { return "vd" + string(diskLetters[i]) }
+
 // disks are the volumes as virtio disks vda, vdb, … in order.
 func disks(d *runtime.Domain) []*element {
 	var out []*element
@@ -244,7 +247,7 @@ func disks(d *runtime.Domain) []*element {
 		e := node("disk", attrs("type", "file", "device", "disk"),
 			node("driver", attrs("name", "qemu", "type", "raw", "cache", "none", "io", "native")),
 			node("source", attrs("file", disk.Path)),
-			node("target", attrs("dev", "vd"+string(diskLetters[i]), "bus", "virtio")),
+			node("target", attrs("dev", DiskDev(i), "bus", "virtio")),
 		)
 		if disk.ReadOnly {
 			e.Children = append(e.Children, node("readonly", nil))
