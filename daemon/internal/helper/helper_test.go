@@ -451,10 +451,23 @@ func TestHostApplyRefusesASpecSignedForAnotherNode(t *testing.T) {
 		res := &HostResult{}
 		return res, Call(context.Background(), r.socket, OpHostApply, map[string]json.RawMessage{"spec": raw}, res)
 	}
+	nodeConfig := filepath.Join(r.dir, "node", "config.toml")
+	joined, _ := os.ReadFile(nodeConfig)
 	units := filepath.Join(r.dir, "units")
+	// Before the first apply: without a node id the helper applies nothing,
+	// and a link is not read (the bcd user writes that file).
+	os.WriteFile(nodeConfig, []byte("data_dir = \"data\"\n"), 0o600)
+	_, err := apply(spec(t, 2, commandRoot, hp))
+	wantRefused(t, err, string(CodeNodeUnknown))
+	os.Remove(nodeConfig)
+	os.Symlink(filepath.Join(r.dir, "helper.toml"), nodeConfig)
+	_, err = apply(spec(t, 2, commandRoot, hp))
+	wantRefused(t, err, string(CodeNodeUnknown))
+	os.Remove(nodeConfig)
+	os.WriteFile(nodeConfig, joined, 0o600)
 	// Another node's spec, properly signed, at a huge generation: refused,
 	// nothing written, and this node's own specs still apply.
-	_, err := apply(specFor(t, "node_other", 1<<40, commandRoot, hp))
+	_, err = apply(specFor(t, "node_other", 1<<40, commandRoot, hp))
 	wantRefused(t, err, "spec-wrong-node")
 	if entries, _ := os.ReadDir(units); len(entries) != 0 {
 		t.Fatalf("another node's spec wrote %v", entries)
@@ -462,15 +475,37 @@ func TestHostApplyRefusesASpecSignedForAnotherNode(t *testing.T) {
 	if _, err := apply(spec(t, 2, commandRoot, hp)); err != nil {
 		t.Fatalf("this node's own spec after another's: %v", err)
 	}
-	// Without a node id the helper applies nothing.
-	os.WriteFile(filepath.Join(r.dir, "node", "config.toml"), []byte("data_dir = \"data\"\n"), 0o600)
+	if !strings.Contains(r.log.String(), "host.node_bound") {
+		t.Fatalf("the first apply did not bind the node:\n%s", r.log)
+	}
+	// The first apply bound node_1: the bcd user naming another node in
+	// config.toml afterwards does not make root apply that node's units.
+	os.WriteFile(nodeConfig, []byte("data_dir = \"data\"\nnode_id = \"node_other\"\n"), 0o600)
+	_, err = apply(specFor(t, "node_other", 1<<40, commandRoot, hp))
+	wantRefused(t, err, string(CodeNodeChanged))
+	if strings.Contains(err.Error(), "node_other") {
+		t.Fatalf("the refusal echoes what the bcd user wrote: %v", err)
+	}
 	_, err = apply(spec(t, 3, commandRoot, hp))
-	wantRefused(t, err, string(CodeNodeUnknown))
-	// A link is not read (the bcd user writes that file).
-	os.Remove(filepath.Join(r.dir, "node", "config.toml"))
-	os.Symlink(filepath.Join(r.dir, "helper.toml"), filepath.Join(r.dir, "node", "config.toml"))
-	_, err = apply(spec(t, 3, commandRoot, hp))
-	wantRefused(t, err, string(CodeNodeUnknown))
+	wantRefused(t, err, string(CodeNodeChanged))
+	// Without a node id in config.toml (or without the file) the bound one
+	// still holds: this node's spec applies, another's does not.
+	os.WriteFile(nodeConfig, []byte("data_dir = \"data\"\n"), 0o600)
+	if _, err := apply(spec(t, 3, commandRoot, hp)); err != nil {
+		t.Fatalf("the bound node's spec: %v", err)
+	}
+	os.Remove(nodeConfig)
+	_, err = apply(specFor(t, "node_other", 1<<40, commandRoot, hp))
+	wantRefused(t, err, "spec-wrong-node")
+	if _, err := apply(spec(t, 4, commandRoot, hp)); err != nil {
+		t.Fatalf("the bound node's spec without config.toml: %v", err)
+	}
+	// Root rebinds: with host-units.json gone, the next apply binds again.
+	os.WriteFile(nodeConfig, []byte("data_dir = \"data\"\nnode_id = \"node_other\"\n"), 0o600)
+	os.Remove(filepath.Join(r.dir, "state", "host-units.json"))
+	if _, err := apply(specFor(t, "node_other", 1, commandRoot, hp)); err != nil {
+		t.Fatalf("after root removed the record: %v", err)
+	}
 }
 
 var _ hostconfig.System = (*HostUnits)(nil)

@@ -147,6 +147,7 @@ var entries = []Entry{
 	{Code: "host-generation", Domain: "host", GRPC: codes.FailedPrecondition, Meaning: "A spec older than the last applied."},
 	{Code: "host-no-command-roots", Domain: "host", GRPC: codes.FailedPrecondition, Meaning: "No command root is configured, so nothing is applied."},
 	{Code: "host-node-unknown", Domain: "host", GRPC: codes.FailedPrecondition, Meaning: "The helper does not know this host's node id ([helper] node_id, or node_id in the node's config.toml), so it applies no spec."},
+	{Code: "host-node-changed", Domain: "host", GRPC: codes.FailedPrecondition, Meaning: "The node's config.toml names another node than the one this host was bound to by its first host.apply, so nothing is applied (root rebinds it)."},
 	{Code: "instance-bridge", Domain: "instance", GRPC: codes.PermissionDenied, Meaning: "A NIC on a bridge that is not an instance bridge of this host."},
 	{Code: "instance-disk", Domain: "instance", GRPC: codes.PermissionDenied, Meaning: "A disk that is not a regular file of the node's user with one link, reached without a symbolic link (the volume directory included)."},
 	{Code: "ticket-replayed", Domain: "tunnel", GRPC: codes.PermissionDenied, Meaning: "An exec ticket whose jti this node already took (seen jtis are kept until they expire, across restarts)."},

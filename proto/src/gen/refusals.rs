@@ -405,6 +405,8 @@ pub enum Code {
     HostNoCommandRoots,
     /// `host-node-unknown` (host, FailedPrecondition): The helper does not know this host's node id ([helper] node_id, or node_id in the node's config.toml), so it applies no spec.
     HostNodeUnknown,
+    /// `host-node-changed` (host, FailedPrecondition): The node's config.toml names another node than the one this host was bound to by its first host.apply, so nothing is applied (root rebinds it).
+    HostNodeChanged,
     /// `instance-bridge` (instance, PermissionDenied): A NIC on a bridge that is not an instance bridge of this host.
     InstanceBridge,
     /// `instance-disk` (instance, PermissionDenied): A disk that is not a regular file of the node's user with one link, reached without a symbolic link (the volume directory included).
@@ -621,6 +623,7 @@ impl Code {
             Code::HostGeneration => "host-generation",
             Code::HostNoCommandRoots => "host-no-command-roots",
             Code::HostNodeUnknown => "host-node-unknown",
+            Code::HostNodeChanged => "host-node-changed",
             Code::InstanceBridge => "instance-bridge",
             Code::InstanceDisk => "instance-disk",
             Code::TicketReplayed => "ticket-replayed",
@@ -802,6 +805,7 @@ impl Code {
             Code::HostGeneration => Domain::Host,
             Code::HostNoCommandRoots => Domain::Host,
             Code::HostNodeUnknown => Domain::Host,
+            Code::HostNodeChanged => Domain::Host,
             Code::InstanceBridge => Domain::Instance,
             Code::InstanceDisk => Domain::Instance,
             Code::TicketReplayed => Domain::Tunnel,
@@ -983,6 +987,7 @@ impl Code {
             Code::HostGeneration => Grpc::FailedPrecondition,
             Code::HostNoCommandRoots => Grpc::FailedPrecondition,
             Code::HostNodeUnknown => Grpc::FailedPrecondition,
+            Code::HostNodeChanged => Grpc::FailedPrecondition,
             Code::InstanceBridge => Grpc::PermissionDenied,
             Code::InstanceDisk => Grpc::PermissionDenied,
             Code::TicketReplayed => Grpc::PermissionDenied,
@@ -1164,6 +1169,7 @@ impl Code {
             Code::HostGeneration => "A spec older than the last applied.",
             Code::HostNoCommandRoots => "No command root is configured, so nothing is applied.",
             Code::HostNodeUnknown => "The helper does not know this host's node id ([helper] node_id, or node_id in the node's config.toml), so it applies no spec.",
+            Code::HostNodeChanged => "The node's config.toml names another node than the one this host was bound to by its first host.apply, so nothing is applied (root rebinds it).",
             Code::InstanceBridge => "A NIC on a bridge that is not an instance bridge of this host.",
             Code::InstanceDisk => "A disk that is not a regular file of the node's user with one link, reached without a symbolic link (the volume directory included).",
             Code::TicketReplayed => "An exec ticket whose jti this node already took (seen jtis are kept until they expire, across restarts).",
@@ -1345,6 +1351,7 @@ impl Code {
             "host-generation" => Some(Code::HostGeneration),
             "host-no-command-roots" => Some(Code::HostNoCommandRoots),
             "host-node-unknown" => Some(Code::HostNodeUnknown),
+            "host-node-changed" => Some(Code::HostNodeChanged),
             "instance-bridge" => Some(Code::InstanceBridge),
             "instance-disk" => Some(Code::InstanceDisk),
             "ticket-replayed" => Some(Code::TicketReplayed),
@@ -1527,6 +1534,7 @@ pub const TABLE: &[Code] = &[
     Code::HostGeneration,
     Code::HostNoCommandRoots,
     Code::HostNodeUnknown,
+    Code::HostNodeChanged,
     Code::InstanceBridge,
     Code::InstanceDisk,
     Code::TicketReplayed,
