@@ -6,7 +6,8 @@
 // only moves forward, and the applied spec. It is one bbolt file: every
 // change is a transaction that is fsynced before it returns, so nothing a
 // caller was told is written is lost on a crash. The exceptions are an ack
-// and a move of the mark: each takes effect at once for every reader but is
+// and a move of the mark (but its first, which also writes its anchor:
+// mark.go): each takes effect at once for every reader but is
 // written with the next change, or LazyWriteDelay after it came. An ack
 // lost in a crash drops nothing that is needed (the next Welcome names the
 // gateway's acked seq again); a mark lost in a crash is at most that much
@@ -592,46 +593,6 @@ func (j *Journal) Sweep() (int, error) {
 		j.log.Info("journal.swept", "commands", removed)
 	}
 	return removed, err
-}
-
-// Mark returns the server-time mark (0 before any Welcome).
-func (j *Journal) Mark() int64 {
-	mark, _ := j.MarkHeard()
-	return mark
-}
-
-// MarkHeard returns the mark and when, on the local clock, it last moved
-// (Unix ms; 0 when unknown: before any Welcome, or a journal written before
-// this was kept).
-func (j *Journal) MarkHeard() (mark, heardAtMs int64) {
-	_ = j.db.View(func(tx *bolt.Tx) error {
-		meta := tx.Bucket(bucketMeta)
-		mark, heardAtMs = int64(u64(meta.Get(keyMark))), int64(u64(meta.Get(keyMarkHeard)))
-		return nil
-	})
-	if p := j.lazy(); p.mark > mark {
-		return p.mark, p.markHeard
-	}
-	return mark, heardAtMs
-}
-
-// AdvanceMark sets the mark to max(mark, serverTimeMs) and returns it; when
-// it moves, the local time is kept with it (MarkHeard). The move takes
-// effect at once and is written with the journal's next change or
-// LazyWriteDelay later (see the package comment).
-func (j *Journal) AdvanceMark(serverTimeMs int64) (int64, error) {
-	mark, _ := j.MarkHeard()
-	if serverTimeMs <= mark {
-		return mark, nil
-	}
-	heard := j.now().UnixMilli()
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if serverTimeMs > j.pending.mark {
-		j.pending.mark, j.pending.markHeard = serverTimeMs, heard
-		j.writeLater()
-	}
-	return j.pending.mark, nil
 }
 
 // Applied returns the applied generation and the applied spec's envelope
