@@ -113,18 +113,10 @@ func (s *Server) checkInstance(a *DomainArgs, define bool) error {
 	return nil
 }
 
-// volumePath says whether path is a clean absolute path strictly under
-// one of the volume directories.
+// volumePath says whether path is a clean absolute path directly under
+// one of the volume directories (lexically: openVolume opens it).
 func (s *Server) volumePath(path string) bool {
-	if !filepath.IsAbs(path) || filepath.Clean(path) != path {
-		return false
-	}
-	for _, dir := range s.cfg.Helper.VolumeDirs {
-		if rel, err := filepath.Rel(dir, path); err == nil && rel != "." && !strings.HasPrefix(rel, "..") && !strings.Contains(rel, "/") {
-			return true
-		}
-	}
-	return false
+	return plan.DiskUnder(path, s.cfg.Helper.VolumeDirs)
 }
 
 // macAddr is a unicast MAC address.

@@ -242,8 +242,8 @@ func (s *Server) handle(ctx context.Context, conn *net.UnixConn) {
 		if peer, err = s.peer(conn); err != nil {
 			return nil, refuse(CodePeer, "cannot identify the caller: %v", err)
 		}
-		if err := readMessage(bufio.NewReader(conn), &req); err != nil {
-			return nil, refuse(CodeArgs, "the request: %v", err)
+		if req, err = readRequest(bufio.NewReader(conn)); err != nil {
+			return nil, err
 		}
 		if err := s.authorize(peer); err != nil {
 			return nil, err
@@ -272,6 +272,16 @@ func (s *Server) handle(ctx context.Context, conn *net.UnixConn) {
 		s.log.Info("helper.done", attrs...)
 	}
 	_ = writeMessage(conn, resp)
+}
+
+// readRequest reads the one request of a connection: a JSON line of at
+// most MaxMessage bytes (helper-args otherwise).
+func readRequest(r *bufio.Reader) (Request, error) {
+	req := Request{}
+	if err := readMessage(r, &req); err != nil {
+		return Request{}, refuse(CodeArgs, "the request: %v", err)
+	}
+	return req, nil
 }
 
 // decode reads an operation's arguments.

@@ -180,6 +180,8 @@ var entries = []Entry{
 	{Code: "HostUnsigned", Domain: "host-units", GRPC: codes.PermissionDenied, Meaning: "Host units in a spec no command root signed: none is applied."},
 	{Code: "UnitInvalid", Domain: "host-units", GRPC: codes.InvalidArgument, Meaning: "A unit bcd does not apply: its name, or content it cannot read."},
 	{Code: "UnitFailed", Domain: "host-units", GRPC: codes.FailedPrecondition, Meaning: "A unit whose start failed (its reason follows)."},
+	{Code: "unit-syntax", Domain: "unit-file", GRPC: codes.InvalidArgument, Meaning: "A line of a unit file that bcd does not read: neither a [section] nor a key in one, or continued with a backslash."},
+	{Code: "unit-exec", Domain: "unit-file", GRPC: codes.InvalidArgument, Meaning: "An ExecStart= line that bcd does not read: quoting, specifiers or shell syntax."},
 	{Code: "nvml-init", Domain: "machine", GRPC: codes.FailedPrecondition, Meaning: "NVML could not be initialized (no driver loaded, say): no GPU is checked."},
 	{Code: "diag-error", Domain: "machine", GRPC: codes.Internal, Meaning: "The GPU diagnosis failed on its own."},
 	{Code: "logs-upload", Domain: "machine", GRPC: codes.Unavailable, Meaning: "The log bundle was collected but could not be uploaded."},

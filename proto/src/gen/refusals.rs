@@ -53,6 +53,8 @@ pub enum Domain {
     Holds,
     /// Why bcd does not apply the host section, or a unit of it (SectionStatus of host; daemon/internal/hostconfig). Owner: `bcd`.
     HostUnits,
+    /// What bcd's reader of a host unit refuses (daemon/internal/hostconfig/unitfile); the host section reports it as UnitInvalid. Owner: `bcd`.
+    UnitFile,
     /// Why a machine's own kind failed (diag.nvml, logs.collect; daemon/internal/machine). Owner: `bcd`.
     Machine,
 }
@@ -85,6 +87,7 @@ impl Domain {
             Domain::Dispatch => "dispatch",
             Domain::Holds => "holds",
             Domain::HostUnits => "host-units",
+            Domain::UnitFile => "unit-file",
             Domain::Machine => "machine",
         }
     }
@@ -116,6 +119,7 @@ impl Domain {
             Domain::Dispatch => "bcd",
             Domain::Holds => "bcd",
             Domain::HostUnits => "bcd",
+            Domain::UnitFile => "bcd",
             Domain::Machine => "bcd",
         }
     }
@@ -471,6 +475,10 @@ pub enum Code {
     Unitinvalid,
     /// `UnitFailed` (host-units, FailedPrecondition): A unit whose start failed (its reason follows).
     Unitfailed,
+    /// `unit-syntax` (unit-file, InvalidArgument): A line of a unit file that bcd does not read: neither a [section] nor a key in one, or continued with a backslash.
+    UnitSyntax,
+    /// `unit-exec` (unit-file, InvalidArgument): An ExecStart= line that bcd does not read: quoting, specifiers or shell syntax.
+    UnitExec,
     /// `nvml-init` (machine, FailedPrecondition): NVML could not be initialized (no driver loaded, say): no GPU is checked.
     NvmlInit,
     /// `diag-error` (machine, Internal): The GPU diagnosis failed on its own.
@@ -656,6 +664,8 @@ impl Code {
             Code::Hostunsigned => "HostUnsigned",
             Code::Unitinvalid => "UnitInvalid",
             Code::Unitfailed => "UnitFailed",
+            Code::UnitSyntax => "unit-syntax",
+            Code::UnitExec => "unit-exec",
             Code::NvmlInit => "nvml-init",
             Code::DiagError => "diag-error",
             Code::LogsUpload => "logs-upload",
@@ -838,6 +848,8 @@ impl Code {
             Code::Hostunsigned => Domain::HostUnits,
             Code::Unitinvalid => Domain::HostUnits,
             Code::Unitfailed => Domain::HostUnits,
+            Code::UnitSyntax => Domain::UnitFile,
+            Code::UnitExec => Domain::UnitFile,
             Code::NvmlInit => Domain::Machine,
             Code::DiagError => Domain::Machine,
             Code::LogsUpload => Domain::Machine,
@@ -1020,6 +1032,8 @@ impl Code {
             Code::Hostunsigned => Grpc::PermissionDenied,
             Code::Unitinvalid => Grpc::InvalidArgument,
             Code::Unitfailed => Grpc::FailedPrecondition,
+            Code::UnitSyntax => Grpc::InvalidArgument,
+            Code::UnitExec => Grpc::InvalidArgument,
             Code::NvmlInit => Grpc::FailedPrecondition,
             Code::DiagError => Grpc::Internal,
             Code::LogsUpload => Grpc::Unavailable,
@@ -1202,6 +1216,8 @@ impl Code {
             Code::Hostunsigned => "Host units in a spec no command root signed: none is applied.",
             Code::Unitinvalid => "A unit bcd does not apply: its name, or content it cannot read.",
             Code::Unitfailed => "A unit whose start failed (its reason follows).",
+            Code::UnitSyntax => "A line of a unit file that bcd does not read: neither a [section] nor a key in one, or continued with a backslash.",
+            Code::UnitExec => "An ExecStart= line that bcd does not read: quoting, specifiers or shell syntax.",
             Code::NvmlInit => "NVML could not be initialized (no driver loaded, say): no GPU is checked.",
             Code::DiagError => "The GPU diagnosis failed on its own.",
             Code::LogsUpload => "The log bundle was collected but could not be uploaded.",
@@ -1384,6 +1400,8 @@ impl Code {
             "HostUnsigned" => Some(Code::Hostunsigned),
             "UnitInvalid" => Some(Code::Unitinvalid),
             "UnitFailed" => Some(Code::Unitfailed),
+            "unit-syntax" => Some(Code::UnitSyntax),
+            "unit-exec" => Some(Code::UnitExec),
             "nvml-init" => Some(Code::NvmlInit),
             "diag-error" => Some(Code::DiagError),
             "logs-upload" => Some(Code::LogsUpload),
@@ -1567,6 +1585,8 @@ pub const TABLE: &[Code] = &[
     Code::Hostunsigned,
     Code::Unitinvalid,
     Code::Unitfailed,
+    Code::UnitSyntax,
+    Code::UnitExec,
     Code::NvmlInit,
     Code::DiagError,
     Code::LogsUpload,
