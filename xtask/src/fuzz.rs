@@ -29,6 +29,9 @@ const GO_TARGETS: &[(&str, &str)] = &[
     ("./internal/tpm/attestor", "FuzzAttest"),
     ("./internal/config", "FuzzConfig"),
     ("./internal/session", "FuzzGatewayFrame"),
+    ("./internal/helper", "FuzzRequest"),
+    ("./internal/hostconfig/unitfile", "FuzzUnitFile"),
+    ("./internal/runtime/plan", "FuzzPlan"),
 ];
 
 /// The differential check: a parser kind and the Rust corpus it reads.

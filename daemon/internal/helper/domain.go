@@ -2,8 +2,9 @@
 // domain XML itself from a few fields with runtime/plan, the renderer
 // fakehw's plans come from too, never taking XML from the node, and
 // refuses a NIC on a bridge outside [helper] instance_bridges, or a disk
-// outside [helper] volume_dirs, before the domain exists; start, destroy,
-// undefine and state by name), and cloud-hypervisor
+// outside [helper] volume_dirs, before the domain exists; the disks it
+// names are the node's volumes checked and bound at paths of root's,
+// disks.go; start, destroy, undefine and state by name), and cloud-hypervisor
 // taps made with ip tuntap, owned by the node's user and enslaved only to
 // an instance bridge (ch.taps), deleted by ch.taps.delete.
 
@@ -112,18 +113,10 @@ func (s *Server) checkInstance(a *DomainArgs, define bool) error {
 	return nil
 }
 
-// volumePath says whether path is a clean absolute path strictly under
-// one of the volume directories.
+// volumePath says whether path is a clean absolute path directly under
+// one of the volume directories (lexically: openVolume opens it).
 func (s *Server) volumePath(path string) bool {
-	if !filepath.IsAbs(path) || filepath.Clean(path) != path {
-		return false
-	}
-	for _, dir := range s.cfg.Helper.VolumeDirs {
-		if rel, err := filepath.Rel(dir, path); err == nil && rel != "." && !strings.HasPrefix(rel, "..") && !strings.Contains(rel, "/") {
-			return true
-		}
-	}
-	return false
+	return plan.DiskUnder(path, s.cfg.Helper.VolumeDirs)
 }
 
 // macAddr is a unicast MAC address.
@@ -150,22 +143,13 @@ func (s *Server) domain(ctx context.Context, req Request) (any, error) {
 	virsh := s.cfg.Helper.Virsh
 	switch req.Op {
 	case OpDomainDefine:
-		data, err := plan.Render(domainOf(&a))
-		if err != nil {
-			return nil, err
-		}
-		dir := filepath.Join(s.cfg.Helper.StateDir, "domains")
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return nil, err
-		}
-		path := filepath.Join(dir, name+".xml")
-		if err := config.WriteFileAtomic(path, data, 0o600); err != nil {
-			return nil, err
-		}
-		if _, err := run(ctx, virsh, "define", path); err != nil {
+		if err := s.define(ctx, &a); err != nil {
 			return nil, err
 		}
 	case OpDomainStart:
+		if err := s.rebindDisks(a.ID); err != nil {
+			return nil, err
+		}
 		if _, err := run(ctx, virsh, "start", name); err != nil {
 			return nil, err
 		}
@@ -177,12 +161,48 @@ func (s *Server) domain(ctx context.Context, req Request) (any, error) {
 		if _, err := run(ctx, virsh, "undefine", name); err != nil {
 			return nil, err
 		}
+		if err := s.removeDisks(a.ID); err != nil {
+			return nil, err
+		}
 		_ = os.Remove(filepath.Join(s.cfg.Helper.StateDir, "domains", name+".xml"))
 	case OpDomainState:
 		return s.domainState(ctx, name)
 	}
 	s.log.Info("domain.done", "op", req.Op, "domain", name)
 	return map[string]string{"domain": name}, nil
+}
+
+// define checks and binds the disks (disks.go), renders the domain XML
+// with the bound paths in place of the node's, and runs virsh define; a
+// refused or failed define leaves no bind.
+func (s *Server) define(ctx context.Context, a *DomainArgs) error {
+	dir := filepath.Join(s.cfg.Helper.StateDir, "domains")
+	if err := os.MkdirAll(s.cfg.Helper.StateDir, 0o755); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	targets, err := s.bindDisks(a.ID, a.Disks)
+	if err != nil {
+		return err
+	}
+	d := domainOf(a)
+	for i := range d.Disks {
+		d.Disks[i].Path = targets[i]
+	}
+	data, err := plan.Render(d)
+	if err == nil {
+		path := filepath.Join(dir, plan.DomainName(a.ID)+".xml")
+		if err = config.WriteFileAtomic(path, data, 0o600); err == nil {
+			_, err = run(ctx, s.cfg.Helper.Virsh, "define", path)
+		}
+	}
+	if err != nil {
+		_ = s.removeDisks(a.ID)
+		return err
+	}
+	return nil
 }
 
 // TapName is the tap of an instance's i-th NIC: bcdt<8 hex of SHA-256(id)>n<i>.

@@ -2,9 +2,9 @@
 // update operations through Client (every refusal of the helper e2e, and
 // the good path), host units (signed, unsigned, tampered, names,
 // generations; host.start against a fake systemctl; the host reconciler
-// over HostUnits), domains against a fake virsh, taps against a fake ip, and
-// the install script's syntax and content. The same operations run as
-// real root in roote2e (TestHelperAsRoot).
+// over HostUnits), taps against a fake ip, and the install script's syntax
+// and content (domains and their disks: domain_test.go). The same
+// operations run as real root in roote2e (TestHelperAsRoot).
 
 package helper
 
@@ -29,7 +29,6 @@ import (
 	"bcd/internal/hostconfig"
 	"bcd/internal/pki"
 	"bcd/internal/proto/agentv1"
-	"bcd/internal/runtime/plan"
 	"bcd/internal/testlog"
 	"bcd/internal/update"
 	"bcd/internal/update/updatetest"
@@ -45,8 +44,12 @@ type rig struct {
 	client                     *Client
 	rel                        *updatetest.Release
 	calls                      string // the fake programs' log
-	cancel                     context.CancelFunc
-	done                       chan error
+	// vols is a volume directory; volsLink is one too, a symbolic link to
+	// another directory.
+	vols, volsLink string
+	binder         *fakeBinder
+	cancel         context.CancelFunc
+	done           chan error
 }
 
 func fakeProgram(t *testing.T, path, log, extra string) {
@@ -87,11 +90,20 @@ fi
 fi
 if [ "$1 $2" = "link delete" ]; then exit 1; fi
 `)
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.vols, r.volsLink = filepath.Join(real, "volumes"), filepath.Join(real, "linked-volumes")
+	os.MkdirAll(r.vols, 0o700)
+	os.MkdirAll(filepath.Join(real, "elsewhere"), 0o700)
+	os.Symlink(filepath.Join(real, "elsewhere"), r.volsLink)
+	r.binder = &fakeBinder{bound: map[string][2]uint64{}}
 	up := &update.Config{Threshold: 2, MinSequence: 5, Dir: r.slots, Staged: r.staged, ReleaseKeys: r.rel.SPKIs(), ReleaseKeyPins: r.rel.Pins()}
 	nodeConfig := filepath.Join(dir, "node", "config.toml")
 	os.MkdirAll(filepath.Dir(nodeConfig), 0o700)
 	os.WriteFile(nodeConfig, []byte("# The node's config.toml, after its join.\ndata_dir = \"data\"\nnode_id = \"node_1\"\n"), 0o600)
-	toml := "[helper]\nsocket = \"" + r.socket + "\"\nnode_config = \"" + nodeConfig + "\"\ninstance_bridges = [\"bcbr0\"]\nunit_dir = \"" + filepath.Join(dir, "units") +
+	toml := "[helper]\nsocket = \"" + r.socket + "\"\nvolume_dirs = [\"" + r.vols + "\", \"" + r.volsLink + "\"]\nnode_config = \"" + nodeConfig + "\"\ninstance_bridges = [\"bcbr0\"]\nunit_dir = \"" + filepath.Join(dir, "units") +
 		"\"\nstate_dir = \"" + filepath.Join(dir, "state") + "\"\ncommand_roots_dir = \"" + roots + "\"\nvirsh = \"" + filepath.Join(dir, "virsh") +
 		"\"\nip = \"" + filepath.Join(dir, "ip") + "\"\nsystemctl = \"" + filepath.Join(dir, "systemctl") + "\"\n\n" + up.String()
 	path := filepath.Join(dir, "helper.toml")
@@ -107,7 +119,7 @@ if [ "$1 $2" = "link delete" ]; then exit 1; fi
 		exe, _ := os.Executable()
 		exes = []string{exe}
 	}
-	s, err := NewServer(cfg, slog.New(slog.NewTextHandler(r.log, nil)), Options{UID: &uid, GID: &gid, Exes: exes})
+	s, err := NewServer(cfg, slog.New(slog.NewTextHandler(r.log, nil)), Options{UID: &uid, GID: &gid, Exes: exes, Binder: r.binder})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,67 +371,6 @@ func (r *rig) callLog(t *testing.T) string {
 	return string(data)
 }
 
-func TestDomainsThroughVirsh(t *testing.T) {
-	r := newRig(t, nil)
-	vm := DomainArgs{ID: "vm1", VCPUs: 2, MemoryBytes: 1 << 30, NICs: []NIC{{Bridge: "bcbr0", MAC: "52:54:00:12:34:56"}}}
-	err := Call(context.Background(), r.socket, OpDomainDefine, DomainArgs{ID: "vm1", VCPUs: 2, MemoryBytes: 1 << 30, NICs: []NIC{{Bridge: "br-mgmt"}}}, nil)
-	wantRefused(t, err, string(CodeBridge))
-	if !strings.Contains(err.Error(), `domain: bridge "br-mgmt" is not an instance network`) {
-		t.Fatalf("error %v", err)
-	}
-	if r.callLog(t) != "" {
-		t.Fatal("virsh ran for a refused domain")
-	}
-	wantRefused(t, Call(context.Background(), r.socket, OpDomainDefine, DomainArgs{ID: "../x", VCPUs: 1, MemoryBytes: 1 << 30}, nil), string(CodeArgs))
-	for _, op := range []string{OpDomainDefine, OpDomainStart, OpDomainDestroy, OpDomainUndefine} {
-		if err := Call(context.Background(), r.socket, op, vm, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	xmlPath := filepath.Join(r.dir, "state", "domains", "bcd-vm1.xml")
-	want := "virsh define " + xmlPath + "\nvirsh start bcd-vm1\nvirsh destroy bcd-vm1\nvirsh undefine bcd-vm1\n"
-	if got := r.callLog(t); got != want {
-		t.Fatalf("virsh calls:\n%s\nwant:\n%s", got, want)
-	}
-	xml, _ := plan.Render(domainOf(&vm))
-	for _, s := range []string{`<name>bcd-vm1</name>`, `<source bridge="bcbr0"></source>`, `<mac address="52:54:00:12:34:56"></mac>`, `<vcpu placement="static">2</vcpu>`} {
-		if !strings.Contains(string(xml), s) {
-			t.Fatalf("domain XML lacks %s:\n%s", s, xml)
-		}
-	}
-	// A disk outside [helper] volume_dirs, or a tap that is not the
-	// instance's, is refused before virsh runs; domain.state reads virsh.
-	before := r.callLog(t)
-	outside := vm
-	outside.Disks = []Disk{{Path: "/etc/shadow"}}
-	wantRefused(t, Call(context.Background(), r.socket, OpDomainDefine, outside, nil), string(CodeArgs))
-	sneaky := vm
-	sneaky.Disks = []Disk{{Path: "/var/lib/bcd/volumes/../../../etc/shadow"}}
-	wantRefused(t, Call(context.Background(), r.socket, OpDomainDefine, sneaky, nil), string(CodeArgs))
-	otherTap := vm
-	otherTap.NICs = []NIC{{Bridge: "bcbr0", Tap: TapName("vm2", 0)}}
-	wantRefused(t, Call(context.Background(), r.socket, OpDomainDefine, otherTap, nil), string(CodeArgs))
-	if r.callLog(t) != before {
-		t.Fatal("virsh ran for a refused domain")
-	}
-	withDisk := vm
-	withDisk.NICs = []NIC{{Bridge: "bcbr0", Tap: TapName("vm1", 0)}}
-	withDisk.Disks = []Disk{{Path: "/var/lib/bcd/volumes/data.raw", Serial: "data"}}
-	if err := Call(context.Background(), r.socket, OpDomainDefine, withDisk, nil); err != nil {
-		t.Fatal(err)
-	}
-	xml, _ = os.ReadFile(xmlPath)
-	for _, s := range []string{`<source file="/var/lib/bcd/volumes/data.raw"></source>`, `<target dev="` + TapName("vm1", 0) + `" managed="no"></target>`} {
-		if !strings.Contains(string(xml), s) {
-			t.Fatalf("domain XML lacks %s:\n%s", s, xml)
-		}
-	}
-	st := &StateResult{}
-	if err := Call(context.Background(), r.socket, OpDomainState, DomainArgs{ID: "vm1"}, st); err != nil || st.State != "defined" {
-		t.Fatalf("domain.state: %v %+v", err, st)
-	}
-}
-
 func TestTapsThroughIP(t *testing.T) {
 	r := newRig(t, nil)
 	err := Call(context.Background(), r.socket, OpChTaps, DomainArgs{ID: "vm1", NICs: []NIC{{Bridge: "bcbr0"}, {Bridge: "br-mgmt"}}}, nil)
@@ -500,10 +451,23 @@ func TestHostApplyRefusesASpecSignedForAnotherNode(t *testing.T) {
 		res := &HostResult{}
 		return res, Call(context.Background(), r.socket, OpHostApply, map[string]json.RawMessage{"spec": raw}, res)
 	}
+	nodeConfig := filepath.Join(r.dir, "node", "config.toml")
+	joined, _ := os.ReadFile(nodeConfig)
 	units := filepath.Join(r.dir, "units")
+	// Before the first apply: without a node id the helper applies nothing,
+	// and a link is not read (the bcd user writes that file).
+	os.WriteFile(nodeConfig, []byte("data_dir = \"data\"\n"), 0o600)
+	_, err := apply(spec(t, 2, commandRoot, hp))
+	wantRefused(t, err, string(CodeNodeUnknown))
+	os.Remove(nodeConfig)
+	os.Symlink(filepath.Join(r.dir, "helper.toml"), nodeConfig)
+	_, err = apply(spec(t, 2, commandRoot, hp))
+	wantRefused(t, err, string(CodeNodeUnknown))
+	os.Remove(nodeConfig)
+	os.WriteFile(nodeConfig, joined, 0o600)
 	// Another node's spec, properly signed, at a huge generation: refused,
 	// nothing written, and this node's own specs still apply.
-	_, err := apply(specFor(t, "node_other", 1<<40, commandRoot, hp))
+	_, err = apply(specFor(t, "node_other", 1<<40, commandRoot, hp))
 	wantRefused(t, err, "spec-wrong-node")
 	if entries, _ := os.ReadDir(units); len(entries) != 0 {
 		t.Fatalf("another node's spec wrote %v", entries)
@@ -511,15 +475,37 @@ func TestHostApplyRefusesASpecSignedForAnotherNode(t *testing.T) {
 	if _, err := apply(spec(t, 2, commandRoot, hp)); err != nil {
 		t.Fatalf("this node's own spec after another's: %v", err)
 	}
-	// Without a node id the helper applies nothing.
-	os.WriteFile(filepath.Join(r.dir, "node", "config.toml"), []byte("data_dir = \"data\"\n"), 0o600)
+	if !strings.Contains(r.log.String(), "host.node_bound") {
+		t.Fatalf("the first apply did not bind the node:\n%s", r.log)
+	}
+	// The first apply bound node_1: the bcd user naming another node in
+	// config.toml afterwards does not make root apply that node's units.
+	os.WriteFile(nodeConfig, []byte("data_dir = \"data\"\nnode_id = \"node_other\"\n"), 0o600)
+	_, err = apply(specFor(t, "node_other", 1<<40, commandRoot, hp))
+	wantRefused(t, err, string(CodeNodeChanged))
+	if strings.Contains(err.Error(), "node_other") {
+		t.Fatalf("the refusal echoes what the bcd user wrote: %v", err)
+	}
 	_, err = apply(spec(t, 3, commandRoot, hp))
-	wantRefused(t, err, string(CodeNodeUnknown))
-	// A link is not read (the bcd user writes that file).
-	os.Remove(filepath.Join(r.dir, "node", "config.toml"))
-	os.Symlink(filepath.Join(r.dir, "helper.toml"), filepath.Join(r.dir, "node", "config.toml"))
-	_, err = apply(spec(t, 3, commandRoot, hp))
-	wantRefused(t, err, string(CodeNodeUnknown))
+	wantRefused(t, err, string(CodeNodeChanged))
+	// Without a node id in config.toml (or without the file) the bound one
+	// still holds: this node's spec applies, another's does not.
+	os.WriteFile(nodeConfig, []byte("data_dir = \"data\"\n"), 0o600)
+	if _, err := apply(spec(t, 3, commandRoot, hp)); err != nil {
+		t.Fatalf("the bound node's spec: %v", err)
+	}
+	os.Remove(nodeConfig)
+	_, err = apply(specFor(t, "node_other", 1<<40, commandRoot, hp))
+	wantRefused(t, err, "spec-wrong-node")
+	if _, err := apply(spec(t, 4, commandRoot, hp)); err != nil {
+		t.Fatalf("the bound node's spec without config.toml: %v", err)
+	}
+	// Root rebinds: with host-units.json gone, the next apply binds again.
+	os.WriteFile(nodeConfig, []byte("data_dir = \"data\"\nnode_id = \"node_other\"\n"), 0o600)
+	os.Remove(filepath.Join(r.dir, "state", "host-units.json"))
+	if _, err := apply(specFor(t, "node_other", 1, commandRoot, hp)); err != nil {
+		t.Fatalf("after root removed the record: %v", err)
+	}
 }
 
 var _ hostconfig.System = (*HostUnits)(nil)

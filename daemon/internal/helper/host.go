@@ -1,13 +1,22 @@
 // Host units: host.apply takes a NodeSpec envelope signed by a command root
 // of the helper's command_roots_dir (PEM public keys, root's and neither
 // group- nor world-writable), refuses an unsigned or tampered one (pki's
-// DSSE codes), one for another node than this host's (spec-wrong-node; the
-// node id is [helper] node_id, else the node's config.toml's, else
-// host-node-unknown) and a generation below the last applied (host-generation),
+// DSSE codes), one for another node than this host's (spec-wrong-node),
+// and a generation below the last applied (host-generation),
 // writes the host section's units into unit_dir (names bcd-*.service and
 // kin only: host-unit-name), removes the units of the last apply that are
 // gone, and reloads systemd when it runs. host.start starts one unit the
 // last apply wrote (else host-unit-unknown) with systemctl start.
+//
+// This host's node id is [helper] node_id (root's) when set. Otherwise it
+// is bound on trust on first use: the first apply takes node_id from the
+// node's config.toml and records it in root's host-units.json, and from
+// then on that recorded id is this host's. The bcd user writes config.toml,
+// so a node id it names later is never taken: one that differs from the
+// recorded id is host-node-changed, and only root rebinds the host (by
+// setting [helper] node_id, or removing host-units.json after a deliberate
+// re-join). Before the first apply, an id config.toml does not give is
+// host-node-unknown.
 
 package helper
 
@@ -17,6 +26,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -25,6 +35,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"syscall"
 
 	"bcd/internal/config"
 	"bcd/internal/pki"
@@ -40,6 +51,9 @@ var unitName = regexp.MustCompile(`^bcd-[a-z0-9][a-z0-9-]*\.(service|mount|timer
 type hostState struct {
 	Generation uint64   `json:"generation"`
 	Units      []string `json:"units"`
+	// NodeID is the node the applied units are for: bound by the first
+	// apply, the host's node id from then on (the package comment).
+	NodeID string `json:"node_id,omitempty"`
 }
 
 // loadRoots reads the PEM public keys of dir (none when it is missing).
@@ -114,17 +128,17 @@ func (s *Server) hostApply(ctx context.Context, req Request) (any, error) {
 	if err := proto.Unmarshal(payload, spec); err != nil {
 		return nil, refuse(CodeArgs, "the spec does not decode: %v", err)
 	}
-	nodeID, err := s.hostNodeID()
+	statePath := s.hostStatePath()
+	state, err := s.loadHostState()
+	if err != nil {
+		return nil, err
+	}
+	nodeID, err := s.hostNodeID(state)
 	if err != nil {
 		return nil, err
 	}
 	if spec.GetNodeId() != nodeID {
 		return nil, refuse(pki.CodeSpecWrongNode, "spec for node %q, this host is %q", spec.GetNodeId(), nodeID)
-	}
-	statePath := s.hostStatePath()
-	state, err := s.loadHostState()
-	if err != nil {
-		return nil, err
 	}
 	if spec.GetGeneration() < state.Generation {
 		return nil, refuse(CodeGeneration, "generation %d is below the applied %d", spec.GetGeneration(), state.Generation)
@@ -159,7 +173,7 @@ func (s *Server) hostApply(ctx context.Context, req Request) (any, error) {
 	if err := os.MkdirAll(s.cfg.Helper.StateDir, 0o755); err != nil {
 		return nil, err
 	}
-	data, _ := json.Marshal(hostState{Generation: spec.GetGeneration(), Units: names})
+	data, _ := json.Marshal(hostState{Generation: spec.GetGeneration(), Units: names, NodeID: nodeID})
 	if err := config.WriteFileAtomic(statePath, data, 0o644); err != nil {
 		return nil, err
 	}
@@ -169,6 +183,9 @@ func (s *Server) hostApply(ctx context.Context, req Request) (any, error) {
 			return nil, &Error{Code: CodeCommand, Reason: "systemctl daemon-reload: " + strings.TrimSpace(string(out)), Err: err}
 		}
 		res.Reloaded = true
+	}
+	if state.NodeID == "" && s.cfg.Helper.NodeID == "" {
+		s.log.Info("host.node_bound", "node_id", nodeID, "state", statePath)
 	}
 	s.log.Info("host.applied", "generation", res.Generation, "written", res.Written, "removed", res.Removed, "reloaded", res.Reloaded)
 	return res, nil
@@ -231,26 +248,49 @@ func (s *Server) hostStart(ctx context.Context, req Request) (any, error) {
 // maxNodeConfig is the most of the node's config.toml the helper reads.
 const maxNodeConfig = 1 << 20
 
-// hostNodeID is this host's node id: [helper] node_id, else node_id of
-// the node's config.toml (a regular file, not a link: the bcd user writes
-// it, so its content is never echoed), else host-node-unknown.
-func (s *Server) hostNodeID() (string, error) {
+// hostNodeID is this host's node id (the package comment): [helper]
+// node_id; else the one the first apply recorded in state, refusing
+// host-node-changed when config.toml now names another; else, for the
+// first apply, config.toml's (host-node-unknown without one).
+func (s *Server) hostNodeID(state hostState) (string, error) {
 	if id := s.cfg.Helper.NodeID; id != "" {
 		return id, nil
 	}
+	fromConfig, err := s.nodeConfigID()
+	if state.NodeID == "" {
+		return fromConfig, err
+	}
+	if err == nil && fromConfig != state.NodeID {
+		// config.toml's id is the bcd user's word: it is not echoed.
+		return "", refuse(CodeNodeChanged, "this host was bound to node %q by its first host.apply (%s), and %s now names another node: "+
+			"a node id the node's user writes is not taken (after a deliberate re-join, root sets [helper] node_id or removes %s)",
+			state.NodeID, s.hostStatePath(), s.cfg.Helper.NodeConfig, s.hostStatePath())
+	}
+	return state.NodeID, nil
+}
+
+// nodeConfigID is node_id of the node's config.toml: a regular file (opened
+// without following a link: the bcd user writes it, so its content is
+// never echoed either), else host-node-unknown.
+func (s *Server) nodeConfigID() (string, error) {
 	path := s.cfg.Helper.NodeConfig
 	unknown := func(why string) (string, error) {
 		return "", refuse(CodeNodeUnknown, "no [helper] node_id, and %s %s", path, why)
 	}
-	fi, err := os.Lstat(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if errors.Is(err, syscall.ELOOP) {
+		return unknown("is a symbolic link")
+	}
 	if err != nil {
 		return unknown("cannot be read")
 	}
-	if !fi.Mode().IsRegular() || fi.Size() > maxNodeConfig {
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() || fi.Size() > maxNodeConfig {
 		return unknown("is not a regular file of at most 1 MiB")
 	}
-	data, err := os.ReadFile(path)
-	if err != nil {
+	data, err := io.ReadAll(io.LimitReader(f, maxNodeConfig+1))
+	if err != nil || len(data) > maxNodeConfig {
 		return unknown("cannot be read")
 	}
 	var node struct {

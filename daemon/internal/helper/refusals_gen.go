@@ -27,10 +27,14 @@ const (
 	CodeNoRoots Code = "host-no-command-roots"
 	// CodeNodeUnknown: The helper does not know this host's node id ([helper] node_id, or node_id in the node's config.toml), so it applies no spec.
 	CodeNodeUnknown Code = "host-node-unknown"
+	// CodeNodeChanged: The node's config.toml names another node than the one this host was bound to by its first host.apply, so nothing is applied (root rebinds it).
+	CodeNodeChanged Code = "host-node-changed"
 )
 
 // The codes of domain "instance": The helper's instance operations: domains and taps (daemon/internal/helper).
 const (
 	// CodeBridge: A NIC on a bridge that is not an instance bridge of this host.
 	CodeBridge Code = "instance-bridge"
+	// CodeDisk: A disk that is not a regular file of the node's user with one link, reached without a symbolic link (the volume directory included).
+	CodeDisk Code = "instance-disk"
 )

@@ -68,6 +68,8 @@ type Server struct {
 	exes     []string
 	slots    *update.Slots
 	roots    []*pki.PublicKey
+	// binder binds verified volumes at root's paths (disks.go).
+	binder Binder
 	// mu serializes the operations: one change of the host at a time.
 	mu sync.Mutex
 	// peer reads a connection's caller (SO_PEERCRED; tests replace it).
@@ -80,6 +82,9 @@ type Options struct {
 	UID, GID *uint32
 	// Exes override the slots a caller may run.
 	Exes []string
+	// Binder replaces the bind mounts of the domains' disks (tests that
+	// cannot mount).
+	Binder Binder
 }
 
 // NewServer checks the configuration and loads the pins and roots.
@@ -87,7 +92,10 @@ func NewServer(cfg *Config, log *slog.Logger, opts Options) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, log: log, peer: peerOf}
+	s := &Server{cfg: cfg, log: log, peer: peerOf, binder: mountBinder{}}
+	if opts.Binder != nil {
+		s.binder = opts.Binder
+	}
 	if opts.UID != nil && opts.GID != nil {
 		s.uid, s.gid = *opts.UID, *opts.GID
 	} else {
@@ -234,8 +242,8 @@ func (s *Server) handle(ctx context.Context, conn *net.UnixConn) {
 		if peer, err = s.peer(conn); err != nil {
 			return nil, refuse(CodePeer, "cannot identify the caller: %v", err)
 		}
-		if err := readMessage(bufio.NewReader(conn), &req); err != nil {
-			return nil, refuse(CodeArgs, "the request: %v", err)
+		if req, err = readRequest(bufio.NewReader(conn)); err != nil {
+			return nil, err
 		}
 		if err := s.authorize(peer); err != nil {
 			return nil, err
@@ -264,6 +272,16 @@ func (s *Server) handle(ctx context.Context, conn *net.UnixConn) {
 		s.log.Info("helper.done", attrs...)
 	}
 	_ = writeMessage(conn, resp)
+}
+
+// readRequest reads the one request of a connection: a JSON line of at
+// most MaxMessage bytes (helper-args otherwise).
+func readRequest(r *bufio.Reader) (Request, error) {
+	req := Request{}
+	if err := readMessage(r, &req); err != nil {
+		return Request{}, refuse(CodeArgs, "the request: %v", err)
+	}
+	return req, nil
 }
 
 // decode reads an operation's arguments.

@@ -6,7 +6,8 @@
 // only moves forward, and the applied spec. It is one bbolt file: every
 // change is a transaction that is fsynced before it returns, so nothing a
 // caller was told is written is lost on a crash. The exceptions are an ack
-// and a move of the mark: each takes effect at once for every reader but is
+// and a move of the mark (but its first, which also writes its anchor:
+// mark.go): each takes effect at once for every reader but is
 // written with the next change, or LazyWriteDelay after it came. An ack
 // lost in a crash drops nothing that is needed (the next Welcome names the
 // gateway's acked seq again); a mark lost in a crash is at most that much

@@ -1,7 +1,6 @@
-// The journal's state besides events and commands: the server-time mark
-// (only forward, taken at once and written lazily), the applied generation
-// and spec, and the state bucket's values (the trust bundle, the
-// allocations, the unbatched-command times).
+// The journal's state besides events, commands and the server-time mark
+// (mark.go): the applied generation and spec, and the state bucket's
+// values (the trust bundle, the allocations, the unbatched-command times).
 
 package journal
 
@@ -10,46 +9,6 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 )
-
-// Mark returns the server-time mark (0 before any Welcome).
-func (j *Journal) Mark() int64 {
-	mark, _ := j.MarkHeard()
-	return mark
-}
-
-// MarkHeard returns the mark and when, on the local clock, it last moved
-// (Unix ms; 0 when unknown: before any Welcome, or a journal written before
-// this was kept).
-func (j *Journal) MarkHeard() (mark, heardAtMs int64) {
-	_ = j.db.View(func(tx *bolt.Tx) error {
-		meta := tx.Bucket(bucketMeta)
-		mark, heardAtMs = int64(u64(meta.Get(keyMark))), int64(u64(meta.Get(keyMarkHeard)))
-		return nil
-	})
-	if p := j.lazy(); p.mark > mark {
-		return p.mark, p.markHeard
-	}
-	return mark, heardAtMs
-}
-
-// AdvanceMark sets the mark to max(mark, serverTimeMs) and returns it; when
-// it moves, the local time is kept with it (MarkHeard). The move takes
-// effect at once and is written with the journal's next change or
-// LazyWriteDelay later (see the package comment).
-func (j *Journal) AdvanceMark(serverTimeMs int64) (int64, error) {
-	mark, _ := j.MarkHeard()
-	if serverTimeMs <= mark {
-		return mark, nil
-	}
-	heard := j.now().UnixMilli()
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if serverTimeMs > j.pending.mark {
-		j.pending.mark, j.pending.markHeard = serverTimeMs, heard
-		j.writeLater()
-	}
-	return j.pending.mark, nil
-}
 
 // Applied returns the applied generation and the applied spec's envelope
 // (protobuf Envelope bytes; nil before the first spec).

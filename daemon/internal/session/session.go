@@ -1,7 +1,9 @@
 // Package session runs bcd's side of Gateway.Session (docs/protocol.md,
 // "Session"): Hello from the journal, the Welcome and its 5-minute rule,
 // the server-time mark that only moves forward (on Welcome and Ping) and
-// never by a time too far ahead of what bcd expects, acks (only of events
+// never by a time too far ahead of what bcd expects (the later of its own
+// clock and the journal's anchor plus the local time since, however many
+// Welcomes came), acks (only of events
 // sent) and the resend of unacked events, heartbeats at the Welcome's
 // interval (held to MinHeartbeat–MaxHeartbeat), Pong, liveness (3 silent
 // intervals drop the stream), full-jitter reconnect, Drain (redial after
@@ -29,10 +31,11 @@ import (
 // MaxWelcomeRewind is how far before the mark a Welcome's server time may be.
 const MaxWelcomeRewind = 5 * time.Minute
 
-// MaxServerTimeAhead is how far a server time may be ahead of what bcd
-// expects of the gateway's clock (the later of its own clock and the mark
-// plus the time since it was heard) and still be heard. It equals
-// MaxWelcomeRewind, so no server time bcd takes can put an honest Welcome
+// MaxServerTimeAhead is how far a server time may be ahead of the later of
+// bcd's own clock and what it expects of the gateway's (the journal's
+// anchor, its first server time, plus the local time since it was heard)
+// and still be heard. It equals MaxWelcomeRewind, so no server time bcd
+// takes, nor any run of them, can put an honest Welcome on either clock
 // more than 5 minutes before the mark.
 const MaxServerTimeAhead = MaxWelcomeRewind
 
@@ -227,22 +230,31 @@ func (s *Session) ServerNow() time.Time {
 	return time.UnixMilli(max(now, mark))
 }
 
-// expected is what bcd expects of the gateway's clock now, from the
-// mark and when it was heard (0 when it has no expectation: before any
-// Welcome, or a mark kept without its local time).
+// expected is what bcd expects of the gateway's clock now: the journal's
+// anchor (the first server time it heard, never moved) plus the local time
+// since it was heard; 0 when it has no expectation (before any server
+// time, or an anchor kept without its local time). It is not the mark plus
+// the time since the mark moved: each Welcome taken moves the mark, and a
+// bound that moved with it let a run of Welcomes, each a little ahead,
+// walk the mark as far as it liked.
 func (s *Session) expected() int64 {
-	mark, heardAt := s.cfg.Journal.MarkHeard()
-	if mark <= 0 || heardAt <= 0 {
+	anchor, heardAt := s.cfg.Journal.Anchor()
+	if anchor <= 0 || heardAt <= 0 {
 		return 0
 	}
-	return mark + max(time.Now().UnixMilli()-heardAt, 0)
+	return anchor + max(time.Now().UnixMilli()-heardAt, 0)
 }
 
 // plausible says whether a server time may be heard: it is at most
 // MaxServerTimeAhead after the later of bcd's own clock and expected (an
-// expectation of 0 bounds nothing). A server time behind bcd's clock is
-// always plausible: the mark is not clamped to bcd's clock, so a control
-// plane whose clock is far behind bcd's (a simulated one) is followed.
+// expectation of 0 bounds nothing). Both are references bcd trusts and
+// neither moves with what it heard, so no run of server times walks the
+// bound away: the mark stays within MaxServerTimeAhead of the later of
+// them. A server time behind is always plausible: the mark is not clamped
+// to bcd's clock, so a control plane whose clock is far behind (a
+// simulated one) is followed, one far ahead is followed from its first
+// server time (the anchor), and one whose clock is put right again is
+// followed as soon as it is within the tolerance of bcd's own.
 func plausible(ms, expected int64) bool {
 	if expected <= 0 {
 		return true

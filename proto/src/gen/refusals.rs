@@ -53,6 +53,8 @@ pub enum Domain {
     Holds,
     /// Why bcd does not apply the host section, or a unit of it (SectionStatus of host; daemon/internal/hostconfig). Owner: `bcd`.
     HostUnits,
+    /// What bcd's reader of a host unit refuses (daemon/internal/hostconfig/unitfile); the host section reports it as UnitInvalid. Owner: `bcd`.
+    UnitFile,
     /// Why a machine's own kind failed (diag.nvml, logs.collect; daemon/internal/machine). Owner: `bcd`.
     Machine,
 }
@@ -85,6 +87,7 @@ impl Domain {
             Domain::Dispatch => "dispatch",
             Domain::Holds => "holds",
             Domain::HostUnits => "host-units",
+            Domain::UnitFile => "unit-file",
             Domain::Machine => "machine",
         }
     }
@@ -116,6 +119,7 @@ impl Domain {
             Domain::Dispatch => "bcd",
             Domain::Holds => "bcd",
             Domain::HostUnits => "bcd",
+            Domain::UnitFile => "bcd",
             Domain::Machine => "bcd",
         }
     }
@@ -409,8 +413,12 @@ pub enum Code {
     HostNoCommandRoots,
     /// `host-node-unknown` (host, FailedPrecondition): The helper does not know this host's node id ([helper] node_id, or node_id in the node's config.toml), so it applies no spec.
     HostNodeUnknown,
+    /// `host-node-changed` (host, FailedPrecondition): The node's config.toml names another node than the one this host was bound to by its first host.apply, so nothing is applied (root rebinds it).
+    HostNodeChanged,
     /// `instance-bridge` (instance, PermissionDenied): A NIC on a bridge that is not an instance bridge of this host.
     InstanceBridge,
+    /// `instance-disk` (instance, PermissionDenied): A disk that is not a regular file of the node's user with one link, reached without a symbolic link (the volume directory included).
+    InstanceDisk,
     /// `ticket-replayed` (tunnel, PermissionDenied): An exec ticket whose jti this node already took (seen jtis are kept until they expire, across restarts).
     TicketReplayed,
     /// `tunnel-shell` (tunnel, Internal): bcd could not start the shell on a pseudo-terminal.
@@ -471,6 +479,10 @@ pub enum Code {
     Unitinvalid,
     /// `UnitFailed` (host-units, FailedPrecondition): A unit whose start failed (its reason follows).
     Unitfailed,
+    /// `unit-syntax` (unit-file, InvalidArgument): A line of a unit file that bcd does not read: neither a [section] nor a key in one, or continued with a backslash.
+    UnitSyntax,
+    /// `unit-exec` (unit-file, InvalidArgument): An ExecStart= line that bcd does not read: quoting, specifiers or shell syntax.
+    UnitExec,
     /// `nvml-init` (machine, FailedPrecondition): NVML could not be initialized (no driver loaded, say): no GPU is checked.
     NvmlInit,
     /// `diag-error` (machine, Internal): The GPU diagnosis failed on its own.
@@ -625,7 +637,9 @@ impl Code {
             Code::HostGeneration => "host-generation",
             Code::HostNoCommandRoots => "host-no-command-roots",
             Code::HostNodeUnknown => "host-node-unknown",
+            Code::HostNodeChanged => "host-node-changed",
             Code::InstanceBridge => "instance-bridge",
+            Code::InstanceDisk => "instance-disk",
             Code::TicketReplayed => "ticket-replayed",
             Code::TunnelShell => "tunnel-shell",
             Code::Resourcesexhausted => "ResourcesExhausted",
@@ -656,6 +670,8 @@ impl Code {
             Code::Hostunsigned => "HostUnsigned",
             Code::Unitinvalid => "UnitInvalid",
             Code::Unitfailed => "UnitFailed",
+            Code::UnitSyntax => "unit-syntax",
+            Code::UnitExec => "unit-exec",
             Code::NvmlInit => "nvml-init",
             Code::DiagError => "diag-error",
             Code::LogsUpload => "logs-upload",
@@ -807,7 +823,9 @@ impl Code {
             Code::HostGeneration => Domain::Host,
             Code::HostNoCommandRoots => Domain::Host,
             Code::HostNodeUnknown => Domain::Host,
+            Code::HostNodeChanged => Domain::Host,
             Code::InstanceBridge => Domain::Instance,
+            Code::InstanceDisk => Domain::Instance,
             Code::TicketReplayed => Domain::Tunnel,
             Code::TunnelShell => Domain::Tunnel,
             Code::Resourcesexhausted => Domain::Vps,
@@ -838,6 +856,8 @@ impl Code {
             Code::Hostunsigned => Domain::HostUnits,
             Code::Unitinvalid => Domain::HostUnits,
             Code::Unitfailed => Domain::HostUnits,
+            Code::UnitSyntax => Domain::UnitFile,
+            Code::UnitExec => Domain::UnitFile,
             Code::NvmlInit => Domain::Machine,
             Code::DiagError => Domain::Machine,
             Code::LogsUpload => Domain::Machine,
@@ -989,7 +1009,9 @@ impl Code {
             Code::HostGeneration => Grpc::FailedPrecondition,
             Code::HostNoCommandRoots => Grpc::FailedPrecondition,
             Code::HostNodeUnknown => Grpc::FailedPrecondition,
+            Code::HostNodeChanged => Grpc::FailedPrecondition,
             Code::InstanceBridge => Grpc::PermissionDenied,
+            Code::InstanceDisk => Grpc::PermissionDenied,
             Code::TicketReplayed => Grpc::PermissionDenied,
             Code::TunnelShell => Grpc::Internal,
             Code::Resourcesexhausted => Grpc::ResourceExhausted,
@@ -1020,6 +1042,8 @@ impl Code {
             Code::Hostunsigned => Grpc::PermissionDenied,
             Code::Unitinvalid => Grpc::InvalidArgument,
             Code::Unitfailed => Grpc::FailedPrecondition,
+            Code::UnitSyntax => Grpc::InvalidArgument,
+            Code::UnitExec => Grpc::InvalidArgument,
             Code::NvmlInit => Grpc::FailedPrecondition,
             Code::DiagError => Grpc::Internal,
             Code::LogsUpload => Grpc::Unavailable,
@@ -1171,7 +1195,9 @@ impl Code {
             Code::HostGeneration => "A spec older than the last applied.",
             Code::HostNoCommandRoots => "No command root is configured, so nothing is applied.",
             Code::HostNodeUnknown => "The helper does not know this host's node id ([helper] node_id, or node_id in the node's config.toml), so it applies no spec.",
+            Code::HostNodeChanged => "The node's config.toml names another node than the one this host was bound to by its first host.apply, so nothing is applied (root rebinds it).",
             Code::InstanceBridge => "A NIC on a bridge that is not an instance bridge of this host.",
+            Code::InstanceDisk => "A disk that is not a regular file of the node's user with one link, reached without a symbolic link (the volume directory included).",
             Code::TicketReplayed => "An exec ticket whose jti this node already took (seen jtis are kept until they expire, across restarts).",
             Code::TunnelShell => "bcd could not start the shell on a pseudo-terminal.",
             Code::Resourcesexhausted => "The host has no free vCPU or memory to start the instance now; it is tried again on the next pass.",
@@ -1202,6 +1228,8 @@ impl Code {
             Code::Hostunsigned => "Host units in a spec no command root signed: none is applied.",
             Code::Unitinvalid => "A unit bcd does not apply: its name, or content it cannot read.",
             Code::Unitfailed => "A unit whose start failed (its reason follows).",
+            Code::UnitSyntax => "A line of a unit file that bcd does not read: neither a [section] nor a key in one, or continued with a backslash.",
+            Code::UnitExec => "An ExecStart= line that bcd does not read: quoting, specifiers or shell syntax.",
             Code::NvmlInit => "NVML could not be initialized (no driver loaded, say): no GPU is checked.",
             Code::DiagError => "The GPU diagnosis failed on its own.",
             Code::LogsUpload => "The log bundle was collected but could not be uploaded.",
@@ -1353,7 +1381,9 @@ impl Code {
             "host-generation" => Some(Code::HostGeneration),
             "host-no-command-roots" => Some(Code::HostNoCommandRoots),
             "host-node-unknown" => Some(Code::HostNodeUnknown),
+            "host-node-changed" => Some(Code::HostNodeChanged),
             "instance-bridge" => Some(Code::InstanceBridge),
+            "instance-disk" => Some(Code::InstanceDisk),
             "ticket-replayed" => Some(Code::TicketReplayed),
             "tunnel-shell" => Some(Code::TunnelShell),
             "ResourcesExhausted" => Some(Code::Resourcesexhausted),
@@ -1384,6 +1414,8 @@ impl Code {
             "HostUnsigned" => Some(Code::Hostunsigned),
             "UnitInvalid" => Some(Code::Unitinvalid),
             "UnitFailed" => Some(Code::Unitfailed),
+            "unit-syntax" => Some(Code::UnitSyntax),
+            "unit-exec" => Some(Code::UnitExec),
             "nvml-init" => Some(Code::NvmlInit),
             "diag-error" => Some(Code::DiagError),
             "logs-upload" => Some(Code::LogsUpload),
@@ -1536,7 +1568,9 @@ pub const TABLE: &[Code] = &[
     Code::HostGeneration,
     Code::HostNoCommandRoots,
     Code::HostNodeUnknown,
+    Code::HostNodeChanged,
     Code::InstanceBridge,
+    Code::InstanceDisk,
     Code::TicketReplayed,
     Code::TunnelShell,
     Code::Resourcesexhausted,
@@ -1567,6 +1601,8 @@ pub const TABLE: &[Code] = &[
     Code::Hostunsigned,
     Code::Unitinvalid,
     Code::Unitfailed,
+    Code::UnitSyntax,
+    Code::UnitExec,
     Code::NvmlInit,
     Code::DiagError,
     Code::LogsUpload,

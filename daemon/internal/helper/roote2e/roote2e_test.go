@@ -359,6 +359,22 @@ fi
 		if got, _ := os.ReadFile("/etc/systemd/system/bcd-hugepages.service"); !bytes.Equal(got, hugepages.Content) {
 			t.Fatalf("the unit holds %q", got)
 		}
+		// That first apply bound the host to node_e2e (root's record): the
+		// node's config.toml naming another node afterwards is refused.
+		if record, _ := os.ReadFile(filepath.Join(helper.HelperStateDir, "host-units.json")); !bytes.Contains(record, []byte(`"node_id":"node_e2e"`)) {
+			t.Fatalf("host-units.json: %s", record)
+		}
+		joined, err := os.ReadFile(helper.NodeConfigPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(helper.NodeConfigPath, bytes.Replace(joined, []byte(`node_id = "node_e2e"`), []byte(`node_id = "node_other"`), 1), 0o640); err != nil {
+			t.Fatal(err)
+		}
+		n.refused(helper.OpHostApply, map[string]json.RawMessage{"spec": other.JSON()}, string(helper.CodeNodeChanged))
+		if err := os.WriteFile(helper.NodeConfigPath, joined, 0o640); err != nil {
+			t.Fatal(err)
+		}
 
 		// host.start: only a unit of the last apply (the huge pages one is
 		// not started here: the kernel's vm sysctls are not namespaced).

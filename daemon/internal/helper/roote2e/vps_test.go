@@ -5,8 +5,9 @@
 // host libvirt-kvm runtime (`bcd helper vps-pass`), which defines and
 // starts an instance through the helper's domain and tap operations as
 // real root (a real tap on bcbr0, the helper's domain XML, which
-// virt-xml-validate accepts when it is installed, the seed and a volume),
-// then deletes it, leaving no tap, domain file, seed or volume behind.
+// virt-xml-validate accepts when it is installed, the seed and a volume,
+// bind-mounted at root's path the XML names), then deletes it, leaving no
+// tap, domain file, bound disk, seed or volume behind.
 
 package roote2e
 
@@ -103,10 +104,22 @@ func vpsHost(t *testing.T, n *node, virshLog string) {
 		}
 	}
 	xml := "/var/lib/bcd-helper/domains/bcd-vm3.xml"
+	// The disk is the node's volume, checked and bound at root's path.
+	disk := "/var/lib/bcd-helper/disks/bcd-vm3/vda"
 	data, err := os.ReadFile(xml)
 	if err != nil || !strings.Contains(string(data), `<target dev="`+tap+`" managed="no">`) ||
-		!strings.Contains(string(data), `<source file="/var/lib/bcd/volumes/data.raw">`) {
+		!strings.Contains(string(data), `<source file="`+disk+`">`) || strings.Contains(string(data), "/var/lib/bcd/volumes") {
 		t.Fatalf("the domain XML: %v\n%s", err, data)
+	}
+	var bound, volume syscall.Stat_t
+	if err := syscall.Stat(disk, &bound); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Stat("/var/lib/bcd/volumes/data.raw", &volume); err != nil {
+		t.Fatal(err)
+	}
+	if bound.Ino != volume.Ino || bound.Dev != volume.Dev || bound.Uid != n.uid {
+		t.Fatalf("%s is not the volume bound (inode %d of uid %d, the volume's %d)", disk, bound.Ino, bound.Uid, volume.Ino)
 	}
 	if validate, err := exec.LookPath("virt-xml-validate"); err == nil {
 		if out, err := exec.Command(validate, xml, "domain").CombinedOutput(); err != nil {
@@ -130,7 +143,7 @@ func vpsHost(t *testing.T, n *node, virshLog string) {
 	if out, err := exec.Command("ip", "link", "show", tap).CombinedOutput(); err == nil {
 		t.Fatalf("the tap remains: %s", out)
 	}
-	for _, p := range []string{xml, seed, "/var/lib/bcd/volumes/data.raw", "/var/lib/bcd/instances/libvirt-kvm/vm3.json"} {
+	for _, p := range []string{xml, seed, "/var/lib/bcd/volumes/data.raw", "/var/lib/bcd/instances/libvirt-kvm/vm3.json", filepath.Dir(disk)} {
 		if _, err := os.Stat(p); !os.IsNotExist(err) {
 			t.Fatalf("%s remains (%v)", p, err)
 		}

@@ -71,7 +71,7 @@ func args(d *runtime.Domain) helper.DomainArgs {
 
 // invalid turns the helper's refusal of a domain into runtime.ErrInvalid.
 func invalid(err error) error {
-	if errors.Is(err, helper.CodeBridge) || errors.Is(err, helper.CodeArgs) {
+	if errors.Is(err, helper.CodeBridge) || errors.Is(err, helper.CodeArgs) || errors.Is(err, helper.CodeDisk) {
 		return fmt.Errorf("%w: %s", runtime.ErrInvalid, err)
 	}
 	return err

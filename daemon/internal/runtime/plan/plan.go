@@ -7,7 +7,9 @@
 // balloon), so that later elements (pinned NUMA-affine vCPUs in cputune
 // and numatune, huge pages in memoryBacking, GPU hostdevs) are one more
 // function each. Check says, before anything is rendered, why libvirt or
-// the host would refuse a domain.
+// the host would refuse a domain (and refuses what the XML could not say
+// as it is), CheckDisks whether its disks are under the allowed
+// directories.
 //
 // The guest finds its NoCloud seed through SMBIOS: the system serial is
 // "ds=nocloud;s=http://169.254.169.254/nocloud/", which cloud-init reads
@@ -19,8 +21,12 @@ import (
 	"crypto/sha256"
 	"encoding/xml"
 	"fmt"
+	"path/filepath"
 	"regexp"
 	"slices"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"bcd/internal/runtime"
 )
@@ -62,9 +68,12 @@ func Check(d *runtime.Domain, bridges []string) error {
 	if len(d.NICs) > MaxNICs {
 		return invalid("domain %s: %d NICs, at most %d", d.ID, len(d.NICs), MaxNICs)
 	}
-	for _, n := range d.NICs {
+	for i, n := range d.NICs {
 		if n.MAC != "" && !macAddr.MatchString(n.MAC) {
 			return invalid("domain %s: MAC %q", d.ID, n.MAC)
+		}
+		if n.Tap != "" && n.Tap != runtime.TapName(d.ID, i) {
+			return invalid("domain %s: NIC %d: tap %q is not the instance's (%s)", d.ID, i, n.Tap, runtime.TapName(d.ID, i))
 		}
 		if !slices.Contains(bridges, n.Bridge) {
 			return invalid("domain: bridge %q is not an instance network", n.Bridge)
@@ -74,7 +83,7 @@ func Check(d *runtime.Domain, bridges []string) error {
 		return invalid("domain %s: %d disks, at most %d", d.ID, len(d.Disks), MaxDisks)
 	}
 	for _, disk := range d.Disks {
-		if disk.Path == "" || !serialPattern.MatchString(disk.Serial) {
+		if !plainPath(disk.Path) || !serialPattern.MatchString(disk.Serial) {
 			return invalid("domain %s: disk %q (serial %q)", d.ID, disk.Path, disk.Serial)
 		}
 	}
@@ -98,6 +107,51 @@ func Check(d *runtime.Domain, bridges []string) error {
 		}
 	default:
 		return invalid("domain %s: huge pages of %d bytes (2 MiB or 1 GiB)", d.ID, d.HugePageBytes)
+	}
+	return nil
+}
+
+// plainPath says whether a disk path is one the XML says as it is: not
+// empty, clean, no ".." element, valid UTF-8 without control characters
+// or the two non-characters XML cannot carry (encoding/xml would write
+// U+FFFD for them: libvirt would open another path than the one checked).
+func plainPath(path string) bool {
+	if path == "" || filepath.Clean(path) != path || !utf8.ValidString(path) {
+		return false
+	}
+	for _, element := range strings.Split(path, "/") {
+		if element == ".." {
+			return false
+		}
+	}
+	return strings.IndexFunc(path, func(r rune) bool { return unicode.IsControl(r) || r == 0xFFFE || r == 0xFFFF }) < 0
+}
+
+// DiskUnder says whether path is an absolute path, clean, directly under
+// one of dirs (absolute and clean themselves): the disks bcd helper takes
+// ([helper] volume_dirs). It says nothing of what the path is on disk.
+func DiskUnder(path string, dirs []string) bool {
+	if !filepath.IsAbs(path) || filepath.Clean(path) != path {
+		return false
+	}
+	for _, dir := range dirs {
+		if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir {
+			continue
+		}
+		if rel, err := filepath.Rel(dir, path); err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, "../") && !strings.Contains(rel, "/") {
+			return true
+		}
+	}
+	return false
+}
+
+// CheckDisks returns why a disk of d is not directly under one of dirs
+// (wrapping runtime.ErrInvalid), or nil.
+func CheckDisks(d *runtime.Domain, dirs []string) error {
+	for _, disk := range d.Disks {
+		if !DiskUnder(disk.Path, dirs) {
+			return fmt.Errorf("%w: domain %s: disk %q is not a file directly under %v", runtime.ErrInvalid, d.ID, disk.Path, dirs)
+		}
 	}
 	return nil
 }
@@ -237,6 +291,9 @@ func devices(d *runtime.Domain) []*element {
 	return []*element{dev}
 }
 
+// DiskDev is the guest device of the i-th disk: vda, vdb, … (i below MaxDisks).
+func DiskDev(i int) string { return "vd" + string(diskLetters[i]) }
+
 // disks are the volumes as virtio disks vda, vdb, … in order.
 func disks(d *runtime.Domain) []*element {
 	var out []*element
@@ -244,7 +301,7 @@ func disks(d *runtime.Domain) []*element {
 		e := node("disk", attrs("type", "file", "device", "disk"),
 			node("driver", attrs("name", "qemu", "type", "raw", "cache", "none", "io", "native")),
 			node("source", attrs("file", disk.Path)),
-			node("target", attrs("dev", "vd"+string(diskLetters[i]), "bus", "virtio")),
+			node("target", attrs("dev", DiskDev(i), "bus", "virtio")),
 		)
 		if disk.ReadOnly {
 			e.Children = append(e.Children, node("readonly", nil))

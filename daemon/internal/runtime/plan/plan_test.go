@@ -1,10 +1,12 @@
 // Tests of the domain XML: the elements and their order, the checks, and
-// (when virt-xml-validate is installed) libvirt's own schema.
+// (when virt-xml-validate is installed) libvirt's own schema, over these
+// plans and FuzzPlan's seed corpus (fuzz_test.go).
 
 package plan
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -81,15 +83,23 @@ func TestCheckRefusesWhatLibvirtWould(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, edit := range map[string]func(*runtime.Domain){
-		"zero vCPUs":  func(d *runtime.Domain) { d.VCPUs = 0 },
-		"no memory":   func(d *runtime.Domain) { d.MemoryBytes = 4096 },
-		"bad id":      func(d *runtime.Domain) { d.ID = "../etc" },
-		"bad MAC":     func(d *runtime.Domain) { d.NICs[0].MAC = "01:00:00:00:00:01" },
-		"mgmt bridge": func(d *runtime.Domain) { d.NICs[1].Bridge = "br-mgmt" },
-		"pins":        func(d *runtime.Domain) { d.CPUs = &runtime.Pinning{HostCPUs: []uint32{3}} },
-		"pin twice":   func(d *runtime.Domain) { d.CPUs = &runtime.Pinning{HostCPUs: []uint32{3, 3}} },
-		"page size":   func(d *runtime.Domain) { d.HugePageBytes = 4096 },
-		"page count":  func(d *runtime.Domain) { d.HugePageBytes, d.MemoryBytes = HugePage1Gi, 3<<29 },
+		"zero vCPUs":    func(d *runtime.Domain) { d.VCPUs = 0 },
+		"no memory":     func(d *runtime.Domain) { d.MemoryBytes = 4096 },
+		"bad id":        func(d *runtime.Domain) { d.ID = "../etc" },
+		"bad MAC":       func(d *runtime.Domain) { d.NICs[0].MAC = "01:00:00:00:00:01" },
+		"mgmt bridge":   func(d *runtime.Domain) { d.NICs[1].Bridge = "br-mgmt" },
+		"pins":          func(d *runtime.Domain) { d.CPUs = &runtime.Pinning{HostCPUs: []uint32{3}} },
+		"pin twice":     func(d *runtime.Domain) { d.CPUs = &runtime.Pinning{HostCPUs: []uint32{3, 3}} },
+		"page size":     func(d *runtime.Domain) { d.HugePageBytes = 4096 },
+		"page count":    func(d *runtime.Domain) { d.HugePageBytes, d.MemoryBytes = HugePage1Gi, 3<<29 },
+		"another's tap": func(d *runtime.Domain) { d.NICs[0].Tap = runtime.TapName("vm2", 0) },
+		"no disk path":  func(d *runtime.Domain) { d.Disks[0].Path = "" },
+		"a .. element":  func(d *runtime.Domain) { d.Disks[0].Path = "/var/lib/bcd/volumes/../../../etc/shadow" },
+		"unclean":       func(d *runtime.Domain) { d.Disks[0].Path = "/var/lib/bcd/volumes//data.raw" },
+		// encoding/xml would write U+FFFD: the XML would name another file.
+		"a control character": func(d *runtime.Domain) { d.Disks[0].Path = "/var/lib/bcd/volumes/a\x01.raw" },
+		"a non-character":     func(d *runtime.Domain) { d.Disks[0].Path = "/var/lib/bcd/volumes/a\uffff.raw" },
+		"not UTF-8":           func(d *runtime.Domain) { d.Disks[0].Path = "/var/lib/bcd/volumes/a\xff.raw" },
 	} {
 		d := domain()
 		edit(d)
@@ -104,19 +114,65 @@ func TestCheckRefusesWhatLibvirtWould(t *testing.T) {
 	}
 }
 
+func TestCheckDisksTakesOnlyFilesDirectlyUnderTheDirectories(t *testing.T) {
+	dirs := []string{"/var/lib/bcd/volumes", "relative/volumes"}
+	for path, want := range map[string]bool{
+		"/var/lib/bcd/volumes/data.raw":                    true,
+		"/var/lib/bcd/volumes":                             false,
+		"/var/lib/bcd/volumes/sub/data.raw":                false,
+		"/var/lib/bcd/volumes/../volumes/data.raw":         false,
+		"/var/lib/bcd/volumes-other/data.raw":              false,
+		"/var/lib/bcd/data.raw":                            false,
+		"relative/volumes/data.raw":                        false,
+		"/var/lib/bcd/volumes/.":                           false,
+		"/var/lib/bcd/volumes/..data.raw":                  true,
+		"/var/lib/bcd/volumes/" + strings.Repeat("x", 300): true,
+	} {
+		d := domain()
+		d.Disks = []runtime.Disk{{Path: path}}
+		if got := CheckDisks(d, dirs) == nil; got != want {
+			t.Errorf("%q: accepted %v, want %v", path, got, want)
+		}
+		if got := DiskUnder(path, dirs); got != want {
+			t.Errorf("DiskUnder(%q) = %v, want %v", path, got, want)
+		}
+	}
+	if err := CheckDisks(domain(), dirs); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestLibvirtSchemaAcceptsThePlan runs virt-xml-validate (Debian's
-// libvirt-clients) when it is installed.
+// libvirt-clients) over the plans here and every plan of FuzzPlan's seed
+// corpus that Check accepts; without it the test is skipped, and fails
+// under CI=true.
 func TestLibvirtSchemaAcceptsThePlan(t *testing.T) {
 	validate, err := exec.LookPath("virt-xml-validate")
 	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("virt-xml-validate is not installed (libvirt-clients), and CI=true")
+		}
 		t.Skip("virt-xml-validate is not installed (libvirt-clients)")
 	}
-	for _, d := range []*runtime.Domain{domain(), placed(), {ID: "bare", VCPUs: 1, MemoryBytes: 1 << 28}} {
+	plans := []*runtime.Domain{domain(), placed(), {ID: "bare", VCPUs: 1, MemoryBytes: 1 << 28}}
+	seeds, err := seedCorpus(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, seed := range seeds {
+		if d, ok := accepted(seed); ok {
+			plans = append(plans, d)
+		}
+	}
+	if len(plans) < 3+len(seedDomains()) {
+		t.Fatalf("%d plans: the seeds must be accepted", len(plans))
+	}
+	for i, d := range plans {
 		data, err := Render(d)
 		if err != nil {
 			t.Fatal(err)
 		}
-		path := filepath.Join(t.TempDir(), d.ID+".xml")
+		path := filepath.Join(t.TempDir(), fmt.Sprintf("%d-%s.xml", i, d.ID))
 		if err := os.WriteFile(path, data, 0o600); err != nil {
 			t.Fatal(err)
 		}

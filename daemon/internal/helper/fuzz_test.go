@@ -1,0 +1,194 @@
+// Native fuzz target of the helper's request protocol: the bytes a peer
+// sends, read as the socket reads them (readRequest), then answered as far
+// as that changes nothing on the host. Properties: a request that does not
+// decode is refused helper-args; one that decodes re-encodes to a request
+// that decodes to itself, and re-encodes to the same bytes; its arguments,
+// decoded as its operation decodes them, re-encode to themselves; a domain
+// or tap operation's arguments that the helper accepts name only what it
+// allows (the instance's id, instance bridges, the instance's own taps,
+// disks directly under volume_dirs, and of those only the node's regular
+// file opens as a volume); and every other answer is a result or a refusal
+// whose code is in proto/refusals.toml (unknown operations helper-op).
+
+package helper
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"bcd/internal/refusal"
+	"bcd/internal/runtime"
+	"bcd/internal/runtime/plan"
+	"bcd/internal/update"
+)
+
+// fuzzServer is a helper that cannot change the host: no command roots,
+// no [update], programs that do not exist, and a binder that refuses.
+func fuzzServer(f *testing.F) (*Server, string) {
+	dir, err := filepath.EvalSymlinks(f.TempDir())
+	if err != nil {
+		f.Fatal(err)
+	}
+	vols := filepath.Join(dir, "volumes")
+	os.Mkdir(vols, 0o700)
+	good := filepath.Join(vols, "good.raw")
+	os.WriteFile(good, []byte("a volume"), 0o600)
+	os.Symlink("/etc/hostname", filepath.Join(vols, "link.raw"))
+	none := filepath.Join(dir, "none")
+	cfg := &Config{Helper: Settings{VolumeDirs: []string{vols}, InstanceBridges: []string{"bcbr0", "bcbr1"},
+		UnitDir: filepath.Join(dir, "units"), StateDir: filepath.Join(dir, "state"), CommandRootsDir: none,
+		NodeConfig: none, Virsh: none, IP: none, Systemctl: none}}
+	uid, gid := uint32(os.Getuid()), uint32(os.Getgid())
+	s, err := NewServer(cfg, nil, Options{UID: &uid, GID: &gid, Exes: []string{"/x"}, Binder: refusingBinder{}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	return s, good
+}
+
+// refusingBinder binds nothing.
+type refusingBinder struct{}
+
+func (refusingBinder) Bind(int, string) error     { return errors.New("the fuzz target binds nothing") }
+func (refusingBinder) Unbind(string) error        { return nil }
+func (refusingBinder) Bound(string) (bool, error) { return false, nil }
+
+// argsOf is what each operation decodes its arguments into.
+var argsOf = map[string]func() any{
+	OpHostApply: func() any { return &hostArgs{} }, OpHostStart: func() any { return &HostStartArgs{} },
+	OpDomainDefine: func() any { return &DomainArgs{} }, OpDomainStart: func() any { return &DomainArgs{} },
+	OpDomainDestroy: func() any { return &DomainArgs{} }, OpDomainUndefine: func() any { return &DomainArgs{} },
+	OpDomainState: func() any { return &DomainArgs{} }, OpChTaps: func() any { return &DomainArgs{} },
+	OpChTapsDelete: func() any { return &DomainArgs{} }, OpUpdatePrepare: func() any { return &prepareArgs{} },
+	OpUpdateSwap: func() any { return &update.SwapRequest{} }, OpUpdateConfirm: func() any { return &versionArgs{} },
+	OpUpdateSettle: func() any { return &versionArgs{} },
+}
+
+// wantCode fails unless err is a refusal with one of codes.
+func wantCode(t *testing.T, err error, codes ...Code) {
+	t.Helper()
+	if c := refusal.CodeOf(err); !slices.Contains(codes, c) {
+		t.Fatalf("refused with %q, want one of %v: %v", c, codes, err)
+	}
+}
+
+func FuzzRequest(f *testing.F) {
+	for _, seed := range []string{
+		`{"op":"ping"}`,
+		`{"op":"domain.define","args":{"id":"vm1","vcpus":2,"memory_bytes":1073741824,"nics":[{"bridge":"bcbr0","mac":"52:54:00:12:34:56","tap":"` + TapName("vm1", 0) + `"}],"disks":[{"path":"VOLS/good.raw","serial":"data","read_only":true}]}}`,
+		`{"op":"domain.define","args":{"id":"vm1","vcpus":1,"memory_bytes":1048576,"disks":[{"path":"VOLS/link.raw"},{"path":"VOLS/../../etc/shadow"}]}}`,
+		`{"op":"ch.taps","args":{"id":"vm2","nics":[{"bridge":"bcbr1"},{"bridge":"br-mgmt"}]}}`,
+		`{"op":"ch.taps.delete","args":{"id":"vm2"}}`,
+		`{"op":"host.apply","args":{"spec":{"payloadType":"x","payload":"","signatures":[]}}}`,
+		`{"op":"host.start","args":{"name":"bcd-hugepages.service"}}`,
+		`{"op":"update.swap","args":{"command_id":"c","previous":"0.1.0","confirm_timeout_ms":1000}}`,
+		`{"op":"rm -rf","args":[1,"\u003c\ud800"]}` + "\n" + `{"op":"ping"}`,
+		`{"op":"update.confirm"`,
+	} {
+		f.Add([]byte(seed))
+	}
+	s, good := fuzzServer(f)
+	vols := s.cfg.Helper.VolumeDirs[0]
+	peer := &Peer{UID: s.uid, Exe: "/x"}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		data = bytes.ReplaceAll(data, []byte("VOLS"), []byte(vols))
+		req, err := readRequest(bufio.NewReader(bytes.NewReader(data)))
+		if err != nil {
+			wantCode(t, err, CodeArgs)
+			return
+		}
+		var wire, again bytes.Buffer
+		if err := writeMessage(&wire, req); err != nil {
+			return // HTML escaping grew it past MaxMessage: the client would not send it
+		}
+		back, err := readRequest(bufio.NewReader(bytes.NewReader(wire.Bytes())))
+		if err != nil || back.Op != req.Op || writeMessage(&again, back) != nil || !bytes.Equal(again.Bytes(), wire.Bytes()) {
+			t.Fatalf("the request does not re-encode to itself: %v\n%q\n%q", err, wire.Bytes(), again.Bytes())
+		}
+		if newArgs := argsOf[req.Op]; newArgs != nil && len(req.Args) > 0 {
+			a := newArgs()
+			if err := decode(req, a); err != nil {
+				wantCode(t, err, CodeArgs)
+				return
+			}
+			first, _ := json.Marshal(a)
+			b := newArgs()
+			if json.Unmarshal(first, b) != nil {
+				t.Fatalf("the arguments do not decode from their encoding %q", first)
+			}
+			if second, _ := json.Marshal(b); !bytes.Equal(first, second) {
+				t.Fatalf("the arguments re-encode as %q, then %q", first, second)
+			}
+		}
+		if isInstanceOp(req.Op) {
+			checkInstanceOp(t, s, req, good)
+			return
+		}
+		res, err := s.do(context.Background(), peer, req)
+		if err != nil {
+			code := refusal.CodeOf(err)
+			if _, known := refusal.Lookup(code); !known {
+				t.Fatalf("%s refused without a code of the table: %v", req.Op, err)
+			}
+			if argsOf[req.Op] == nil && !slices.Contains([]string{OpPing, OpUpdateState, OpUpdateRollback}, req.Op) && code != CodeOp {
+				t.Fatalf("the unknown operation %q: %v", req.Op, err)
+			}
+			return
+		}
+		if _, err := json.Marshal(res); err != nil || req.Op != OpPing {
+			t.Fatalf("%s answered %v (%v): only ping may, on this helper", req.Op, res, err)
+		}
+	})
+}
+
+// isInstanceOp says whether op is a domain or tap operation (not run here:
+// their checks are).
+func isInstanceOp(op string) bool {
+	return slices.Contains([]string{OpDomainDefine, OpDomainStart, OpDomainDestroy, OpDomainUndefine, OpDomainState, OpChTaps, OpChTapsDelete}, op)
+}
+
+// checkInstanceOp holds a domain or tap operation's accepted arguments to
+// what the helper allows, and opens a define's disks as define does.
+func checkInstanceOp(t *testing.T, s *Server, req Request, good string) {
+	var a DomainArgs
+	if err := decode(req, &a); err != nil {
+		wantCode(t, err, CodeArgs)
+		return
+	}
+	if err := s.checkInstance(&a, req.Op == OpDomainDefine); err != nil {
+		wantCode(t, err, CodeArgs, CodeBridge)
+		return
+	}
+	if !runtime.IDPattern.MatchString(a.ID) || len(a.NICs) > plan.MaxNICs {
+		t.Fatalf("accepted id %q, %d NICs", a.ID, len(a.NICs))
+	}
+	for i, n := range a.NICs {
+		if !slices.Contains(s.cfg.Helper.InstanceBridges, n.Bridge) || (n.Tap != "" && n.Tap != TapName(a.ID, i)) {
+			t.Fatalf("accepted NIC %d %+v", i, n)
+		}
+	}
+	for _, d := range a.Disks {
+		if !plan.DiskUnder(d.Path, s.cfg.Helper.VolumeDirs) {
+			t.Fatalf("accepted the disk %q", d.Path)
+		}
+		if req.Op != OpDomainDefine {
+			continue
+		}
+		v, err := s.openVolume(d.Path)
+		if err != nil {
+			wantCode(t, err, CodeArgs, CodeDisk)
+			continue
+		}
+		v.close()
+		if d.Path != good {
+			t.Fatalf("%q opened as a volume; the node's only volume is %s", d.Path, good)
+		}
+	}
+}
