@@ -20,7 +20,25 @@ pub const TUNNELS_ISSUER: &str = "https://compute.dev.local/tunnels";
 pub const NODE: &str = "node_0";
 
 /// The parsers with a verdict, the differential check's kinds.
-pub const KINDS: &[&str] = &["dsse-json", "jwe", "jws", "manifest", "tpm-public"];
+pub const KINDS: &[&str] = &["dsse-json", "jwe", "jws", "manifest", "tpm-public", "csr", "certificate"];
+
+/// The fixtures' node CA (`testdata/pki/node-ca.pem`), the one issuer the
+/// `certificate` kind verifies against.
+pub fn node_ca() -> &'static [u8] {
+    static DER: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    DER.get_or_init(|| {
+        let pem = include_str!("../../testdata/pki/node-ca.pem");
+        let body: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
+        pki::b64::std_decode(&body).expect("the node CA's PEM is base64")
+    })
+}
+
+/// What the `certificate` kind checks: `data` verified under [`node_ca`] at
+/// the fixture time, as a node (client) certificate, the one profile the
+/// Join path hands back and the gateway is shown.
+pub fn verify_node_certificate(data: &[u8]) -> pki::Result<pki::x509::Verified> {
+    pki::x509::verify_for(data, node_ca(), pki::x509::Usage::Client, AS_OF_MS)
+}
 
 /// The trusted command root.
 pub fn command_root() -> PublicKey {
@@ -78,6 +96,71 @@ pub fn verdict(kind: &str, data: &[u8]) -> String {
                 CertifiedKey { public: data.to_vec(), certify: Signed { attest: vec![], signature: vec![] } };
             outcome(verify_key_certification(data, &[0; 32], &certified))
         }
+        "csr" => outcome(pki::x509::parse_csr(data)),
+        "certificate" => outcome(verify_node_certificate(data)),
         other => panic!("no parser {other:?}"),
     }
+}
+
+/// One DER TLV read by [`tlv`].
+pub struct Tlv<'a> {
+    /// Its tag.
+    pub tag: u8,
+    /// Its contents.
+    pub contents: &'a [u8],
+    /// The whole TLV.
+    pub whole: &'a [u8],
+    /// What follows it.
+    pub rest: &'a [u8],
+}
+
+/// One DER TLV at the start of `input`; `None` unless it is definite-length
+/// and fits. A reader of its own, independent of the one `pki` parses with
+/// (`pki/src/x509/signed.rs`), so that the targets can check which bytes
+/// were signed.
+pub fn tlv(input: &[u8]) -> Option<Tlv<'_>> {
+    let (&tag, rest) = input.split_first()?;
+    let (&first, rest) = rest.split_first()?;
+    let (len, rest) = if first < 0x80 {
+        (usize::from(first), rest)
+    } else {
+        let n = usize::from(first & 0x7f);
+        if n == 0 || n > 4 || rest.len() < n {
+            return None;
+        }
+        (rest[..n].iter().fold(0usize, |acc, b| (acc << 8) | usize::from(*b)), &rest[n..])
+    };
+    if rest.len() < len {
+        return None;
+    }
+    let header = input.len() - rest.len();
+    Some(Tlv { tag, contents: &rest[..len], whole: &input[..header + len], rest: &rest[len..] })
+}
+
+/// The elements of a SEQUENCE's contents, each as its whole TLV.
+pub fn elements(mut contents: &[u8]) -> Option<Vec<&[u8]>> {
+    let mut out = Vec::new();
+    while !contents.is_empty() {
+        let t = tlv(contents)?;
+        out.push(t.whole);
+        contents = t.rest;
+    }
+    Some(out)
+}
+
+/// A signed DER object (a certificate or a CSR): the exact bytes of what was
+/// signed (its first element, whole) and the signature BIT STRING's octets
+/// after the unused-bits byte.
+pub fn signed_parts(der: &[u8]) -> Option<(&[u8], &[u8])> {
+    let parts = elements(tlv(der)?.contents)?;
+    let bits = tlv(parts.get(2)?)?.contents;
+    Some((parts.first()?, bits.get(1..)?))
+}
+
+/// Whether `sig` (DER ECDSA) is `key`'s ECDSA-SHA256 signature over `msg`,
+/// with the `ecdsa` crate alone.
+pub fn ecdsa_verifies(key: &p256::PublicKey, msg: &[u8], sig: &[u8]) -> bool {
+    use p256::ecdsa::signature::Verifier as _;
+    p256::ecdsa::Signature::from_der(sig)
+        .is_ok_and(|sig| p256::ecdsa::VerifyingKey::from(*key).verify(msg, &sig).is_ok())
 }

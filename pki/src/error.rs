@@ -232,6 +232,13 @@ pub enum JwsError {
         /// The header's alg.
         found: String,
     },
+    /// The protected header has a `crit` member: critical extensions, of
+    /// which the verifier understands none (RFC 7515, 4.1.11).
+    #[error("JWS header lists critical extensions {crit}, none of which is understood")]
+    Crit {
+        /// The header's `crit` value, as JSON.
+        crit: String,
+    },
     /// The JWS kid is not a trusted issuer key.
     #[error("JWS kid {kid:?} is not trusted")]
     UnknownKid {
@@ -296,6 +303,7 @@ impl JwsError {
         match self {
             JwsError::Malformed { .. } => Code::JwsMalformed,
             JwsError::Alg { .. } => Code::JwsAlg,
+            JwsError::Crit { .. } => Code::JwsCrit,
             JwsError::UnknownKid { .. } => Code::JwsUnknownKid,
             JwsError::BadSignature { .. } => Code::JwsBadSignature,
             JwsError::Claims { .. } => Code::TokenClaims,
@@ -810,6 +818,6 @@ mod tests {
         assert!(Error::is_code("dsse-unsigned") && Error::is_code("node-key-not-csr"));
         assert!(!Error::is_code("token-unknown") && !Error::is_code("update-pending") && !Error::is_code("nope"));
         let pki = proto::refusal::TABLE.iter().filter(|c| c.domain().owner() == "pki").count();
-        assert_eq!(pki, 71, "a pki code was added to or removed from proto/refusals.toml: add its variant too");
+        assert_eq!(pki, 72, "a pki code was added to or removed from proto/refusals.toml: add its variant too");
     }
 }

@@ -3,9 +3,13 @@
 //! byte-stable.
 //!
 //! Checks, in order (the same on the Go side): three base64url parts and a
-//! JSON header (`jws-malformed`), `alg` ES256 (`jws-alg`), a trusted `kid`
-//! (`jws-unknown-kid`), the signature (`jws-bad-signature`), the claims
-//! (`token-claims`), then `iss`, `aud`, `exp`, `iat` and, for tickets, `op`.
+//! JSON header (`jws-malformed`), `alg` ES256 (`jws-alg`), no `crit` member
+//! in the header (`jws-crit`: RFC 7515 §4.1.11 has a verifier refuse a
+//! critical extension it does not understand, and we understand none), a
+//! trusted `kid` (`jws-unknown-kid`), the signature (`jws-bad-signature`),
+//! the claims (`token-claims`), then `iss`, `aud`, `exp`, `iat` and, for
+//! tickets, `op`. As in [`crate::jwe`], a header member that is `null`
+//! counts as absent.
 
 use serde::{Deserialize, Serialize};
 
@@ -78,6 +82,7 @@ pub fn sign<C: Serialize>(key: &p256::SecretKey, claims: &C) -> String {
 struct Header {
     alg: Option<String>,
     kid: Option<String>,
+    crit: Option<serde_json::Value>,
 }
 
 /// Verifies a compact JWS against trusted issuer keys and decodes its claims.
@@ -95,6 +100,9 @@ fn verify<C: for<'de> Deserialize<'de>>(token: &str, trusted: &[p256::PublicKey]
     let alg = header.alg.unwrap_or_default();
     if alg != "ES256" {
         return Err(JwsError::Alg { found: alg }.into());
+    }
+    if let Some(crit) = header.crit {
+        return Err(JwsError::Crit { crit: crit.to_string() }.into());
     }
     let kid = header.kid.unwrap_or_default();
     let key = trusted
@@ -195,6 +203,56 @@ mod tests {
         assert_eq!(code(&token, "node_1", 0), "token-not-yet-valid");
         let other = sign(&keys::p256("s", "x"), &ticket());
         assert_eq!(code(&other, "node_1", 1_100_000), "jws-unknown-kid");
+    }
+
+    /// A compact JWS of `claims` under an arbitrary `header`, signed by `key`.
+    fn sign_with_header<C: Serialize>(key: &p256::SecretKey, header: &str, claims: &C) -> String {
+        let payload = serde_json::to_vec(claims).unwrap();
+        let input = format!("{}.{}", b64::url(header.as_bytes()), b64::url(&payload));
+        let sig = crate::keys::sign_p256(key, input.as_bytes());
+        format!("{input}.{}", b64::url(&sig.to_bytes()))
+    }
+
+    #[test]
+    fn a_crit_header_is_refused_after_alg_and_before_kid() {
+        let key = keys::p256("s", "tunnels-issuer");
+        let trusted = [key.public_key()];
+        let kid = key.keyid();
+        let code = |header: &str| {
+            let token = sign_with_header(&key, header, &ticket());
+            verify_exec_ticket(&token, &trusted, "tunnels", "node_1", 1_100_000).map(|_| ()).map_err(|e| e.code())
+        };
+        // Whatever `crit` lists, even nothing or something that is not a list, we understand none of it.
+        for crit in [r#"["exp"]"#, r#"["b64"]"#, "[]", r#""exp""#, "{}", "0"] {
+            let header = format!(r#"{{"alg":"ES256","crit":{crit},"exp":1,"kid":"{kid}","typ":"JWT"}}"#);
+            assert_eq!(code(&header), Err("jws-crit"), "{header}");
+        }
+        // A null member is an absent one, as for every other header member.
+        assert_eq!(code(&format!(r#"{{"alg":"ES256","crit":null,"kid":"{kid}"}}"#)), Ok(()));
+        // The order: alg first, then crit, before the kid and the signature.
+        assert_eq!(code(&format!(r#"{{"alg":"HS256","crit":["exp"],"kid":"{kid}"}}"#)), Err("jws-alg"));
+        assert_eq!(code(r#"{"alg":"ES256","crit":["exp"],"kid":"nobody"}"#), Err("jws-crit"));
+        let forged = sign_with_header(
+            &keys::p256("s", "x"),
+            &format!(r#"{{"alg":"ES256","crit":["exp"],"kid":"{kid}"}}"#),
+            &ticket(),
+        );
+        assert_eq!(
+            verify_exec_ticket(&forged, &trusted, "tunnels", "node_1", 1_100_000).unwrap_err().code(),
+            "jws-crit"
+        );
+        // Workload tokens go through the same verifier.
+        let claims = WorkloadToken {
+            iss: "wl".into(),
+            aud: "vault".into(),
+            sub: "instance:i".into(),
+            node: "node_1".into(),
+            iat: 1000,
+            exp: 1300,
+        };
+        let token = sign_with_header(&key, &format!(r#"{{"alg":"ES256","crit":["exp"],"kid":"{kid}"}}"#), &claims);
+        assert_eq!(verify_workload_token(&token, &trusted, "wl", "vault", 1_100_000).unwrap_err().code(), "jws-crit");
+        assert_eq!(verify_workload_token(&sign(&key, &claims), &trusted, "wl", "vault", 1_100_000).unwrap(), claims);
     }
 
     #[test]

@@ -15,8 +15,18 @@ use anyhow::{Context, Result, bail};
 use xshell::{Shell, cmd};
 
 /// The cargo-fuzz targets, in the order they run.
-const RUST_TARGETS: &[&str] =
-    &["dsse_json", "dsse_proto", "jwe", "jws", "manifest", "tpm_public", "tpm_attest", "gateway_frame"];
+const RUST_TARGETS: &[&str] = &[
+    "dsse_json",
+    "dsse_proto",
+    "jwe",
+    "jws",
+    "manifest",
+    "tpm_public",
+    "tpm_attest",
+    "gateway_frame",
+    "csr",
+    "certificate",
+];
 
 /// Go's native targets: package and function.
 const GO_TARGETS: &[(&str, &str)] = &[
@@ -25,6 +35,8 @@ const GO_TARGETS: &[(&str, &str)] = &[
     ("./internal/pki", "FuzzJWE"),
     ("./internal/pki", "FuzzJWS"),
     ("./internal/pki", "FuzzManifest"),
+    ("./internal/pki", "FuzzParseCSR"),
+    ("./internal/pki", "FuzzCertificate"),
     ("./internal/tpm/attestor", "FuzzPublic"),
     ("./internal/tpm/attestor", "FuzzAttest"),
     ("./internal/config", "FuzzConfig"),
@@ -41,6 +53,8 @@ const DIFFERENTIAL: &[(&str, &str)] = &[
     ("jws", "jws"),
     ("manifest", "manifest"),
     ("tpm-public", "tpm_public"),
+    ("csr", "csr"),
+    ("certificate", "certificate"),
 ];
 
 /// How long each target runs.

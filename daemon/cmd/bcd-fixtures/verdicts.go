@@ -8,10 +8,13 @@ package main
 import (
 	"crypto/ecdsa"
 	"crypto/ed25519"
+	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"bcd/internal/pki"
@@ -76,12 +79,46 @@ func verdict(kind string, data []byte) (string, error) {
 		}
 		_, err = pki.VerifyManifest(env, pki.ReleasePolicy{Keys: keys, Threshold: 2, MinSequence: 5}, time.UnixMilli(verdictAsOfMs))
 		return verdictOf(err), nil
+	case "csr":
+		_, err := pki.ParseCSR(data)
+		return verdictOf(err), nil
+	case "certificate":
+		ca, err := nodeCA()
+		if err != nil {
+			return "", err
+		}
+		_, err = pki.VerifyIssued(data, ca, pki.VerifyOptions{Usage: pki.UsageClient, At: time.UnixMilli(verdictAsOfMs)})
+		return verdictOf(err), nil
 	case "tpm-public":
 		_, err := attestor.VerifyKeyCertification(data, make([]byte, 32), &attestor.CertifiedKey{Public: data})
 		return verdictOf(err), nil
 	}
 	return "", fmt.Errorf("%w: no parser %q", errUsage, kind)
 }
+
+// nodeCA is the fixtures' node CA, testdata/pki/node-ca.pem, found from the
+// working directory up (the Rust side includes the same file), read once.
+var nodeCA = sync.OnceValues(func() ([]byte, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return nil, err
+	}
+	for {
+		data, err := os.ReadFile(filepath.Join(dir, "testdata", "pki", "node-ca.pem"))
+		if err == nil {
+			block, _ := pem.Decode(data)
+			if block == nil {
+				return nil, errors.New("testdata/pki/node-ca.pem is not PEM")
+			}
+			return block.Bytes, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return nil, errors.New("no testdata/pki/node-ca.pem above the working directory")
+		}
+		dir = parent
+	}
+})
 
 // verdicts prints the verdict of kind on every file given.
 func verdicts(kind string, files []string, stdout io.Writer) error {

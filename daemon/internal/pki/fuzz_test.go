@@ -1,9 +1,12 @@
 // Native fuzz targets of the parsers of untrusted bytes in this package: the
 // DSSE envelope in JSON and in protobuf, the JWE (a sealed join token) and
-// JWS (an exec ticket) compact forms, and the release manifest. Each checks
-// a property beyond "no panic": every refusal carries one of pki's codes,
-// and what parses re-encodes to what parses the same. The seeds are the
-// fixture cases of testdata/interop.json and testdata/release/release.json;
+// JWS (an exec ticket) compact forms, the release manifest, and the two
+// parsers of the unauthenticated Join path, the CSR and the certificate
+// verified against the node CA. Each checks a property beyond "no panic":
+// every refusal carries one of pki's codes, and what parses re-encodes to
+// what parses the same. The seeds are the fixture cases of
+// testdata/interop.json and testdata/release/release.json (and the DER of
+// testdata/daemon/daemon.json's CSR and testdata/tpm's EK certificates);
 // `cargo xtask fuzz` runs them (docs/harness.md, "Fuzzing"), and the Rust
 // targets in fuzz/ fuzz the same parsers in pki.
 
@@ -12,6 +15,9 @@ package pki
 import (
 	"bytes"
 	"crypto/ecdsa"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/asn1"
 	"encoding/json"
 	"errors"
 	"os"
@@ -189,6 +195,148 @@ func FuzzManifest(f *testing.F) {
 			if again.Artifacts[i] != m.Artifacts[i] {
 				t.Fatalf("artifact %d does not round-trip", i)
 			}
+		}
+	})
+}
+
+// interopDER returns the certificates of testdata/interop.json by name, and
+// the DER of the member field (standard base64) of every case of kind.
+func interopDER(f *testing.F, kind, field string) (map[string][]byte, [][]byte) {
+	data, err := os.ReadFile("../../../testdata/interop.json")
+	if err != nil {
+		f.Fatal(err)
+	}
+	var doc struct {
+		Certificates map[string][]byte `json:"certificates"`
+		Cases        []struct {
+			Kind  string                     `json:"kind"`
+			Input map[string]json.RawMessage `json:"input"`
+		} `json:"cases"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		f.Fatal(err)
+	}
+	var inputs [][]byte
+	for _, c := range doc.Cases {
+		var der []byte
+		if c.Kind == kind && json.Unmarshal(c.Input[field], &der) == nil {
+			inputs = append(inputs, der)
+		}
+	}
+	return doc.Certificates, inputs
+}
+
+// mustHaveCode fails unless err is nil or a refusal with one of codes.
+func mustHaveCode(t *testing.T, err error, codes ...Code) {
+	t.Helper()
+	mustBeRefusal(t, err)
+	if err == nil {
+		return
+	}
+	for _, c := range codes {
+		if CodeOf(err) == c {
+			return
+		}
+	}
+	t.Fatalf("refused with %q, not one of %v: %v", CodeOf(err), codes, err)
+}
+
+func FuzzParseCSR(f *testing.F) {
+	certs, inputs := interopDER(f, "csr", "csr")
+	for _, der := range append(inputs, certs["csr0"], certs["csr1"]) {
+		f.Add(der)
+	}
+	data, err := os.ReadFile("../../../testdata/daemon/daemon.json")
+	if err != nil {
+		f.Fatal(err)
+	}
+	var daemon struct {
+		CSR []byte `json:"csr"`
+	}
+	if err := json.Unmarshal(data, &daemon); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(daemon.CSR)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		csr, err := ParseCSR(data)
+		mustHaveCode(t, err, CodeCSRMalformed, CodeCSRSignature)
+		if err != nil {
+			return
+		}
+		// The key re-encodes to exactly the SPKI it came from, and the
+		// self-signature is over exactly the CertificationRequestInfo of the
+		// input (split here with encoding/asn1, not the reader ParseCSR uses).
+		var req struct {
+			Info      asn1.RawValue
+			Algorithm asn1.RawValue
+			Signature asn1.BitString
+		}
+		var info struct{ Version, Subject, SPKI, Attributes asn1.RawValue }
+		if rest, err := asn1.Unmarshal(data, &req); err != nil || len(rest) != 0 {
+			t.Fatalf("accepted what encoding/asn1 does not split: %v", err)
+		}
+		if rest, err := asn1.Unmarshal(req.Info.FullBytes, &info); err != nil || len(rest) != 0 {
+			t.Fatalf("accepted an info encoding/asn1 does not split: %v", err)
+		}
+		spki, err := x509.MarshalPKIXPublicKey(csr.PublicKey)
+		if err != nil || !bytes.Equal(spki, info.SPKI.FullBytes) || !bytes.Equal(csr.SPKI, spki) || csr.Pin != PinSPKI(spki) {
+			t.Fatalf("the key re-encodes to %x, came from %x (%v)", spki, info.SPKI.FullBytes, err)
+		}
+		digest := sha256.Sum256(req.Info.FullBytes)
+		if !ecdsa.VerifyASN1(csr.PublicKey, digest[:], req.Signature.Bytes) || req.Signature.BitLength%8 != 0 {
+			t.Fatal("accepted a CSR whose self-signature does not verify")
+		}
+	})
+}
+
+func FuzzCertificate(f *testing.F) {
+	certs, inputs := interopDER(f, "certificate", "certificate")
+	for _, name := range []string{"nodeCa", "servingCa", "serving", "node0"} {
+		inputs = append(inputs, certs[name])
+	}
+	for _, name := range []string{"ek-cert.der", "ek-root.der"} {
+		der, err := os.ReadFile("../../../testdata/tpm/" + name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		inputs = append(inputs, der)
+	}
+	for _, der := range inputs {
+		f.Add(der)
+	}
+	caDER := certs["nodeCa"]
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		f.Fatal(err)
+	}
+	at := time.UnixMilli(fuzzAsOfMs)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		described, derr := DescribeCertificate(data)
+		mustHaveCode(t, derr, CodeCertMalformed)
+		info, err := VerifyIssued(data, caDER, VerifyOptions{Usage: UsageClient, At: at})
+		mustHaveCode(t, err, CodeCertMalformed, CodeCertChain, CodeCertValidity)
+		if err != nil {
+			return
+		}
+		// What verifies says what DescribeCertificate says of it.
+		if derr != nil {
+			t.Fatalf("verified, but does not describe: %v", derr)
+		}
+		if info.CommonName != described.CommonName || !bytes.Equal(info.Serial, described.Serial) ||
+			!bytes.Equal(info.SPKI, described.SPKI) || !info.NotBefore.Equal(described.NotBefore) ||
+			!info.NotAfter.Equal(described.NotAfter) || info.IsCA || len(info.URIs) != len(described.URIs) {
+			t.Fatalf("verified %+v, described %+v", info, described)
+		}
+		// It names the CA as its issuer, byte for byte, and the CA's key signed
+		// exactly its TBSCertificate; it is a client certificate valid now.
+		cert := info.Certificate
+		digest := sha256.Sum256(cert.RawTBSCertificate)
+		if !bytes.Equal(cert.RawIssuer, ca.RawSubject) ||
+			!ecdsa.VerifyASN1(ca.PublicKey.(*ecdsa.PublicKey), digest[:], cert.Signature) {
+			t.Fatal("verified a certificate the CA did not sign")
+		}
+		if at.Before(info.NotBefore) || at.After(info.NotAfter) {
+			t.Fatalf("verified outside its validity %v..%v", info.NotBefore, info.NotAfter)
 		}
 	})
 }

@@ -1,9 +1,12 @@
 // ES256 tokens (docs/formats.md, "ES256 tokens"): exec tickets (compact JWS) and workload
 // tokens (JWT), verified with crypto/ecdsa. Checks, in the order of the Rust
 // side's pki/src/jws.rs: three base64url parts and a JSON header
-// (jws-malformed), alg ES256 (jws-alg), a trusted kid (jws-unknown-kid), the
-// signature (jws-bad-signature), the claims (token-claims), then iss, aud,
-// exp, iat and, for tickets, op.
+// (jws-malformed), alg ES256 (jws-alg), no crit member in the header
+// (jws-crit: RFC 7515, 4.1.11 has a verifier refuse a critical extension it
+// does not understand, and we understand none), a trusted kid
+// (jws-unknown-kid), the signature (jws-bad-signature), the claims
+// (token-claims), then iss, aud, exp, iat and, for tickets, op. As for the
+// JWE header, a member that is null counts as absent.
 
 package pki
 
@@ -132,7 +135,7 @@ func verifyES256(token string, trusted []*ecdsa.PublicKey) ([]byte, error) {
 		raw[i] = b
 	}
 	var alg, kid string
-	header, err := parseObject(raw[0], false, "alg", "kid")
+	header, err := parseObject(raw[0], false, "alg", "kid", "crit")
 	if err == nil {
 		err = header.optionalStrings(map[string]*string{"alg": &alg, "kid": &kid})
 	}
@@ -141,6 +144,9 @@ func verifyES256(token string, trusted []*ecdsa.PublicKey) ([]byte, error) {
 	}
 	if alg != "ES256" {
 		return nil, refuse(CodeJWSAlg, "alg %q, expected ES256", alg)
+	}
+	if header.present("crit") {
+		return nil, refuse(CodeJWSCrit, "the header lists critical extensions %s, none of which is understood", header["crit"])
 	}
 	var key *ecdsa.PublicKey
 	for _, k := range trusted {

@@ -47,6 +47,8 @@ const (
 	CodeJWSMalformed Code = "jws-malformed"
 	// CodeJWSAlg: The JWS uses another algorithm than ES256.
 	CodeJWSAlg Code = "jws-alg"
+	// CodeJWSCrit: The protected header has a crit member: it names critical extensions, and the verifier understands none (RFC 7515, 4.1.11).
+	CodeJWSCrit Code = "jws-crit"
 	// CodeJWSUnknownKid: The JWS kid is not a trusted issuer key.
 	CodeJWSUnknownKid Code = "jws-unknown-kid"
 	// CodeJWSBadSignature: The JWS signature does not verify.

@@ -1,7 +1,8 @@
 // Certificates (docs/formats.md, "Certificates"): CSRs bcd makes and the control plane
-// parses, and verification of a certificate issued by an expected CA, with
-// crypto/x509, in the order of the Rust side's pki/src/x509/verify.rs (parse, issuer
-// name, signature algorithm, signature, validity, profile), then
+// parses, and verification of a certificate issued by an expected CA, in the
+// order of the Rust side's pki/src/x509/verify.rs (the envelope, issuer name,
+// signature algorithm, signature, and only then the whole certificate with
+// crypto/x509: critical extensions, validity, profile), then
 // x509.Certificate.Verify at the given time with the usage's ExtKeyUsage.
 
 package pki
@@ -28,7 +29,9 @@ type CSR struct {
 	SPKI []byte
 	// Pin is its pin.
 	Pin string
-	// Subject is the requested subject name.
+	// Subject is the requested subject name, when encoding/asn1 reads it
+	// as one (zero otherwise): nothing is checked against it, the names of
+	// a node certificate come from the join.
 	Subject pkix.Name
 }
 
@@ -46,28 +49,35 @@ func CreateCSR(rand io.Reader, signer crypto.Signer, commonName string) ([]byte,
 	return x509.CreateCertificateRequest(rand, template, signer)
 }
 
-// ParseCSR parses a CSR (csr-malformed unless ECDSA P-256 / SHA-256) and
-// verifies its self-signature (csr-signature).
+// ParseCSR parses a CSR and verifies its self-signature, in the order of
+// the Rust side's pki/src/x509/csr.rs: the envelope of signed.go (the
+// CertificationRequestInfo exactly version 0, a subject, a key and
+// attributes), the algorithm ecdsa-with-SHA256 without parameters, the key
+// an uncompressed P-256 point in the one SPKI form (csr-malformed, each),
+// then the self-signature over the info's bytes as they came
+// (csr-signature). Subject and attributes are not interpreted (the key is
+// all the Join path takes from a CSR, and a node can self-sign any name).
 func ParseCSR(der []byte) (*CSR, error) {
-	req, err := x509.ParseCertificateRequest(der)
+	req, err := parseCSREnvelope(der)
 	if err != nil {
 		return nil, refuseWith(CodeCSRMalformed, err, "cannot parse the CSR")
 	}
-	if req.SignatureAlgorithm != x509.ECDSAWithSHA256 {
-		return nil, refuse(CodeCSRMalformed, "signature algorithm %v", req.SignatureAlgorithm)
+	if !bytes.Equal(req.signed.algorithm, ecdsaWithSHA256ID) {
+		return nil, refuse(CodeCSRMalformed, "the signature algorithm is not ecdsa-with-SHA256 without parameters")
 	}
-	pub, ok := req.PublicKey.(*ecdsa.PublicKey)
-	if !ok || pub.Curve != elliptic.P256() {
-		return nil, refuse(CodeCSRMalformed, "the key is not P-256")
-	}
-	if err := req.CheckSignature(); err != nil {
-		return nil, refuseWith(CodeCSRSignature, err, "the CSR's signature does not verify")
-	}
-	key, err := NewPublicKey(pub)
+	pub, err := parseP256SPKI(req.spki)
 	if err != nil {
-		return nil, refuseWith(CodeCSRMalformed, err, "the key does not encode")
+		return nil, refuseWith(CodeCSRMalformed, err, "the CSR's key")
 	}
-	return &CSR{PublicKey: pub, SPKI: key.SPKI(), Pin: key.Pin(), Subject: req.Subject}, nil
+	if !req.signed.verifies(pub) {
+		return nil, refuse(CodeCSRSignature, "the CSR's signature does not verify")
+	}
+	csr := &CSR{PublicKey: pub, SPKI: bytes.Clone(req.spki), Pin: PinSPKI(req.spki)}
+	var subject pkix.RDNSequence
+	if rest, err := asn1.Unmarshal(req.subject, &subject); err == nil && len(rest) == 0 {
+		csr.Subject.FillFromRDNSequence(&subject)
+	}
+	return csr, nil
 }
 
 // Usage is what a verified certificate is for.
@@ -130,16 +140,21 @@ type CertificateInfo struct {
 }
 
 // VerifyIssued checks that leafDER was issued by the CA caDER and is valid
-// at opts.At for opts.Usage, and returns what it says. Refusals, in this
-// order: cert-malformed (either does not parse, or the CA key is not P-256),
-// cert-chain (issuer name, signature algorithm, signature, a critical
-// extension outside understoodExtensions in either), cert-validity
-// (outside notBefore..notAfter), cert-chain (the profile: CA:true for a CA,
-// not for a leaf), then whatever x509.Certificate.Verify refuses with the
-// CA as the only root and the usage's EKU (cert-validity for an expired
-// chain, cert-chain otherwise; DNSName is checked there).
+// at opts.At for opts.Usage, and returns what it says. Refusals, in the
+// order of the Rust side's pki/src/x509/verify.rs: cert-malformed (the
+// leaf's envelope, see signed.go, or the CA does not parse), cert-chain
+// (the issuer is not the CA's subject byte for byte, the signature
+// algorithm is not ecdsa-with-SHA256 without parameters), cert-malformed
+// (the CA key is not P-256), cert-chain (the CA's signature over the
+// TBSCertificate as it came); only then is the leaf parsed whole
+// (cert-malformed), then cert-chain (a critical extension outside
+// understoodExtensions in either), cert-validity (outside
+// notBefore..notAfter), cert-chain (the profile: CA:true for a CA, not for a
+// leaf), then whatever x509.Certificate.Verify refuses with the CA as the
+// only root and the usage's EKU (cert-validity for an expired chain,
+// cert-chain otherwise; DNSName is checked there).
 func VerifyIssued(leafDER, caDER []byte, opts VerifyOptions) (*CertificateInfo, error) {
-	leaf, err := x509.ParseCertificate(leafDER)
+	envelope, err := parseCertificateEnvelope(leafDER)
 	if err != nil {
 		return nil, refuseWith(CodeCertMalformed, err, "cannot parse the certificate")
 	}
@@ -147,17 +162,22 @@ func VerifyIssued(leafDER, caDER []byte, opts VerifyOptions) (*CertificateInfo, 
 	if err != nil {
 		return nil, refuseWith(CodeCertMalformed, err, "cannot parse the CA")
 	}
-	if !bytes.Equal(leaf.RawIssuer, ca.RawSubject) {
+	if !bytes.Equal(envelope.issuer, ca.RawSubject) {
 		return nil, refuse(CodeCertChain, "issuer name differs from the CA's subject")
 	}
-	if leaf.SignatureAlgorithm != x509.ECDSAWithSHA256 {
-		return nil, refuse(CodeCertChain, "signature algorithm %v", leaf.SignatureAlgorithm)
+	if !bytes.Equal(envelope.signed.algorithm, ecdsaWithSHA256ID) {
+		return nil, refuse(CodeCertChain, "the signature algorithm is not ecdsa-with-SHA256 without parameters")
 	}
-	if caKey, ok := ca.PublicKey.(*ecdsa.PublicKey); !ok || caKey.Curve != elliptic.P256() {
+	caKey, ok := ca.PublicKey.(*ecdsa.PublicKey)
+	if !ok || caKey.Curve != elliptic.P256() {
 		return nil, refuse(CodeCertMalformed, "the CA key is not P-256")
 	}
-	if err := ca.CheckSignature(leaf.SignatureAlgorithm, leaf.RawTBSCertificate, leaf.Signature); err != nil {
-		return nil, refuseWith(CodeCertChain, err, "signature does not verify under the CA key")
+	if !envelope.signed.verifies(caKey) {
+		return nil, refuse(CodeCertChain, "signature does not verify under the CA key")
+	}
+	leaf, err := x509.ParseCertificate(leafDER)
+	if err != nil {
+		return nil, refuseWith(CodeCertMalformed, err, "cannot parse the certificate")
 	}
 	for _, c := range []struct {
 		cert  *x509.Certificate

@@ -22,6 +22,7 @@ var entries = []Entry{
 	{Code: "jwe-decrypt", Domain: "jwe", GRPC: codes.InvalidArgument, Meaning: "Key unwrap or authenticated decryption failed (tampered, or another key)."},
 	{Code: "jws-malformed", Domain: "jws", GRPC: codes.InvalidArgument, Meaning: "Not a three-part compact JWS with valid parts."},
 	{Code: "jws-alg", Domain: "jws", GRPC: codes.InvalidArgument, Meaning: "The JWS uses another algorithm than ES256."},
+	{Code: "jws-crit", Domain: "jws", GRPC: codes.InvalidArgument, Meaning: "The protected header has a crit member: it names critical extensions, and the verifier understands none (RFC 7515, 4.1.11)."},
 	{Code: "jws-unknown-kid", Domain: "jws", GRPC: codes.PermissionDenied, Meaning: "The JWS kid is not a trusted issuer key."},
 	{Code: "jws-bad-signature", Domain: "jws", GRPC: codes.PermissionDenied, Meaning: "The JWS signature does not verify."},
 	{Code: "token-claims", Domain: "jws", GRPC: codes.InvalidArgument, Meaning: "The token's claims are missing or ill-typed."},

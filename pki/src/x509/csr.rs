@@ -1,12 +1,20 @@
 //! CSRs: a deterministic PKCS#10 request for a key ([`csr`]), and the
 //! parse that verifies its self-signature ([`parse_csr`]).
+//!
+//! [`parse_csr`] checks, in order (the same in `daemon/internal/pki`): the
+//! envelope of `super::signed` (a SEQUENCE of the CertificationRequestInfo,
+//! an AlgorithmIdentifier and a BIT STRING; the info exactly version 0, a
+//! subject SEQUENCE, a SubjectPublicKeyInfo and `[0]` attributes:
+//! `csr-malformed`), the algorithm ecdsa-with-SHA256 without parameters
+//! (`csr-malformed`), the key an uncompressed P-256 point in the one SPKI
+//! form (`csr-malformed`), then the self-signature over the info's bytes as
+//! they came (`csr-signature`). Subject and attributes are not interpreted:
+//! the key is all a CSR gives the Join path, and a node can self-sign any
+//! name, so there is nothing in them for two parsers to disagree on.
 
-use der::{Decode, Encode};
 use rcgen::{CertificateParams, DistinguishedName, DnType};
-use spki::DecodePublicKey;
-use x509_cert::request::CertReq;
 
-use super::{ECDSA_WITH_SHA256, Rfc6979Key, build_err};
+use super::{Rfc6979Key, build_err, signed};
 use crate::error::X509Error;
 use crate::{Error, Result, pin};
 
@@ -33,17 +41,14 @@ pub struct Csr {
 
 /// Parses a CSR and verifies its self-signature (ECDSA P-256 / SHA-256 only).
 pub fn parse_csr(der: &[u8]) -> Result<Csr> {
-    let malformed = |reason: String| Error::from(X509Error::CsrMalformed { reason });
-    let req = CertReq::from_der(der).map_err(|e| malformed(e.to_string()))?;
-    if req.algorithm.oid != ECDSA_WITH_SHA256 {
-        return Err(malformed(format!("signature algorithm {}", req.algorithm.oid)));
+    let malformed = |reason: &str| Error::from(X509Error::CsrMalformed { reason: reason.to_string() });
+    let req = signed::csr(der).map_err(malformed)?;
+    if req.signed.algorithm != signed::ECDSA_WITH_SHA256_ID {
+        return Err(malformed("the signature algorithm is not ecdsa-with-SHA256 without parameters"));
     }
-    let spki_der = req.info.public_key.to_der().map_err(|e| malformed(e.to_string()))?;
-    let public_key = p256::PublicKey::from_public_key_der(&spki_der).map_err(|e| malformed(format!("key: {e}")))?;
-    let tbs = req.info.to_der().map_err(|e| malformed(e.to_string()))?;
-    let sig = p256::ecdsa::Signature::from_der(req.signature.raw_bytes()).map_err(|_| X509Error::CsrSignature)?;
-    if !crate::keys::verify_ecdsa_p256(&public_key, &tbs, &sig) {
+    let public_key = signed::p256_spki(req.spki).map_err(malformed)?;
+    if !req.signed.verifies(&public_key) {
         return Err(X509Error::CsrSignature.into());
     }
-    Ok(Csr { public_key, pin: pin::pin(&spki_der), spki_der })
+    Ok(Csr { public_key, pin: pin::pin(req.spki), spki_der: req.spki.to_vec() })
 }

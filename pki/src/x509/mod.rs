@@ -10,8 +10,9 @@
 //! validity window, the signature OID, name attributes); the parts are
 //! private modules whose items are re-exported here: `issue` (CA, node and serving certificates),
 //! `ek` (EK certificates and the DER pieces they are assembled from), `csr`
-//! (making and parsing CSRs) and `verify` (checking and describing
-//! certificates).
+//! (making and parsing CSRs), `signed` (the envelope of a certificate or a
+//! CSR, all that is read of one before its signature is checked) and
+//! `verify` (checking and describing certificates).
 
 use rcgen::PublicKeyData;
 
@@ -21,6 +22,7 @@ use crate::{Error, Result};
 mod csr;
 mod ek;
 mod issue;
+mod signed;
 mod verify;
 
 pub use csr::{Csr, csr, parse_csr};
@@ -30,9 +32,6 @@ pub use issue::{
     issue_serving_certificate, node_spiffe_id, tpm_ak_uri,
 };
 pub use verify::{Usage, Verified, describe_der, verify_for, verify_issued};
-
-/// The OID of ecdsa-with-SHA256.
-const ECDSA_WITH_SHA256: der::asn1::ObjectIdentifier = der::asn1::ObjectIdentifier::new_unwrap("1.2.840.10045.4.3.2");
 
 /// A P-256 key that signs deterministically (RFC 6979), for rcgen.
 ///

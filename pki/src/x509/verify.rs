@@ -1,7 +1,8 @@
 //! Checking certificates: [`verify_issued`] (the issuer's name and
-//! signature, no unknown critical extension, the validity at a given time),
-//! [`verify_for`] (then the profile of a usage), and [`describe_der`], what a
-//! certificate says without verifying it.
+//! signature, checked on the envelope before anything else of the
+//! certificate is parsed, then no unknown critical extension and the
+//! validity at a given time), [`verify_for`] (then the profile of a usage),
+//! and [`describe_der`], what a certificate says without verifying it.
 
 use std::net::IpAddr;
 
@@ -11,7 +12,7 @@ use x509_cert::Certificate;
 use x509_cert::ext::pkix::SubjectAltName;
 use x509_cert::ext::pkix::name::GeneralName;
 
-use super::{ECDSA_WITH_SHA256, Validity, attribute_string};
+use super::{Validity, attribute_string, signed};
 use crate::error::X509Error;
 use crate::{Error, Result};
 
@@ -40,29 +41,38 @@ pub struct Verified {
     pub serial: Vec<u8>,
 }
 
-/// Checks that `leaf_der` was issued by the CA `ca_der` (signature, issuer
-/// name, no critical extension outside [`UNDERSTOOD_EXTENSIONS`] in either)
-/// and is valid at `now_ms`, and returns what it says.
+/// Checks that `leaf_der` was issued by the CA `ca_der` and is valid at
+/// `now_ms`, and returns what it says. In order (the same in
+/// `daemon/internal/pki`): the leaf's envelope (`super::signed`:
+/// `cert-malformed`), the CA parses (`cert-malformed`), the issuer is the
+/// CA's subject byte for byte, the signature algorithm is ecdsa-with-SHA256
+/// without parameters (`cert-chain`), the CA key is P-256
+/// (`cert-malformed`), the CA's signature over the TBSCertificate as it came
+/// (`cert-chain`); only then is the leaf parsed whole (`cert-malformed`), and
+/// no critical extension outside [`UNDERSTOOD_EXTENSIONS`] in either, the
+/// issuer a CA (`cert-chain`), what the leaf says (`cert-malformed`), and the
+/// validity of both (`cert-validity`).
 pub fn verify_issued(leaf_der: &[u8], ca_der: &[u8], now_ms: i64) -> Result<Verified> {
     let malformed = |reason: String| Error::from(X509Error::CertMalformed { reason });
-    let leaf = Certificate::from_der(leaf_der).map_err(|e| malformed(e.to_string()))?;
+    let chain = |reason: &str| Error::from(X509Error::CertChain { reason: reason.to_string() });
+    let envelope = signed::certificate(leaf_der).map_err(|e| malformed(e.to_string()))?;
     let ca = Certificate::from_der(ca_der).map_err(|e| malformed(format!("CA: {e}")))?;
-    if leaf.tbs_certificate().issuer() != ca.tbs_certificate().subject() {
-        return Err(X509Error::CertChain { reason: "issuer name differs from the CA's subject".into() }.into());
+    let ca_subject = signed::certificate(ca_der)
+        .ok()
+        .and_then(|ca| ca.subject)
+        .ok_or_else(|| malformed("CA: no subject in its envelope".into()))?;
+    if envelope.issuer != ca_subject {
+        return Err(chain("issuer name differs from the CA's subject"));
     }
-    if leaf.signature_algorithm().oid != ECDSA_WITH_SHA256 {
-        return Err(
-            X509Error::CertChain { reason: format!("signature algorithm {}", leaf.signature_algorithm().oid) }.into()
-        );
+    if envelope.signed.algorithm != signed::ECDSA_WITH_SHA256_ID {
+        return Err(chain("the signature algorithm is not ecdsa-with-SHA256 without parameters"));
     }
     let ca_spki = ca.tbs_certificate().subject_public_key_info().to_der().map_err(|e| malformed(e.to_string()))?;
     let ca_key = p256::PublicKey::from_public_key_der(&ca_spki).map_err(|e| malformed(format!("CA key: {e}")))?;
-    let tbs = leaf.tbs_certificate().to_der().map_err(|e| malformed(e.to_string()))?;
-    let sig = p256::ecdsa::Signature::from_der(leaf.signature().raw_bytes())
-        .map_err(|_| X509Error::CertChain { reason: "signature is not DER ECDSA".into() })?;
-    if !crate::keys::verify_ecdsa_p256(&ca_key, &tbs, &sig) {
-        return Err(X509Error::CertChain { reason: "signature does not verify under the CA key".into() }.into());
+    if !envelope.signed.verifies(&ca_key) {
+        return Err(chain("signature does not verify under the CA key"));
     }
+    let leaf = Certificate::from_der(leaf_der).map_err(|e| malformed(e.to_string()))?;
     for (cert, whose) in [(&leaf, "the certificate"), (&ca, "the CA")] {
         if let Some(oid) = unknown_critical_extension(cert) {
             return Err(

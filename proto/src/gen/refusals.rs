@@ -159,6 +159,8 @@ pub enum Code {
     JwsMalformed,
     /// `jws-alg` (jws, InvalidArgument): The JWS uses another algorithm than ES256.
     JwsAlg,
+    /// `jws-crit` (jws, InvalidArgument): The protected header has a crit member: it names critical extensions, and the verifier understands none (RFC 7515, 4.1.11).
+    JwsCrit,
     /// `jws-unknown-kid` (jws, PermissionDenied): The JWS kid is not a trusted issuer key.
     JwsUnknownKid,
     /// `jws-bad-signature` (jws, PermissionDenied): The JWS signature does not verify.
@@ -510,6 +512,7 @@ impl Code {
             Code::JweDecrypt => "jwe-decrypt",
             Code::JwsMalformed => "jws-malformed",
             Code::JwsAlg => "jws-alg",
+            Code::JwsCrit => "jws-crit",
             Code::JwsUnknownKid => "jws-unknown-kid",
             Code::JwsBadSignature => "jws-bad-signature",
             Code::TokenClaims => "token-claims",
@@ -696,6 +699,7 @@ impl Code {
             Code::JweDecrypt => Domain::Jwe,
             Code::JwsMalformed => Domain::Jws,
             Code::JwsAlg => Domain::Jws,
+            Code::JwsCrit => Domain::Jws,
             Code::JwsUnknownKid => Domain::Jws,
             Code::JwsBadSignature => Domain::Jws,
             Code::TokenClaims => Domain::Jws,
@@ -882,6 +886,7 @@ impl Code {
             Code::JweDecrypt => Grpc::InvalidArgument,
             Code::JwsMalformed => Grpc::InvalidArgument,
             Code::JwsAlg => Grpc::InvalidArgument,
+            Code::JwsCrit => Grpc::InvalidArgument,
             Code::JwsUnknownKid => Grpc::PermissionDenied,
             Code::JwsBadSignature => Grpc::PermissionDenied,
             Code::TokenClaims => Grpc::InvalidArgument,
@@ -1068,6 +1073,7 @@ impl Code {
             Code::JweDecrypt => "Key unwrap or authenticated decryption failed (tampered, or another key).",
             Code::JwsMalformed => "Not a three-part compact JWS with valid parts.",
             Code::JwsAlg => "The JWS uses another algorithm than ES256.",
+            Code::JwsCrit => "The protected header has a crit member: it names critical extensions, and the verifier understands none (RFC 7515, 4.1.11).",
             Code::JwsUnknownKid => "The JWS kid is not a trusted issuer key.",
             Code::JwsBadSignature => "The JWS signature does not verify.",
             Code::TokenClaims => "The token's claims are missing or ill-typed.",
@@ -1254,6 +1260,7 @@ impl Code {
             "jwe-decrypt" => Some(Code::JweDecrypt),
             "jws-malformed" => Some(Code::JwsMalformed),
             "jws-alg" => Some(Code::JwsAlg),
+            "jws-crit" => Some(Code::JwsCrit),
             "jws-unknown-kid" => Some(Code::JwsUnknownKid),
             "jws-bad-signature" => Some(Code::JwsBadSignature),
             "token-claims" => Some(Code::TokenClaims),
@@ -1441,6 +1448,7 @@ pub const TABLE: &[Code] = &[
     Code::JweDecrypt,
     Code::JwsMalformed,
     Code::JwsAlg,
+    Code::JwsCrit,
     Code::JwsUnknownKid,
     Code::JwsBadSignature,
     Code::TokenClaims,
