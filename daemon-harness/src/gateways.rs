@@ -16,6 +16,10 @@ use anyhow::{Context, Result, bail};
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 
+/// How long a gateway may take to drain and exit after SIGTERM before a
+/// stop kills it and fails: its drain is bounded well below this.
+const STOP_WITHIN: Duration = Duration::from_secs(60);
+
 /// How one gateway runs.
 #[derive(Clone, Debug)]
 pub struct GatewaySpec {
@@ -195,7 +199,13 @@ impl GatewayProcess {
     /// SIGTERM: it drains its sessions and exits; waits for that.
     pub async fn stop(&mut self) -> Result<std::process::ExitStatus> {
         self.signal(libc::SIGTERM)?;
-        self.child.wait().await.context("wait for the gateway")
+        match tokio::time::timeout(STOP_WITHIN, self.child.wait()).await {
+            Ok(status) => status.context("wait for the gateway"),
+            Err(_) => {
+                self.kill().await?;
+                bail!("gateway {} did not exit within {STOP_WITHIN:?} of SIGTERM (killed)", self.spec.id)
+            }
+        }
     }
 
     /// Starts it again (after a kill or a stop) with the same id and on the

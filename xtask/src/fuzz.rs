@@ -26,6 +26,8 @@ const RUST_TARGETS: &[&str] = &[
     "gateway_frame",
     "csr",
     "certificate",
+    "otlp_json",
+    "renew_body",
 ];
 
 /// Go's native targets: package and function.

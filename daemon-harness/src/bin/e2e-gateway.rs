@@ -11,12 +11,12 @@
 //! <http URL> <https URL>` once it serves, and drains and exits on SIGTERM
 //! or when its standard input ends (the harness that started it is gone).
 
+use std::io::Read as _;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use devstack::{DevStack, DevStackOptions, StoreLocation};
-use tokio::io::AsyncReadExt as _;
 
 /// The options from the command line.
 fn options(args: &[String]) -> Result<(DevStackOptions, i64)> {
@@ -55,15 +55,30 @@ async fn run() -> Result<()> {
     let stack = DevStack::start(options).await.with_context(|| format!("start gateway {id}"))?;
     println!("ready {} {} {}", stack.gateway_url(), stack.http_url(), stack.https_url());
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    let mut stdin = tokio::io::stdin();
-    let mut sink = [0u8; 64];
-    let orphaned = async move { while stdin.read(&mut sink).await.is_ok_and(|n| n > 0) {} };
+    let orphaned = orphaned()?;
     tokio::select! {
         _ = term.recv() => {}
-        () = orphaned => {}
+        _ = orphaned => {}
     }
     stack.shutdown().await.context("shut down")?;
     Ok(())
+}
+
+/// Resolves when standard input ends. Read on a thread of its own, not
+/// with `tokio::io::stdin`: that read sits in the runtime's blocking pool,
+/// and dropping the runtime waits for it, so a gateway stopped by SIGTERM
+/// would hang at exit until its harness closed the pipe.
+fn orphaned() -> Result<tokio::sync::oneshot::Receiver<()>> {
+    let (ended, orphaned) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("stdin-watch".into())
+        .spawn(move || {
+            let mut sink = [0u8; 64];
+            while std::io::stdin().read(&mut sink).is_ok_and(|n| n > 0) {}
+            let _ = ended.send(());
+        })
+        .context("watch standard input")?;
+    Ok(orphaned)
 }
 
 fn main() -> ExitCode {
