@@ -300,26 +300,12 @@ impl Session {
                     Some(c) => Box::pin(self.on_control(c)).await,
                     None => Err(End::Done("the hub closed")),
                 },
-                message = inbound.next() => match message {
-                    Some(Ok(f)) => {
-                        self.last_heard = Instant::now();
-                        self.heard.now(&self.shared.hub);
-                        Box::pin(self.on_frame(f)).await
-                    }
-                    None => Err(End::Closed),
-                    Some(Err(status)) => match inbound_refusal(&status) {
-                        Some(refusal) => Err(End::Refuse(refusal)),
-                        None => {
-                            debug!(node_id = %self.node.node_id, %status, "session: inbound stream error");
-                            Err(End::Gone)
-                        }
-                    },
-                },
+                message = inbound.next() => Box::pin(self.on_inbound(message)).await,
                 _ = ping.tick() => {
                     let p = proto::Ping { nonce: crate::ids::nonce(), server_time_ms: now_ms() };
                     Box::pin(self.send(frame(Out::Ping(p)))).await
                 }
-                _ = tokio::time::sleep_until(liveness) => self.judge_liveness(liveness),
+                _ = tokio::time::sleep_until(liveness) => Box::pin(self.judge_liveness(liveness, inbound)).await,
                 _ = tokio::time::sleep_until(next_busy.unwrap_or(liveness)), if next_busy.is_some() => {
                     Box::pin(self.retry_busy()).await
                 }
@@ -331,18 +317,43 @@ impl Session {
         }
     }
 
+    /// What the node's stream gave: a frame (routed), its end, or an error.
+    async fn on_inbound(&mut self, message: Option<Result<proto::NodeFrame, Status>>) -> Result<(), End> {
+        match message {
+            Some(Ok(f)) => {
+                self.last_heard = Instant::now();
+                self.heard.now(&self.shared.hub);
+                Box::pin(self.on_frame(f)).await
+            }
+            None => Err(End::Closed),
+            Some(Err(status)) => match inbound_refusal(&status) {
+                Some(refusal) => Err(End::Refuse(refusal)),
+                None => {
+                    debug!(node_id = %self.node.node_id, %status, "session: inbound stream error");
+                    Err(End::Gone)
+                }
+            },
+        }
+    }
+
     /// The liveness deadline passed: the node is silent, unless the timer
     /// fired more than an interval late, which says this process was
     /// paused (stopped, frozen) and not that the node fell silent; then
     /// the node gets one more interval from now, for what it sent
     /// meanwhile to be read (and, if another session took the node over,
-    /// fenced).
-    fn judge_liveness(&mut self, deadline: Instant) -> Result<(), End> {
+    /// fenced). Either way a frame already on its way is read first: after
+    /// a pause the connection and this session wake together, and the
+    /// frames the connection holds reach the session only once it has run,
+    /// so the session waits a quarter interval for them before it judges.
+    async fn judge_liveness(&mut self, deadline: Instant, inbound: &mut impl Inbound) -> Result<(), End> {
         let now = Instant::now();
         if now.saturating_duration_since(deadline) > self.interval {
             debug!(node_id = %self.node.node_id, "session: woke after a pause; the node gets one more interval");
             self.last_heard = now.checked_sub(self.interval * 2).unwrap_or(now);
             return Ok(());
+        }
+        if let Ok(message) = tokio::time::timeout(self.interval / 4, inbound.next()).await {
+            return self.on_inbound(message).await;
         }
         Err(End::Refuse(refuse(Code::Liveness, format!("nothing heard for {} ms", (self.interval * 3).as_millis()))))
     }
