@@ -35,18 +35,21 @@ use tracing::{debug, info, warn};
 
 use super::auth::AuthedNode;
 use super::fence;
-use super::handlers::{Effects, Event, EventHandler, Handlers, Opening, RequestContext, RequestHandler};
+use super::handlers::{Effects, Handlers, Opening, RequestContext};
 use super::limit;
 use crate::clock::now_ms;
 use crate::error::Result;
 use crate::events::StackEvent;
-use crate::frames::{delivery_frame, desired_state_frame, frame};
+use crate::frames::{desired_state_frame, frame};
 use crate::hub::{Control, Heard, Transport};
 use crate::shared::Shared;
 use crate::status::{Code, refuse};
-use crate::store::rows::{CommandRow, CommandStatus, NodeSessionRow, NodeSpecRow};
+use crate::store::rows::{NodeSessionRow, NodeSpecRow};
 use crate::store::sessions::NewSession;
 use crate::store::{commands, events, nodes, sessions, specs};
+
+mod deliver;
+mod effects;
 
 /// The sending half of a session's response stream: frames, then at most
 /// one refusal. A frame is boxed: a channel allocates its slots 32 at a
@@ -76,17 +79,6 @@ fn inbound_refusal(status: &Status) -> Option<Status> {
     }
     let code = crate::status::code_of(status);
     [Code::FrameTooLarge, Code::FrameMalformed].iter().any(|c| c.as_str() == code).then(|| status.clone())
-}
-
-/// What recording an event did.
-enum Recorded {
-    /// Recorded now; its handlers asked for these effects.
-    New(Effects),
-    /// Recorded before (a re-sent event): acknowledged again, nothing done.
-    Again,
-    /// Not recorded: the stack is draining. Left unacknowledged, the node
-    /// sends it again on its next session (its journal keeps it).
-    Deferred,
 }
 
 /// Why a session ended.
@@ -381,39 +373,6 @@ impl Session {
         self.send(desired_state_frame(spec).map_err(store_end)?).await
     }
 
-    /// Delivers every command that is not done.
-    async fn deliver_open(&mut self) -> Result<(), End> {
-        let open = self.shared.ledger.read(|c| commands::open(c, &self.node.node_id)).map_err(store_end)?;
-        self.deliver(&open).await
-    }
-
-    async fn deliver(&mut self, rows: &[CommandRow]) -> Result<(), End> {
-        for row in rows {
-            // Claimed (fenced by the session's epoch) before it is sent: a
-            // session another gateway took over delivers nothing.
-            let frame = delivery_frame(row).map_err(store_end)?;
-            self.shared.ledger.write(|c| fence::mark_delivered(c, row, self.row.epoch)).map_err(store_end)?;
-            self.send(frame).await?;
-            self.busy.remove(&row.id);
-            debug!(node_id = %self.node.node_id, command_id = %row.id, kind = %row.kind, "session: command delivered");
-        }
-        Ok(())
-    }
-
-    async fn retry_busy(&mut self) -> Result<(), End> {
-        let now = Instant::now();
-        let due: Vec<String> = self.busy.iter().filter(|(_, at)| **at <= now).map(|(id, _)| id.clone()).collect();
-        let mut rows = Vec::new();
-        for id in due {
-            self.busy.remove(&id);
-            match self.shared.ledger.read(|c| commands::get(c, &id)).map_err(store_end)? {
-                Some(row) if row.state == CommandStatus::Busy => rows.push(row),
-                _ => {}
-            }
-        }
-        self.deliver(&rows).await
-    }
-
     async fn on_control(&mut self, control: Control) -> Result<(), End> {
         match control {
             Control::Wake => {
@@ -477,100 +436,6 @@ impl Session {
             .map_err(store_end)?;
         if changed {
             debug!(node_id = %self.node.node_id, generation, "session: applied generation");
-        }
-        Ok(())
-    }
-
-    /// Records an event once (by node, journal and seq), running `handlers`
-    /// inside its transaction, acknowledges it, then carries out what the
-    /// handlers asked. A re-sent event is acknowledged without them. The
-    /// transaction (SQLite, signature checks) runs on the blocking pool, so
-    /// a node's report never holds up the runtime's workers (a Join, other
-    /// sessions' frames).
-    async fn on_event<T: Send + 'static>(
-        &mut self,
-        seq: u64,
-        kind: &'static str,
-        of: fn(&Handlers) -> &[Box<dyn EventHandler<T>>],
-        message: T,
-    ) -> Result<(), End> {
-        let (shared, node, journal_id) = (self.shared.clone(), self.node.clone(), self.row.journal_id.clone());
-        let epoch = self.row.epoch;
-        let handlers = self.handlers.clone();
-        let recorded = tokio::task::spawn_blocking(move || {
-            let (shared, node) = (&*shared, &node);
-            shared.ledger.write(|c| {
-                // Checked under the store's lock: an event that waited for
-                // it while the stack began to drain is left to the next
-                // session, which the drain is waiting for no more than it must.
-                if shared.is_draining() {
-                    return Ok(Recorded::Deferred);
-                }
-                nodes::fence(c, &node.node_id, epoch)?;
-                let now = now_ms();
-                let kept = shared.settings.options.limits.journals_kept;
-                if seq > 0 && !events::record(c, &node.node_id, &journal_id, seq, now, kept)? {
-                    return Ok(Recorded::Again);
-                }
-                let event = Event { c, shared, node, now_ms: now };
-                let mut effects = Effects::default();
-                for handler in of(&handlers) {
-                    effects.merge(handler.record(&event, &message)?);
-                }
-                Ok(Recorded::New(effects))
-            })
-        })
-        .await;
-        let recorded = match recorded {
-            Ok(r) => r.map_err(store_end)?,
-            Err(e) => {
-                warn!(node_id = %self.node.node_id, error = %e, "session: an event's handlers panicked");
-                return Err(End::Refuse(refuse(Code::Internal, "the event could not be recorded")));
-            }
-        };
-        let node_id = &self.node.node_id;
-        let effects = match recorded {
-            Recorded::Deferred => {
-                debug!(node_id = %node_id, seq, kind, "session: draining, the event is left unacknowledged");
-                return Ok(());
-            }
-            Recorded::Again => {
-                debug!(node_id = %node_id, seq, kind, "session: event already recorded");
-                None
-            }
-            Recorded::New(effects) => Some(effects),
-        };
-        if seq > 0 {
-            self.send(frame(Out::EventAck(proto::EventAck { up_to_seq: seq }))).await?;
-        }
-        let Some(effects) = effects else { return Ok(()) };
-        self.carry_out(effects).await
-    }
-
-    /// Answers a request with its handler, then carries out what it asked.
-    async fn on_request<T>(&mut self, handler: &dyn RequestHandler<T>, message: T) -> Result<(), End> {
-        let request = RequestContext { shared: &self.shared, node: &self.node, epoch: self.row.epoch };
-        let effects = handler.answer(&request, message).map_err(store_end)?;
-        self.carry_out(effects).await
-    }
-
-    /// Sends the specs, then the frames, and schedules the redeliveries.
-    async fn carry_out(&mut self, effects: Effects) -> Result<(), End> {
-        for (id, again) in effects.redeliver {
-            match again {
-                Some(after) => self.busy.insert(id, Instant::now() + after),
-                None => self.busy.remove(&id),
-            };
-        }
-        for spec in &effects.specs {
-            if spec.node_id == self.node.node_id {
-                self.send_spec(spec).await?;
-            } else {
-                self.shared.hub.push_spec(spec).map_err(store_end)?;
-            }
-        }
-        for f in effects.frames {
-            self.send(f).await?;
         }
         Ok(())
     }
