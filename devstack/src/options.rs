@@ -148,7 +148,13 @@ pub struct ConnectionOptions {
     /// HTTP-side connections held at once (1,024); beyond the cap a
     /// connection is answered `503` `connection-limit` and closed.
     pub http_max_connections: usize,
-    /// How long a client may take to finish its TLS handshake (10 s).
+    /// TLS handshakes of a listener in progress at once (256), first come
+    /// first served: a connection takes a slot once its ClientHello has
+    /// arrived (a peer that sends nothing holds none) and gives it back when
+    /// the handshake ends.
+    pub max_handshakes: usize,
+    /// How long a client may take to finish its TLS handshake, its wait
+    /// for a slot included (10 s).
     pub handshake_timeout: Duration,
     /// How long a connection may stay without an open request or stream
     /// (30 s).
@@ -170,6 +176,7 @@ impl Default for ConnectionOptions {
             max_connections: 15_000,
             max_shed: 64,
             http_max_connections: 1024,
+            max_handshakes: 256,
             handshake_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(30),
             request_timeout: Duration::from_secs(30),

@@ -5,9 +5,10 @@
 // session that ended before its Welcome, a welcomed stream that dropped,
 // a Drain, a session-fenced refusal) moves it to the next gateway of the
 // list, round the end to the first, logged session.failover once with
-// from, to and reason; Run then waits its usual full-jitter backoff, or,
-// after a Drain, random(0, retry_after_ms), since the next gateway is not
-// the one draining. A Welcome resets the backoff, and the gateway that
+// from, to and reason; Run then waits its usual full-jitter backoff, whose
+// ceiling doubles once per round of the list (every gateway failed in a
+// row), not per gateway, or, after a Drain, random(0, retry_after_ms),
+// since the next gateway is not the one draining. A Welcome resets the backoff, and the gateway that
 // welcomed is where the next dial goes until it fails. With one gateway
 // nothing moves and a Drain waits exactly retry_after_ms.
 //
@@ -64,6 +65,9 @@ type failover struct {
 
 // gateway is the one the next dial goes to.
 func (f *failover) gateway() Gateway { return f.gateways[f.current] }
+
+// size is how many gateways the list holds.
+func (f *failover) size() int { return len(f.gateways) }
 
 // several says whether there is another gateway to move to.
 func (f *failover) several() bool { return len(f.gateways) > 1 }

@@ -354,7 +354,11 @@ func (s *Session) Run(ctx context.Context) error {
 			attempt = 0
 			s.log.Info("session.drained", "gateway", gateway, "retry_after_ms", d.retryAfter.Milliseconds(), "retry_in_ms", wait.Milliseconds())
 		} else {
-			wait = s.backoff(attempt)
+			// The backoff grows once per round of the gateway list, not per
+			// gateway: a dead gateway (refused at once) or a busy one moves
+			// the session to the next after the base jitter, and the waits
+			// grow only once every gateway has failed in a row.
+			wait = s.retryWait(attempt)
 			attempt++
 			code := refusal.CodeOfStatus(err)
 			s.setRefused(code)
@@ -387,6 +391,12 @@ func (s *Session) moveOn(reason string) {
 	s.info.Gateway = to.URL
 	s.mu.Unlock()
 	s.log.Warn("session.failover", "from", from.URL, "to", to.URL, "reason", reason)
+}
+
+// retryWait is the wait after the attempt-th failure in a row: the
+// backoff of the round of the gateway list it falls in.
+func (s *Session) retryWait(attempt int) time.Duration {
+	return s.backoff(attempt / s.route.size())
 }
 
 // backoff is full jitter: random(0, min(cap, base·2^attempt)).

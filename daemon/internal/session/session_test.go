@@ -363,6 +363,20 @@ func TestBackoffIsFullJitterUnderTheCap(t *testing.T) {
 	}
 }
 
+func TestTheBackoffGrowsOncePerRoundOfTheGatewayList(t *testing.T) {
+	dial := func(context.Context) (Stream, func(), error) { return nil, nil, errors.New("unused") }
+	gateways := []Gateway{{URL: "https://a", Dial: dial}, {URL: "https://b", Dial: dial}, {URL: "https://c", Dial: dial}}
+	s := New(Config{Gateways: gateways})
+	for attempt := 0; attempt < 12; attempt++ {
+		ceiling := DefaultBackoffBase << (attempt / 3)
+		for i := 0; i < 50; i++ {
+			if d := s.retryWait(attempt); d < 0 || d > ceiling {
+				t.Fatalf("failure %d in a row: %s above %s, the ceiling of round %d", attempt, d, ceiling, attempt/3)
+			}
+		}
+	}
+}
+
 // pingAt sends a Ping of server time at and waits for its Pong.
 func pingAt(t *testing.T, s *testgw.Session, nonce uint64, at int64) {
 	t.Helper()

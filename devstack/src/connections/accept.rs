@@ -1,6 +1,7 @@
 //! The accept loops of the three listeners: each connection within the cap
 //! is served in its own task (the gateway's and the HTTPS listener's after
-//! their TLS handshake, bounded by `handshake_timeout`); beyond the cap the
+//! their TLS handshake, bounded by `handshake_timeout`, at most
+//! `max_handshakes` at once); beyond the cap the
 //! gateway answers up to `max_shed` more connections with `Unavailable`
 //! `connection-limit` (and a `retry-after-ms` hint) and the HTTP sides
 //! answer `503`, and beyond those a connection is closed at accept.
@@ -15,6 +16,7 @@ use tokio::io::AsyncWriteExt as _;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 use tower::ServiceBuilder;
@@ -184,18 +186,43 @@ async fn accept_tls<S, F, Fut>(
 {
     let acceptor = Arc::new(acceptor);
     let serve = Arc::new(serve);
+    let slots = Arc::new(Semaphore::new(l.options.max_handshakes));
     accept(listener, l, name, move |tcp, addr, permit, l| {
-        let (acceptor, serve) = (acceptor.clone(), serve.clone());
+        let (acceptor, serve, slots) = (acceptor.clone(), serve.clone(), slots.clone());
         async move {
-            let timeout = l.options.handshake_timeout;
-            let Some((tls, info)) = crate::tls::handshake(&acceptor, tcp, addr, timeout, alpn).await else {
+            let deadline = Instant::now() + l.options.handshake_timeout;
+            let Some(slot) = handshake_slot(&tcp, &slots, deadline).await else {
+                debug!(peer = %addr, "{name}: TLS handshake not begun within the handshake timeout");
                 return;
             };
+            let left = deadline.saturating_duration_since(Instant::now());
+            let Some((tls, info)) = crate::tls::handshake(&acceptor, tcp, addr, left, alpn).await else {
+                return;
+            };
+            drop(slot);
             let (open, count) = Open::new();
             serve(tls, info, permit, open, count, l).await;
         }
     })
     .await
+}
+
+/// A slot for the handshake of `tcp`, once its ClientHello has arrived,
+/// by `deadline` (`None`: it came too late, and the connection is dropped
+/// unanswered, since its client has given up by then). The slots make a
+/// burst of handshakes (a gateway's nodes failing over to this one) run a
+/// few hundred at a time, each to its end: all of them interleaved, every
+/// step of each waits behind a step of all the others, so each finishes
+/// only when nearly all do, past the clients' connect timeout, and the
+/// work is lost and tried again.
+async fn handshake_slot(tcp: &TcpStream, slots: &Arc<Semaphore>, deadline: Instant) -> Option<OwnedSemaphorePermit> {
+    let wait = async {
+        // A byte there to read, not readiness alone (which a fresh socket
+        // may report before anything arrived).
+        tcp.peek(&mut [0u8; 1]).await.ok().filter(|n| *n > 0)?;
+        slots.clone().acquire_owned().await.ok()
+    };
+    tokio::time::timeout_at(deadline, wait).await.ok().flatten()
 }
 
 /// How a connection was admitted.

@@ -247,3 +247,25 @@ async fn a_request_that_never_arrives_is_answered_request_timeout() {
     assert!(started.elapsed() < Duration::from_secs(5));
     stack.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_peer_that_sends_nothing_holds_no_handshake_slot() {
+    let handshake_timeout = Duration::from_secs(3);
+    let connections = ConnectionOptions { max_handshakes: 1, handshake_timeout, ..quick() };
+    let stack = DevStack::start(DevStackOptions { connections, ..DevStackOptions::memory() }).await.unwrap();
+    // Silent connections, more than the slots: each waits for its
+    // ClientHello without a slot, so a client that speaks is not held up
+    // until their handshake timeout.
+    let mut silent = Vec::new();
+    for _ in 0..5 {
+        silent.push(TcpStream::connect(stack.gateway_addr()).await.unwrap());
+    }
+    for _ in 0..3 {
+        let started = Instant::now();
+        node::dial(&stack, None, &[b"h2"]).await.expect("a handshake behind silent peers completes");
+        assert!(started.elapsed() < handshake_timeout / 2, "held up {:?} behind silent peers", started.elapsed());
+    }
+    for tcp in &mut silent {
+        closed_within(tcp, WAIT).await.expect("a silent connection is closed at the handshake timeout");
+    }
+}
