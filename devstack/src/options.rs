@@ -150,8 +150,9 @@ pub struct ConnectionOptions {
     pub http_max_connections: usize,
     /// TLS handshakes of a listener in progress at once (256), first come
     /// first served: a connection takes a slot once its ClientHello has
-    /// arrived (a peer that sends nothing holds none) and gives it back when
-    /// the handshake ends.
+    /// begun to arrive (a peer that sends nothing holds none) and gives it
+    /// back when the handshake ends, or after 2 s (a peer that stalls holds
+    /// it no longer).
     pub max_handshakes: usize,
     /// How long a client may take to finish its TLS handshake, its wait
     /// for a slot included (10 s).

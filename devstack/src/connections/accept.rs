@@ -24,7 +24,7 @@ use tracing::{debug, warn};
 
 use super::serve::{self, Protocol, Serving};
 use super::track::{Open, TrackLayer};
-use super::{Phase, RETRY_AFTER_MS, SHED_LIFETIME, SHUTDOWN_GRACE};
+use super::{HANDSHAKE_SLOT_HOLD, Phase, RETRY_AFTER_MS, SHED_LIFETIME, SHUTDOWN_GRACE};
 use crate::options::ConnectionOptions;
 use crate::status::{Code, refuse};
 use crate::tls::{Alpn, PeerInfo};
@@ -186,7 +186,7 @@ async fn accept_tls<S, F, Fut>(
 {
     let acceptor = Arc::new(acceptor);
     let serve = Arc::new(serve);
-    let slots = Arc::new(Semaphore::new(l.options.max_handshakes));
+    let slots = Arc::new(Semaphore::new(l.options.max_handshakes.max(1)));
     accept(listener, l, name, move |tcp, addr, permit, l| {
         let (acceptor, serve, slots) = (acceptor.clone(), serve.clone(), slots.clone());
         async move {
@@ -196,10 +196,20 @@ async fn accept_tls<S, F, Fut>(
                 return;
             };
             let left = deadline.saturating_duration_since(Instant::now());
-            let Some((tls, info)) = crate::tls::handshake(&acceptor, tcp, addr, left, alpn).await else {
-                return;
+            let handshake = crate::tls::handshake(&acceptor, tcp, addr, left, alpn);
+            tokio::pin!(handshake);
+            let done = tokio::select! {
+                done = &mut handshake => Some(done),
+                _ = tokio::time::sleep(HANDSHAKE_SLOT_HOLD) => None,
             };
             drop(slot);
+            let done = match done {
+                Some(done) => done,
+                None => handshake.await,
+            };
+            let Some((tls, info)) = done else {
+                return;
+            };
             let (open, count) = Open::new();
             serve(tls, info, permit, open, count, l).await;
         }
@@ -207,7 +217,7 @@ async fn accept_tls<S, F, Fut>(
     .await
 }
 
-/// A slot for the handshake of `tcp`, once its ClientHello has arrived,
+/// A slot for the handshake of `tcp`, once its ClientHello begins to arrive,
 /// by `deadline` (`None`: it came too late, and the connection is dropped
 /// unanswered, since its client has given up by then). The slots make a
 /// burst of handshakes (a gateway's nodes failing over to this one) run a

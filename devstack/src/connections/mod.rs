@@ -40,5 +40,9 @@ pub(crate) enum Phase {
 pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// How long a shed connection is kept at most.
 pub(crate) const SHED_LIFETIME: Duration = Duration::from_secs(5);
+/// How long a handshake holds its slot (`ConnectionOptions::max_handshakes`)
+/// at most; past it the handshake goes on without one, so a peer that sends
+/// a byte and stalls keeps the others waiting no longer than this.
+pub(crate) const HANDSHAKE_SLOT_HOLD: Duration = Duration::from_secs(2);
 /// The metadata key of the retry-after hint of a `connection-limit` refusal.
 pub const RETRY_AFTER_MS: &str = "retry-after-ms";

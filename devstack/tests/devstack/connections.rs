@@ -269,3 +269,18 @@ async fn a_peer_that_sends_nothing_holds_no_handshake_slot() {
         closed_within(tcp, WAIT).await.expect("a silent connection is closed at the handshake timeout");
     }
 }
+
+#[tokio::test]
+async fn a_peer_that_stalls_after_a_byte_holds_its_handshake_slot_for_two_seconds_at_most() {
+    let handshake_timeout = Duration::from_secs(8);
+    let connections = ConnectionOptions { max_handshakes: 1, handshake_timeout, ..quick() };
+    let stack = DevStack::start(DevStackOptions { connections, ..DevStackOptions::memory() }).await.unwrap();
+    // The first byte of a TLS record, then nothing: it takes the one slot.
+    let mut stalled = TcpStream::connect(stack.gateway_addr()).await.unwrap();
+    stalled.write_all(&[0x16]).await.unwrap();
+    let started = Instant::now();
+    node::dial(&stack, None, &[b"h2"]).await.expect("a handshake behind a stalled peer completes");
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(4), "held up {took:?} behind a stalled peer (its slot is 2 s at most)");
+    closed_within(&mut stalled, WAIT).await.expect("the stalled connection is closed at the handshake timeout");
+}
