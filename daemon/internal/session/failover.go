@@ -8,9 +8,10 @@
 // from, to and reason; Run then waits its usual full-jitter backoff, whose
 // ceiling doubles once per round of the list (every gateway failed in a
 // row), not per gateway, or, after a Drain, random(0, retry_after_ms),
-// since the next gateway is not the one draining. A Welcome resets the backoff, and the gateway that
-// welcomed is where the next dial goes until it fails. With one gateway
-// nothing moves and a Drain waits exactly retry_after_ms.
+// since the next gateway is not the one draining. A Welcome resets the
+// backoff, and the gateway that welcomed is where the next dial goes until
+// it fails. With one gateway nothing moves and a Drain waits exactly
+// retry_after_ms.
 //
 // Each gateway's Dialer is whole: with [websocket] url too, the agent
 // makes it Fallback(gRPC to that gateway, the one WebSocket), so the

@@ -198,16 +198,12 @@ async fn accept_tls<S, F, Fut>(
             let left = deadline.saturating_duration_since(Instant::now());
             let handshake = crate::tls::handshake(&acceptor, tcp, addr, left, alpn);
             tokio::pin!(handshake);
-            let done = tokio::select! {
-                done = &mut handshake => Some(done),
-                _ = tokio::time::sleep(HANDSHAKE_SLOT_HOLD) => None,
-            };
+            let held = tokio::time::timeout(HANDSHAKE_SLOT_HOLD, &mut handshake).await;
             drop(slot);
-            let done = match done {
-                Some(done) => done,
-                None => handshake.await,
-            };
-            let Some((tls, info)) = done else {
+            let Some((tls, info)) = (match held {
+                Ok(done) => done,
+                Err(_) => handshake.await,
+            }) else {
                 return;
             };
             let (open, count) = Open::new();
