@@ -41,7 +41,49 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration { version: 10, name: "otlp exports", sql: V10 },
     Migration { version: 11, name: "node journals", sql: V11 },
     Migration { version: 12, name: "gateways, session epochs and liveness", sql: V12 },
+    Migration { version: 13, name: "fleet facts: liveness marks, spec deliveries, release causes, usage", sql: V13 },
 ];
+
+/// What the fleet invariants are checked over (docs/harness.md, "Fleet
+/// invariants"), every time by the store's clock: each unreachable mark
+/// with the last heard time it judged from and when it was cleared
+/// (`liveness_marks`); when each spec generation was last delivered to its
+/// node and first reported observed (`spec_deliveries`); why and when a
+/// reservation's hold was withdrawn (`reservations.release_cause`,
+/// `release_requested_at_ms`) and how far it was metered; and the usage
+/// windows themselves, keyed by reservation and window start so that a
+/// meter run twice (a replay, two gateways) adds nothing.
+const V13: &str = r#"
+CREATE TABLE liveness_marks (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    node_id TEXT NOT NULL REFERENCES nodes(id),
+    marked_at_ms INTEGER NOT NULL,
+    heard_at_ms INTEGER NOT NULL,
+    cleared_at_ms INTEGER
+);
+CREATE INDEX liveness_marks_node ON liveness_marks (node_id, cleared_at_ms);
+CREATE TABLE spec_deliveries (
+    node_id TEXT NOT NULL REFERENCES nodes(id),
+    generation INTEGER NOT NULL,
+    first_delivered_at_ms INTEGER NOT NULL,
+    delivered_at_ms INTEGER NOT NULL,
+    deliveries INTEGER NOT NULL DEFAULT 1,
+    observed_at_ms INTEGER,
+    PRIMARY KEY (node_id, generation)
+);
+CREATE INDEX spec_deliveries_open ON spec_deliveries (node_id, observed_at_ms);
+ALTER TABLE reservations ADD COLUMN release_cause TEXT NOT NULL DEFAULT '';
+ALTER TABLE reservations ADD COLUMN release_requested_at_ms INTEGER;
+ALTER TABLE reservations ADD COLUMN metered_to_ms INTEGER;
+CREATE TABLE usage_windows (
+    reservation_id TEXT NOT NULL REFERENCES reservations(id),
+    window_start_ms INTEGER NOT NULL,
+    window_end_ms INTEGER NOT NULL,
+    gpus INTEGER NOT NULL,
+    recorded_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (reservation_id, window_start_ms)
+);
+"#;
 
 /// Several gateways on one store: each registers itself (`gateways`), a
 /// node's current session epoch and gateway (its home) are the node's, so
@@ -502,6 +544,7 @@ mod tests {
             "join_requests",
             "join_tokens",
             "instances",
+            "liveness_marks",
             "node_bindings",
             "node_certs",
             "node_labels",
@@ -517,6 +560,8 @@ mod tests {
             "reservations",
             "secrets",
             "settings",
+            "spec_deliveries",
+            "usage_windows",
             "volumes",
         ] {
             assert!(tables.iter().any(|x| x == t), "{t} missing from {tables:?}");

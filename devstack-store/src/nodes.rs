@@ -127,19 +127,25 @@ pub fn adopt(c: &Db<'_>, id: &str, now_ms: i64) -> Result<bool> {
     Ok(n == 1)
 }
 
-/// Records what a Hello says (daemon version, applied generation).
+/// Records what a Hello says (daemon version, applied generation, and
+/// the deliveries a changed applied generation observes).
 pub fn record_hello(c: &Db<'_>, id: &str, daemon_version: &str, applied_generation: u64) -> Result<()> {
     // A row already so is not written again (a reconnect changes neither).
-    c.execute(
-        "UPDATE nodes SET daemon_version = ?2, applied_generation = ?3
-         WHERE id = ?1 AND (daemon_version IS DISTINCT FROM ?2 OR applied_generation IS DISTINCT FROM ?3)",
-        params![id, daemon_version, applied_generation],
-    )
-    .map_err(Error::at("record hello"))?;
+    let n = c
+        .execute(
+            "UPDATE nodes SET daemon_version = ?2, applied_generation = ?3
+             WHERE id = ?1 AND (daemon_version IS DISTINCT FROM ?2 OR applied_generation IS DISTINCT FROM ?3)",
+            params![id, daemon_version, applied_generation],
+        )
+        .map_err(Error::at("record hello"))?;
+    if n == 1 {
+        crate::spec_deliveries::observed(c, id, applied_generation)?;
+    }
     Ok(())
 }
 
-/// Records the applied generation a node reports; returns whether it changed.
+/// Records the applied generation a node reports (and the deliveries it
+/// observes); returns whether it changed.
 pub fn set_applied_generation(c: &Db<'_>, id: &str, generation: u64) -> Result<bool> {
     let n = c
         .execute(
@@ -147,6 +153,9 @@ pub fn set_applied_generation(c: &Db<'_>, id: &str, generation: u64) -> Result<b
             params![id, generation],
         )
         .map_err(Error::at("set applied generation"))?;
+    if n == 1 {
+        crate::spec_deliveries::observed(c, id, generation)?;
+    }
     Ok(n == 1)
 }
 
@@ -215,6 +224,13 @@ pub fn heard(c: &Db<'_>, heard: &[(&str, u64, u64)]) -> Result<Vec<String>> {
                 |r| r.get(0),
             )
             .map_err(Error::at("clear unreachable marks"))?;
+        for node_id in &unmarked {
+            c.execute(
+                "UPDATE liveness_marks SET cleared_at_ms = ?2 WHERE node_id = ?1 AND cleared_at_ms IS NULL",
+                params![node_id, now],
+            )
+            .map_err(Error::at("clear a liveness mark"))?;
+        }
         cleared.extend(unmarked);
         c.execute(
             &format!(
@@ -234,18 +250,28 @@ pub fn heard(c: &Db<'_>, heard: &[(&str, u64, u64)]) -> Result<Vec<String>> {
 const HEARD_CHUNK: usize = 500;
 
 /// Marks unreachable every node no gateway heard from for `timeout_ms` by
-/// the store's clock (and not marked already); returns them.
+/// the store's clock (and not marked already), each mark kept in
+/// `liveness_marks` with the heard time it judged from; returns them.
 pub fn mark_unreachable(c: &Db<'_>, timeout_ms: u64) -> Result<Vec<String>> {
     let now = crate::clock::now_ms(c)?;
     let before = now.saturating_sub(i64::try_from(timeout_ms).unwrap_or(i64::MAX));
-    c.query_map(
-        "UPDATE node_liveness SET unreachable_at_ms = ?1
-         WHERE heard_at_ms < ?2 AND unreachable_at_ms IS NULL
-         RETURNING node_id",
-        params![now, before],
-        |r| r.get(0),
-    )
-    .map_err(Error::at("mark nodes unreachable"))
+    let marked: Vec<(String, i64)> = c
+        .query_map(
+            "UPDATE node_liveness SET unreachable_at_ms = ?1
+             WHERE heard_at_ms < ?2 AND unreachable_at_ms IS NULL
+             RETURNING node_id, heard_at_ms",
+            params![now, before],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .map_err(Error::at("mark nodes unreachable"))?;
+    for (node_id, heard_at) in &marked {
+        c.execute(
+            "INSERT INTO liveness_marks (node_id, marked_at_ms, heard_at_ms) VALUES (?1, ?2, ?3)",
+            params![node_id, now, heard_at],
+        )
+        .map_err(Error::at("record a liveness mark"))?;
+    }
+    Ok(marked.into_iter().map(|(node_id, _)| node_id).collect())
 }
 
 #[cfg(test)]

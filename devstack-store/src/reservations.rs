@@ -5,12 +5,12 @@ use crate::params;
 use crate::sql::{Row, SqlError};
 
 use crate::optional;
-use crate::rows::{ReservationRow, ReservationState};
+use crate::rows::{ReleaseCause, ReservationRow, ReservationState};
 use crate::{Db, Error, Result};
 
 const COLUMNS: &str = "id, node_id, gpu_indexes, state, reason, generation, release_generation, bound_generation, \
                        cdi_devices, statement, last_refusal, created_at_ms, active_at_ms, released_at_ms, \
-                       vcpus, memory_bytes, binding, cgroup_parent";
+                       vcpus, memory_bytes, binding, cgroup_parent, release_cause, release_requested_at_ms";
 
 /// The states whose GPUs are taken, as SQL.
 const TAKEN: &str = "('pending', 'active', 'releasing')";
@@ -41,7 +41,15 @@ fn row(r: &Row) -> Result<ReservationRow, SqlError> {
         memory_bytes: r.get::<i64>(15)? as u64,
         binding: r.get(16)?,
         cgroup_parent: r.get(17)?,
+        release_cause: cause(r.get(18)?),
+        release_requested_at_ms: r.get(19)?,
     })
+}
+
+/// A stored release cause: `None` while the reservation runs, else the
+/// cause or the text this build does not know.
+pub(crate) fn cause(text: String) -> Option<Result<ReleaseCause, String>> {
+    (!text.is_empty()).then(|| text.parse::<ReleaseCause>().map_err(|_| text))
 }
 
 fn list(c: &Db<'_>, where_clause: &str, node_id: &str) -> Result<Vec<ReservationRow>> {
@@ -120,7 +128,8 @@ pub fn held(c: &Db<'_>, node_id: &str) -> Result<Vec<ReservationRow>> {
 }
 
 /// Moves a pending reservation to `active` with the node's verified
-/// statement; returns false when it was not pending.
+/// statement, booked from `now_ms` (the store's clock: usage is metered
+/// from it); returns false when it was not pending.
 pub fn activate(
     c: &Db<'_>,
     id: &str,
@@ -149,13 +158,15 @@ pub fn refuse(c: &Db<'_>, id: &str, refusal: &str) -> Result<()> {
 }
 
 /// Moves a pending or active reservation to `releasing` at the spec
-/// generation that dropped its hold; returns false otherwise.
-pub fn start_release(c: &Db<'_>, id: &str, generation: u64) -> Result<bool> {
+/// generation that dropped its hold, for `cause`, booked until `now_ms`
+/// (the store's clock); returns false otherwise.
+pub fn start_release(c: &Db<'_>, id: &str, generation: u64, cause: ReleaseCause, now_ms: i64) -> Result<bool> {
     let n = c
         .execute(
-            "UPDATE reservations SET state = 'releasing', release_generation = ?2
+            "UPDATE reservations SET state = 'releasing', release_generation = ?2, release_cause = ?3,
+                    release_requested_at_ms = ?4
              WHERE id = ?1 AND state IN ('pending', 'active')",
-            params![id, generation],
+            params![id, generation, cause.as_str(), now_ms],
         )
         .map_err(Error::at("release reservation"))?;
     Ok(n == 1)
@@ -172,13 +183,18 @@ pub fn finish_release(c: &Db<'_>, id: &str, now_ms: i64) -> Result<bool> {
     Ok(n == 1)
 }
 
-/// Moves a reservation that is not over to `failed`; returns its state
-/// before, or `None` when it was already over.
+/// Moves a reservation that is not over to `failed` (the node could not
+/// bind or keep it: cause `node-failed`), booked until `now_ms` unless its
+/// hold was withdrawn before; returns its state before, or `None` when it
+/// was already over.
 pub fn fail(c: &Db<'_>, id: &str, reason: &str, now_ms: i64) -> Result<Option<ReservationState>> {
     let Some(before) = get(c, id)?.map(|r| r.state).filter(|s| !s.is_terminal()) else { return Ok(None) };
     c.execute(
-        "UPDATE reservations SET state = 'failed', reason = ?2, released_at_ms = ?3 WHERE id = ?1",
-        params![id, reason, now_ms],
+        "UPDATE reservations SET state = 'failed', reason = ?2, released_at_ms = ?3,
+                release_cause = CASE WHEN release_cause = '' THEN ?4 ELSE release_cause END,
+                release_requested_at_ms = COALESCE(release_requested_at_ms, ?3)
+         WHERE id = ?1",
+        params![id, reason, now_ms, ReleaseCause::NodeFailed.as_str()],
     )
     .map_err(Error::at("fail reservation"))?;
     Ok(Some(before))

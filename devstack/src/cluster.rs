@@ -4,7 +4,8 @@
 //! (ages by its own monotonic clock, never its wall clock, so gateways
 //! whose clocks disagree agree on who is heard), marks unreachable a node
 //! no gateway heard for the liveness timeout (`node.unreachable`, cleared
-//! on the next heard frame with `node.reachable`), and wakes its sessions
+//! on the next heard frame with `node.reachable`), meters the bookings'
+//! usage windows that ended (docs/devstack.md, "Usage"), and wakes its sessions
 //! whose node has a command waiting (the safety net under the pokes). The
 //! pokes themselves go between gateways as the store's notifications: a
 //! wake, a new spec or a revocation for a node whose session another
@@ -22,7 +23,7 @@ use crate::error::Result;
 use crate::events::StackEvent;
 use crate::hub::{Control, Poke};
 use crate::shared::Shared;
-use crate::store::{commands, gateways, nodes, specs};
+use crate::store::{commands, gateways, nodes, specs, usage};
 
 /// A poke as the store carries it: `w:`, `s:` or `r:` and the node.
 fn encode(poke: &Poke) -> String {
@@ -74,7 +75,7 @@ async fn listen(shared: Weak<Shared>, mut notifications: mpsc::UnboundedReceiver
             }
             "s" if shared.hub.holds(node) => match shared.ledger.read(|c| specs::latest(c, node)) {
                 Ok(Some(spec)) => {
-                    let _ = shared.hub.push_spec(&spec);
+                    shared.hub.push_spec(&spec);
                 }
                 Ok(None) => {}
                 Err(e) => {
@@ -99,7 +100,7 @@ fn resend_specs(shared: &Shared) {
     for node in shared.hub.held() {
         match shared.ledger.read(|c| specs::latest(c, &node)) {
             Ok(Some(spec)) => {
-                let _ = shared.hub.push_spec(&spec);
+                shared.hub.push_spec(&spec);
             }
             Ok(None) => {}
             Err(e) => warn!(node_id = %node, error = %e, "cluster: a spec to send again could not be read"),
@@ -134,7 +135,7 @@ async fn beat(shared: Weak<Shared>, mut stop: watch::Receiver<Phase>) {
 }
 
 /// One beat: the gateway's, its sessions' heard ages, the unreachable
-/// marks, and the wakes of the sweep.
+/// marks, the usage meter, and the wakes of the sweep.
 fn once(shared: &Shared) -> Result<()> {
     let id = &shared.settings.options.gateway_id;
     let heard = shared.hub.heard();
@@ -159,6 +160,8 @@ fn once(shared: &Shared) -> Result<()> {
         }
         Ok(())
     })?;
+    let window = i64::try_from(shared.settings.options.usage_window.as_millis()).unwrap_or(i64::MAX);
+    shared.ledger.write(|c| Ok(usage::meter(c, window)?))?;
     let waiting = shared.ledger.read(commands::nodes_with_pending)?;
     for node_id in waiting.iter().filter(|n| shared.hub.holds(n)) {
         debug!(node_id = %node_id, "cluster: the sweep wakes a session with a command waiting");

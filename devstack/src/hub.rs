@@ -14,8 +14,6 @@ use std::time::Instant;
 use tokio::sync::mpsc;
 
 use crate::changes::Changes;
-use crate::error::Result;
-use crate::frames::desired_state_frame;
 use crate::store::rows::NodeSpecRow;
 
 /// A message to a session task.
@@ -25,6 +23,8 @@ pub enum Control {
     Wake,
     /// Send this frame as is (tests inject frames this way).
     Raw(Box<proto::GatewayFrame>),
+    /// Send this committed spec as DesiredState (its delivery recorded).
+    Spec(Box<NodeSpecRow>),
     /// The node's certificates were revoked: notify and close.
     Revoke(String),
     /// The stack is going away: send Drain and close.
@@ -190,14 +190,12 @@ impl Hub {
     /// Sends a committed spec to the node's live session as DesiredState (a
     /// node that is away gets it after its next Welcome; one on another
     /// gateway is sent it there).
-    pub fn push_spec(&self, spec: &NodeSpecRow) -> Result<()> {
-        let frame = Control::Raw(Box::new(desired_state_frame(spec)?));
-        if !self.send_local(&spec.node_id, frame)
+    pub fn push_spec(&self, spec: &NodeSpecRow) {
+        if !self.send_local(&spec.node_id, Control::Spec(Box::new(spec.clone())))
             && let Some(remote) = self.remote.get()
         {
             remote(Poke::Spec(spec.node_id.clone()));
         }
-        Ok(())
     }
 
     /// Sends to every live session.

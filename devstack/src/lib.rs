@@ -29,6 +29,7 @@ mod https;
 mod hub;
 mod ids;
 mod instances;
+pub mod invariants;
 mod inventory;
 mod issuance;
 mod join;
@@ -88,11 +89,12 @@ pub use reservations::{ALLOCATION_GENERATION, ALLOCATION_MISMATCH, Binding, Rese
 pub use spec::SpecUpdate;
 pub use stack::DevStack;
 pub use store::StoreLocation;
+pub use store::rows::{CommandFact, FleetFacts, LivenessMark, ReservationFact, SessionFact, SpecDelivery, UsageWindow};
 pub use store::rows::{
     CommandRow, CommandStatus, CommandUpdateRow, FleetCounts, GatewayRow, InstanceDesired, InstanceRow, InstanceState,
     InventoryRow, JoinMethod, JoinTokenRow, NodeBindingRow, NodeCertRow, NodeJoinRow, NodeKeyLevel, NodeLabelRow,
-    NodeRow, NodeSessionRow, NodeSpecRow, NodeState, PoolRow, ReleaseArtifactRow, ReservationRow, ReservationState,
-    SectionState, SectionStatus, VolumeRow, VolumeState,
+    NodeRow, NodeSessionRow, NodeSpecRow, NodeState, PoolRow, ReleaseArtifactRow, ReleaseCause, ReservationRow,
+    ReservationState, SectionState, SectionStatus, VolumeRow, VolumeState,
 };
 pub use tls::{ALPN_H2, ALPN_HTTP1};
 pub use tpm::{TPM_NOT_ALLOWED, TPM_SESSION_EXPIRED, TPM_SESSION_UNKNOWN};

@@ -85,6 +85,9 @@ pub struct DevStackOptions {
     /// that only drives a control plane whose nodes use its other gateways
     /// (the harness's, beside gateway processes it kills) is not listed.
     pub listed: bool,
+    /// How long one usage window of a booking is (default 60 s): each beat
+    /// meters the windows that ended (docs/devstack.md, "Usage").
+    pub usage_window: Duration,
 }
 
 impl Default for DevStackOptions {
@@ -115,6 +118,7 @@ impl Default for DevStackOptions {
             gateway_id: DEFAULT_GATEWAY_ID.to_string(),
             liveness_timeout: Duration::from_secs(30),
             listed: true,
+            usage_window: Duration::from_secs(60),
         }
     }
 }

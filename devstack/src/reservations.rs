@@ -24,8 +24,8 @@ use crate::ids;
 use crate::policy::PoolPolicy;
 use crate::shared::Shared;
 use crate::store::reservations as rows;
-use crate::store::rows::{NodeSpecRow, NodeState, ReservationRow, ReservationState};
-use crate::store::{inventory, nodes, pools};
+use crate::store::rows::{NodeSpecRow, NodeState, ReleaseCause, ReservationRow, ReservationState};
+use crate::store::{self, inventory, nodes, pools};
 use crate::view::StackView;
 
 /// The code of an AllocationBound whose indexes are not the held ones.
@@ -212,14 +212,15 @@ pub fn reserve(shared: &Shared, node_id: &str, request: ReservationRequest) -> R
         Ok((spec, indexes))
     })?;
     info!(node_id, reservation_id = %id, gpu_indexes = ?indexes, generation = spec.generation, "reservation: hold sent");
-    shared.hub.push_spec(&spec)?;
+    shared.hub.push_spec(&spec);
     Ok(id)
 }
 
 /// Withdraws a pending or active reservation's hold in a new spec
-/// generation; the reservation is `releasing` until the node reports
-/// AllocationReleased. Returns the generation.
-pub fn release(shared: &Shared, reservation_id: &str) -> Result<u64> {
+/// generation for `cause` (recorded: invariant I5 reads it); the
+/// reservation is `releasing` until the node reports AllocationReleased.
+/// Returns the generation.
+pub fn release(shared: &Shared, reservation_id: &str, cause: ReleaseCause) -> Result<u64> {
     let spec = shared.ledger.write(|c| {
         let r = rows::get(c, reservation_id)?
             .ok_or_else(|| Error::UnknownReservation { reservation_id: reservation_id.into() })?;
@@ -227,12 +228,13 @@ pub fn release(shared: &Shared, reservation_id: &str) -> Result<u64> {
             return Err(Error::ReservationState { reservation_id: r.id, state: r.state, action: "release" });
         }
         let node = nodes::get(c, &r.node_id)?.ok_or_else(|| Error::UnknownNode { node_id: r.node_id.clone() })?;
-        rows::start_release(c, reservation_id, node.spec_generation + 1)?;
+        let now = store::clock::now_ms(c)?;
+        rows::start_release(c, reservation_id, node.spec_generation + 1, cause, now)?;
         c.publish(changed(&r.node_id, reservation_id, ReservationState::Releasing, ""));
         respec(c, shared, &r.node_id)
     })?;
-    info!(node_id = %spec.node_id, reservation_id, generation = spec.generation, "reservation: hold withdrawn");
-    shared.hub.push_spec(&spec)?;
+    info!(node_id = %spec.node_id, reservation_id, generation = spec.generation, %cause, "reservation: hold withdrawn");
+    shared.hub.push_spec(&spec);
     Ok(spec.generation)
 }
 
@@ -338,7 +340,9 @@ fn apply_report(
         });
         match verdict {
             Ok(a) => {
-                if rows::activate(c, &r.id, a.generation, &a.cdi_devices, &a.cgroup_parent, &b.envelope, now)? {
+                // Booked from now by the store's clock, which usage is metered by.
+                let booked = store::clock::now_ms(c)?;
+                if rows::activate(c, &r.id, a.generation, &a.cdi_devices, &a.cgroup_parent, &b.envelope, booked)? {
                     info!(node_id, reservation_id = %r.id, generation = a.generation, cgroup_parent = %a.cgroup_parent, "reservation: active");
                     c.publish(changed(node_id, &r.id, ReservationState::Active, ""));
                 }
@@ -365,7 +369,7 @@ fn apply_report(
             warn!(node_id, allocation_id = ?f.allocation_id, "reservation: failure of an unknown allocation");
             continue;
         };
-        let Some(before) = rows::fail(c, &r.id, &f.reason, now)? else { continue };
+        let Some(before) = rows::fail(c, &r.id, &f.reason, store::clock::now_ms(c)?)? else { continue };
         warn!(node_id, reservation_id = %r.id, reason = ?f.reason, "reservation: failed");
         c.publish(changed(node_id, &r.id, ReservationState::Failed, &f.reason));
         if matches!(before, ReservationState::Pending | ReservationState::Active) {

@@ -18,6 +18,7 @@ use crate::error::Result;
 use crate::events::{EventSubscription, Published};
 use crate::hub::Transport;
 use crate::instances::{self, InstanceRequest, volumes};
+use crate::invariants::{self, AgentFacts, Facts, Heard, Thresholds, Violation};
 use crate::keys::Pins;
 use crate::nodes::{self, JoinMark};
 use crate::options::{DevStackOptions, TpmAllow};
@@ -27,9 +28,10 @@ use crate::releases::{self, ManifestOptions, Release, UpdatePins};
 use crate::reservations::{self, ReservationRequest};
 use crate::spec::{self, SpecUpdate};
 use crate::store::rows::{
-    CommandRow, CommandUpdateRow, FleetCounts, InstanceDesired, InstanceRow, InstanceState, InventoryRow, JoinTokenRow,
-    NodeBindingRow, NodeCertRow, NodeJoinRow, NodeLabelRow, NodeRow, NodeSessionRow, NodeSpecRow, NodeState, PoolRow,
-    ReleaseArtifactRow, ReservationRow, ReservationState, SectionStatus, VolumeRow, VolumeState,
+    CommandRow, CommandUpdateRow, FleetCounts, FleetFacts, InstanceDesired, InstanceRow, InstanceState, InventoryRow,
+    JoinTokenRow, NodeBindingRow, NodeCertRow, NodeJoinRow, NodeLabelRow, NodeRow, NodeSessionRow, NodeSpecRow,
+    NodeState, PoolRow, ReleaseArtifactRow, ReleaseCause, ReservationRow, ReservationState, SectionStatus, VolumeRow,
+    VolumeState,
 };
 use crate::trust::{self, IntentPublicKeys};
 use crate::tunnels::{self, Console, ConsoleOptions, ConsoleSize};
@@ -457,7 +459,20 @@ impl DevStack {
     /// generation (returned); it is `released` on the node's
     /// AllocationReleased.
     pub async fn release(&self, reservation_id: &str) -> Result<u64> {
-        reservations::release(&self.run.shared, reservation_id)
+        reservations::release(&self.run.shared, reservation_id, ReleaseCause::Tenant)
+    }
+
+    /// What the fleet invariants read of the store (docs/harness.md,
+    /// "Fleet invariants"): a usage meter pass, then one snapshot.
+    pub fn fleet_facts(&self) -> Result<FleetFacts> {
+        invariants::read(&self.run.shared)
+    }
+
+    /// Checks the fleet invariants over the store's facts, what the agents'
+    /// fake hardware recorded and what a fault proxy heard; the violations.
+    pub fn check_invariants(&self, agents: AgentFacts, heard: Heard) -> Result<Vec<Violation>> {
+        let facts = Facts { store: self.fleet_facts()?, agents, heard };
+        Ok(invariants::check(&facts, Thresholds::default()))
     }
 
     /// A reservation.

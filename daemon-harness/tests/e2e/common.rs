@@ -3,7 +3,7 @@
 //! `must_*` / `await_*` actions the scenarios read as sentences.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -11,6 +11,7 @@ use daemon_harness::build::{BuildOptions, build_bcd};
 use daemon_harness::node::Node;
 use daemon_harness::prereq;
 use daemon_harness::runner::{self, Runner};
+use devstack::invariants::{AgentFacts, Heard};
 use devstack::{Acceptance, DevStack, DevStackOptions, PoolSpec};
 
 /// How long a scenario waits for anything before it fails.
@@ -34,6 +35,9 @@ pub struct Env {
     pub runner: Arc<dyn Runner>,
     started: Instant,
     name: String,
+    /// Every node directory made for the scenario (its config.toml and data
+    /// dir): the fleet invariants read their fake hardware at the end.
+    nodes: Mutex<Vec<(PathBuf, PathBuf)>>,
 }
 
 impl Env {
@@ -66,7 +70,7 @@ impl Env {
         }
         adjust(&mut options);
         let stack = DevStack::start(options).await.expect("the dev stack starts");
-        Env { stack, bcd, runner, started: Instant::now(), name: scenario.to_string() }
+        Env { stack, bcd, runner, started: Instant::now(), name: scenario.to_string(), nodes: Mutex::default() }
     }
 
     /// A pool with diag.nvml acceptance and an optional expected GPU count.
@@ -105,9 +109,16 @@ impl Env {
             ("BCD_FAKEHW_VARIANT".to_string(), variant.to_string()),
         ];
         let node = Node::new_in(parent, name, &self.bcd, self.runner.clone(), env).expect("a node directory");
+        self.must_configure(&node).await;
+        node
+    }
+
+    /// Writes `node`'s config.toml for this stack, and watches the node:
+    /// its fake hardware is read for the fleet invariants at the end.
+    pub async fn must_configure(&self, node: &Node) {
         let data_dir = self.runner.daemon_path(&node.data_dir()).expect("the data dir has a path where bcd runs");
         self.stack.write_bcd_config(node.dir(), Path::new(&data_dir)).await.expect("config.toml is written");
-        node
+        self.nodes.lock().unwrap().push((node.config(), node.data_dir()));
     }
 
     /// Joins `node` with a fresh one-use token of `pool` and returns its node id.
@@ -165,9 +176,46 @@ impl Env {
         std::mem::replace(&mut self.stack, new).shutdown().await.expect("the throwaway stack shuts down");
     }
 
-    /// Prints the scenario's wall time (the figure the issues ask for).
+    /// Checks the fleet invariants, then prints the scenario's wall time
+    /// (the figure the issues ask for).
     pub fn report(&self) {
+        self.assert_invariants();
         eprintln!("scenario {} ({}): {:.2?}", self.name, self.runner.name(), self.started.elapsed());
+    }
+
+    /// The fake hardware facts of every node the scenario made (and of the
+    /// agents of any bcd sim run from one), by node id.
+    pub fn agent_facts(&self) -> AgentFacts {
+        let mut facts = AgentFacts::default();
+        for (config, data_dir) in self.nodes.lock().unwrap().iter() {
+            let Ok(text) = std::fs::read_to_string(config) else { continue };
+            if let Some(node_id) = config_node_id(&text) {
+                facts.add(&node_id, data_dir).unwrap_or_else(|e| panic!("{}: {e}", data_dir.display()));
+            }
+            facts.add_sim(data_dir).unwrap_or_else(|e| panic!("{}: {e}", data_dir.display()));
+        }
+        facts
+    }
+
+    /// Fails the scenario when a fleet invariant does not hold over the
+    /// store and its nodes' fake hardware (docs/harness.md, "Fleet
+    /// invariants").
+    pub fn assert_invariants(&self) {
+        let agents = self.agent_facts();
+        let read = agents.nodes.len();
+        let runs: u64 = agents.nodes.values().flat_map(|n| n.executions.values()).sum();
+        let violations = self.stack.check_invariants(agents, Heard::new()).expect("the facts read");
+        assert!(
+            violations.is_empty(),
+            "{}: {} fleet invariant violation(s):\n{}",
+            self.name,
+            violations.len(),
+            violations.iter().map(|v| format!("  {v}")).collect::<Vec<_>>().join("\n")
+        );
+        eprintln!(
+            "scenario {}: fleet invariants hold over the store and {read} node(s)' fake hardware ({runs} execution(s))",
+            self.name
+        );
     }
 }
 
@@ -240,12 +288,17 @@ fn closed_port() -> u16 {
 /// The node id bcd wrote into its config.toml.
 pub fn node_id(node: &Node) -> Result<String> {
     let text = std::fs::read_to_string(node.config()).context("reading config.toml")?;
+    config_node_id(&text).context("config.toml has no node_id")
+}
+
+/// The node id of a config.toml's text, once bcd joined.
+fn config_node_id(text: &str) -> Option<String> {
     text.lines()
+        .take_while(|l| !l.trim_start().starts_with('['))
         .filter_map(|l| l.split_once('='))
         .find(|(k, _)| k.trim() == "node_id")
         .map(|(_, v)| v.trim().trim_matches('"').to_string())
         .filter(|id| !id.is_empty())
-        .context("config.toml has no node_id")
 }
 
 /// How many times fakehw really executed `command_id` on `node` (its

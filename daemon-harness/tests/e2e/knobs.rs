@@ -7,7 +7,6 @@
 //! opt-in `fakeGpuReset` runs once, is unsupported without its knob, and is
 //! never run twice after a crash, being not retry-safe.
 
-use std::path::Path;
 use std::time::Duration;
 
 use daemon_harness::node::Node;
@@ -24,8 +23,7 @@ async fn must_make_knobbed_node(env: &Env, name: &str, variant: &str, knobs: &[(
     ];
     vars.extend(knobs.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     let node = Node::new(name, &env.bcd, env.runner.clone(), vars).expect("a node directory");
-    let data_dir = env.runner.daemon_path(&node.data_dir()).expect("the data dir has a path where bcd runs");
-    env.stack.write_bcd_config(node.dir(), Path::new(&data_dir)).await.expect("config.toml is written");
+    env.must_configure(&node).await;
     node
 }
 

@@ -12,6 +12,7 @@ mod gateways;
 mod holds;
 mod host;
 mod intent;
+mod invariants;
 mod join;
 mod knobs;
 mod lifecycle;

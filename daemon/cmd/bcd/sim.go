@@ -6,6 +6,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -21,12 +22,14 @@ import (
 
 	"bcd/internal/agent"
 	"bcd/internal/config"
+	"bcd/internal/identity"
 	"bcd/internal/join"
 	"bcd/internal/machine"
 	"bcd/internal/retry"
 )
 
 const simUsage = `usage: bcd sim --config PATH --nodes N [--seed S] [--token-file FILE] [--join-concurrency C]
+               [--power-on-spread D] [--control SOCKET]
        bcd sim --crypto-floor
 
 Runs N node agents in one process (fakehw builds only): agent i is a fakehw
@@ -43,6 +46,14 @@ retry-after hint honoured) while the other agents go on; a refused join is
 logged (sim.join_failed) and that agent does not run. Each agent runs its
 session as soon as it has joined, until SIGTERM or SIGINT. The exit status
 is 1 when an agent could not join (a refusal), else the first non-zero status of an agent.
+With --power-on-spread D, agent i powers on (joins or starts) after a
+delay drawn from the seed and i within D, as a fleet cold start does.
+With --control SOCKET, bcd sim answers fault requests on that unix socket
+(0600), one line each, "crash <i>", "reboot <i>" or "lose-journal <i>",
+with "ok" or "error: <why>": agent i stops as a crash would, and starts
+again from its data dir (after a reboot with a new boot id, after a
+journal loss without its journal). An agent that ends for a reboot
+(node.reboot) starts again the same way, as its supervisor would start bcd.
 Every agent holds about 4 descriptors (the session's connection, the
 journal, the status socket and its listener): keep N x 4 under the
 open-file limit (ulimit -n), or run several bcd sim processes. Unless GOGC
@@ -55,6 +66,8 @@ Flags:
   --seed S              the first seed (default BCD_FAKEHW_SEED, else 41)
   --token-file FILE     read the token from FILE instead of standard input
   --join-concurrency C  joins under way at once (1 to 1000, default 64)
+  --power-on-spread D   power the agents on at seeded times within D (e.g. 30s)
+  --control SOCKET      take fault requests on this unix socket
   --crypto-floor        print what a P-256 sign, verify, key generation and
                         ECDH, an X25519 exchange and an Ed25519 sign and
                         verify cost here (ns, JSON) and exit
@@ -86,6 +99,8 @@ func runSim(args []string, e env) int {
 	tokenFile := fs.String("token-file", "", "")
 	concurrency := fs.Int("join-concurrency", DefaultJoinConcurrency, "")
 	floor := fs.Bool("crypto-floor", false, "")
+	spread := fs.Duration("power-on-spread", 0, "")
+	control := fs.String("control", "", "")
 	if code, ok := parse(fs, args, simUsage, e); !ok {
 		return code
 	}
@@ -104,6 +119,10 @@ func runSim(args []string, e env) int {
 	}
 	if *concurrency < 1 || *concurrency > 1000 {
 		fmt.Fprintf(e.stderr, "bcd sim: --join-concurrency must be 1 to 1000\n\n%s", simUsage)
+		return 2
+	}
+	if *spread < 0 || *spread > time.Hour {
+		fmt.Fprintf(e.stderr, "bcd sim: --power-on-spread must be 0 to 1h\n\n%s", simUsage)
 		return 2
 	}
 	if *seed == "" {
@@ -125,7 +144,12 @@ func runSim(args []string, e env) int {
 		return fail(e, "sim", err)
 	}
 	s := &sim{e: e, log: logger(e), seed: *seed, baseText: baseText, jwk: jwk, gateways: base.Gateways(),
-		slots: make(chan struct{}, *concurrency)}
+		slots: make(chan struct{}, *concurrency), spread: *spread}
+	if *control != "" {
+		if err := s.serveControl(e.ctx, *control); err != nil {
+			return fail(e, "sim", err)
+		}
+	}
 	s.knobs = readKnobs(e.getenv, s.log)
 	dirs := make([]string, *nodes)
 	needToken := false
@@ -168,13 +192,23 @@ type sim struct {
 	baseText, jwk []byte
 	gateways      []string      // the base's gateway list
 	slots         chan struct{} // one per join (or setup) under way
+	spread        time.Duration // the power-on spread
+	running       agents        // the running agents, for the control socket
 	ran, refused  atomic.Int64
 }
 
-// agent sets up, joins (when it has not) and runs agent i until the sim
-// stops, and returns its exit status.
+// agent powers on (after its spread delay), sets up, joins (when it has
+// not) and runs agent i until the sim stops or it is revoked, starting it
+// again after each fault and each reboot, and returns its exit status.
 func (s *sim) agent(i int, dir string) int {
 	log, ctx := s.log.With("sim", i), s.e.ctx
+	if delay := powerOnDelay(s.seed, i, s.spread); delay > 0 {
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+			return 0
+		}
+	}
 	s.slots <- struct{}{}
 	r, m, err := s.setup(i, dir, log)
 	<-s.slots
@@ -187,22 +221,54 @@ func (s *sim) agent(i int, dir string) int {
 		s.refused.Add(1)
 		return 1
 	}
-	c := r.Config
-	vps, err := newVPS(c, c.DataDir, m, s.e.getenv, log)
-	if err == nil {
-		var a *agent.Agent
-		a, err = agent.New(agent.Options{Config: c, Machine: m, Version: version, AllowH2C: true,
-			BackoffCap: s.knobs.backoffCap, RenewAfter: s.knobs.renewAfter, Log: log, VPS: vps, Identity: r.Identity})
-		if err == nil {
-			s.ran.Add(1)
-			var code int
-			if code, err = a.Run(ctx); err == nil {
-				return code
+	s.ran.Add(1)
+	identity := r.Identity
+	for {
+		run, kill := context.WithCancelCause(ctx)
+		s.running.set(i, kill)
+		code, err := s.runAgent(run, r.Config, m, identity, log)
+		s.running.set(i, nil)
+		var f errFault
+		faulted := errors.As(context.Cause(run), &f)
+		kill(nil)
+		switch {
+		case ctx.Err() != nil:
+			return 0
+		case err != nil && !faulted:
+			log.Error("sim.agent_failed", "err", err)
+			return agent.ExitError
+		case code == agent.ExitRevoked:
+			return code
+		}
+		// A fault, or the end of a self-terminating command (a reboot): the
+		// agent starts again as its supervisor would start bcd, a new
+		// process that reads its identity from the data dir and its machine anew.
+		if faulted {
+			if err := afterFault(f.fault, m, r.Config.DataDir); err != nil {
+				log.Error("sim.fault_failed", "fault", string(f.fault), "err", err)
+				return agent.ExitError
 			}
 		}
+		if m, err = newMachine(dir, s.e.getenv, simSeed(s.seed, i)); err != nil {
+			log.Error("sim.agent_failed", "err", err)
+			return agent.ExitError
+		}
+		identity = nil
 	}
-	log.Error("sim.agent_failed", "err", err)
-	return agent.ExitError
+}
+
+// runAgent runs one life of an agent until ctx ends or the agent does.
+func (s *sim) runAgent(ctx context.Context, c *config.Config, m machine.Machine, id *identity.Identity, log *slog.Logger) (int, error) {
+	vps, err := newVPS(c, c.DataDir, m, s.e.getenv, log)
+	if err != nil {
+		return agent.ExitError, err
+	}
+	a, err := agent.New(agent.Options{Config: c, Machine: m, Version: version, AllowH2C: true,
+		BackoffCap: s.knobs.backoffCap, RenewAfter: s.knobs.renewAfter, Log: log, VPS: vps, Identity: id})
+	if err != nil {
+		return agent.ExitError, err
+	}
+	return a.Run(ctx)
 }
 
 // setup writes agent i's configuration and machine and joins it when it

@@ -287,6 +287,11 @@ func (a *Agent) Run(ctx context.Context) (int, error) {
 			return ExitError, fmt.Errorf("the status socket: %w", err)
 		}
 	}
+	if s, ok := a.opts.Machine.(machine.Starts); ok {
+		if err := s.Started(); err != nil {
+			a.log.Warn("node.start_unrecorded", "err", err)
+		}
+	}
 	if err := a.resumeUpgrade(ctx); err != nil {
 		return ExitError, err
 	}

@@ -1,5 +1,5 @@
 // Tests of fakehw: deterministic inventory sections, the variants' shapes,
-// the boot id and its reboot, the execution counters and the console
+// the boot id and its reboot, the execution counters, the starts and the console
 // shells' place and counter.
 
 package fakehw
@@ -119,6 +119,30 @@ func TestTheBootIDSurvivesARestartAndARebootChangesIt(t *testing.T) {
 	}
 	if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
 		t.Fatal("a reboot kept /run")
+	}
+}
+
+func TestStartsAreAppendedAndABrokenMachineCountsEachExecutionTwice(t *testing.T) {
+	m, _ := New(t.TempDir(), "41", VariantCPU)
+	var _ machine.Starts = m
+	for i := 0; i < 2; i++ {
+		if err := m.Started(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data, err := os.ReadFile(m.StartsPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Fields(string(data)); len(lines) != 2 || lines[0] > lines[1] {
+		t.Fatalf("starts %q", data)
+	}
+	m.SetFaults(Faults{ExecuteTwice: true})
+	if err := m.Executed("cmd_1"); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := m.Executions("cmd_1"); n != 2 {
+		t.Fatalf("%d executions counted by the broken machine", n)
 	}
 }
 

@@ -32,6 +32,9 @@ const (
 	EnvLogsUploadFails  = "BCD_FAKEHW_LOGS_UPLOAD_FAILS"  // "1": logs.collect fails logs-upload
 	EnvCDIWriteFailures = "BCD_FAKEHW_CDI_WRITE_FAILURES" // "N": the next N CDI spec writes fail
 	EnvGPUReset         = "BCD_FAKEHW_GPU_RESET"          // "1": the fakeGpuReset kind is registered
+	// "1": every execution is counted twice, as a broken bcd that ran each
+	// command twice would leave it (the I2 checker's own test).
+	EnvExecuteTwice = "BCD_FAKEHW_EXECUTE_TWICE"
 )
 
 // KindGPUReset is the opt-in kind that resets one GPU; it is not
@@ -46,6 +49,7 @@ type Faults struct {
 	LogsUploadFails  bool
 	CDIWriteFailures int
 	GPUReset         bool
+	ExecuteTwice     bool
 }
 
 // FaultsFromEnv reads the knobs; a value it cannot read is named in the
@@ -66,6 +70,7 @@ func FaultsFromEnv(getenv func(string) string) (Faults, []string) {
 	flag(EnvDiagError, &f.DiagError)
 	flag(EnvLogsUploadFails, &f.LogsUploadFails)
 	flag(EnvGPUReset, &f.GPUReset)
+	flag(EnvExecuteTwice, &f.ExecuteTwice)
 	if v := getenv(EnvFailGPUs); v != "" {
 		for _, s := range strings.Split(v, ",") {
 			n, err := strconv.ParseUint(strings.TrimSpace(s), 10, 32)
@@ -108,6 +113,9 @@ func (f Faults) Active() []string {
 	}
 	if f.GPUReset {
 		out = append(out, EnvGPUReset)
+	}
+	if f.ExecuteTwice {
+		out = append(out, EnvExecuteTwice)
 	}
 	return out
 }

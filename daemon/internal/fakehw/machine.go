@@ -228,7 +228,8 @@ func (m *Machine) ExecutionsPath(commandID string) string {
 	return filepath.Join(m.root, "var", "lib", "fakehw", "executions", commandID)
 }
 
-// Executed increments the command's execution counter, fsynced.
+// Executed increments the command's execution counter, fsynced (by two
+// with BCD_FAKEHW_EXECUTE_TWICE: a deliberately broken machine).
 func (m *Machine) Executed(commandID string) error {
 	if commandID == "" || strings.ContainsAny(commandID, `/\`) || commandID == "." || commandID == ".." {
 		return fmt.Errorf("fakehw: command id %q cannot name a file", commandID)
@@ -237,7 +238,31 @@ func (m *Machine) Executed(commandID string) error {
 	if err != nil {
 		return err
 	}
-	return config.WriteFileAtomic(m.ExecutionsPath(commandID), []byte(strconv.Itoa(n+1)+"\n"), 0o644)
+	step := 1
+	if m.knobs().ExecuteTwice {
+		step = 2
+	}
+	return config.WriteFileAtomic(m.ExecutionsPath(commandID), []byte(strconv.Itoa(n+step)+"\n"), 0o644)
+}
+
+// StartsPath is the file of the agent's starts: one line each, Unix ms.
+func (m *Machine) StartsPath() string {
+	return filepath.Join(m.root, "var", "lib", "fakehw", "starts")
+}
+
+// Started appends this start of the agent to its starts file, fsynced:
+// what a retry-safe command may run again after (docs/harness.md, "Fleet
+// invariants", I2).
+func (m *Machine) Started() error {
+	f, err := os.OpenFile(m.StartsPath(), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(f, "%d\n", time.Now().UnixMilli())
+	if err == nil {
+		err = f.Sync()
+	}
+	return errors.Join(err, f.Close())
 }
 
 // Executions reads a command's execution counter (0 when it never ran).

@@ -56,6 +56,12 @@ type Machine interface {
 	Hold(params []byte) time.Duration
 }
 
+// Starts is a machine that records each start of its agent (fakehw: the
+// I2 checker's ground truth of restarts). The agent tells it as it starts.
+type Starts interface {
+	Started() error
+}
+
 // Slices is a machine that runs a hold's booked share of the host (vCPUs,
 // memory) in a slice of its own, bcd-alloc-<id>.slice (docs/daemon.md,
 // "Hold slices"). A machine without it binds such a hold without a slice.

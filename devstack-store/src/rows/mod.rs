@@ -2,6 +2,7 @@
 //! returns them; every row type of the dev stack lives here.
 
 mod commands;
+mod facts;
 mod fleet;
 mod gateways;
 mod instances;
@@ -12,6 +13,9 @@ mod reservations;
 mod sections;
 
 pub use commands::{CommandRow, CommandStatus, CommandUpdateRow};
+pub use facts::{
+    CommandFact, FleetFacts, LivenessMark, ReleaseCause, ReservationFact, SessionFact, SpecDelivery, UsageWindow,
+};
 pub use fleet::FleetCounts;
 pub use gateways::GatewayRow;
 pub use instances::{InstanceDesired, InstanceRow, InstanceState, NodeLabelRow, VolumeRow, VolumeState};

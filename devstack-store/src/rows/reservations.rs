@@ -86,7 +86,7 @@ pub struct ReservationRow {
     pub last_refusal: String,
     /// Creation time.
     pub created_at_ms: i64,
-    /// When it turned active.
+    /// When it turned active, by the store's clock (its booking starts there).
     pub active_at_ms: Option<i64>,
     /// When it ended (released or failed).
     pub released_at_ms: Option<i64>,
@@ -99,4 +99,10 @@ pub struct ReservationRow {
     /// The slice the node runs a plain hold's share in (its AllocationBound's
     /// `cgroup_parent`), once active.
     pub cgroup_parent: String,
+    /// Why its hold was withdrawn or it failed (`None` while it runs; the
+    /// stored text when this build does not know it).
+    pub release_cause: Option<Result<super::ReleaseCause, String>>,
+    /// When its hold was withdrawn or it failed, by the store's clock (its
+    /// booking ends there).
+    pub release_requested_at_ms: Option<i64>,
 }

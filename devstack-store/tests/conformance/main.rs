@@ -13,9 +13,10 @@
 //! (commands, events, specs, inventory, section statuses, reservations),
 //! `vps` (instances, volumes, labels, secrets), `stack` (releases, OTLP
 //! exports, fleet counts, gateways, the clock, settings, the seam), and
-//! `races`.
+//! `facts` (what the fleet invariants read), and `races`.
 
 mod backends;
+mod facts;
 mod membership;
 mod races;
 mod seed;
@@ -68,6 +69,10 @@ const CASES: &[Case] = &[
     ("a reservation reads back as booked", work::a_reservation_reads_back_as_booked),
     ("a reservation's life", work::a_reservation_moves_pending_active_releasing_released),
     ("only a reservation not over fails", work::only_a_reservation_that_is_not_over_fails),
+    ("a liveness mark and its heard time", facts::a_mark_is_kept_with_its_heard_time_and_cleared_once),
+    ("a spec delivered, then observed", facts::a_spec_delivered_is_observed_when_the_node_applies_it),
+    ("a release's cause", facts::a_release_keeps_its_cause_and_a_failure_after_it_does_not_change_it),
+    ("usage windows", facts::usage_windows_add_up_to_the_booked_time_and_a_replay_adds_none),
     ("instances by host and schedulability", vps::instances_read_back_and_are_listed_by_host_and_schedulability),
     ("an instance placed, reported, deleted", vps::an_instance_is_placed_reported_and_deleted_once),
     ("an instance's desired state and memory", vps::an_instance_s_desired_state_spec_and_memory_are_recorded),
@@ -93,6 +98,7 @@ const RACES: &[Race] = &[
     ("an event sent twice at once", races::an_event_sent_twice_at_once_is_recorded_once),
     ("a node adopted by two at once", races::a_node_is_adopted_once_of_two_at_once),
     ("a command's outcome set by two at once", races::a_command_s_outcome_is_set_once_of_two_at_once),
+    ("two gateways meter one booking", races::two_gateways_meter_one_booking_and_each_window_is_kept_once),
 ];
 
 #[test]

@@ -10,7 +10,7 @@ use std::sync::Barrier;
 
 use devstack_store::commands::Outcome;
 use devstack_store::rows::{CommandStatus, NodeState};
-use devstack_store::{Error, Result, Store, commands, events, nodes, sessions, tokens};
+use devstack_store::{Error, Result, Store, commands, events, facts, nodes, sessions, tokens, usage};
 
 use crate::seed::{self, read, write};
 
@@ -162,5 +162,25 @@ pub fn a_command_s_outcome_is_set_once_of_two_at_once(a: &Store, b: &Store) {
         let row = read(a, |c| commands::get(c, &command)).expect("the command");
         let winner = if succeeded { CommandStatus::Succeeded } else { CommandStatus::Failed };
         assert_eq!((row.state, row.reason.as_str()), (winner, winner.as_str()), "round {round}");
+    }
+}
+
+pub fn two_gateways_meter_one_booking_and_each_window_is_kept_once(a: &Store, b: &Store) {
+    seed::pool_and_nodes(a, &["node_1"]);
+    for round in 0..ROUNDS {
+        let id = format!("rsv_{round}");
+        write(a, |c| {
+            devstack_store::reservations::insert(c, &id, "node_1", &[0, 1], &Default::default(), 1, 1)?;
+            let now = devstack_store::clock::now_ms(c)?;
+            devstack_store::reservations::activate(c, &id, 1, &[], "", b"stmt", now - 3_500)?;
+            devstack_store::reservations::start_release(c, &id, 2, devstack_store::rows::ReleaseCause::Tenant, now)
+        });
+        let meter = |store: &Store| write(store, |c| usage::meter(c, 1_000));
+        let (wrote_a, wrote_b) = at_once(|| meter(a), || meter(b));
+        let f = read(a, facts::snapshot);
+        let windows: Vec<_> = f.windows.iter().filter(|w| w.reservation_id == id).collect();
+        assert_eq!(wrote_a + wrote_b, windows.len(), "round {round}: each window written once: {windows:?}");
+        let metered: i64 = windows.iter().map(|w| (w.end_ms - w.start_ms) * i64::from(w.gpus)).sum();
+        assert_eq!(metered, 3_500 * 2, "round {round}");
     }
 }

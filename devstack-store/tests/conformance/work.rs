@@ -5,6 +5,7 @@
 
 use devstack_store::commands::Outcome;
 use devstack_store::reservations::Share;
+use devstack_store::rows::ReleaseCause::Tenant;
 use devstack_store::rows::{
     CommandRow, CommandStatus, InventoryRow, NodeSpecRow, ReservationRow, ReservationState, SectionState, SectionStatus,
 };
@@ -266,8 +267,9 @@ pub fn a_reservation_moves_pending_active_releasing_released(store: &Store) {
     );
     assert_eq!((active.statement.as_deref(), active.cgroup_parent.as_str()), (Some(&b"stmt"[..]), "bc.slice"));
     assert_eq!((active.last_refusal.as_str(), active.active_at_ms), ("", Some(10)), "the refusal cleared");
-    assert!(write(store, |c| reservations::start_release(c, "rsv_1", 3)));
-    assert!(!write(store, |c| reservations::start_release(c, "rsv_1", 4)), "releasing already");
+    let release = |generation| write(store, |c| reservations::start_release(c, "rsv_1", generation, Tenant, 15));
+    assert!(release(3));
+    assert!(!release(4), "releasing already");
     assert_eq!(ids_of(read(store, |c| reservations::held(c, "node_1"))), ["rsv_2"]);
     assert_eq!(ids_of(read(store, |c| reservations::taken(c, "node_1"))), ["rsv_1", "rsv_2"]);
     assert!(write(store, |c| reservations::finish_release(c, "rsv_1", 20)));
@@ -277,6 +279,7 @@ pub fn a_reservation_moves_pending_active_releasing_released(store: &Store) {
         (released.state, released.release_generation, released.released_at_ms),
         (ReservationState::Released, Some(3), Some(20))
     );
+    assert_eq!((released.release_cause, released.release_requested_at_ms), (Some(Ok(Tenant)), Some(15)));
     assert_eq!(ids_of(read(store, |c| reservations::taken(c, "node_1"))), ["rsv_2"]);
     assert_eq!(ids_of(read(store, |c| reservations::of_node(c, "node_1"))), ["rsv_1", "rsv_2"]);
 }

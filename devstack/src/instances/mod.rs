@@ -271,7 +271,7 @@ pub fn create(shared: &Shared, pool_id: &str, request: InstanceRequest) -> Resul
     })?;
     info!(instance_id = %id, pool_id, runtime = %request.runtime, vcpus = request.vcpus, "instance: created");
     if let Some(spec) = spec {
-        shared.hub.push_spec(&spec)?;
+        shared.hub.push_spec(&spec);
     }
     Ok(id)
 }
@@ -297,7 +297,7 @@ pub fn delete(shared: &Shared, instance_id: &str) -> Result<()> {
     })?;
     info!(instance_id, generation = spec.as_ref().map(|s| s.generation), "instance: deleted");
     if let Some(spec) = spec {
-        shared.hub.push_spec(&spec)?;
+        shared.hub.push_spec(&spec);
     }
     Ok(())
 }
@@ -317,7 +317,7 @@ pub fn set_state(shared: &Shared, instance_id: &str, desired: InstanceDesired) -
         row.node_id.as_deref().map(|node| respec(c, shared, node)).transpose()
     })?;
     if let Some(spec) = spec {
-        shared.hub.push_spec(&spec)?;
+        shared.hub.push_spec(&spec);
     }
     Ok(())
 }

@@ -35,7 +35,7 @@ pub fn create(shared: &Shared, node_id: &str, size_bytes: u64) -> Result<String>
         Ok(spec)
     })?;
     info!(volume_id = %id, node_id, size_bytes, generation = spec.generation, "volume: created");
-    shared.hub.push_spec(&spec)?;
+    shared.hub.push_spec(&spec);
     Ok(id)
 }
 
@@ -50,7 +50,8 @@ pub fn resize(shared: &Shared, volume_id: &str, size_bytes: u64) -> Result<()> {
         rows::resize(c, volume_id, size_bytes)?;
         super::respec(c, shared, &v.node_id)
     })?;
-    shared.hub.push_spec(&spec)
+    shared.hub.push_spec(&spec);
+    Ok(())
 }
 
 pub fn delete(shared: &Shared, volume_id: &str) -> Result<()> {
@@ -69,7 +70,8 @@ pub fn delete(shared: &Shared, volume_id: &str) -> Result<()> {
         Ok(spec)
     })?;
     info!(volume_id, generation = spec.generation, "volume: deleted");
-    shared.hub.push_spec(&spec)
+    shared.hub.push_spec(&spec);
+    Ok(())
 }
 
 /// A volume that is not deleted.

@@ -30,6 +30,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "fleet",
             "instances",
             "inventory",
+            "invariants",
             "join",
             "nodes",
             "otlp",

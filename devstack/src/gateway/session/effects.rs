@@ -111,7 +111,7 @@ impl Session {
             if spec.node_id == self.node.node_id {
                 self.send_spec(spec).await?;
             } else {
-                self.shared.hub.push_spec(spec).map_err(store_end)?;
+                self.shared.hub.push_spec(spec);
             }
         }
         for f in effects.frames {

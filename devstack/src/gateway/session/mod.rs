@@ -46,7 +46,7 @@ use crate::shared::Shared;
 use crate::status::{Code, refuse};
 use crate::store::rows::{NodeSessionRow, NodeSpecRow};
 use crate::store::sessions::NewSession;
-use crate::store::{commands, events, nodes, sessions, specs};
+use crate::store::{commands, events, nodes, sessions, spec_deliveries, specs};
 
 mod deliver;
 mod effects;
@@ -185,6 +185,9 @@ struct Session {
     heard: Heard,
     /// BUSY commands and when to deliver them again.
     busy: HashMap<String, Instant>,
+    /// The generation the node last said it applied (its Hello, its
+    /// heartbeats): a spec above it is a delivery the node must observe.
+    applied: u64,
 }
 
 impl Session {
@@ -238,6 +241,7 @@ impl Session {
             last_heard: Instant::now(),
             heard,
             busy: HashMap::new(),
+            applied: hello.applied_generation,
         };
         info!(
             node_id = %session.node.node_id,
@@ -368,9 +372,21 @@ impl Session {
         self.deliver_open().await
     }
 
+    /// Sends a spec as DesiredState; one the node has not applied yet is
+    /// recorded as delivered first (a session-scoped write: fenced).
     async fn send_spec(&self, spec: &NodeSpecRow) -> Result<(), End> {
         debug!(node_id = %self.node.node_id, generation = spec.generation, "session: desired state");
-        self.send(desired_state_frame(spec).map_err(store_end)?).await
+        let frame = desired_state_frame(spec).map_err(store_end)?;
+        if spec.generation > self.applied {
+            self.shared
+                .ledger
+                .write(|c| {
+                    nodes::fence(c, &self.node.node_id, self.row.epoch)?;
+                    Ok(spec_deliveries::delivered(c, &self.node.node_id, spec.generation)?)
+                })
+                .map_err(store_end)?;
+        }
+        self.send(frame).await
     }
 
     async fn on_control(&mut self, control: Control) -> Result<(), End> {
@@ -381,6 +397,7 @@ impl Session {
                 self.deliver(&pending).await
             }
             Control::Raw(f) => self.send(*f).await,
+            Control::Spec(spec) => self.send_spec(&spec).await,
             Control::Revoke(reason) => {
                 info!(node_id = %self.node.node_id, %reason, "session: revocation notice");
                 self.send(frame(Out::RevocationNotice(proto::RevocationNotice { reason }))).await?;
@@ -425,7 +442,8 @@ impl Session {
         }
     }
 
-    fn applied_generation(&self, generation: u64) -> Result<(), End> {
+    fn applied_generation(&mut self, generation: u64) -> Result<(), End> {
+        self.applied = generation;
         let changed = self
             .shared
             .ledger
