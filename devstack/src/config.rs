@@ -110,11 +110,31 @@ pub fn write(dir: &Path, config: &BcdConfig, jwk: &str) -> Result<BcdConfigPaths
 /// section pinning `update`, when given: the stack's release keys or a
 /// changed copy) and `join-encryption.jwk` into `dir`.
 pub fn write_for(shared: &Shared, dir: &Path, data_dir: &Path, update: Option<&UpdatePins>) -> Result<BcdConfigPaths> {
-    let pins = shared.keys.pins();
     let gateway_urls: Vec<String> = crate::cluster::live(shared)?.into_iter().map(|g| g.grpc_url).collect();
+    // The first of the list: this gateway, unless it is not listed.
+    let home = gateway_urls.first().unwrap_or(&shared.settings.gateway_url).clone();
+    write_with(shared, dir, data_dir, home, gateway_urls, update)
+}
+
+/// Like [`write_for`], the node dialing `gateway_urls` (in that order; a
+/// fault proxy's addresses in front of the stack's gateways, say) and no
+/// `[update]` section.
+pub fn write_via(shared: &Shared, dir: &Path, data_dir: &Path, gateway_urls: &[String]) -> Result<BcdConfigPaths> {
+    let home = gateway_urls.first().unwrap_or(&shared.settings.gateway_url).clone();
+    write_with(shared, dir, data_dir, home, gateway_urls.to_vec(), None)
+}
+
+fn write_with(
+    shared: &Shared,
+    dir: &Path,
+    data_dir: &Path,
+    gateway_url: String,
+    gateway_urls: Vec<String>,
+    update: Option<&UpdatePins>,
+) -> Result<BcdConfigPaths> {
+    let pins = shared.keys.pins();
     let cfg = BcdConfig {
-        // The first of the list: this gateway, unless it is not listed.
-        gateway_url: gateway_urls.first().unwrap_or(&shared.settings.gateway_url).clone(),
+        gateway_url,
         gateway_urls,
         gateway_server_name: crate::SERVER_NAME.to_string(),
         serving_ca_spki_pin: pins.serving_ca,

@@ -12,6 +12,7 @@
 pub mod admin;
 mod adoption;
 mod changes;
+pub mod chaos;
 pub mod client;
 mod clock;
 mod cluster;
@@ -74,6 +75,7 @@ pub use hub::Transport;
 pub use instances::{InstanceRequest, UNSCHEDULABLE};
 pub use keys::Pins;
 pub use limits::NodeLimits;
+pub use listen::raise_open_file_limit;
 pub use log_capture::LogCapture;
 pub use log_escape::EscapedFields;
 pub use nodes::JoinMark;

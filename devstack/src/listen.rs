@@ -2,7 +2,8 @@
 //! `TcpListener::bind` does, but with a listen backlog sized for a fleet
 //! joining at once ([`LISTEN_BACKLOG`]) instead of the standard library's
 //! 128, so that 10,000 agents dialing together queue in the kernel instead
-//! of being dropped (the kernel holds it to `net.core.somaxconn`).
+//! of being dropped (the kernel holds it to `net.core.somaxconn`); and
+//! the open-file limit a fleet needs.
 
 use std::io;
 use std::net::SocketAddr;
@@ -20,6 +21,20 @@ pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
     socket.set_reuseaddr(true)?;
     socket.bind(addr)?;
     socket.listen(LISTEN_BACKLOG)
+}
+
+/// Raises this process's soft open-file limit to the hard one: a fleet's
+/// stack holds a descriptor per session (and a fault proxy three per
+/// agent), and the `bcd sim` children it starts inherit the limit.
+pub fn raise_open_file_limit() {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit on this process with a valid pointer.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -153,6 +153,13 @@ impl DevStack {
         config::write_for(&self.run.shared, dir, data_dir, None)
     }
 
+    /// Like [`DevStack::write_bcd_config`], the node dialing `gateway_urls`
+    /// in that order (a fault proxy's addresses in front of this stack's
+    /// gateways).
+    pub fn write_bcd_config_via(&self, dir: &Path, data_dir: &Path, gateway_urls: &[String]) -> Result<BcdConfigPaths> {
+        config::write_via(&self.run.shared, dir, data_dir, gateway_urls)
+    }
+
     /// Like [`DevStack::write_bcd_config`], with an `[update]` section
     /// pinning `update` ([`DevStack::release_keys`] or a changed copy).
     pub async fn write_bcd_config_with(

@@ -14,6 +14,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use xshell::{Shell, cmd};
 
+mod chaos;
 mod fuzz;
 mod helper_e2e;
 mod progress;
@@ -61,6 +62,9 @@ enum Command {
         #[arg(long)]
         runs: Option<u64>,
     },
+    /// A chaos run over real daemons (devstack chaos, release build): bcd sim agents behind a
+    /// fault proxy, a workload and seeded faults, then the fleet invariants; the report is JSON.
+    Chaos(chaos::ChaosArgs),
     /// Print a benchmark figure.
     Bench {
         #[command(subcommand)]
@@ -149,6 +153,7 @@ fn main() -> Result<()> {
         Command::HelperE2e => prereqs(&sh).and_then(|()| helper_e2e::run(&sh, &root, &target_dir())),
         Command::DaemonTpmFixture { check } => prereqs(&sh).and_then(|()| daemon_tpm_fixture(&sh, check)),
         Command::Bench { what } => prereqs(&sh).and_then(|()| bench(&sh, what)),
+        Command::Chaos(args) => prereqs(&sh).and_then(|()| chaos::run(&sh, args)),
         Command::Fuzz { time, runs } => prereqs(&sh)
             .and_then(|()| fuzz::run(&sh, &root, runs.map_or(fuzz::Budget::Seconds(time), fuzz::Budget::Runs))),
     }

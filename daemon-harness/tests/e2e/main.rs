@@ -5,6 +5,7 @@
 
 mod adoption;
 mod bench;
+mod chaos;
 mod common;
 mod console;
 mod faults;

@@ -5,7 +5,7 @@
 //! or `journal-lost` instead of running it again); a retry-safe one runs
 //! again only after its node restarted while it was open (bcd's rule:
 //! accepted but not finished before a crash runs again), so at most once
-//! plus the agent's starts between its delivery and its end. A command the
+//! plus the agent's starts between its creation and its end. A command the
 //! stack has as SUCCEEDED ran at least once. Only nodes whose agent facts
 //! were read are checked.
 
@@ -28,7 +28,9 @@ pub(super) fn i2(facts: &Facts) -> Vec<Violation> {
             continue;
         }
         if cmd.retry_safe {
-            let from = cmd.delivered_at_ms.unwrap_or(cmd.created_at_ms);
+            // From its creation: `delivered_at_ms` moves with each delivery,
+            // and the restart that made a delivery again comes before it.
+            let from = cmd.created_at_ms;
             let to = cmd.finished_at_ms.unwrap_or(facts.store.taken_at_ms);
             let restarts = agent.starts.iter().filter(|&&s| from <= s && s <= to).count() as u64;
             if runs > 1 + restarts {

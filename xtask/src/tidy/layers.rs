@@ -51,7 +51,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("transports", &["http", "https"]),
     ("composition root", &["compose"]),
     ("facade", &["stack"]),
-    ("users of the facade", &["admin", "client"]),
+    ("users of the facade", &["admin", "chaos", "client"]),
 ];
 
 /// The first layer whose modules may name `DevStack`.

@@ -24,10 +24,7 @@ use serde_json::json;
 
 use crate::common::SEED;
 use crate::plane::{Plane, Topology};
-use measure::{
-    Floor, agents_parent, config_node_id, cpu_times, crypto_floor, executions, peak_rss, raise_open_file_limit, rss,
-    unix_ms,
-};
+use measure::{Floor, agents_parent, config_node_id, cpu_times, crypto_floor, executions, peak_rss, rss, unix_ms};
 
 /// The heartbeat of a scale run: one Ping per session every 10 s (the
 /// scenarios' 500 ms would be 20,000 Pings a second at 10,000 sessions).
@@ -124,7 +121,7 @@ async fn bench_scale() {
         _ => Topology::Sqlite,
     };
     let scale = Scale { nodes: var("BCD_SCALE_NODES", 10_000), procs: var("BCD_SCALE_PROCS", 4).max(1), topology };
-    raise_open_file_limit();
+    devstack::raise_open_file_limit();
     let Some(f) = run("bench_scale", scale).await else { return };
     print_figures(&scale, &f);
 }

@@ -2,7 +2,8 @@
 //! "devstack serve" and "The admin CLI"). `serve` runs a stack on loopback
 //! (optionally with N simulated bcd nodes, `--sim N`, and N gateways on a
 //! PostgreSQL store, `--gateways N`) and its admin endpoint; `gateway` runs
-//! one more gateway on a shared store; every other subcommand talks to a running stack through that
+//! one more gateway on a shared store; `chaos` runs a chaos run over real
+//! daemons and checks the fleet invariants; every other subcommand talks to a running stack through that
 //! endpoint, found by its discovery file: `nodes`, `node`, `token`,
 //! `command`, `reserve`, `release`, `revoke`, `events`, `status`, and
 //! `console` (a node's shell in this terminal, [`console`]).
@@ -12,6 +13,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 
+mod chaos;
 mod cli;
 mod console;
 mod gateway;
@@ -40,6 +42,10 @@ enum Action {
     /// Serve one more gateway of a stack whose store is a shared PostgreSQL
     /// database (its nodes fail over between the gateways) until SIGINT or SIGTERM.
     Gateway(gateway::Gateway),
+    /// A chaos run over real daemons: N bcd sim agents behind a fault proxy,
+    /// a workload and seeded faults, then the fleet invariants (the report is
+    /// JSON; exit 3, invariant-violated, when one does not hold).
+    Chaos(chaos::Chaos),
     /// What the running stack is: URLs, pools, how many nodes in each state.
     Status(cli::Status),
     /// List the nodes of the running stack.
@@ -68,7 +74,8 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let serving = matches!(cli.action, Action::Serve(_) | Action::Gateway(_));
     // The stack logs warnings by default (RUST_LOG=info shows every join,
-    // session and command); the client subcommands log nothing of their own.
+    // session and command); the client subcommands log nothing of their own,
+    // and a chaos run only errors (its faults make warnings by design).
     tracing_subscriber::fmt()
         .fmt_fields(devstack::EscapedFields)
         .with_env_filter(
@@ -94,6 +101,7 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
         match cli.action {
             Action::Serve(args) => serve::run(args, discovery).await,
             Action::Gateway(args) => gateway::run(args).await,
+            Action::Chaos(args) => chaos::run(args).await,
             Action::Status(args) => cli::status(&discovery, args).await,
             Action::Nodes(args) => cli::nodes(&discovery, args).await,
             Action::Node(args) => cli::node(&discovery, args).await,

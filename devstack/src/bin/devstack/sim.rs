@@ -90,7 +90,7 @@ pub async fn stopped(stop: &mut watch::Receiver<bool>) {
 }
 
 /// Builds the fakehw bcd in a blocking thread (progress on standard error).
-async fn build_bcd() -> Result<PathBuf> {
+pub async fn build_bcd() -> Result<PathBuf> {
     tokio::task::spawn_blocking(|| {
         bcd_build::build(Path::new("go"), &BuildOptions::fakehw(), &mut StderrProgress::new())
     })
