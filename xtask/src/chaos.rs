@@ -1,7 +1,9 @@
 //! `cargo xtask chaos`: a chaos run over real daemons (docs/harness.md,
 //! "Chaos"), the dev stack's `devstack chaos` built in the release
 //! profile: the report (JSON) on standard output, and a failure
-//! (`invariant-violated`) when an invariant did not hold.
+//! (`invariant-violated`) when an invariant did not hold; and `cargo xtask
+//! bench cold-start`, the e2e suite's `cold_start::bench_cold_start` in the
+//! release profile ("Cold start").
 
 use std::path::PathBuf;
 
@@ -64,4 +66,24 @@ pub fn run(sh: &Shell, args: ChaosArgs) -> Result<()> {
         Some(3) => bail!("invariant-violated: the report above lists the violations"),
         other => bail!("devstack chaos failed ({other:?})"),
     }
+}
+
+/// `cargo xtask bench cold-start`: prints its own figures.
+pub fn bench_cold_start(sh: &Shell, nodes: usize, procs: usize, spread: u64) -> Result<()> {
+    anyhow::ensure!(
+        (1..=10_000 * procs.max(1)).contains(&nodes) && procs >= 1,
+        "--nodes 1 to 10,000 per process, --procs at least 1"
+    );
+    let cargo = super::cargo();
+    let (nodes, procs, spread) = (nodes.to_string(), procs.to_string(), spread.to_string());
+    let _nodes = sh.push_env("BCD_COLD_NODES", &nodes);
+    let _procs = sh.push_env("BCD_COLD_PROCS", &procs);
+    let _spread = sh.push_env("BCD_COLD_SPREAD_S", &spread);
+    let with_e2e = super::WITH_E2E;
+    cmd!(
+        sh,
+        "{cargo} test --release --quiet {with_e2e...} --test e2e -- --ignored --exact cold_start::bench_cold_start --nocapture"
+    )
+    .run()?;
+    Ok(())
 }

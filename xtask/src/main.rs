@@ -131,6 +131,19 @@ enum Bench {
         #[arg(long, default_value = "sqlite", value_parser = ["sqlite", "postgres"])]
         store: String,
     },
+    /// A fleet's cold start (release builds): N agents power on within a spread, then the stack goes
+    /// down and every agent is power cycled; ready and back times, unreachable marks, invariants.
+    ColdStart {
+        /// How many agents.
+        #[arg(long, default_value_t = 10_000)]
+        nodes: usize,
+        /// How many `bcd sim` processes share them.
+        #[arg(long, default_value_t = 4)]
+        procs: usize,
+        /// The power-on spread, in seconds.
+        #[arg(long, default_value_t = 30)]
+        spread: u64,
+    },
     /// Wall time of the TPM fixture regeneration (into a scratch directory) and of its check (medians of N runs).
     Tpm {
         /// Number of runs of each.
@@ -171,6 +184,7 @@ fn bench(sh: &Shell, what: Bench) -> Result<()> {
         Bench::Transports { runs } => bench_scenario(sh, "bench::bench_transports", runs, "native"),
         Bench::Vps { runs } => bench_scenario(sh, "vps_bench::", runs, "native"),
         Bench::Scale { nodes, procs, gateways, store } => bench_scale(sh, nodes, procs, gateways, &store),
+        Bench::ColdStart { nodes, procs, spread } => chaos::bench_cold_start(sh, nodes, procs, spread),
     }
 }
 

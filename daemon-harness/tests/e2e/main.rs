@@ -6,6 +6,7 @@
 mod adoption;
 mod bench;
 mod chaos;
+mod cold_start;
 mod common;
 mod console;
 mod faults;

@@ -137,6 +137,13 @@ func TestStartsAreAppendedAndABrokenMachineCountsEachExecutionTwice(t *testing.T
 	if lines := strings.Fields(string(data)); len(lines) != 2 || lines[0] > lines[1] {
 		t.Fatalf("starts %q", data)
 	}
+	if err := m.Reboot(); err != nil {
+		t.Fatal(err)
+	}
+	boots, err := os.ReadFile(m.BootsPath())
+	if err != nil || len(strings.Fields(string(boots))) != 2 {
+		t.Fatalf("boots %q %v: the first boot and the reboot", boots, err)
+	}
 	m.SetFaults(Faults{ExecuteTwice: true})
 	if err := m.Executed("cmd_1"); err != nil {
 		t.Fatal(err)

@@ -119,7 +119,26 @@ func (m *Machine) newBoot() error {
 		return err
 	}
 	m.bootID = id
-	return nil
+	return appendTime(m.BootsPath())
+}
+
+// BootsPath is the file of the machine's boots: one line each, Unix ms
+// (its first is when it powered on).
+func (m *Machine) BootsPath() string {
+	return filepath.Join(m.root, "var", "lib", "fakehw", "boots")
+}
+
+// appendTime appends now (Unix ms) as a line of path, fsynced.
+func appendTime(path string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(f, "%d\n", time.Now().UnixMilli())
+	if err == nil {
+		err = f.Sync()
+	}
+	return errors.Join(err, f.Close())
 }
 
 // Root is the fake root.
@@ -254,15 +273,7 @@ func (m *Machine) StartsPath() string {
 // what a retry-safe command may run again after (docs/harness.md, "Fleet
 // invariants", I2).
 func (m *Machine) Started() error {
-	f, err := os.OpenFile(m.StartsPath(), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(f, "%d\n", time.Now().UnixMilli())
-	if err == nil {
-		err = f.Sync()
-	}
-	return errors.Join(err, f.Close())
+	return appendTime(m.StartsPath())
 }
 
 // Executions reads a command's execution counter (0 when it never ran).

@@ -27,7 +27,9 @@ const STOP_GRACE: Duration = Duration::from_secs(20);
 impl SimProcess {
     /// Starts `bcd sim` for `nodes` agents on `config` with the join token
     /// on its standard input (never an argument or a file), its output in
-    /// `log`, its control socket at `control`.
+    /// `log`, its control socket at `control`, the agents powering on
+    /// within `spread` (none when zero).
+    #[allow(clippy::too_many_arguments)]
     pub async fn start(
         bcd: &Path,
         config: &Path,
@@ -36,6 +38,7 @@ impl SimProcess {
         token: &str,
         control: &Path,
         log: &Path,
+        spread: Duration,
     ) -> Result<SimProcess, ChaosError> {
         let io = |what: &'static str| move |source| ChaosError::Io { what, source };
         let out = std::fs::File::create(log).map_err(io("create the bcd sim log"))?;
@@ -43,6 +46,9 @@ impl SimProcess {
         let mut cmd = Command::new(bcd);
         cmd.arg("sim").arg("--config").arg(config).arg("--nodes").arg(nodes.to_string()).arg("--seed").arg(seed);
         cmd.arg("--control").arg(control).stdin(Stdio::piped()).stdout(out).stderr(err).kill_on_drop(true);
+        if !spread.is_zero() {
+            cmd.arg("--power-on-spread").arg(format!("{}ms", spread.as_millis()));
+        }
         let mut child = cmd.spawn().map_err(io("start bcd sim"))?;
         let mut stdin = child.stdin.take().expect("piped");
         stdin.write_all(format!("{token}\n").as_bytes()).await.map_err(io("hand bcd sim the token"))?;

@@ -30,6 +30,7 @@ use crate::stack::DevStack;
 use crate::store::StoreLocation;
 
 mod agents;
+pub mod cold_start;
 mod plane;
 mod proxy;
 mod rng;
@@ -42,11 +43,11 @@ use plane::Plane;
 /// How often the workload steps.
 pub const WORK_EVERY: Duration = Duration::from_secs(2);
 /// The GPUs each simulated machine has (fakehw `hgx-h100`).
-const GPUS: u32 = 8;
+pub(crate) const GPUS: u32 = 8;
 /// The first fakehw seed of the agents.
 const FAKEHW_SEED: &str = "1000";
 /// How many violations the report lists.
-const LISTED: usize = 20;
+pub(crate) const LISTED: usize = 20;
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -265,7 +266,8 @@ impl Fleet {
             stack.write_bcd_config_via(&agent_dir, &agent_dir, &urls)?;
         }
         let (control, log) = (dir.join("sim.sock"), dir.join("bcd-sim.log"));
-        let sim = SimProcess::start(bcd, &base.config, spec.nodes, FAKEHW_SEED, &token, &control, &log).await?;
+        let sim = SimProcess::start(bcd, &base.config, spec.nodes, FAKEHW_SEED, &token, &control, &log, Duration::ZERO)
+            .await?;
         let deadline = Duration::from_secs(60) + Duration::from_millis(50) * spec.nodes;
         let nodes = settle::adopted(stack, &pool, &data, spec.nodes, deadline).await?;
         Ok(Fleet { proxy, sim, nodes, data })

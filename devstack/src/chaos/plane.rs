@@ -47,7 +47,7 @@ impl Plane {
     }
 
     /// Kills the stack: dropped, no Drain, every connection cut.
-    fn kill(&mut self) {
+    pub fn kill(&mut self) {
         drop(self.stack.take());
     }
 

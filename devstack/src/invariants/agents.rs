@@ -1,7 +1,8 @@
 //! What the agents' fake hardware recorded (docs/daemon.md, "Fake hardware"), the
 //! ground truth of I1 and I2 beside the store: under each fakehw root,
 //! `var/lib/fakehw/executions/<command id>` (how many times the command
-//! ran), `var/lib/fakehw/starts` (one line per agent start: Unix ms) and
+//! ran), `var/lib/fakehw/starts` (one line per agent start: Unix ms),
+//! `var/lib/fakehw/boots` (one line per boot, the first its power-on) and
 //! `etc/cdi/bcd-alloc-<allocation id>.json` (the devices a hold keeps).
 //! Read with the node stopped or idle: a file being written reads as what
 //! it held before.
@@ -19,6 +20,8 @@ pub struct NodeAgentFacts {
     pub executions: BTreeMap<String, u64>,
     /// When the agent started, each time (Unix ms).
     pub starts: Vec<Ms>,
+    /// When the machine booted, each time (Unix ms; the first: its power-on).
+    pub boots: Vec<Ms>,
     /// The GPU indexes each hold keeps, by allocation id.
     pub holds: BTreeMap<String, Vec<u32>>,
 }
@@ -80,20 +83,24 @@ impl NodeAgentFacts {
             let count = text.trim().parse().map_err(|_| bad(&lib.join("executions").join(&name), &text))?;
             facts.executions.insert(name, count);
         }
-        match std::fs::read_to_string(lib.join("starts")) {
-            Ok(text) => {
-                for line in text.lines().filter(|l| !l.trim().is_empty()) {
-                    facts.starts.push(line.trim().parse().map_err(|_| bad(&lib.join("starts"), line))?);
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
-        }
+        facts.starts = times(&lib.join("starts"))?;
+        facts.boots = times(&lib.join("boots"))?;
         for (name, text) in files(&root.join("etc/cdi"))? {
             let Some(id) = name.strip_prefix("bcd-alloc-").and_then(|n| n.strip_suffix(".json")) else { continue };
             facts.holds.insert(id.to_string(), cdi_gpus(&text));
         }
         Ok(facts)
+    }
+}
+
+/// A file of Unix ms, one a line (none when it is missing).
+fn times(path: &Path) -> io::Result<Vec<Ms>> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => {
+            text.lines().filter(|l| !l.trim().is_empty()).map(|l| l.trim().parse().map_err(|_| bad(path, l))).collect()
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(e),
     }
 }
 
@@ -148,12 +155,13 @@ mod tests {
         std::fs::create_dir_all(root.join("etc/cdi")).unwrap();
         std::fs::write(root.join("var/lib/fakehw/executions/cmd_1"), "2\n").unwrap();
         std::fs::write(root.join("var/lib/fakehw/starts"), "100\n250\n").unwrap();
+        std::fs::write(root.join("var/lib/fakehw/boots"), "90\n").unwrap();
         let spec = r#"{"devices":[{"name":"rsv_1","containerEdits":{"deviceNodes":[{"path":"/dev/nvidia3"},{"path":"/dev/nvidia1"}]}}]}"#;
         std::fs::write(root.join("etc/cdi/bcd-alloc-rsv_1.json"), spec).unwrap();
         std::fs::write(root.join("etc/cdi/other.json"), "{}").unwrap();
         let facts = NodeAgentFacts::read(root).unwrap();
         assert_eq!(facts.executions["cmd_1"], 2);
-        assert_eq!(facts.starts, [100, 250]);
+        assert_eq!((facts.starts.as_slice(), facts.boots.as_slice()), (&[100, 250][..], &[90][..]));
         assert_eq!(facts.holds.len(), 1);
         assert_eq!(facts.holds["rsv_1"], [1, 3]);
         assert_eq!(NodeAgentFacts::read(&root.join("missing")).unwrap(), NodeAgentFacts::default());
