@@ -29,6 +29,9 @@ pub struct ChaosArgs {
     /// How long the fleet may take to settle afterwards (`2m`, `90s`).
     #[arg(long, default_value = "2m")]
     settle: String,
+    /// How many gateways (more than 1: gateway processes on a throwaway PostgreSQL cluster).
+    #[arg(long, default_value_t = 1)]
+    gateways: u32,
     /// Write the event log (JSON lines) to this new file.
     #[arg(long, value_name = "PATH")]
     log: Option<PathBuf>,
@@ -45,8 +48,8 @@ pub fn run(sh: &Shell, args: ChaosArgs) -> Result<()> {
         &["-p", "devstack", "-e", "normal,build"],
     )?;
     let devstack = super::target_dir().join("release/devstack");
-    let ChaosArgs { seed, nodes, minutes, level, settle, log, keep } = args;
-    let (nodes, minutes) = (nodes.to_string(), minutes.to_string());
+    let ChaosArgs { seed, nodes, minutes, level, settle, gateways, log, keep } = args;
+    let (nodes, minutes, gateways) = (nodes.to_string(), minutes.to_string(), gateways.to_string());
     let mut extra: Vec<String> = Vec::new();
     if let Some(log) = log {
         extra.extend(["--log".into(), log.to_string_lossy().into_owned()]);
@@ -57,7 +60,7 @@ pub fn run(sh: &Shell, args: ChaosArgs) -> Result<()> {
     // Its own standard output and error: the progress and the report as they come.
     let mut command: std::process::Command = cmd!(
         sh,
-        "{devstack} chaos --seed {seed} --nodes {nodes} --minutes {minutes} --chaos {level} --settle {settle} {extra...}"
+        "{devstack} chaos --seed {seed} --nodes {nodes} --minutes {minutes} --chaos {level} --settle {settle} --gateways {gateways} {extra...}"
     )
     .into();
     let status = command.status()?;

@@ -26,6 +26,8 @@ async fn a_light_chaos_run_of_sixteen_nodes_keeps_every_invariant() {
         settle: Duration::from_secs(120),
         level: Level::Light,
         log: Some(dir.path().join("events.jsonl")),
+        gateways: 1,
+        gateway_exe: None,
     };
     let started = std::time::Instant::now();
     let report = chaos::run(&spec, &bcd, dir.path(), &mut |line| eprintln!("{name}: {line}")).await.unwrap();

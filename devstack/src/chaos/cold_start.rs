@@ -18,9 +18,7 @@ use super::plane::Plane;
 use super::schedule::FaultKind;
 use super::{ChaosError, GPUS};
 use crate::invariants::{AgentFacts, Heard, Violation};
-use crate::options::DevStackOptions;
 use crate::pools::PoolSpec;
-use crate::store::StoreLocation;
 use crate::store::rows::NodeState;
 
 /// What to run.
@@ -98,9 +96,7 @@ pub async fn run(
     dir: &Path,
     progress: &mut dyn FnMut(&str),
 ) -> Result<ColdStartReport, ChaosError> {
-    let options =
-        DevStackOptions { store: StoreLocation::File(dir.join("devstack.sqlite")), ..DevStackOptions::default() };
-    let mut plane = Plane::start(options).await?;
+    let mut plane = Plane::single(dir, 5_000, Duration::from_secs(60)).await?;
     let stack = plane.stack().expect("started");
     let pool = stack
         .create_pool(PoolSpec { name: "cold".into(), expect_gpu_count: Some(GPUS), ..PoolSpec::default() })
@@ -134,7 +130,7 @@ pub async fn run(
     progress(&format!("ready after {ready_ms} ms; power cycle: the stack down for {:?}", spec.down));
 
     let epochs: BTreeMap<String, u64> = stack.nodes()?.into_iter().map(|n| (n.id, n.session_epoch)).collect();
-    plane.kill();
+    plane.kill(0).await;
     for (sim, share) in &mut sims {
         for i in 0..*share {
             // An agent between two lives (its last crash, a reboot) is skipped: it starts anew anyway.
@@ -142,7 +138,7 @@ pub async fn run(
         }
     }
     tokio::time::sleep(spec.down).await;
-    plane.revive().await?;
+    plane.revive(0).await?;
     let revived = Instant::now();
     let revived_ms = crate::clock::now_ms();
     await_all(&plane, spec.nodes, spec.limit, |n| epochs.get(&n.id).is_some_and(|e| n.session_epoch > *e)).await?;

@@ -24,13 +24,12 @@ pub use schedule::{Fault, FaultKind, Level, LinkProfile, Schedule};
 pub use workload::{WorkCounts, Workload};
 
 use crate::invariants::{AgentFacts, Heard, Violation};
-use crate::options::DevStackOptions;
 use crate::pools::PoolSpec;
 use crate::stack::DevStack;
-use crate::store::StoreLocation;
 
 mod agents;
 pub mod cold_start;
+mod gateways;
 mod plane;
 mod proxy;
 mod rng;
@@ -39,6 +38,11 @@ mod settle;
 mod workload;
 
 use plane::Plane;
+
+/// The Welcome's heartbeat interval of a chaos run's gateways.
+const HEARTBEAT_MS: u32 = 2_000;
+/// A chaos run's usage window (short: a run lasts minutes).
+const USAGE_WINDOW: Duration = Duration::from_secs(10);
 
 /// How often the workload steps.
 pub const WORK_EVERY: Duration = Duration::from_secs(2);
@@ -64,6 +68,12 @@ pub struct ChaosSpec {
     pub level: Level,
     /// Where to write the event log (JSON lines), if anywhere.
     pub log: Option<PathBuf>,
+    /// How many gateways: one is the stack in process on SQLite; more are
+    /// `devstack gateway` processes of `gateway_exe` on a throwaway
+    /// PostgreSQL cluster.
+    pub gateways: u32,
+    /// The devstack binary the gateway processes run (several gateways).
+    pub gateway_exe: Option<PathBuf>,
 }
 
 /// Why a run could not be made (a violation is not an error: it is in the report).
@@ -166,19 +176,17 @@ pub async fn run(
         ),
         None => None,
     };
-    let options = DevStackOptions {
-        store: StoreLocation::File(dir.join("devstack.sqlite")),
-        signed_intent: true,
-        heartbeat_interval_ms: 2_000,
-        usage_window: Duration::from_secs(10),
-        ..DevStackOptions::default()
+    let mut plane = match (spec.gateways, &spec.gateway_exe) {
+        (0 | 1, _) => Plane::single(dir, HEARTBEAT_MS, USAGE_WINDOW).await?,
+        (n, Some(exe)) => Plane::several(exe, n, HEARTBEAT_MS, USAGE_WINDOW).await?,
+        (_, None) => return Err(ChaosError::Sim("several gateways need the devstack binary to run them".into())),
     };
-    let mut plane = Plane::start(options).await?;
     let stack = plane.stack().expect("started");
-    let Fleet { proxy, mut sim, nodes, data } = Fleet::start(stack, spec, bcd, dir, &root).await?;
+    let gateways = plane.gateway_addrs();
+    let Fleet { proxy, mut sim, nodes, data } = Fleet::start(stack, &gateways, spec, bcd, dir, &root).await?;
     progress(&format!("{} node(s) adopted after {:.1?}", nodes.len(), started.elapsed()));
 
-    let schedule = Schedule::draw(&root.fork("faults"), spec.level, spec.nodes, 1, spec.duration);
+    let schedule = Schedule::draw(&root.fork("faults"), spec.level, spec.nodes, gateways.len() as u32, spec.duration);
     let mut faults = BTreeMap::new();
     for f in &schedule.faults {
         *faults.entry(f.kind).or_insert(0) += 1;
@@ -195,7 +203,7 @@ pub async fn run(
 
     progress("quiet: links healed, faults and workload stopped; waiting for the fleet to settle");
     proxy.heal_all();
-    plane.revive().await?;
+    plane.revive_all().await?;
     let stack = plane.stack().expect("revived");
     let settled = settle::settled(stack, &nodes, spec.settle).await;
     log_line(
@@ -246,6 +254,7 @@ impl Fleet {
     /// gateway: its own link), bcd sim; waits until every node is adopted.
     async fn start(
         stack: &DevStack,
+        gateways: &[std::net::SocketAddr],
         spec: &ChaosSpec,
         bcd: &Path,
         dir: &Path,
@@ -255,14 +264,16 @@ impl Fleet {
             .create_pool(PoolSpec { name: "chaos".into(), expect_gpu_count: Some(GPUS), ..PoolSpec::default() })
             .await?;
         let token = stack.mint_join_token(&pool, spec.nodes, Duration::from_secs(3600)).await?;
-        let proxy = FaultProxy::start(spec.nodes, &[stack.gateway_addr()], spec.level.links(), &root.fork("links"))
+        let proxy = FaultProxy::start(spec.nodes, gateways, spec.level.links(), &root.fork("links"))
             .await
             .map_err(|source| ChaosError::Io { what: "start the fault proxy", source })?;
         let data = dir.join("data");
         let base = stack.write_bcd_config(dir, &data).await?;
         for (i, agent) in proxy.agents().iter().enumerate() {
             let agent_dir = data.join("sim").join(i.to_string());
-            let urls: Vec<String> = agent.addresses().iter().map(|a| format!("https://{a}")).collect();
+            let mut urls: Vec<String> = agent.addresses().iter().map(|a| format!("https://{a}")).collect();
+            let turn = i % urls.len().max(1);
+            urls.rotate_left(turn);
             stack.write_bcd_config_via(&agent_dir, &agent_dir, &urls)?;
         }
         let (control, log) = (dir.join("sim.sock"), dir.join("bcd-sim.log"));

@@ -27,7 +27,8 @@ pub enum Level {
     Light,
     /// The same links with more resets; every 5 s crash 0.3, reboot 0.1,
     /// journal loss 0.05, partition 0.3, isolate 0.1, half-open 0.1, reset
-    /// 0.2, stall 0.2, gateway kill 0.02.
+    /// 0.2, stall 0.2, gateway kill 0.02 (and, with several gateways,
+    /// gateway stall 0.02).
     Heavy,
 }
 
@@ -86,11 +87,14 @@ pub enum FaultKind {
     Stall,
     /// A gateway is killed, and revived after a while.
     GatewayKill,
+    /// A gateway process is stopped (SIGSTOP), and resumed after a while:
+    /// a zombie whose nodes moved meanwhile (several gateways only).
+    GatewayStall,
 }
 
 impl FaultKind {
     /// Every kind, in the order a tick draws them.
-    pub const ALL: [FaultKind; 9] = [
+    pub const ALL: [FaultKind; 10] = [
         FaultKind::Crash,
         FaultKind::Reboot,
         FaultKind::JournalLoss,
@@ -100,6 +104,7 @@ impl FaultKind {
         FaultKind::Reset,
         FaultKind::Stall,
         FaultKind::GatewayKill,
+        FaultKind::GatewayStall,
     ];
 
     /// The kind's name.
@@ -114,6 +119,7 @@ impl FaultKind {
             FaultKind::Reset => "reset",
             FaultKind::Stall => "stall",
             FaultKind::GatewayKill => "gateway-kill",
+            FaultKind::GatewayStall => "gateway-stall",
         }
     }
 
@@ -124,6 +130,7 @@ impl FaultKind {
             FaultKind::Isolate => (35_000, 50_000),
             FaultKind::Stall => (5_000, 15_000),
             FaultKind::GatewayKill => (2_000, 8_000),
+            FaultKind::GatewayStall => (3_000, 10_000),
             FaultKind::Crash | FaultKind::Reboot | FaultKind::JournalLoss | FaultKind::Reset => (0, 0),
         }
     }
@@ -171,6 +178,7 @@ impl Level {
                     (Reset, 0.2),
                     (Stall, 0.2),
                     (GatewayKill, 0.02),
+                    (GatewayStall, 0.02),
                 ],
             ),
         }
@@ -206,12 +214,15 @@ impl Schedule {
         let mut faults = Vec::new();
         for tick in 1..=ticks as u64 {
             for &(kind, p) in kinds {
+                if kind == FaultKind::GatewayStall && gateways < 2 {
+                    continue; // the one gateway runs in process: nothing to stop
+                }
                 let mut draw = root.fork(&format!("fault/{kind}/{tick}"));
                 if !draw.chance(p) || nodes == 0 {
                     continue;
                 }
                 let target = match kind {
-                    FaultKind::GatewayKill => draw.below(u64::from(gateways.max(1))) as u32,
+                    FaultKind::GatewayKill | FaultKind::GatewayStall => draw.below(u64::from(gateways.max(1))) as u32,
                     _ => {
                         (0..nodes).max_by_key(|i| root.fork(&format!("node/{i}/{kind}/{tick}")).rng_u64()).unwrap_or(0)
                     }

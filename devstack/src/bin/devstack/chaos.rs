@@ -35,6 +35,11 @@ pub struct Chaos {
     /// How long the fleet may take to settle afterwards.
     #[arg(long, default_value = "2m", value_parser = humantime::parse_duration)]
     settle: Duration,
+    /// How many gateways: 1 is the stack in process on SQLite; more are
+    /// `devstack gateway` processes on a throwaway PostgreSQL cluster,
+    /// which heavy chaos kills and stalls.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=8))]
+    gateways: u32,
     /// Write the event log (JSON lines) to this new file.
     #[arg(long, value_name = "PATH")]
     log: Option<PathBuf>,
@@ -69,6 +74,8 @@ pub async fn run(args: Chaos) -> Result<ExitCode> {
         settle: args.settle,
         level: args.level,
         log: args.log.clone(),
+        gateways: args.gateways,
+        gateway_exe: Some(std::env::current_exe().context("find the devstack binary")?),
     };
     eprintln!(
         "chaos: seed {:?}, {} node(s), {} for {} min, in {}",
