@@ -75,7 +75,7 @@ pub use keys::Pins;
 pub use limits::NodeLimits;
 pub use log_capture::LogCapture;
 pub use log_escape::EscapedFields;
-pub use nodes::JoinMark;
+pub use nodes::{JoinMark, Revocation};
 pub use options::{
     ChallengeSource, ConnectionOptions, DevStackOptions, ReleaseKeys, TpmAllow, TpmAttestorOptions, TunnelOptions,
 };
