@@ -90,7 +90,7 @@ fn serve_sim_adopts_three_nodes_and_the_cli_drives_them_until_sigint() {
         serve.logged.push(line);
     }
     let logged = serve.logged.join("\n");
-    assert!(logged.contains("bcd sim stopped (exit status: 0)"), "{logged}");
+    assert!(logged.contains("bcd sim stopped: exit status 0"), "{logged}");
     assert!(!data_dir.exists(), "the temporary directory {data_dir:?} is gone");
     assert!(!admin.exists() && !devstack::admin::discovery::token_path(&admin).exists(), "the admin files are gone");
     assert_no_process_under(&data_dir);
@@ -107,7 +107,7 @@ fn serve_sim_adopts_three_nodes_and_the_cli_drives_them_until_sigint() {
 fn without_a_stack_or_with_a_wrong_token_every_subcommand_says_so() {
     let home = tempfile::tempdir().unwrap();
     let admin = home.path().join("admin.json");
-    let subcommands: [&[&str]; 10] = [
+    let subcommands: [&[&str]; 15] = [
         &["status"],
         &["nodes"],
         &["node", "node_x"],
@@ -118,12 +118,19 @@ fn without_a_stack_or_with_a_wrong_token_every_subcommand_says_so() {
         &["revoke", "node_x"],
         &["events", "--watch"],
         &["console", "--node", "node_x"],
+        &["commands"],
+        &["reservations"],
+        &["tokens"],
+        &["pools"],
+        &["instances"],
     ];
     for args in subcommands {
         let help = devstack().args(args).arg("--help").output().unwrap();
         assert!(help.status.success() && text(&help.stdout).contains("Usage: devstack"), "{args:?} --help");
         let out = devstack().args(args).env("DEVSTACK_ADMIN", &admin).output().unwrap();
-        assert!(!out.status.success(), "{args:?} without a stack");
+        // 5, no stack reachable; a console's own failure is 255.
+        let expected = if args[0] == "console" { 255 } else { 5 };
+        assert_eq!(out.status.code(), Some(expected), "{args:?} without a stack");
         let said = text(&out.stderr);
         assert!(
             said.starts_with("devstack: no dev stack is running:") && said.contains("admin.json"),
@@ -154,7 +161,11 @@ fn without_a_stack_or_with_a_wrong_token_every_subcommand_says_so() {
     }
     let unknown = serve.cli(&["node", "node_nope"]);
     assert!(!unknown.status.success());
-    assert_eq!(text(&unknown.stderr), "devstack: no node is named \"node_nope\" (by id, id prefix or hostname)\n");
+    assert_eq!(unknown.status.code(), Some(3), "not found");
+    assert_eq!(
+        text(&unknown.stderr),
+        "devstack: node-unknown: no node is named \"node_nope\" (by id, id prefix or hostname)\n"
+    );
 
     // A discovery file that names the same endpoint with another token.
     use devstack::admin::discovery::{read, token_path, write_private};

@@ -79,7 +79,7 @@ fn a_console_takes_piped_input_and_one_shot_commands_and_revocation_is_visible()
     // Input that ended before the shell was up: delivered, and its end.
     let (status, out, err) = console(&[&node], b"echo piped-$((6*7))\n");
     assert_eq!(status.code(), Some(0), "{out}\n{err}");
-    assert!(out.lines().any(|l| l.trim_end() == "piped-42"), "{out}");
+    assert!(out.lines().any(|l| l.trim_end().ends_with("piped-42")), "{out}");
     let (status, _, err) = console(&["--node", &node[..12]], b"");
     assert_eq!(status.code(), Some(0), "an empty input ends the shell: {err}");
     // One command: only its output, its status.
@@ -124,7 +124,7 @@ fn rejections_are_grouped_apart_from_the_progress_line_on_a_terminal() {
     let admin = home.path().join("admin.json");
     let tmux = Tmux::new(home.path());
     let serve = format!(
-        "DEVSTACK_ADMIN='{}' '{}' serve --memory --sim 3 --sim-variant hgx-h100-gpu-missing",
+        "DEVSTACK_ADMIN='{}' '{}' serve --memory --sim 3 --sim-variant hgx-h100-gpu-missing; echo serve exited $?; exec sleep 600",
         admin.display(),
         bin().to_string_lossy()
     );
@@ -149,9 +149,10 @@ fn ctrl_c_during_startup_is_quiet() {
         return;
     }
     let home = tempfile::tempdir().unwrap();
-    let mut serve = Serve::start(&["--memory", "--sim", "40"], &home.path().join("admin.json"));
+    // 200 agents: dozens are mid-handshake when their bcd sim gets SIGTERM.
+    let mut serve = Serve::start(&["--memory", "--sim", "200"], &home.path().join("admin.json"));
     serve.await_data_dir();
-    await_line(&serve.stderr, &mut serve.logged, FIRST_START, |l| l.starts_with("Started bcd sim"));
+    await_line(&serve.stderr, &mut serve.logged, FIRST_START, |l| l.starts_with("Joining simulated"));
     let (exit, logged) = serve.stop();
     assert!(exit.success(), "{logged}");
     let warnings: Vec<&str> = logged.lines().filter(|l| l.contains("WARN")).collect();
