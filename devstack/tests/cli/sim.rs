@@ -158,3 +158,40 @@ fn ctrl_c_during_startup_is_quiet() {
     let warnings: Vec<&str> = logged.lines().filter(|l| l.contains("WARN")).collect();
     assert!(warnings.is_empty(), "{} warnings at the stop:\n{}", warnings.len(), warnings.join("\n"));
 }
+
+#[test]
+fn nodes_watch_and_events_follow_a_revocation_on_a_terminal() {
+    let scenario = "nodes_watch_and_events_follow_a_revocation_on_a_terminal";
+    if !require_go(scenario) || Command::new("tmux").arg("-V").output().is_err() {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "{scenario}: Go and tmux are needed under CI");
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let admin = home.path().join("admin.json");
+    let mut serve = Serve::start(&["--memory", "--sim", "2"], &admin);
+    serve.await_data_dir();
+    await_line(&serve.stderr, &mut serve.logged, FIRST_START, |l| l == "2 simulated node(s) adopted");
+    let node = nodes(&serve)[0].id.clone();
+
+    // A person watches the nodes and the revocations in one terminal.
+    let tmux = Tmux::new(home.path());
+    let bin = bin().to_string_lossy().into_owned();
+    let watch = format!(
+        "export DEVSTACK_ADMIN='{}'; '{bin}' events --watch --kind revoked & '{bin}' nodes --watch; exec sleep 600",
+        admin.display()
+    );
+    tmux.run(&["new-session", "-d", "-s", "console", "-x", "220", "-y", "40", &watch]);
+    let header = tmux.await_line(|l| l.starts_with("ID ") && l.contains("HOSTNAME"));
+    assert!(header.contains("STATE") && header.contains("REASON"), "{header}");
+    tmux.await_screen(|s| s.lines().filter(|l| l.contains(" adopted ")).count() == 2);
+
+    let out = serve.cli(&["revoke", &node]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // The watch prints the node again, revoked; the events line reads as words.
+    let row = tmux.await_line(|l| l.starts_with(&node) && l.contains(" revoked "));
+    assert!(row.contains("sim-hgx-h100"), "{row}");
+    let event = tmux.await_line(|l| l.contains("revoked: every certificate"));
+    assert!(event.contains(&node) && event.as_bytes()[2] == b':', "a time first: {event}");
+    drop(tmux);
+    assert!(serve.stop().0.success());
+}

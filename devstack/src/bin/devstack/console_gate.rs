@@ -227,7 +227,7 @@ mod tests {
     fn a_one_shot_types_its_line_then_waits_for_its_marker() {
         let line = one_shot("echo it's", false);
         let text = String::from_utf8(line.clone()).unwrap();
-        assert!(text.ends_with(r#"exec "${SHELL:-/bin/sh}" -c 'echo it'\''s'"#.to_owned() + "\n"), "{text}");
+        assert!(text.ends_with(concat!(r#"exec "${SHELL:-/bin/sh}" -c 'echo it'\''s'"#, "\n")), "{text}");
         let mut g = Gate::new(Some(line.clone()), false);
         assert!(g.input(b"data\n".to_vec()).is_empty());
         assert_eq!(g.seen(up(1)), [line]);

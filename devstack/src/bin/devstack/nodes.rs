@@ -159,7 +159,7 @@ impl Nodes {
                 Err(_) => continue,
             };
             let node = detail.node;
-            if shown.iter().any(|n| *n == node) || self.filter.apply(vec![node.clone()])?.is_empty() {
+            if shown.contains(&node) || self.filter.apply(vec![node.clone()])?.is_empty() {
                 continue;
             }
             match self.out.format() {
