@@ -105,6 +105,13 @@ fn a_console_takes_piped_input_and_one_shot_commands_and_revocation_is_visible()
     assert_eq!(events.lines().count(), 1, "one revoked event: {events}");
     let listed = text(&serve.cli(&["nodes", "--state", "revoked", "-o", "name"]).stdout);
     assert_eq!(listed, format!("node/{node}\n"));
+    // A wait that times out: exit 6, said once with its code.
+    let out = serve.cli(&["command", &other, "diag.nvml", "--wait", "--timeout", "0s"]);
+    let said = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(6), "{said}");
+    let last = said.lines().last().unwrap_or_default();
+    assert!(last.starts_with("devstack: wait-timeout: ") && last.matches("timed out").count() == 1, "{said}");
+    assert_eq!(last.matches("cmd_").count(), 1, "the command named once: {said}");
     let other_host = nodes(&serve).into_iter().find(|n| n.id == other).unwrap().hostname;
     let selected = text(&serve.cli(&["nodes", "-l", &format!("hostname={other_host}"), "-o", "name"]).stdout);
     assert_eq!(selected, format!("node/{other}\n"));
