@@ -221,6 +221,17 @@ fn collect(root: &Path, dir: &Path, out: &mut Vec<String>) -> Result<()> {
     Ok(())
 }
 
+/// Where the cache keeps the build with `options` of the current sources.
+pub fn cache_path(options: &BuildOptions) -> Result<PathBuf> {
+    let key = source_hash(&bcd_src(), options)?;
+    Ok(target_dir().join("bcd-e2e").join(key).join("bcd"))
+}
+
+/// The cached build with `options` of the current sources, if it was built.
+pub fn cached(options: &BuildOptions) -> Option<PathBuf> {
+    cache_path(options).ok().filter(|p| p.is_file())
+}
+
 static BUILD_LOCK: Mutex<()> = Mutex::new(());
 
 /// Builds bcd with `options` unless the cache has it, and returns its path;
@@ -240,9 +251,8 @@ pub fn build_bcd_using(go: &Path, options: &BuildOptions) -> Result<PathBuf> {
 /// it, reporting to `progress`; returns the binary's path.
 pub fn build(go: &Path, options: &BuildOptions, progress: &mut dyn Progress) -> Result<PathBuf> {
     let src = bcd_src();
-    let key = source_hash(&src, options)?;
-    let dir = target_dir().join("bcd-e2e").join(&key);
-    let binary = dir.join("bcd");
+    let binary = cache_path(options)?;
+    let dir = binary.parent().expect("the cache path has a directory").to_path_buf();
     let _guard = BUILD_LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     if binary.is_file() {
         progress.report(options, BuildEvent::Cached { binary: &binary });

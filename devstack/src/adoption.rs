@@ -8,7 +8,7 @@
 //! in the update's transaction.
 
 use serde_json::json;
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::clock::now_ms;
 use crate::commands::{self, CommandOptions};
@@ -119,7 +119,9 @@ fn decide(c: &Tx<'_>, shared: &Shared, node: &NodeRow, cmd: &CommandRow) -> Resu
             adopt(c, shared, node)
         }
         Err(reason) => {
-            warn!(node_id = %node.id, %reason, "adoption: node rejected");
+            // An outcome, not a fault of the stack: info, and the `rejected`
+            // event (`devstack serve` reports rejections grouped).
+            info!(node_id = %node.id, %reason, "adoption: node rejected");
             nodes::reject(c, &node.id, &reason)?;
             c.publish(StackEvent::Rejected { node_id: node.id.clone(), reason });
             Ok(None)

@@ -1,5 +1,7 @@
-//! A ready `config.toml` for bcd (and `join-encryption.jwk` beside it),
-//! with an optional `[update]` section pinning the release keys.
+//! A ready `config.toml` for bcd (and `join-encryption.jwk` beside it):
+//! the gateways, the pins, the `[websocket]` URL a node falls back to when
+//! its gRPC dial fails, and an optional `[update]` section pinning the
+//! release keys.
 
 use std::path::{Path, PathBuf};
 
@@ -31,6 +33,8 @@ pub struct BcdConfig {
     pub join_encryption_pin: String,
     /// bcd's data directory.
     pub data_dir: PathBuf,
+    /// The WebSocket session's URL (`[websocket] url`), if any.
+    pub websocket_url: Option<String>,
     /// The `[update]` section, if any.
     pub update: Option<UpdatePins>,
 }
@@ -79,6 +83,10 @@ pub fn render(config: &BcdConfig) -> String {
     text += &line("join_encryption_pin", &config.join_encryption_pin);
     text += &line("data_dir", &config.data_dir.to_string_lossy());
     text += &line("node_id", "");
+    if let Some(url) = &config.websocket_url {
+        text += "\n[websocket]\n";
+        text += &line("url", url);
+    }
     if let Some(update) = &config.update {
         let array = |items: Vec<String>| {
             let items: Vec<String> = items.iter().map(|s| toml_string(s)).collect();
@@ -106,30 +114,38 @@ pub fn write(dir: &Path, config: &BcdConfig, jwk: &str) -> Result<BcdConfigPaths
     Ok(paths)
 }
 
-/// Writes a ready bcd `config.toml` for this stack (with an `[update]`
-/// section pinning `update`, when given: the stack's release keys or a
-/// changed copy) and `join-encryption.jwk` into `dir`.
-pub fn write_for(shared: &Shared, dir: &Path, data_dir: &Path, update: Option<&UpdatePins>) -> Result<BcdConfigPaths> {
+/// Writes a ready bcd `config.toml` for this stack (with `[websocket] url`
+/// set to `websocket_url`, and an `[update]` section pinning `update`, when
+/// given: the stack's release keys or a changed copy) and
+/// `join-encryption.jwk` into `dir`.
+pub fn write_for(
+    shared: &Shared,
+    dir: &Path,
+    data_dir: &Path,
+    websocket_url: Option<String>,
+    update: Option<&UpdatePins>,
+) -> Result<BcdConfigPaths> {
     let gateway_urls: Vec<String> = crate::cluster::live(shared)?.into_iter().map(|g| g.grpc_url).collect();
     // The first of the list: this gateway, unless it is not listed.
     let home = gateway_urls.first().unwrap_or(&shared.settings.gateway_url).clone();
-    write_with(shared, dir, data_dir, home, gateway_urls, update)
+    write_with(shared, dir, data_dir, (home, gateway_urls), websocket_url, update)
 }
 
 /// Like [`write_for`], the node dialing `gateway_urls` (in that order; a
-/// fault proxy's addresses in front of the stack's gateways, say) and no
-/// `[update]` section.
+/// fault proxy's addresses in front of the stack's gateways, say), with no
+/// `[websocket]` and no `[update]` section.
 pub fn write_via(shared: &Shared, dir: &Path, data_dir: &Path, gateway_urls: &[String]) -> Result<BcdConfigPaths> {
     let home = gateway_urls.first().unwrap_or(&shared.settings.gateway_url).clone();
-    write_with(shared, dir, data_dir, home, gateway_urls.to_vec(), None)
+    write_with(shared, dir, data_dir, (home, gateway_urls.to_vec()), None, None)
 }
 
+/// Writes the configuration of a node whose home and gateways are `gateways`.
 fn write_with(
     shared: &Shared,
     dir: &Path,
     data_dir: &Path,
-    gateway_url: String,
-    gateway_urls: Vec<String>,
+    (gateway_url, gateway_urls): (String, Vec<String>),
+    websocket_url: Option<String>,
     update: Option<&UpdatePins>,
 ) -> Result<BcdConfigPaths> {
     let pins = shared.keys.pins();
@@ -142,6 +158,7 @@ fn write_with(
         join_signing_key: pins.join_signing_key,
         join_encryption_pin: pins.join_encryption,
         data_dir: data_dir.to_path_buf(),
+        websocket_url,
         update: update.cloned(),
     };
     write(dir, &cfg, &pins.join_encryption_jwk)
@@ -163,6 +180,7 @@ mod tests {
             join_signing_key: "MCow".into(),
             join_encryption_pin: "sha256:c".into(),
             data_dir: "/tmp/bcd".into(),
+            websocket_url: None,
             update: None,
         };
         let text = render(&config);

@@ -78,7 +78,7 @@ pub use limits::NodeLimits;
 pub use listen::raise_open_file_limit;
 pub use log_capture::LogCapture;
 pub use log_escape::EscapedFields;
-pub use nodes::JoinMark;
+pub use nodes::{JoinMark, Revocation};
 pub use options::{
     ChallengeSource, ConnectionOptions, DevStackOptions, ReleaseKeys, TpmAllow, TpmAttestorOptions, TunnelOptions,
 };

@@ -48,6 +48,11 @@ impl StackView<'_> {
         self.read(|c| certs::of_node(c, node_id))
     }
 
+    /// When the node was revoked, if it was (every certificate revoked).
+    pub fn revoked_at(&self, node_id: &str) -> Option<i64> {
+        revoked_at(&self.node_certs(node_id))
+    }
+
     /// A node's sessions, oldest first.
     pub fn node_sessions(&self, node_id: &str) -> Vec<NodeSessionRow> {
         self.read(|c| sessions::of_node(c, node_id))
@@ -134,20 +139,64 @@ pub async fn await_session(
         .await
 }
 
+/// What a revocation did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Revocation {
+    /// When the node was revoked (now, or at the first revocation).
+    pub revoked_at_ms: i64,
+    /// How many certificates this call revoked (0 when it was revoked before).
+    pub certificates: usize,
+    /// Whether it was revoked before: nothing was written, published or sent.
+    pub already_revoked: bool,
+    /// Whether a live session got the RevocationNotice.
+    pub session_notified: bool,
+}
+
+/// When a node was revoked: it has certificates and every one is revoked
+/// (a revocation revokes them all, and a revoked node gets no new one).
+pub(crate) fn revoked_at(certs: &[NodeCertRow]) -> Option<i64> {
+    if certs.is_empty() {
+        return None;
+    }
+    certs.iter().map(|c| c.revoked_at_ms).collect::<Option<Vec<i64>>>().and_then(|at| at.into_iter().max())
+}
+
+/// Fails with `node-revoked` when the node was revoked: new work (a
+/// command, a reservation, a console) is refused for it.
+pub(crate) fn refuse_revoked(c: &crate::store::Db<'_>, node_id: &str) -> Result<()> {
+    match revoked_at(&certs::of_node(c, node_id)?) {
+        Some(_) => Err(Error::Refused {
+            code: proto::refusal::Code::NodeRevoked,
+            detail: format!("node {node_id} was revoked: it gets no new command, reservation or console"),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// Revokes every certificate of a node; a live session gets a
-/// RevocationNotice and is closed, and new sessions are refused.
-pub fn revoke(shared: &Shared, node_id: &str) -> Result<()> {
-    let n = shared.ledger.write(|c| {
+/// RevocationNotice and is closed, and new sessions are refused. A node
+/// revoked before is left as it is (no write, no event, no notice).
+pub fn revoke(shared: &Shared, node_id: &str) -> Result<Revocation> {
+    let now = now_ms();
+    let done = shared.ledger.write(|c| {
         if nodes::get(c, node_id)?.is_none() {
             return Err(Error::UnknownNode { node_id: node_id.to_string() });
         }
-        let n = certs::revoke_all(c, node_id, now_ms())?;
+        if let Some(at) = revoked_at(&certs::of_node(c, node_id)?) {
+            return Ok((at, 0, true));
+        }
+        let n = certs::revoke_all(c, node_id, now)?;
         c.publish(StackEvent::Revoked { node_id: node_id.to_string() });
-        Ok(n)
+        Ok((now, n, false))
     })?;
-    info!(node_id, certificates = n, "node revoked");
-    shared.hub.send(node_id, Control::Revoke("the node's certificates were revoked".into()));
-    Ok(())
+    let (revoked_at_ms, certificates, already_revoked) = done;
+    if already_revoked {
+        info!(node_id, "node revoked before: nothing to do");
+        return Ok(Revocation { revoked_at_ms, certificates, already_revoked, session_notified: false });
+    }
+    info!(node_id, certificates, "node revoked");
+    let session_notified = shared.hub.send(node_id, Control::Revoke("the node's certificates were revoked".into()));
+    Ok(Revocation { revoked_at_ms, certificates, already_revoked, session_notified })
 }
 
 /// Issues and stores another certificate of a known node for `csr_der`, as

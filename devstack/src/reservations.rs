@@ -157,6 +157,7 @@ pub fn reserve(shared: &Shared, node_id: &str, request: ReservationRequest) -> R
     let id = ids::reservation_id();
     let (spec, indexes) = shared.ledger.write(|c| {
         let node = nodes::get(c, node_id)?.ok_or_else(|| Error::UnknownNode { node_id: node_id.into() })?;
+        crate::nodes::refuse_revoked(c, node_id)?;
         if node.state != NodeState::Adopted {
             return Err(Error::NodeNotAdopted { node_id: node_id.into(), state: node.state });
         }

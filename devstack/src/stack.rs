@@ -20,7 +20,7 @@ use crate::hub::Transport;
 use crate::instances::{self, InstanceRequest, volumes};
 use crate::invariants::{self, AgentFacts, Facts, Heard, Thresholds, Violation};
 use crate::keys::Pins;
-use crate::nodes::{self, JoinMark};
+use crate::nodes::{self, JoinMark, Revocation};
 use crate::options::{DevStackOptions, TpmAllow};
 use crate::otlp::{self, OtlpExport};
 use crate::pools::{self, PoolSpec};
@@ -150,7 +150,7 @@ impl DevStack {
     /// Writes a ready bcd `config.toml` and `join-encryption.jwk` into `dir`,
     /// with `data_dir` as bcd's data directory.
     pub async fn write_bcd_config(&self, dir: &Path, data_dir: &Path) -> Result<BcdConfigPaths> {
-        config::write_for(&self.run.shared, dir, data_dir, None)
+        config::write_for(&self.run.shared, dir, data_dir, None, None)
     }
 
     /// Like [`DevStack::write_bcd_config`], the node dialing `gateway_urls`
@@ -168,7 +168,19 @@ impl DevStack {
         data_dir: &Path,
         update: Option<&UpdatePins>,
     ) -> Result<BcdConfigPaths> {
-        config::write_for(&self.run.shared, dir, data_dir, update)
+        config::write_for(&self.run.shared, dir, data_dir, None, update)
+    }
+
+    /// Like [`DevStack::write_bcd_config_with`], with `[websocket] url` set
+    /// to this stack's WebSocket session: the node falls back to it when its
+    /// gRPC dial fails (what `devstack serve` writes).
+    pub async fn write_bcd_config_with_websocket(
+        &self,
+        dir: &Path,
+        data_dir: &Path,
+        update: Option<&UpdatePins>,
+    ) -> Result<BcdConfigPaths> {
+        config::write_for(&self.run.shared, dir, data_dir, Some(self.websocket_url()), update)
     }
 }
 
@@ -338,8 +350,10 @@ impl DevStack {
     }
 
     /// Revokes every certificate of a node; a live session gets a
-    /// RevocationNotice and is closed, and new sessions are refused.
-    pub async fn revoke_node(&self, node_id: &str) -> Result<()> {
+    /// RevocationNotice and is closed, and new sessions, commands,
+    /// reservations and consoles are refused (`node-revoked`). Revoking a
+    /// revoked node changes nothing and says so.
+    pub async fn revoke_node(&self, node_id: &str) -> Result<Revocation> {
         nodes::revoke(&self.run.shared, node_id)
     }
 

@@ -6,8 +6,8 @@
 //! The tonic services are behind the `grpc` feature (on by default), and
 //! decode with [`codec::StrictCodec`]: a message that does not decode is
 //! refused `InvalidArgument` `message-malformed`, not `Internal`.
-//! [`refusal`] holds the refusal codes of `proto/refusals.toml`, generated
-//! the same way.
+//! [`refusal`] holds the refusal codes of `proto/refusals.toml`, and
+//! [`kind`] the command kinds of `proto/kinds.toml`, generated the same way.
 
 /// Messages and services of package `bc.agent.v1`.
 pub mod agent {
@@ -19,6 +19,7 @@ pub use agent::*;
 
 #[cfg(feature = "grpc")]
 pub mod codec;
+pub mod kind;
 pub mod refusal;
 
 /// DSSE payload types of the signed objects (docs/formats.md, "Payload types").

@@ -66,7 +66,7 @@ pub fn run(sh: &Shell, args: ChaosArgs) -> Result<()> {
     let status = command.status()?;
     match status.code() {
         Some(0) => Ok(()),
-        Some(3) => bail!("invariant-violated: the report above lists the violations"),
+        Some(7) => bail!("invariant-violated: the report above lists the violations"),
         other => bail!("devstack chaos failed ({other:?})"),
     }
 }

@@ -49,6 +49,9 @@ enum Command {
     },
     /// Install missing prerequisites (Debian packages as root, else print the apt-get line).
     Prereqs,
+    /// Build the fakehw bcd (the one `devstack serve --sim` and the e2e scenarios run; it joins a
+    /// dev stack by hand on any machine) unless the cache has it, and print its path.
+    BuildBcd,
     /// Everything CI runs: prerequisites, formatting, lints, tests, fixture check.
     Ci,
     /// `bcd helper` as real root in private mount and net namespaces (TestHelperAsRoot); prints its wall time.
@@ -160,6 +163,11 @@ fn main() -> Result<()> {
     match cli.command {
         Command::Codegen { check } => codegen(&sh, check),
         Command::Prereqs => prereqs(&sh),
+        Command::BuildBcd => {
+            let bcd = bcd_build::build_bcd(&bcd_build::BuildOptions::fakehw())?;
+            println!("{}", bcd.display());
+            Ok(())
+        }
         Command::Ci => ci(&sh),
         // Each of these builds a crate that links a system library.
         Command::DaemonFixtures { check } => prereqs(&sh).and_then(|()| daemon_fixtures(&sh, check)),

@@ -14,6 +14,7 @@ import (
 	"bcd/internal/dispatch"
 	"bcd/internal/fakehw"
 	"bcd/internal/join"
+	"bcd/internal/machine"
 	"bcd/internal/pki"
 	"bcd/internal/proto/agentv1"
 	"bcd/internal/testgw"
@@ -94,5 +95,35 @@ func TestEveryStatusReportCarriesTheSections(t *testing.T) {
 	}
 	if fresh, err := again.agent.converger.Report(); err != nil || !want(fresh) {
 		t.Fatalf("the restarted agent's report: %v, %v", fresh.GetSections(), err)
+	}
+}
+
+// TestEveryRegisteredKindIsListed holds what bcd registers to
+// proto/kinds.toml (dispatch.Known, generated), the list the dev stack
+// checks a command against: every kind a fakehw or host agent registers
+// is listed, and every listed kind is one of them.
+func TestEveryRegisteredKindIsListed(t *testing.T) {
+	m, err := fakehw.New(t.TempDir(), "41", fakehw.VariantHGXH100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.SetFaults(fakehw.Faults{GPUReset: true})
+	kinds := append(m.Kinds(machine.KindEnv{}), machine.NewHost().Kinds(machine.KindEnv{})...)
+	kinds = append(kinds, machine.InventoryRefreshKind(nil), (&Agent{}).upgradeKind())
+	listed := map[string]bool{}
+	for _, k := range dispatch.Known {
+		listed[k.Name] = true
+	}
+	registered := map[string]bool{}
+	for _, k := range kinds {
+		registered[k.Name] = true
+		if !listed[k.Name] {
+			t.Errorf("bcd registers %q, which proto/kinds.toml does not list", k.Name)
+		}
+	}
+	for _, k := range dispatch.Known {
+		if !registered[k.Name] {
+			t.Errorf("proto/kinds.toml lists %q, which no bcd registers", k.Name)
+		}
 	}
 }

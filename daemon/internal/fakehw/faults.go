@@ -37,9 +37,9 @@ const (
 	EnvExecuteTwice = "BCD_FAKEHW_EXECUTE_TWICE"
 )
 
-// KindGPUReset is the opt-in kind that resets one GPU; it is not
-// retry-safe: a reset that may have run is never run again by itself.
-const KindGPUReset = "fakeGpuReset"
+// KindGPUReset (kinds_gen.go, from proto/kinds.toml) is the opt-in kind
+// that resets one GPU; it is not retry-safe: a reset that may have run is
+// never run again by itself.
 
 // Faults are the failure knobs.
 type Faults struct {

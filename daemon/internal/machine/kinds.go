@@ -14,18 +14,8 @@ import (
 	"bcd/internal/proto/agentv1"
 )
 
-// The kinds of this file.
-const (
-	// KindDiag runs the GPU diagnosis; output {"gpus","healthy","driver"}.
-	KindDiag = "diag.nvml"
-	// KindLogs gathers the logs; output says what it gathered.
-	KindLogs = "logs.collect"
-	// KindReboot reboots the node (self-terminating).
-	KindReboot = "node.reboot"
-	// KindInventoryRefresh sends a StatusReport; output
-	// {"sections": [{"name", "sha256"}]}.
-	KindInventoryRefresh = "inventory.refresh"
-)
+// The kinds' names (KindDiag, KindLogs, KindReboot, KindInventoryRefresh)
+// are generated from proto/kinds.toml into kinds_gen.go.
 
 // KindEnv is what a machine's kinds need from the agent that runs them.
 type KindEnv struct {

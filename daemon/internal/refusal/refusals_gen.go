@@ -112,3 +112,45 @@ const (
 	// CodeWorkloadInstance: A workload token for an instance that is not running on the asking node.
 	CodeWorkloadInstance Code = "workload-instance"
 )
+
+// The codes of domain "admin": The dev stack's admin endpoint and in-process API: why a request of the admin CLI was refused (docs/devstack.md, "The admin endpoint").
+const (
+	// CodeNodeUnknown: No node is named so (by id, id prefix or hostname).
+	CodeNodeUnknown Code = "node-unknown"
+	// CodeNodeAmbiguous: The name matches several nodes: give more of the id.
+	CodeNodeAmbiguous Code = "node-ambiguous"
+	// CodeNodeRevoked: The node's certificates were revoked: it gets no new command, reservation or console.
+	CodeNodeRevoked Code = "node-revoked"
+	// CodeNodeNotAdopted: The node is not adopted (joined, accepting or rejected): nothing can be booked on it.
+	CodeNodeNotAdopted Code = "node-not-adopted"
+	// CodeNodeOffline: The node has no live session.
+	CodeNodeOffline Code = "node-offline"
+	// CodeCommandUnknown: No command has this id.
+	CodeCommandUnknown Code = "command-unknown"
+	// CodeReservationUnknown: No reservation has this id.
+	CodeReservationUnknown Code = "reservation-unknown"
+	// CodeReservationState: The reservation is in a state that does not allow it (released, failed), or ended in another state than the one awaited.
+	CodeReservationState Code = "reservation-state"
+	// CodeGPUsUnavailable: The node has fewer free GPUs than asked, or no readable gpus inventory section.
+	CodeGPUsUnavailable Code = "gpus-unavailable"
+	// CodeReleaseUnknown: No release of this version was published.
+	CodeReleaseUnknown Code = "release-unknown"
+	// CodeReleaseExists: A release of this version was published before.
+	CodeReleaseExists Code = "release-exists"
+	// CodeKindUnknown: A command kind that proto/kinds.toml does not list.
+	CodeKindUnknown Code = "kind-unknown"
+	// CodeParamsInvalid: A command's params that are not its kind's (not an object, an unknown key, a wrong type, a missing one).
+	CodeParamsInvalid Code = "params-invalid"
+	// CodeRequestInvalid: A request the admin endpoint does not take (an empty name, a malformed body or query, zero uses).
+	CodeRequestInvalid Code = "request-invalid"
+	// CodeFeatureOff: The stack runs without what the request needs (signed intent, a TPM attestor).
+	CodeFeatureOff Code = "feature-off"
+	// CodeWaitTimeout: A wait reached its timeout before what it awaited happened.
+	CodeWaitTimeout Code = "wait-timeout"
+	// CodeAdminToken: A request without the admin endpoint's bearer token, or with another.
+	CodeAdminToken Code = "admin-token"
+	// CodeAdminHost: A request for a host that is not loopback (a defence against DNS rebinding).
+	CodeAdminHost Code = "admin-host"
+	// CodeRouteUnknown: No admin route has this path and method.
+	CodeRouteUnknown Code = "route-unknown"
+)

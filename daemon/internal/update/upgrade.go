@@ -29,8 +29,8 @@ import (
 	"bcd/internal/pki"
 )
 
-// Kind is the command kind of a self-update.
-const Kind = "daemon.upgrade"
+// Kind, the command kind of a self-update, is generated from
+// proto/kinds.toml into kinds_gen.go.
 
 // Updater runs daemon.upgrade for one bcd.
 type Updater struct {

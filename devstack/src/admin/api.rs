@@ -8,24 +8,43 @@ use serde::{Deserialize, Serialize};
 /// The version prefix of every route.
 pub const PREFIX: &str = "/v1";
 
-/// A refusal: the HTTP status says what kind, `error` says it for people.
+/// A refusal: the HTTP status says what kind, `code` is its stable code
+/// (`proto/refusals.toml`), `error` says it for people.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorBody {
-    /// What went wrong.
+    /// What went wrong, without the code.
     pub error: String,
+    /// The stable code (`node-unknown`, `node-revoked`, …).
+    #[serde(default)]
+    pub code: String,
 }
 
-/// `GET /v1/stack`: what the stack is.
+/// `GET /v1/stack`: what the stack is, with every URL `devstack serve`
+/// prints.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StackInfo {
     /// The gateway URL nodes dial.
     pub gateway_url: String,
+    /// Every live gateway's URL, this one first (several with `--gateways N`).
+    pub gateway_urls: Vec<String>,
     /// The well-known document's URL.
     pub well_known_url: String,
+    /// The WebSocket session's URL (a node's fallback transport).
+    pub websocket_url: String,
+    /// The OTLP/HTTP metrics receiver's URL.
+    pub otlp_url: String,
+    /// Where the published releases are served (`GET <url><version>/…`).
+    pub releases_url: String,
+    /// The admin endpoint's URL.
+    pub admin_url: String,
     /// The name the serving certificate is checked for.
     pub server_name: String,
     /// The serving CA's pin.
     pub serving_ca_pin: String,
+    /// The JoinService signing key's pin.
+    pub join_signing_pin: String,
+    /// The join-encryption key's pin.
+    pub join_encryption_pin: String,
     /// Whether commands and specs are signed.
     pub signed_intent: bool,
     /// Whether the JoinService has a TPM attestor.
@@ -36,9 +55,12 @@ pub struct StackInfo {
     pub nodes: Vec<(String, usize)>,
     /// How many nodes have a live session.
     pub connected: usize,
+    /// The number of the last event (`seq`): `GET /v1/events?after=` it
+    /// follows from now on.
+    pub last_event_seq: u64,
 }
 
-/// A pool.
+/// A pool (`GET /v1/pools`, `GET /v1/pools/{pool}`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PoolView {
     /// `pool_…`.
@@ -49,6 +71,15 @@ pub struct PoolView {
     pub expect_gpus: Option<u32>,
     /// `diag.nvml` or `none`.
     pub acceptance: String,
+    /// What its nodes are for: `gpu` or `vps-host`.
+    #[serde(default)]
+    pub kind: String,
+    /// How many nodes it has.
+    #[serde(default)]
+    pub nodes: usize,
+    /// Creation time.
+    #[serde(default)]
+    pub created_at_ms: i64,
 }
 
 /// One line of `devstack nodes`.
@@ -60,7 +91,8 @@ pub struct NodeSummary {
     pub pool_id: String,
     /// Its pool's name.
     pub pool: String,
-    /// `joined`, `accepting`, `adopted` or `rejected`.
+    /// `joined`, `accepting`, `adopted`, `rejected`, or `revoked` (every
+    /// certificate revoked, whatever it was before).
     pub state: String,
     /// Why (a rejection reason, say), or empty.
     pub reason: String,
@@ -80,6 +112,9 @@ pub struct NodeSummary {
     pub created_at_ms: i64,
     /// Adoption time.
     pub adopted_at_ms: Option<i64>,
+    /// When it was revoked, if it was.
+    #[serde(default)]
+    pub revoked_at_ms: Option<i64>,
 }
 
 /// `GET /v1/nodes/{node}`: a node and what the stack knows of it.
@@ -262,6 +297,62 @@ pub struct ReservationView {
 pub struct Revoked {
     /// The node.
     pub node_id: String,
+    /// When it was revoked (now, or at its first revocation).
+    pub revoked_at_ms: i64,
+    /// How many certificates this request revoked.
+    pub certificates: usize,
+    /// Whether it was revoked before (nothing changed, no event, no notice).
+    pub already_revoked: bool,
+    /// Whether a live session got the RevocationNotice.
+    pub session_notified: bool,
+}
+
+/// A join token as `GET /v1/tokens` lists it: never the token.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenSummary {
+    /// `jt_…`.
+    pub token_id: String,
+    /// Its pool's id.
+    pub pool_id: String,
+    /// Its pool's name.
+    pub pool: String,
+    /// `valid`, `exhausted` or `expired`.
+    pub state: String,
+    /// How many joins used it.
+    pub used: u32,
+    /// How many it allows.
+    pub uses: u32,
+    /// When it stops working.
+    pub expires_at_ms: i64,
+    /// Creation time.
+    pub created_at_ms: i64,
+    /// The file the admin endpoint wrote it to, if it did and it is still there.
+    pub file: Option<String>,
+}
+
+/// An instance (`GET /v1/instances`, `GET /v1/instances/{id}`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InstanceView {
+    /// `inst_…`.
+    pub id: String,
+    /// Its pool.
+    pub pool_id: String,
+    /// The host it is placed on, if any.
+    pub node_id: Option<String>,
+    /// `running`, `stopped` or `deleted`: what is asked of it.
+    pub desired: String,
+    /// Where it is (`pending`, `running`, `failed`, …).
+    pub state: String,
+    /// Why.
+    pub reason: String,
+    /// vCPUs.
+    pub vcpus: u32,
+    /// Memory, bytes.
+    pub memory_bytes: u64,
+    /// The runtime it asks for (`vm`, `container`, …).
+    pub runtime: String,
+    /// Creation time.
+    pub created_at_ms: i64,
 }
 
 /// `GET /v1/nodes/{node}/console?rows=R&cols=C&term=T`: a console on the

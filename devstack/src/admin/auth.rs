@@ -7,6 +7,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use proto::refusal::Code;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq as _;
 
@@ -35,6 +36,7 @@ pub async fn require_token(State(expected): State<std::sync::Arc<[u8; 32]>>, req
     }
     let mut refused = ApiError::new(
         StatusCode::UNAUTHORIZED,
+        Code::AdminToken,
         "the admin token was refused: send `Authorization: Bearer <the token in the file the discovery file names>`",
     )
     .into_response();
@@ -51,8 +53,12 @@ pub async fn require_loopback_host(request: Request, next: Next) -> Response {
     if loopback_host(host) {
         return next.run(request).await;
     }
-    ApiError::new(StatusCode::MISDIRECTED_REQUEST, "the admin endpoint answers requests for a loopback host only")
-        .into_response()
+    ApiError::new(
+        StatusCode::MISDIRECTED_REQUEST,
+        Code::AdminHost,
+        "the admin endpoint answers requests for a loopback host only",
+    )
+    .into_response()
 }
 
 /// Whether a `Host` header names a loopback host (with or without a port).

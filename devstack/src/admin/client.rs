@@ -85,11 +85,14 @@ pub enum ClientError {
         /// The endpoint's words.
         message: String,
     },
-    /// The endpoint refused the request (an unknown node, a node not adopted…).
-    #[error("{message}")]
+    /// The endpoint refused the request (an unknown node, a node not
+    /// adopted…): `<code>: <sentence>`.
+    #[error("{}{message}", if code.is_empty() { String::new() } else { format!("{code}: ") })]
     Refused {
         /// The HTTP status.
         status: u16,
+        /// The stable code (empty when the endpoint gave none).
+        code: String,
         /// The endpoint's words.
         message: String,
     },
@@ -222,9 +225,9 @@ impl AdminClient {
 
     /// The error of a refused request: its status and body (`{"error": …}`).
     pub(super) fn refusal(&self, status: StatusCode, body: &[u8]) -> ClientError {
-        let message = serde_json::from_slice::<ErrorBody>(body)
-            .map(|b| b.error)
-            .unwrap_or_else(|_| format!("{status}: {}", String::from_utf8_lossy(body)));
+        let (message, code) = serde_json::from_slice::<ErrorBody>(body)
+            .map(|b| (b.error, b.code))
+            .unwrap_or_else(|_| (format!("{status}: {}", String::from_utf8_lossy(body)), String::new()));
         if status == StatusCode::UNAUTHORIZED {
             return ClientError::Unauthorized {
                 url: self.discovery.url.clone(),
@@ -232,7 +235,7 @@ impl AdminClient {
                 message,
             };
         }
-        ClientError::Refused { status: status.as_u16(), message }
+        ClientError::Refused { status: status.as_u16(), code, message }
     }
 
     /// The endpoint's `host:port`.

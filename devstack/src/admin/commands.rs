@@ -1,27 +1,30 @@
-//! `POST /v1/commands`, `GET /v1/commands/{id}` and `POST
-//! /v1/commands/{id}/wait`: enqueue a command for a node (signed under
-//! signed intent, as the stack signs every command), read it, and wait for
-//! its end. `daemon.upgrade` with params `{"version": V}` rolls out the
-//! published release V (the release directory is scanned first, so a
-//! release dropped in after start is found).
+//! `POST /v1/commands`, `GET /v1/commands[?node=N&state=S&kind=K]`, `GET
+//! /v1/commands/{id}` and `POST /v1/commands/{id}/wait`: enqueue a command
+//! for a node (checked against the kind list first, [`super::kinds`];
+//! signed under signed intent, as the stack signs every command), list
+//! them, read one, and wait for its end. `daemon.upgrade` with params
+//! `{"version": V}` rolls out the published release V (the release
+//! directory is scanned first, so a release dropped in after start is
+//! found).
 
 use std::time::Duration;
 
 use axum::Json;
 use axum::Router;
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 
 use super::api::{self, CommandRequest, CommandView, WaitRequest};
-use super::{Answer, ApiError, resolve_node};
+use super::{Answer, ApiError, resolve_node, stopping};
 use crate::commands::CommandOptions;
 use crate::releases::UPGRADE_KIND;
 use crate::store::rows::CommandRow;
+use proto::refusal::Code;
 
 pub(super) fn routes() -> Router<super::State> {
     Router::new()
-        .route(&format!("{}/commands", api::PREFIX), post(enqueue))
+        .route(&format!("{}/commands", api::PREFIX), post(enqueue).get(list))
         .route(&format!("{}/commands/{{id}}", api::PREFIX), get(read))
         .route(&format!("{}/commands/{{id}}/wait", api::PREFIX), post(wait))
 }
@@ -49,13 +52,12 @@ fn command(s: &super::State, id: &str) -> Result<CommandView, ApiError> {
     s.stack
         .view(|v| v.command(id))?
         .map(view)
-        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no command {id}")))
+        .ok_or_else(|| ApiError::not_found(Code::CommandUnknown, format!("no command {id}")))
 }
 
 async fn enqueue(State(s): State<super::State>, Json(request): Json<CommandRequest>) -> Answer<CommandView> {
-    if request.kind.is_empty() {
-        return Err(ApiError::bad_request("a command needs a kind"));
-    }
+    super::kinds::check(&request.kind, &request.params)
+        .map_err(|refused| ApiError::new(StatusCode::BAD_REQUEST, refused.code, refused.message))?;
     let node = resolve_node(&s.stack, &request.node)?;
     let version = request.params.get("version").and_then(|v| v.as_str());
     let id = match version {
@@ -70,7 +72,24 @@ async fn enqueue(State(s): State<super::State>, Json(request): Json<CommandReque
     Ok(Json(command(&s, &id)?))
 }
 
+/// The commands of every node (or of `node`), in `state` and of `kind` when
+/// asked, oldest first.
+async fn list(State(s): State<super::State>, RawQuery(query): RawQuery) -> Answer<Vec<CommandView>> {
+    let wanted = super::query::parse(query.as_deref(), &["node", "state", "kind"])?;
+    let nodes = match wanted.get("node") {
+        Some(name) => vec![resolve_node(&s.stack, name)?.id],
+        None => s.stack.view(|v| v.nodes())?.into_iter().map(|n| n.id).collect(),
+    };
+    let mut rows: Vec<CommandRow> = s.stack.view(|v| nodes.iter().flat_map(|n| v.commands(n)).collect())?;
+    rows.retain(|c| {
+        wanted.get("state").is_none_or(|st| c.state.as_str() == st) && wanted.get("kind").is_none_or(|k| &c.kind == k)
+    });
+    rows.sort_by(|a, b| (a.created_at_ms, &a.id).cmp(&(b.created_at_ms, &b.id)));
+    Ok(Json(rows.into_iter().map(view).collect()))
+}
+
 async fn read(State(s): State<super::State>, Path(id): Path<String>) -> Answer<CommandView> {
+    super::check_name("command", &id)?;
     Ok(Json(command(&s, &id)?))
 }
 
@@ -84,7 +103,7 @@ async fn wait(
     tokio::select! {
         ended = s.stack.await_command(&id, timeout) => { ended?; }
         _ = stop.wait_for(|s| *s) => {
-            return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the dev stack is stopping"));
+            return Err(stopping());
         }
     }
     Ok(Json(command(&s, &id)?))

@@ -16,7 +16,7 @@
 use axum::Router;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, RawQuery, State};
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::HeaderValue;
 use axum::response::Response;
 use axum::routing::get;
 use futures_util::stream::{SplitSink, SplitStream};
@@ -83,13 +83,13 @@ fn parse(query: Option<&str>) -> Result<Wanted, ApiError> {
 /// Why the stack would not open the console, for the person who asked.
 fn refused(e: Error) -> ApiError {
     match e {
-        Error::NoSignedIntent => ApiError::new(
-            StatusCode::CONFLICT,
+        Error::NoSignedIntent => ApiError::conflict(
+            Code::FeatureOff,
             "consoles need signed intent (the exec tickets are signed by its tunnels issuer): \
              restart the stack with `devstack serve --signed-intent`",
         ),
-        Error::NoSession { node_id } => ApiError::new(
-            StatusCode::CONFLICT,
+        Error::NoSession { node_id } => ApiError::conflict(
+            Code::NodeOffline,
             format!("node {node_id} has no live session: a console opens only on a connected node"),
         ),
         other => other.into(),

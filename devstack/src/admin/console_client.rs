@@ -18,6 +18,7 @@ use tokio_tungstenite::tungstenite::{self, Message};
 
 use super::api::{self, CONSOLE_NODE_HEADER, CONSOLE_TUNNEL_HEADER, ConsoleControl};
 use super::client::{AdminClient, ClientError};
+use super::query::encode as segment;
 use crate::status::Code;
 use crate::tunnels::{ConsoleEnd, ConsoleEvent, ConsoleSize};
 
@@ -50,20 +51,6 @@ pub struct ConsoleSender {
 pub struct ConsoleReceiver {
     stream: SplitStream<Socket>,
     ended: bool,
-}
-
-/// `s` as one path segment: unreserved characters as they are, the rest
-/// percent-encoded.
-fn segment(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 /// The route's path and query for `request`.

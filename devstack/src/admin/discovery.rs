@@ -173,6 +173,25 @@ pub fn write_private(path: &Path, contents: &[u8]) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
+/// Refuses when the discovery file names a process that still runs (not
+/// this one): a second stack must not take it over. Reads only.
+pub fn check_free(discovery: &Path) -> std::io::Result<()> {
+    if let Ok(other) = read(discovery)
+        && other.pid != std::process::id()
+        && alive(other.pid)
+    {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            format!(
+                "{} names a dev stack that still runs (pid {}); stop it, or pass --admin-file (or set {ENV}) to run another",
+                discovery.display(),
+                other.pid
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// The discovery and token files of a running endpoint; removed on drop.
 #[derive(Debug)]
 pub struct Published {
@@ -188,19 +207,7 @@ impl Published {
         if let Some(dir) = discovery.parent().filter(|d| !d.as_os_str().is_empty()) {
             ensure_dir(dir)?;
         }
-        if let Ok(other) = read(discovery)
-            && other.pid != std::process::id()
-            && alive(other.pid)
-        {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::AlreadyExists,
-                format!(
-                    "{} names a dev stack that still runs (pid {}); stop it, or pass --admin-file (or set {ENV}) to run another",
-                    discovery.display(),
-                    other.pid
-                ),
-            ));
-        }
+        check_free(discovery)?;
         let token_file = token_path(discovery);
         write_private(&token_file, format!("{token}\n").as_bytes())?;
         what.token_file = token_file.clone();

@@ -6,7 +6,8 @@
 //! [`client`]. The wire types are [`api`].
 //!
 //! Each resource has its own module of routes (`nodes`, `tokens`,
-//! `commands`, `reservations`, `events`, `stack_info`, `console`), merged
+//! `commands`, `reservations`, `pools`, `instances`, `events`,
+//! `stack_info`, `console`), merged
 //! in [`router`]; a feature that adds an admin subcommand adds its module
 //! there and its client call beside the others (the console's is
 //! [`console_client`]). Routes call the in-process API ([`DevStack`]) only.
@@ -18,7 +19,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use proto::refusal::Code;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
@@ -35,11 +36,18 @@ mod console;
 pub mod console_client;
 pub mod discovery;
 mod events;
+mod instances;
+pub mod kinds;
 mod nodes;
+mod pools;
+pub mod query;
+mod refusal;
 pub mod releases;
 mod reservations;
 mod stack_info;
 mod tokens;
+
+pub(crate) use refusal::ApiError;
 
 /// How long the endpoint's shutdown waits for open requests (an `events
 /// --watch` stream ends at once) before it drops them.
@@ -67,6 +75,8 @@ pub struct AdminOptions {
 pub(crate) struct AdminState {
     pub stack: Arc<DevStack>,
     pub options: AdminOptions,
+    /// The endpoint's own URL.
+    pub url: String,
     /// Turns true when the endpoint stops: streams and waits end.
     pub stop: watch::Receiver<bool>,
 }
@@ -93,7 +103,9 @@ fn router(state: State, token_sha256: [u8; 32]) -> Router {
         .merge(reservations::routes())
         .merge(events::routes())
         .merge(console::routes())
-        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such admin route") })
+        .merge(pools::routes())
+        .merge(instances::routes())
+        .fallback(|| async { ApiError::not_found(Code::RouteUnknown, "no such admin route") })
         // The token is checked first (a request without it is 401 whatever
         // its Host), then the Host (with the token, a non-loopback one is 421).
         .layer(axum::middleware::from_fn(auth::require_loopback_host))
@@ -123,7 +135,7 @@ impl Admin {
         let files = discovery::Published::write(&options.discovery, what, &token)
             .map_err(|source| Error::Io { path: options.discovery.clone(), source })?;
         let (stop, stopped) = watch::channel(false);
-        let state = Arc::new(AdminState { stack, options, stop: stopped.clone() });
+        let state = Arc::new(AdminState { stack, options, url: url.clone(), stop: stopped.clone() });
         let app = router(state, auth::digest(&token));
         drop(token);
         let task = tokio::spawn(async move {
@@ -163,84 +175,34 @@ impl Admin {
     }
 }
 
-/// A refused admin request: an HTTP status and a sentence (`{"error": …}`).
-#[derive(Debug)]
-pub(crate) struct ApiError {
-    status: StatusCode,
-    message: String,
-}
-
-impl ApiError {
-    pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
-        ApiError { status, message: message.into() }
-    }
-
-    pub fn bad_request(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, message)
-    }
-}
-
-impl From<Error> for ApiError {
-    fn from(e: Error) -> Self {
-        let status = match &e {
-            Error::UnknownNode { .. }
-            | Error::UnknownPool { .. }
-            | Error::UnknownCommand { .. }
-            | Error::UnknownReservation { .. }
-            | Error::UnknownRelease { .. } => StatusCode::NOT_FOUND,
-            Error::InvalidReservation { .. } | Error::InvalidRelease { .. } | Error::InvalidPolicy { .. } => {
-                StatusCode::BAD_REQUEST
-            }
-            Error::NoSession { .. }
-            | Error::Rejected { .. }
-            | Error::ReservationState { .. }
-            | Error::ReservationEnded { .. }
-            | Error::NodeNotAdopted { .. }
-            | Error::NoGpuInventory { .. }
-            | Error::InsufficientGpus { .. }
-            | Error::BindingUnsupported { .. }
-            | Error::ReservationOverlap { .. }
-            | Error::ReservationRoom { .. }
-            | Error::ReleaseExists { .. }
-            | Error::NoTpmAttestor
-            | Error::NoSignedIntent => StatusCode::CONFLICT,
-            // A stable code's status is its gRPC status's usual HTTP one
-            // (`tunnel-limit`, ResourceExhausted: 429).
-            Error::Refused { code, .. } => crate::https::renew::http_status(&crate::status::refuse(*code, "")),
-            Error::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
-            Error::Shutdown => StatusCode::SERVICE_UNAVAILABLE,
-            _ => StatusCode::INTERNAL_SERVER_ERROR,
-        };
-        ApiError::new(status, e.to_string())
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        (self.status, axum::Json(api::ErrorBody { error: self.message })).into_response()
-    }
+/// The refusal of a wait or stream the endpoint's stop cut short (503 `draining`).
+pub(crate) fn stopping() -> ApiError {
+    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, Code::Draining, "the dev stack is stopping")
 }
 
 /// A route's answer: JSON, or a refusal.
 pub(crate) type Answer<T> = Result<axum::Json<T>, ApiError>;
 
 /// Resolves the node a person named: its id, a unique prefix of its id, or
-/// its unique hostname.
+/// its unique hostname. An empty name or one with a control character is
+/// refused before anything is looked up.
 pub(crate) fn resolve_node(stack: &DevStack, name: &str) -> Result<crate::NodeRow, ApiError> {
+    check_name("node", name)?;
     let nodes = stack.view(|v| v.nodes())?;
     if let Some(exact) = nodes.iter().find(|n| n.id == name) {
         return Ok(exact.clone());
     }
     let matching: Vec<&crate::NodeRow> =
-        nodes.iter().filter(|n| (!name.is_empty() && n.id.starts_with(name)) || n.hostname == name).collect();
+        nodes.iter().filter(|n| n.id.starts_with(name) || n.hostname == name).collect();
     match matching.as_slice() {
         [one] => Ok((*one).clone()),
-        [] => Err(ApiError::new(
-            StatusCode::NOT_FOUND,
+        [] => Err(ApiError::not_found(
+            Code::NodeUnknown,
             format!("no node is named {name:?} (by id, id prefix or hostname)"),
         )),
         many => Err(ApiError::new(
-            StatusCode::CONFLICT,
+            StatusCode::BAD_REQUEST,
+            Code::NodeAmbiguous,
             format!(
                 "{name:?} names {} nodes ({}): give more of the id",
                 many.len(),
@@ -248,4 +210,21 @@ pub(crate) fn resolve_node(stack: &DevStack, name: &str) -> Result<crate::NodeRo
             ),
         )),
     }
+}
+
+/// The longest name (of a node, command, pool…) a request may carry.
+pub const MAX_NAME: usize = 256;
+
+/// Refuses a name no stack object has: empty, longer than [`MAX_NAME`], or
+/// with a control character (`request-invalid`).
+pub(crate) fn check_name(what: &str, name: &str) -> Result<(), ApiError> {
+    if name.is_empty() {
+        return Err(ApiError::bad_request(format!("the {what} name is empty")));
+    }
+    if name.len() > MAX_NAME || name.chars().any(char::is_control) {
+        return Err(ApiError::bad_request(format!(
+            "{name:?} is no {what} name (at most {MAX_NAME} bytes, no control character)"
+        )));
+    }
+    Ok(())
 }

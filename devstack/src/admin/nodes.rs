@@ -1,6 +1,8 @@
 //! `GET /v1/nodes`, `GET /v1/nodes/{node}` and `POST
 //! /v1/nodes/{node}/revoke`: the nodes as a person reads them (state,
-//! session, generations, GPUs), one node in full, and revocation.
+//! session, generations, GPUs; a revoked node's state is `revoked`), one
+//! node in full, and revocation (once: a second one changes nothing and
+//! says so).
 
 use axum::Json;
 use axum::Router;
@@ -28,11 +30,12 @@ fn gpus(v: &StackView<'_>, node_id: &str) -> Option<u32> {
 
 /// A node's summary line.
 pub(super) fn summary(v: &StackView<'_>, pools: &[PoolRow], n: &NodeRow) -> NodeSummary {
+    let revoked_at_ms = v.revoked_at(&n.id);
     NodeSummary {
         id: n.id.clone(),
         pool_id: n.pool_id.clone(),
         pool: pools.iter().find(|p| p.id == n.pool_id).map(|p| p.name.clone()).unwrap_or_default(),
-        state: n.state.to_string(),
+        state: if revoked_at_ms.is_some() { "revoked".to_string() } else { n.state.to_string() },
         reason: n.reason.clone(),
         hostname: n.hostname.clone(),
         daemon_version: n.daemon_version.clone(),
@@ -42,6 +45,7 @@ pub(super) fn summary(v: &StackView<'_>, pools: &[PoolRow], n: &NodeRow) -> Node
         gpus: gpus(v, &n.id),
         created_at_ms: n.created_at_ms,
         adopted_at_ms: n.adopted_at_ms,
+        revoked_at_ms,
     }
 }
 
@@ -108,6 +112,12 @@ async fn detail(State(s): State<super::State>, Path(node): Path<String>) -> Answ
 
 async fn revoke(State(s): State<super::State>, Path(node): Path<String>) -> Answer<api::Revoked> {
     let row = resolve_node(&s.stack, &node)?;
-    s.stack.revoke_node(&row.id).await?;
-    Ok(Json(api::Revoked { node_id: row.id }))
+    let done = s.stack.revoke_node(&row.id).await?;
+    Ok(Json(api::Revoked {
+        node_id: row.id,
+        revoked_at_ms: done.revoked_at_ms,
+        certificates: done.certificates,
+        already_revoked: done.already_revoked,
+        session_notified: done.session_notified,
+    }))
 }

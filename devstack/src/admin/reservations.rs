@@ -1,22 +1,22 @@
-//! `POST /v1/reservations`, `GET /v1/reservations/{id}`, `POST
+//! `POST /v1/reservations`, `GET /v1/reservations[?node=N&state=S]`, `GET /v1/reservations/{id}`, `POST
 //! /v1/reservations/{id}/wait` and `POST /v1/reservations/{id}/release`:
-//! book GPUs of an adopted node as a hold, read a reservation, wait until
+//! book GPUs of an adopted node as a hold, list them, read one, wait until
 //! the node bound it (or it ended), withdraw its hold (docs/protocol.md,
 //! "Reservations (holds)").
 
 use axum::Json;
 use axum::Router;
-use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::extract::{Path, RawQuery, State};
 use axum::routing::{get, post};
 
 use super::api::{self, ReservationView, ReserveRequest, WaitRequest};
 use super::{Answer, ApiError, resolve_node};
 use crate::store::rows::{ReservationRow, ReservationState};
+use proto::refusal::Code;
 
 pub(super) fn routes() -> Router<super::State> {
     Router::new()
-        .route(&format!("{}/reservations", api::PREFIX), post(reserve))
+        .route(&format!("{}/reservations", api::PREFIX), post(reserve).get(list))
         .route(&format!("{}/reservations/{{id}}", api::PREFIX), get(read))
         .route(&format!("{}/reservations/{{id}}/wait", api::PREFIX), post(wait))
         .route(&format!("{}/reservations/{{id}}/release", api::PREFIX), post(release))
@@ -40,7 +40,7 @@ fn reservation(s: &super::State, id: &str) -> Result<ReservationView, ApiError> 
     s.stack
         .view(|v| v.reservation(id))?
         .map(view)
-        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no reservation {id}")))
+        .ok_or_else(|| ApiError::not_found(Code::ReservationUnknown, format!("no reservation {id}")))
 }
 
 async fn reserve(State(s): State<super::State>, Json(request): Json<ReserveRequest>) -> Answer<ReservationView> {
@@ -49,11 +49,27 @@ async fn reserve(State(s): State<super::State>, Json(request): Json<ReserveReque
     Ok(Json(reservation(&s, &id)?))
 }
 
+/// The reservations of every node (or of `node`), in `state` when asked,
+/// oldest first.
+async fn list(State(s): State<super::State>, RawQuery(query): RawQuery) -> Answer<Vec<ReservationView>> {
+    let wanted = super::query::parse(query.as_deref(), &["node", "state"])?;
+    let nodes = match wanted.get("node") {
+        Some(name) => vec![resolve_node(&s.stack, name)?.id],
+        None => s.stack.view(|v| v.nodes())?.into_iter().map(|n| n.id).collect(),
+    };
+    let mut rows: Vec<ReservationRow> = s.stack.view(|v| nodes.iter().flat_map(|n| v.reservations(n)).collect())?;
+    rows.retain(|r| wanted.get("state").is_none_or(|st| r.state.as_str() == st));
+    rows.sort_by(|a, b| (a.created_at_ms, &a.id).cmp(&(b.created_at_ms, &b.id)));
+    Ok(Json(rows.into_iter().map(view).collect()))
+}
+
 async fn read(State(s): State<super::State>, Path(id): Path<String>) -> Answer<ReservationView> {
+    super::check_name("reservation", &id)?;
     Ok(Json(reservation(&s, &id)?))
 }
 
 async fn release(State(s): State<super::State>, Path(id): Path<String>) -> Answer<ReservationView> {
+    super::check_name("reservation", &id)?;
     s.stack.release(&id).await?;
     Ok(Json(reservation(&s, &id)?))
 }
@@ -73,8 +89,9 @@ async fn wait(
     let row = tokio::select! {
         row = bound => row?,
         _ = stop.wait_for(|s| *s) => {
-            return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the dev stack is stopping"));
+            return Err(super::stopping());
         }
     };
-    row.map(|r| Json(view(r))).ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no reservation {id}")))
+    row.map(|r| Json(view(r)))
+        .ok_or_else(|| ApiError::not_found(Code::ReservationUnknown, format!("no reservation {id}")))
 }

@@ -234,6 +234,7 @@ pub fn enqueue(
     params: &serde_json::Value,
     opts: &CommandOptions,
 ) -> Result<String> {
+    shared.ledger.read(|c| crate::nodes::refuse_revoked(c, node_id))?;
     let row = prepare(shared, node_id, kind, params, opts);
     insert(shared, std::slice::from_ref(&row))?;
     Ok(row.id)

@@ -66,6 +66,7 @@ pub fn open_console_with(
     options: ConsoleOptions,
 ) -> Result<Console> {
     let no_session = || Error::NoSession { node_id: node_id.to_string() };
+    shared.ledger.read(|c| crate::nodes::refuse_revoked(c, node_id))?;
     if shared.hub.live_epoch(node_id).is_none() {
         return Err(no_session());
     }

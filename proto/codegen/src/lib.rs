@@ -6,9 +6,11 @@
 //! `protoc-gen-go-grpc` at pinned versions (installed with `go install` into
 //! `target/tools/`) into `daemon/internal/proto/`. The refusal codes
 //! ([`refusals`]): `proto/src/gen/refusals.rs`, the Go table and each owning Go
-//! package's `refusals_gen.go`. `check` generates into a temporary directory
+//! package's `refusals_gen.go`; the command kinds of `proto/kinds.toml`
+//! ([`kinds`]) the same way (`kinds.rs`, `known_gen.go`, `kinds_gen.go`). `check` generates into a temporary directory
 //! and lists every file that differs from the tree.
 
+pub mod kinds;
 pub mod refusals;
 
 use std::fs;
@@ -70,13 +72,13 @@ pub fn write(root: &Path) -> Result<Vec<PathBuf>> {
     Ok(written)
 }
 
-/// Generated Go constants (`refusals_gen.go` under `daemon/`) that the list no
-/// longer produces: a domain moved to another package, or was removed.
+/// Generated Go constants (`refusals_gen.go`, `kinds_gen.go` under `daemon/`)
+/// that the lists no longer produce: a domain moved to another package, or was removed.
 fn stale_constants(root: &Path, files: &[String]) -> Result<Vec<PathBuf>> {
     let daemon = root.join("daemon");
     Ok(list_files(&daemon)?
         .into_iter()
-        .filter(|rel| rel.file_name().is_some_and(|n| n == refusals::GO_CONSTANTS))
+        .filter(|rel| rel.file_name().is_some_and(|n| n == refusals::GO_CONSTANTS || n == kinds::GO_CONSTANTS))
         .map(|rel| Path::new("daemon").join(rel))
         .filter(|rel| !files.iter().any(|f| Path::new(f) == rel))
         .collect())
@@ -159,7 +161,9 @@ fn generate(root: &Path) -> Result<(tempfile::TempDir, Vec<String>)> {
     // The refusal codes: the Rust file joins proto/src/gen, the Go files are
     // single files in their packages.
     let mut files = Vec::new();
-    for (rel, body) in refusals::render(root, HEADER)? {
+    let mut rendered = refusals::render(root, HEADER)?;
+    rendered.extend(kinds::render(root, HEADER, refusals::gofmt)?);
+    for (rel, body) in rendered {
         let path = staged.path().join(&rel);
         fs::create_dir_all(path.parent().expect("a file has a parent"))?;
         fs::write(&path, body)?;

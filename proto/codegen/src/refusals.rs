@@ -242,7 +242,7 @@ fn go_constants(package: &str, domains: &[&Domain]) -> String {
 }
 
 /// Formats Go source with the toolchain's gofmt, so `gofmt -l` stays empty.
-fn gofmt(src: &str) -> Result<String> {
+pub(crate) fn gofmt(src: &str) -> Result<String> {
     use std::io::Write as _;
     use std::process::{Command, Stdio};
     let mut child = Command::new(gofmt_path()?)

@@ -3,8 +3,8 @@
 //! N `bcd sim` agents behind the fault proxy against a dev stack of its
 //! own, with a steady workload and the seeded faults of the level, lets the
 //! fleet settle, checks the fleet invariants, and prints the report (JSON)
-//! on standard output. It exits 0 when every invariant held and 3
-//! (`invariant-violated`) when one did not.
+//! on standard output. It exits 0 when every invariant held and 7
+//! (`invariant-violated`, [`crate::exit::VIOLATED`]) when one did not.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -13,9 +13,6 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Args;
 use devstack::chaos::{self, ChaosSpec, Level};
-
-/// The exit status of a run that found a violation.
-pub const INVARIANT_VIOLATED: u8 = 3;
 
 /// `devstack chaos`.
 #[derive(Args)]
@@ -52,7 +49,13 @@ fn parse_level(s: &str) -> Result<Level, String> {
     s.parse()
 }
 
-pub async fn run(args: Chaos) -> Result<ExitCode> {
+impl Chaos {
+    pub async fn run(self, _ctx: &crate::Context) -> Result<ExitCode> {
+        run(self).await
+    }
+}
+
+async fn run(args: Chaos) -> Result<ExitCode> {
     anyhow::ensure!(args.minutes > 0.0 && args.minutes <= 24.0 * 60.0, "--minutes must be above 0 and at most a day");
     devstack::raise_open_file_limit();
     let bcd = crate::sim::build_bcd().await?;
@@ -98,5 +101,5 @@ pub async fn run(args: Chaos) -> Result<ExitCode> {
         "devstack chaos: invariant-violated: {} violation(s); run again with --seed {:?} (and --log PATH for the event log)",
         report.violations, spec.seed
     );
-    Ok(ExitCode::from(INVARIANT_VIOLATED))
+    Ok(ExitCode::from(crate::exit::VIOLATED))
 }

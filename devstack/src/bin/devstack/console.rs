@@ -1,16 +1,20 @@
-//! `devstack console --node NODE` (docs/devstack.md, "devstack console"): a
-//! node's shell in this terminal, through the running stack's console route.
-//! On a terminal it switches to raw mode (restored on every way out: the
-//! end, a detach, a signal, an error, a panic), sends the terminal's size
-//! and each change of it (SIGWINCH, and before typed bytes when the size
-//! moved), and relays until the shell exits; the shell's status becomes
-//! this process's. Ctrl-] (0x1d) detaches: the console is hung up and the
-//! process exits [`DETACHED`]. Anything that ends the console without the
-//! shell's status (a refusal, a cut tunnel, no stack) exits [`FAILED`] with
-//! the reason on standard error. Nothing typed or shown is logged.
+//! `devstack console NODE [-- CMD…]` (docs/devstack.md, "devstack
+//! console"): a node's shell in this terminal, or one command on it,
+//! through the running stack's console route. On a terminal it switches to
+//! raw mode (restored on every way out: the end, a detach, a signal, an
+//! error, a panic), sends the terminal's size and each change of it
+//! (SIGWINCH, and before typed bytes when the size moved), and relays until
+//! the shell exits; the shell's status becomes this process's. Input waits
+//! until the shell is up (its first output), so input that ended before
+//! (`echo cmd | devstack console NODE`) is delivered, its end (Ctrl-D)
+//! too, once the shell reads it ([`gate`]). With `-- CMD…` the shell runs
+//! CMD alone and exits with its status, and only CMD's output is shown.
+//! Ctrl-] (0x1d) detaches: the console is hung up and the process exits
+//! [`DETACHED`]. Anything that ends the console without the shell's status
+//! (a refusal, a cut tunnel, no stack) exits [`FAILED`] with the reason on
+//! standard error. Nothing typed or shown is logged.
 
 use std::io::{IsTerminal as _, Read as _};
-use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -21,12 +25,12 @@ use devstack::admin::console_client::{ConsoleReceiver, ConsoleRequest, ConsoleSe
 use devstack::{ConsoleEnd, ConsoleEvent, ConsoleSize};
 use tokio::io::AsyncWriteExt as _;
 use tokio::signal::unix::{SignalKind, signal};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
+
+use crate::console_gate::{self as gate, Seen};
 
 /// Ctrl-]: the byte that detaches.
 const DETACH_BYTE: u8 = 0x1d;
-/// Ctrl-D: what a standard input that is no terminal sends at its end.
-const EOT: u8 = 0x04;
 /// The exit status of a detach (Ctrl-]).
 pub const DETACHED: u8 = 254;
 /// The exit status when the console ended without the shell's status.
@@ -34,12 +38,26 @@ pub const FAILED: u8 = 255;
 /// How long a hang-up waits for the endpoint to take the close.
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
 
-/// `devstack console --node NODE`.
+/// `devstack console NODE [-- CMD…]`.
 #[derive(Args)]
 pub struct ConsoleArgs {
     /// The node: its id, a unique prefix of it, or its hostname.
-    #[arg(long, value_name = "NODE")]
-    node: String,
+    #[arg(value_name = "NODE", required_unless_present = "node_flag")]
+    node: Option<String>,
+    /// The same as NODE (as earlier versions took it).
+    #[arg(long = "node", id = "node_flag", value_name = "NODE", conflicts_with = "node")]
+    node_flag: Option<String>,
+    /// One command to run instead of the interactive shell (after `--`; its
+    /// words joined by spaces and run by the node's shell, as ssh does):
+    /// only its output is shown, and its status is the exit status.
+    #[arg(last = true, value_name = "CMD")]
+    command: Vec<String>,
+}
+
+impl ConsoleArgs {
+    pub async fn run(self, ctx: &crate::Context) -> Result<ExitCode> {
+        console(ctx, self).await
+    }
 }
 
 /// How the relay ended.
@@ -54,11 +72,14 @@ enum Ending {
 
 /// Runs the console; the exit status is the shell's, [`DETACHED`], 128 + a
 /// signal, or [`FAILED`] (with the reason printed).
-pub async fn console(discovery: &Path, args: ConsoleArgs) -> Result<ExitCode> {
-    match run(discovery, &args).await {
+async fn console(ctx: &crate::Context, args: ConsoleArgs) -> Result<ExitCode> {
+    let node = args.node.clone().or(args.node_flag.clone()).unwrap_or_default();
+    // Checked before any URL is built (a usage error, exit 2).
+    crate::nodes::route("nodes", "node", &node, "")?;
+    match run(ctx, &node, &args.command).await {
         Ok(code) => Ok(ExitCode::from(code)),
         Err(e) => {
-            eprintln!("devstack: {e:#}");
+            eprintln!("devstack: {}", crate::exit::sentence(&e));
             Ok(ExitCode::from(FAILED))
         }
     }
@@ -91,17 +112,21 @@ impl Drop for RawMode {
     }
 }
 
-async fn run(discovery: &Path, args: &ConsoleArgs) -> Result<u8> {
-    let client = AdminClient::discover(discovery)?;
+async fn run(ctx: &crate::Context, node: &str, command: &[String]) -> Result<u8> {
+    let client = AdminClient::discover(&ctx.discovery)?;
     let terminal = std::io::stdin().is_terminal();
+    let one_shot = (!command.is_empty()).then(|| gate::one_shot(&command.join(" "), terminal));
     let size = if terminal { terminal_size() } else { None }.unwrap_or_default();
-    let request = ConsoleRequest { node: args.node.clone(), size, term: Some(caller_term()) };
+    let request = ConsoleRequest { node: node.to_string(), size, term: Some(caller_term()) };
     let connection = client.console(&request).await?;
     let node = connection.node_id().to_string();
-    eprintln!("devstack: console on {node} (tunnel {}); Ctrl-] detaches", connection.tunnel_id());
+    if one_shot.is_none() {
+        eprintln!("devstack: console on {node} (tunnel {}); Ctrl-] detaches", connection.tunnel_id());
+    }
     let (mut tx, mut rx) = connection.split();
     let raw = if terminal { Some(RawMode::enable()?) } else { None };
-    let ending = relay(&mut tx, &mut rx, stdin_chunks(), terminal, size).await;
+    let how = How { terminal, size, line: one_shot };
+    let ending = relay(&mut tx, &mut rx, stdin_chunks(), how).await;
     if matches!(ending, Ok(Ending::Detached | Ending::Signal(_))) {
         let _ = tokio::time::timeout(CLOSE_WAIT, tx.close()).await;
     }
@@ -117,8 +142,21 @@ async fn run(discovery: &Path, args: &ConsoleArgs) -> Result<u8> {
         Ending::Detached => (DETACHED, format!("\ndevstack: detached from {node} (Ctrl-]); its shell is hung up")),
         Ending::Signal(n) => (128 + n as u8, format!("\ndevstack: console on {node} hung up on signal {n}")),
     };
-    eprintln!("{said}");
+    // A one-shot command's own status says enough; anything else is told.
+    if command.is_empty() || code == FAILED || code == DETACHED || code > 128 {
+        eprintln!("{said}");
+    }
     Ok(code)
+}
+
+/// How the relay runs.
+struct How {
+    /// Standard input is a terminal.
+    terminal: bool,
+    /// Its size when the console opened.
+    size: ConsoleSize,
+    /// The one-shot line to type once the shell is up, if any.
+    line: Option<Vec<u8>>,
 }
 
 /// Standard input in chunks as it comes, read by a thread of its own (the
@@ -154,24 +192,38 @@ async fn relay(
     tx: &mut ConsoleSender,
     rx: &mut ConsoleReceiver,
     input: mpsc::Receiver<Vec<u8>>,
-    terminal: bool,
-    size: ConsoleSize,
+    how: How,
 ) -> Result<Ending> {
     let mut signals = Signals::new()?;
+    let (seen_tx, seen_rx) = watch::channel(Seen::default());
+    let one_shot = how.line.is_some();
     tokio::select! {
-        end = output(rx) => end.map(Ending::End),
-        ending = typing(tx, input, terminal, size, &mut signals) => Ok(ending),
+        end = output(rx, seen_tx, one_shot) => end.map(Ending::End),
+        ending = typing(tx, input, how, seen_rx, &mut signals) => Ok(ending),
     }
 }
 
-/// The console's output to standard output, until its end.
-async fn output(rx: &mut ConsoleReceiver) -> Result<ConsoleEnd> {
+/// The console's output to standard output, until its end; what it shows
+/// of the shell (up, the one-shot command started, a prompt) goes to `seen`.
+async fn output(rx: &mut ConsoleReceiver, seen: watch::Sender<Seen>, one_shot: bool) -> Result<ConsoleEnd> {
     let mut stdout = tokio::io::stdout();
+    let mut filter = gate::OutputFilter::new(one_shot);
     while let Some(event) = rx.next().await {
         match event {
             ConsoleEvent::Output(bytes) => {
-                stdout.write_all(&bytes).await.context("write to standard output")?;
-                stdout.flush().await.context("write to standard output")?;
+                let (shown, now) = filter.pass(&bytes);
+                seen.send_if_modified(|s| {
+                    let changed = *s != now;
+                    *s = now;
+                    changed
+                });
+                if shown.is_empty() {
+                    continue;
+                }
+                // A reader that went away (`| head`) stops nothing: the shell's status still counts.
+                if stdout.write_all(&shown).await.is_ok() {
+                    let _ = stdout.flush().await;
+                }
             }
             ConsoleEvent::Ended(end) => return Ok(end),
             _ => {}
@@ -201,14 +253,17 @@ impl Signals {
 }
 
 /// Typed bytes and size changes to the console, until Ctrl-] or a signal.
-/// A send that fails is dropped: the receiving half reports the end.
+/// Input is held until the shell is up ([`gate::Gate`]). A send that fails
+/// is dropped: the receiving half reports the end.
 async fn typing(
     tx: &mut ConsoleSender,
     mut input: mpsc::Receiver<Vec<u8>>,
-    terminal: bool,
-    mut size: ConsoleSize,
+    how: How,
+    mut seen: watch::Receiver<Seen>,
     signals: &mut Signals,
 ) -> Ending {
+    let (terminal, mut size) = (how.terminal, how.size);
+    let mut gate = gate::Gate::new(how.line, terminal);
     let mut open = true;
     loop {
         tokio::select! {
@@ -216,9 +271,7 @@ async fn typing(
                 let Some(chunk) = chunk else {
                     // A file or a pipe ends like a person typing Ctrl-D.
                     open = false;
-                    if !terminal {
-                        let _ = tx.write(vec![EOT]).await;
-                    }
+                    send(tx, gate.end()).await;
                     continue;
                 };
                 // A resize first, so the shell sees the size the person saw when typing.
@@ -227,21 +280,32 @@ async fn typing(
                 }
                 match chunk.iter().position(|b| *b == DETACH_BYTE) {
                     Some(at) => {
-                        if at > 0 {
-                            let _ = tx.write(chunk[..at].to_vec()).await;
-                        }
+                        send(tx, gate.input(chunk[..at].to_vec())).await;
                         return Ending::Detached;
                     }
-                    None => {
-                        let _ = tx.write(chunk).await;
-                    }
+                    None => send(tx, gate.input(chunk)).await,
                 }
+            }
+            changed = seen.changed() => {
+                if changed.is_err() {
+                    // The output half ended first: it reports the end.
+                    std::future::pending::<()>().await;
+                }
+                let now = *seen.borrow_and_update();
+                send(tx, gate.seen(now)).await;
             }
             _ = signals.winch.recv() => resize(tx, &mut size).await,
             _ = signals.hangup.recv() => return Ending::Signal(libc::SIGHUP),
             _ = signals.interrupt.recv() => return Ending::Signal(libc::SIGINT),
             _ = signals.terminate.recv() => return Ending::Signal(libc::SIGTERM),
         }
+    }
+}
+
+/// Sends what the gate let through, in order.
+async fn send(tx: &mut ConsoleSender, chunks: Vec<Vec<u8>>) {
+    for chunk in chunks.into_iter().filter(|c| !c.is_empty()) {
+        let _ = tx.write(chunk).await;
     }
 }
 

@@ -73,8 +73,14 @@ pub fn interval_ms(d: Duration) -> Result<u32> {
     }
 }
 
-pub async fn run(args: Gateway) -> Result<ExitCode> {
-    let mut stop = stop_signals()?;
+impl Gateway {
+    pub async fn run(self, ctx: &crate::Context) -> Result<ExitCode> {
+        run(self, ctx).await
+    }
+}
+
+async fn run(args: Gateway, ctx: &crate::Context) -> Result<ExitCode> {
+    let mut stop = stop_signals(ctx.quiet.clone())?;
     devstack::set_clock_offset_ms(args.clock_offset.saturating_mul(1000));
     let options = DevStackOptions {
         store: StoreLocation::Postgres(args.store.clone()),
@@ -90,13 +96,13 @@ pub async fn run(args: Gateway) -> Result<ExitCode> {
     };
     let location = format!("{}", options.store);
     let stack = DevStack::start(options).await.with_context(|| format!("start gateway {}", args.id))?;
-    println!("devstack gateway {} {READY} (stop with Ctrl-C)", args.id);
-    println!("  gateway:             {}", stack.gateway_url());
-    println!("  well-known:          {}", stack.well_known_url());
-    println!("  websocket session:   {}", stack.websocket_url());
-    println!("  store:               {location}");
+    say!("devstack gateway {} {READY} (stop with Ctrl-C)", args.id);
+    say!("  gateway:             {}", stack.gateway_url());
+    say!("  well-known:          {}", stack.well_known_url());
+    say!("  websocket session:   {}", stack.websocket_url());
+    say!("  store:               {location}");
     if args.clock_offset != 0 {
-        println!("  clock offset:        {:+} s (a test knob)", args.clock_offset);
+        say!("  clock offset:        {:+} s (a test knob)", args.clock_offset);
     }
     stopped(&mut stop).await;
     eprintln!("devstack: gateway {} stopping", args.id);

@@ -1,12 +1,17 @@
 //! `devstack serve`: a dev control plane on loopback for joining bcd by hand
-//! or by the dozen (docs/devstack.md, "devstack serve"). It prints the
-//! gateway URL, the well-known URL, the pins and where it wrote a ready
-//! `config.toml`, `join-encryption.jwk` and a join-token file (never the
-//! token itself); serves the admin endpoint the other subcommands talk to;
-//! with `--sim N` runs N simulated nodes ([`crate::sim`]); with `--tpm` a
-//! TPM attestor; with `--releases DIR` serves and signs the releases in DIR.
-//! SIGINT or SIGTERM stops the agents (their exit awaited), the admin
-//! endpoint (its files removed) and the stack (Drain to every session).
+//! or by the dozen (docs/devstack.md, "devstack serve"). Before it writes
+//! anything it locks the data directory ([`crate::lock`]) and checks that
+//! the discovery file is free, so a second stack is refused with the
+//! running one untouched. It prints the gateway URL, the well-known URL,
+//! the pins and where it wrote a ready `config.toml` (with the WebSocket
+//! fallback), `join-encryption.jwk` and a join-token file (never the token
+//! itself); keeps its ports for the next run on the same directory
+//! ([`crate::ports`]); serves the admin endpoint the other subcommands
+//! talk to; with `--sim N` runs N simulated nodes ([`crate::sim`]); with
+//! `--tpm` a TPM attestor; with `--releases DIR` serves and signs the
+//! releases in DIR. SIGINT or SIGTERM stops the agents (their exit
+//! awaited), the admin endpoint (its files removed) and the stack (Drain to
+//! every session), quietly.
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -22,6 +27,8 @@ use pki::tpm::attestor::NodeKeyPolicy;
 use tokio::sync::watch;
 
 use crate::gateway::{ChildSpec, Children};
+use crate::lock::DataLock;
+use crate::ports::Ports;
 use crate::sim::{Sim, SimSpec, Variant, stopped};
 use crate::store_args::{OpenedStore, StoreArgs, url_of};
 
@@ -53,16 +60,17 @@ pub struct Serve {
     /// `devstack gateway` processes); needs --postgres or --store.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
     gateways: u32,
-    /// The gateway port (0 picks a free one).
-    #[arg(long, value_name = "P", default_value_t = 0)]
-    port: u16,
-    /// The HTTP port of the well-known document and the releases (0 picks a free one).
-    #[arg(long, value_name = "P", default_value_t = 0)]
-    http_port: u16,
-    /// The HTTPS port of the WebSocket session and `POST /v1/renew` (0
-    /// picks a free one).
-    #[arg(long, value_name = "P", default_value_t = 0)]
-    https_port: u16,
+    /// The gateway port (0 picks a free one; default: the one DIR/ports.json
+    /// kept from the last run on --data DIR, else 0).
+    #[arg(long, value_name = "P")]
+    port: Option<u16>,
+    /// The HTTP port of the well-known document and the releases (as --port).
+    #[arg(long, value_name = "P")]
+    http_port: Option<u16>,
+    /// The HTTPS port of the WebSocket session, `POST /v1/renew` and OTLP
+    /// (as --port).
+    #[arg(long, value_name = "P")]
+    https_port: Option<u16>,
     /// The address to listen on (the admin endpoint is on loopback only, always).
     #[arg(long, value_name = "H", default_value = "127.0.0.1")]
     host: IpAddr,
@@ -149,8 +157,8 @@ async fn default_pool(stack: &DevStack, expect_gpus: Option<u32>) -> Result<Stri
 
 /// A stop flag that SIGINT or SIGTERM sets. It listens from now on (before
 /// anything is printed, so a signal sent as soon as the output appears stops
-/// the stack cleanly).
-pub fn stop_signals() -> Result<watch::Receiver<bool>> {
+/// the stack cleanly); once it is set the log is errors only (`quiet`).
+pub fn stop_signals(quiet: crate::term::Quiet) -> Result<watch::Receiver<bool>> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).context("listen for SIGTERM")?;
     let mut int = signal(SignalKind::interrupt()).context("listen for SIGINT")?;
@@ -160,47 +168,77 @@ pub fn stop_signals() -> Result<watch::Receiver<bool>> {
             _ = term.recv() => {}
             _ = int.recv() => {}
         }
+        quiet.now();
         let _ = tx.send(true);
     });
     Ok(rx)
 }
 
-pub async fn run(args: Serve, discovery_file: PathBuf) -> Result<ExitCode> {
-    let mut stop = stop_signals()?;
-    // With --memory the files live in a temporary directory kept until exit.
-    let (dir, temp) = match &args.data {
-        Some(dir) => (dir.clone(), None),
-        None => {
-            let temp =
-                tempfile::Builder::new().prefix("devstack-").tempdir().context("create a temporary directory")?;
-            (temp.path().to_path_buf(), Some(temp))
-        }
+/// The data directory (made 0700 when serve creates it), locked; with
+/// --memory a temporary one, kept until exit.
+fn data_dir(args: &Serve) -> Result<(PathBuf, Option<tempfile::TempDir>, Option<DataLock>)> {
+    let Some(dir) = &args.data else {
+        let temp = tempfile::Builder::new().prefix("devstack-").tempdir().context("create a temporary directory")?;
+        return Ok((temp.path().to_path_buf(), Some(temp), None));
     };
     // The directory holds the store (every private key of the stack) and
     // the token file: made owner-only when serve creates it.
     if !dir.exists() {
         let mut builder = std::fs::DirBuilder::new();
         builder.recursive(true);
-        #[cfg(unix)]
         std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-        builder.create(&dir).with_context(|| format!("create {}", dir.display()))?;
+        builder.create(dir).with_context(|| format!("create {}", dir.display()))?;
     }
+    let lock = DataLock::take(dir)?;
+    Ok((dir.clone(), None, Some(lock)))
+}
+
+impl Serve {
+    pub async fn run(self, ctx: &crate::Context) -> Result<ExitCode> {
+        run(self, ctx).await
+    }
+}
+
+async fn run(args: Serve, ctx: &crate::Context) -> Result<ExitCode> {
+    let mut stop = stop_signals(ctx.quiet.clone())?;
     if args.gateways > 1 && !args.store.shared() {
         anyhow::bail!("--gateways {} needs a store they share: --postgres or --store URL", args.gateways);
     }
+    // Refused before anything is written: another stack's discovery file,
+    // another stack's data directory (the lock).
+    discovery::check_free(&ctx.discovery)?;
+    let (dir, temp, _lock) = data_dir(&args)?;
+    let kept = if args.data.is_some() { Ports::kept(&dir)? } else { Ports::default() };
+    let ports = kept.choose(args.port, args.http_port, args.https_port);
     let sqlite = dir.join("devstack.sqlite");
     let opened = args.store.open((!args.memory && args.data.is_some()).then_some(sqlite.as_path()))?;
     let options = DevStackOptions {
         store: opened.location.clone(),
         signed_intent: args.signed_intent,
         listen_host: args.host,
-        gateway_port: args.port,
-        http_port: args.http_port,
-        https_port: args.https_port,
+        gateway_port: ports.gateway,
+        http_port: ports.http,
+        https_port: ports.https,
         tpm_attestor: tpm_attestor(&args)?,
         ..DevStackOptions::default()
     };
-    let stack = Arc::new(DevStack::start(options).await.context("start the dev stack")?);
+    let started = DevStack::start(options).await;
+    let stack = match started {
+        Ok(stack) => Arc::new(stack),
+        Err(e @ devstack::Error::Bind { .. }) if kept.any() => {
+            return Err(anyhow::anyhow!(
+                "{e}: the nodes joined to {} know the ports in {} (free them, or pass --port/--http-port/--https-port 0 to take others, which those nodes will not find)",
+                dir.display(),
+                crate::ports::path(&dir).display()
+            ));
+        }
+        Err(e) => return Err(anyhow::Error::from(e).context("start the dev stack")),
+    };
+    if args.data.is_some() {
+        let now =
+            Ports { gateway: stack.gateway_addr().port(), http: http_port(&stack), https: stack.https_addr().port() };
+        now.keep(&dir)?;
+    }
     let others = match url_of(&opened.location) {
         Some(url) if args.gateways > 1 => {
             let spec = ChildSpec {
@@ -213,7 +251,7 @@ pub async fn run(args: Serve, discovery_file: PathBuf) -> Result<ExitCode> {
         }
         _ => None,
     };
-    let admin = prepare(&stack, &args, &dir, &discovery_file, &opened, others.as_ref()).await?;
+    let admin = prepare(&stack, &args, &dir, &ctx.discovery, &opened, others.as_ref()).await?;
 
     let code = run_until_stopped(&stack, &args, &dir, &mut stop).await?;
     if let Some(others) = others {
@@ -232,6 +270,11 @@ pub async fn run(args: Serve, discovery_file: PathBuf) -> Result<ExitCode> {
     Ok(code)
 }
 
+/// The HTTP listener's port.
+fn http_port(stack: &DevStack) -> u16 {
+    stack.http_url().rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or(0)
+}
+
 /// Runs the simulated nodes (if asked) until SIGINT or SIGTERM, then stops
 /// them; a sim that ended by itself makes the exit code a failure.
 async fn run_until_stopped(
@@ -241,28 +284,45 @@ async fn run_until_stopped(
     stop: &mut watch::Receiver<bool>,
 ) -> Result<ExitCode> {
     let Some(nodes) = args.sim else {
-        stopped(stop).await;
-        eprintln!("devstack: stopping");
+        tokio::select! {
+            () = report_rejections(stack) => {}
+            _ = stopped(stop) => {}
+        }
+        crate::term::print("devstack: stopping");
         return Ok(ExitCode::SUCCESS);
     };
     let spec = SimSpec { nodes, variant: args.sim_variant, seed: args.sim_seed.clone(), expect_gpus: args.expect_gpus };
     let mut sim = tokio::select! {
         sim = Sim::start(stack, dir, &spec) => sim?,
         _ = stopped(stop) => {
-            eprintln!("devstack: stopping (before bcd sim started)");
+            crate::term::print("devstack: stopping (before bcd sim started)");
             return Ok(ExitCode::SUCCESS);
         }
     };
     let watched = sim.watch(stack, stop).await;
     if let Err(e) = &watched {
-        eprintln!("devstack: {e:#}");
-        eprintln!("devstack: still serving; stop with Ctrl-C");
+        crate::term::print(&format!("devstack: {}", crate::exit::sentence(e)));
+        crate::term::print("devstack: still serving; stop with Ctrl-C");
         stopped(stop).await;
     }
-    eprintln!("devstack: stopping bcd sim, then the stack");
+    crate::term::print("devstack: stopping bcd sim, then the stack");
     let status = sim.stop().await?;
-    eprintln!("devstack: bcd sim stopped ({status})");
+    crate::term::print(&format!("devstack: bcd sim stopped: {}", crate::sim::explain(status)));
     Ok(if watched.is_ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// Without --sim: a line for each node rejected (one at a time, as nodes
+/// joined by hand come), from the event stream; until the stack stops.
+async fn report_rejections(stack: &DevStack) {
+    let after = stack.recent_events().last().map_or(0, |e| e.seq);
+    let mut events = stack.events(after);
+    while let Some(received) = events.next().await {
+        if let devstack::Received::Event(e) = received
+            && let devstack::StackEvent::Rejected { node_id, reason } = &e.event
+        {
+            crate::term::print(&format!("devstack: node {node_id} rejected: {reason}"));
+        }
+    }
 }
 
 /// Everything before serving: the default pool, the join token file, the
@@ -289,7 +349,7 @@ async fn prepare(
     }
     let pins = args.releases.is_some().then(|| stack.release_keys());
     let bcd_dir = dir.join("bcd");
-    let paths = stack.write_bcd_config_with(&bcd_dir, &bcd_dir, pins.as_ref()).await?;
+    let paths = stack.write_bcd_config_with_websocket(&bcd_dir, &bcd_dir, pins.as_ref()).await?;
     let admin = Admin::serve(
         stack.clone(),
         AdminOptions {
@@ -302,58 +362,86 @@ async fn prepare(
     .await
     .context("start the admin endpoint")?;
 
+    let printed = Printed { pool_id: &pool_id, token_path: &token_path, paths: &paths, published: &published };
+    print_block(stack, args, dir, opened, others, &admin, &printed);
+    Ok(admin)
+}
+
+/// What [`prepare`] made, for the block serve prints.
+struct Printed<'a> {
+    pool_id: &'a str,
+    token_path: &'a Path,
+    paths: &'a devstack::BcdConfigPaths,
+    published: &'a [devstack::Release],
+}
+
+/// The block serve prints once it serves: every URL, the pins, the files,
+/// and how to join a node.
+fn print_block(
+    stack: &DevStack,
+    args: &Serve,
+    dir: &Path,
+    opened: &OpenedStore,
+    others: Option<&Children>,
+    admin: &Admin,
+    printed: &Printed<'_>,
+) {
+    let Printed { pool_id, token_path, paths, published } = *printed;
     let pins = stack.pins();
     let ttl = crate::table::duration(args.token_ttl);
-    println!("devstack is serving (stop with Ctrl-C)");
-    println!("  gateway:             {}", stack.gateway_url());
+    say!("devstack is serving (stop with Ctrl-C)");
+    say!("  gateway:             {}", stack.gateway_url());
     for (id, url) in others.map(|o| o.urls.as_slice()).unwrap_or_default() {
-        println!("  gateway {id:<12} {url}");
+        say!("  gateway {id:<12} {url}");
     }
-    println!("  server name:         {}", stack.server_name());
-    println!("  well-known:          {}", stack.well_known_url());
-    println!("  websocket session:   {}", stack.websocket_url());
-    println!("  OTLP metrics:        {}", stack.otlp_url());
-    println!("  serving CA pin:      {}", pins.serving_ca);
-    println!("  join signing pin:    {}", pins.join_signing);
-    println!("  join encryption pin: {}", pins.join_encryption);
-    println!("  signed intent:       {}", args.signed_intent);
-    println!("  pool:                {DEFAULT_POOL} ({pool_id})");
-    println!("  data dir:            {}{}", dir.display(), if args.data.is_none() { " (temporary)" } else { "" });
+    say!("  server name:         {}", stack.server_name());
+    say!("  well-known:          {}", stack.well_known_url());
+    say!("  websocket session:   {}", stack.websocket_url());
+    say!("  OTLP metrics:        {}", stack.otlp_url());
+    say!("  serving CA pin:      {}", pins.serving_ca);
+    say!("  join signing pin:    {}", pins.join_signing);
+    say!("  join encryption pin: {}", pins.join_encryption);
+    say!("  signed intent:       {}", args.signed_intent);
+    say!("  pool:                {DEFAULT_POOL} ({pool_id})");
+    say!("  data dir:            {}{}", dir.display(), if args.data.is_none() { " (temporary)" } else { "" });
     match (&opened.cluster, url_of(&opened.location)) {
         // A throwaway cluster's URL has no password: printed whole, for psql.
-        (Some(_), Some(url)) => println!("  store:               PostgreSQL, {url} (throwaway, removed at exit)"),
-        _ => println!("  store:               {}", opened.location),
+        (Some(_), Some(url)) => say!("  store:               PostgreSQL, {url} (throwaway, removed at exit)"),
+        _ => say!("  store:               {}", opened.location),
     }
-    println!("  bcd config:          {}", paths.config.display());
-    println!("  join encryption jwk: {}", paths.jwk.display());
-    println!("  join token file:     {} ({} uses, {ttl})", token_path.display(), args.token_uses);
-    println!("  admin endpoint:      {} (discovery file {})", admin.url(), admin.discovery_path().display());
+    say!("  bcd config:          {}", paths.config.display());
+    say!("  join encryption jwk: {}", paths.jwk.display());
+    say!("  join token file:     {} ({} uses, {ttl})", token_path.display(), args.token_uses);
+    say!("  admin endpoint:      {} (discovery file {})", admin.url(), admin.discovery_path().display());
     if args.tpm {
         let root = args.tpm_ek_root.clone().unwrap_or_else(|| committed(EK_ROOT));
-        println!("  TPM attestor:        EK root {}", root.display());
+        say!("  TPM attestor:        EK root {}", root.display());
     }
     if let Some(releases_dir) = &args.releases {
         let versions: Vec<String> =
             published.iter().map(|r| format!("{} (sequence {})", r.version, r.sequence)).collect();
-        println!("  releases:            {} published from {}", versions.len(), releases_dir.display());
+        say!("  releases:            {} published from {}", versions.len(), releases_dir.display());
         for v in versions {
-            println!("                       {v}");
+            say!("                       {v}");
         }
     }
-    println!();
-    println!(
-        "join a node: bcd join --token-file {} --config {}, then bcd node --config {}",
+    say!("");
+    let (bcd, note) = crate::hint::bcd();
+    say!(
+        "join a node: {bcd} join --token-file {} --config {}, then {bcd} node --config {}",
         token_path.display(),
         paths.config.display(),
         paths.config.display()
     );
+    if let Some(note) = note {
+        say!("  ({note})");
+    }
     if args.tpm {
-        println!(
-            "join with a TPM: BCD_FAKEHW_TPM_STATE={} bcd join --attestor tpm --config {} (a fakehw bcd)",
+        say!(
+            "join with a TPM: BCD_FAKEHW_TPM_STATE={} {bcd} join --attestor tpm --config {} (a fakehw bcd)",
             committed(TPM_STATE).display(),
             paths.config.display()
         );
     }
-    println!("look around from another terminal: devstack nodes, devstack events --watch, devstack --help");
-    Ok(admin)
+    say!("look around from another terminal: devstack nodes, devstack events --watch, devstack --help");
 }

@@ -4,11 +4,13 @@
 //! standard error), creates the pool `sim-<variant>` expecting the
 //! variant's GPU count, and runs `bcd sim --nodes N` against the stack with
 //! a token of N uses on its standard input (never in a file, an argument or
-//! a log). Joins and adoption are reported as they happen; the agents run
-//! in their own process group, stop with the stack (SIGTERM, their exit
-//! awaited) and die with it if it is killed (PR_SET_PDEATHSIG).
+//! a log). Joins and adoption are reported as they happen, from what this
+//! stack observes (a node counts as adopted once it is adopted and has a
+//! live session here, so a restarted stack does not report nodes that have
+//! not found it), rejections grouped by reason; the agents run in their own
+//! process group, stop with the stack (SIGTERM, their exit awaited, its
+//! status explained) and die with it if it is killed (PR_SET_PDEATHSIG).
 
-use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
@@ -19,6 +21,8 @@ use devstack::{DevStack, NodeState, PoolSpec, StackView};
 use tokio::io::AsyncWriteExt as _;
 use tokio::process::{Child, Command};
 use tokio::sync::watch;
+
+use crate::term;
 
 /// How long the agents get to stop after SIGTERM before SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(10);
@@ -152,12 +156,12 @@ impl Sim {
         stdin.write_all(format!("{token}\n").as_bytes()).await.context("hand bcd sim its token")?;
         drop(stdin);
         drop(token);
-        eprintln!(
+        term::print(&format!(
             "Started bcd sim: {} simulated {} node(s) joining pool {pool_id} (log: {})",
             spec.nodes,
             spec.variant.as_str(),
             log.display()
-        );
+        ));
         Ok(Sim { child, pool_id, nodes: spec.nodes, variant: spec.variant, log })
     }
 
@@ -166,7 +170,6 @@ impl Sim {
     /// bcd sim exits by itself (an error naming its log).
     pub async fn watch(&mut self, stack: &DevStack, stop: &mut watch::Receiver<bool>) -> Result<()> {
         let mut shown = Progress::default();
-        let mut line = Line::new();
         loop {
             let changed = stack.await_until("the simulated nodes to change", QUIET, |v| {
                 let now = Progress::of(v, &self.pool_id);
@@ -178,10 +181,10 @@ impl Sim {
                 _ = stopped(stop) => return Ok(()),
             };
             let Ok(now) = now else {
-                line.print(&format!("still waiting: {}", shown.describe(self.nodes)));
+                term::print(&format!("still waiting: {}", shown.describe(self.nodes)));
                 continue;
             };
-            self.report(&shown, &now, &mut line);
+            self.report(&shown, &now);
             shown = now;
             if shown.decided() >= self.nodes as usize {
                 break;
@@ -194,29 +197,27 @@ impl Sim {
     }
 
     /// The progress lines between two counts.
-    fn report(&self, before: &Progress, now: &Progress, line: &mut Line) {
+    fn report(&self, before: &Progress, now: &Progress) {
         let n = self.nodes as usize;
+        let variant = self.variant.as_str();
         if now.joined < n {
-            line.update(&format!("Joining simulated {} nodes: {}/{n}", self.variant.as_str(), now.joined));
+            term::update(&format!("Joining simulated {variant} nodes: {}/{n}", now.joined));
             return;
         }
         if before.joined < n {
-            line.print(&format!(
-                "Joined {} simulated {} node(s) into {}",
-                now.joined,
-                self.variant.as_str(),
-                self.pool_id
-            ));
+            term::print(&format!("Joined {} simulated {variant} node(s) into {}", now.joined, self.pool_id));
         }
         if now.decided() < n {
-            line.update(&format!("Adopting: {}/{n} adopted, {} rejected", now.adopted, now.rejected.len()));
+            let waiting = now.joined - now.connected;
+            let offline = if waiting > 0 { format!(", {waiting} not connected") } else { String::new() };
+            term::update(&format!("Adopting: {}/{n} adopted, {} rejected{offline}", now.adopted, now.rejected.len()));
             return;
         }
         let mut done = format!("{} simulated node(s) adopted", now.adopted);
-        if let Some(reason) = now.rejected.first() {
-            done += &format!("; {} rejected: {reason}", now.rejected.len());
+        for (reason, count) in grouped(&now.rejected) {
+            done += &format!("; {count} {} rejected: {reason}", if count == 1 { "node" } else { "nodes" });
         }
-        line.print(&done);
+        term::print(&done);
     }
 
     fn ended(&self, status: std::io::Result<ExitStatus>) -> anyhow::Error {
@@ -252,23 +253,54 @@ impl Sim {
     }
 }
 
-/// How far the simulated nodes got.
+/// Rejection reasons and how many nodes each, in order of first sight.
+fn grouped(reasons: &[String]) -> Vec<(&str, usize)> {
+    let mut groups: Vec<(&str, usize)> = Vec::new();
+    for reason in reasons {
+        match groups.iter_mut().find(|(r, _)| r == reason) {
+            Some((_, n)) => *n += 1,
+            None => groups.push((reason, 1)),
+        }
+    }
+    groups
+}
+
+/// bcd sim's exit status in words (docs/daemon.md: 0 success, 1 an agent
+/// could not join or failed, 3 an agent's certificates were revoked).
+pub fn explain(status: ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt as _;
+    match (status.code(), status.signal()) {
+        (Some(0), _) => "exit status 0".into(),
+        (Some(1), _) => "exit status 1: an agent could not join or failed (see the log)".into(),
+        (Some(3), _) => "exit status 3: an agent was revoked (bcd exits 3 on a RevocationNotice)".into(),
+        (Some(n), _) => format!("exit status {n}"),
+        (None, Some(signal)) => format!("killed by signal {signal}"),
+        (None, None) => status.to_string(),
+    }
+}
+
+/// How far the simulated nodes got, as this stack observes them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct Progress {
+    /// In the pool (joined now or in an earlier run).
     joined: usize,
-    /// Adopted and running generation 1 or later (the contract's "adopted").
+    /// With a live session here.
+    connected: usize,
+    /// Adopted, running generation 1 or later, with a live session here.
     adopted: usize,
-    /// The rejection reasons.
+    /// The rejection reasons of those rejected with a live session here.
     rejected: Vec<String>,
 }
 
 impl Progress {
     fn of(v: &StackView<'_>, pool_id: &str) -> Progress {
         let nodes: Vec<_> = v.nodes().into_iter().filter(|n| n.pool_id == pool_id).collect();
+        let live: Vec<_> = nodes.iter().filter(|n| v.live_epoch(&n.id).is_some()).collect();
         Progress {
             joined: nodes.len(),
-            adopted: nodes.iter().filter(|n| n.state == NodeState::Adopted && n.applied_generation >= 1).count(),
-            rejected: nodes.iter().filter(|n| n.state == NodeState::Rejected).map(|n| n.reason.clone()).collect(),
+            connected: live.len(),
+            adopted: live.iter().filter(|n| n.state == NodeState::Adopted && n.applied_generation >= 1).count(),
+            rejected: live.iter().filter(|n| n.state == NodeState::Rejected).map(|n| n.reason.clone()).collect(),
         }
     }
 
@@ -277,38 +309,27 @@ impl Progress {
     }
 
     fn describe(&self, n: u32) -> String {
-        format!("{}/{n} joined, {} adopted, {} rejected", self.joined, self.adopted, self.rejected.len())
+        format!(
+            "{}/{n} joined, {} connected, {} adopted, {} rejected",
+            self.joined,
+            self.connected,
+            self.adopted,
+            self.rejected.len()
+        )
     }
 }
 
-/// Progress output: a line updated in place on a terminal; off one, whole
-/// lines only when something changed.
-struct Line {
-    terminal: bool,
-    open: bool,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl Line {
-    fn new() -> Self {
-        Line { terminal: std::io::stderr().is_terminal(), open: false }
-    }
-
-    /// A line that the next one replaces (on a terminal).
-    fn update(&mut self, text: &str) {
-        if self.terminal {
-            eprint!("\r\x1b[2K{text}");
-            self.open = true;
-        } else {
-            eprintln!("{text}");
-        }
-    }
-
-    /// A line that stays.
-    fn print(&mut self, text: &str) {
-        if self.open {
-            eprint!("\r\x1b[2K");
-            self.open = false;
-        }
-        eprintln!("{text}");
+    #[test]
+    fn rejections_are_grouped_and_statuses_explained() {
+        use std::os::unix::process::ExitStatusExt as _;
+        let reasons = ["a".to_string(), "b".into(), "a".into()];
+        assert_eq!(grouped(&reasons), [("a", 2), ("b", 1)]);
+        assert!(explain(ExitStatus::from_raw(3 << 8)).contains("revoked"));
+        assert_eq!(explain(ExitStatus::from_raw(0)), "exit status 0");
+        assert_eq!(explain(ExitStatus::from_raw(9)), "killed by signal 9");
     }
 }
