@@ -53,6 +53,7 @@ pub mod spec_deliveries;
 pub mod specs;
 mod sql;
 mod sqlite;
+pub mod ticket_keys;
 pub mod tokens;
 pub mod usage;
 pub mod volumes;

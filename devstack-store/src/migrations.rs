@@ -42,7 +42,19 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration { version: 11, name: "node journals", sql: V11 },
     Migration { version: 12, name: "gateways, session epochs and liveness", sql: V12 },
     Migration { version: 13, name: "fleet facts: liveness marks, spec deliveries, release causes, usage", sql: V13 },
+    Migration { version: 14, name: "TLS session ticket keys", sql: V14 },
 ];
+
+/// The keys the gateways seal TLS session tickets with, one per period
+/// (`ticket_keys`): kept in the store so that every gateway of it, and a
+/// gateway started again on it, resumes the sessions any of them began.
+const V14: &str = r#"
+CREATE TABLE tls_ticket_keys (
+    period INTEGER PRIMARY KEY,
+    key BLOB NOT NULL,
+    created_at_ms INTEGER NOT NULL
+);
+"#;
 
 /// What the fleet invariants are checked over (docs/harness.md, "Fleet
 /// invariants"), every time by the store's clock: each unreachable mark

@@ -1,8 +1,10 @@
 //! A node's connection to the dev stack, for tests and tools that play a
 //! node in Rust (the harness's replay scenario, the crate's own tests): the
 //! rustls client configuration (the serving CA as the only root, TLS 1.3,
-//! ALPN as given), a raw TLS dial, a tonic channel over it, and a sealed
-//! join token for a CSR.
+//! ALPN as given, rustls' in-memory session store), a raw TLS dial, a tonic
+//! channel over it (or over one connection of a given configuration, which
+//! resumes a session that configuration keeps), and a sealed join token for
+//! a CSR.
 
 use std::sync::Arc;
 
@@ -70,6 +72,29 @@ pub async fn channel(stack: &DevStack, cert: Option<ClientCert>) -> Result<Chann
         }
     });
     Endpoint::from_static("http://gw.dev.local").connect_with_connector(connector).await
+}
+
+/// A gRPC channel to the gateway over one TLS connection made with
+/// `config` (whose session store resumes a TLS session it keeps from an
+/// earlier connection to the stack), and whether that connection resumed
+/// one. The channel does not connect again.
+pub async fn channel_with(
+    stack: &DevStack,
+    config: Arc<rustls::ClientConfig>,
+) -> Result<(Channel, bool), Box<dyn std::error::Error + Send + Sync>> {
+    let tcp = TcpStream::connect(stack.gateway_addr()).await?;
+    let tls = tokio_rustls::TlsConnector::from(config).connect(server_name(), tcp).await?;
+    let resumed = tls.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
+    let once = Arc::new(std::sync::Mutex::new(Some(tls)));
+    let connector = tower::service_fn(move |_uri: http::Uri| {
+        let taken = once.lock().unwrap_or_else(|p| p.into_inner()).take();
+        async move {
+            let tls = taken.ok_or_else(|| std::io::Error::other("this channel's one connection is used"))?;
+            Ok::<_, std::io::Error>(TokioIo::new(tls))
+        }
+    });
+    let channel = Endpoint::from_static("http://gw.dev.local").connect_with_connector(connector).await?;
+    Ok((channel, resumed))
 }
 
 fn server_name() -> ServerName<'static> {

@@ -25,12 +25,13 @@ use crate::keys::{ServingNames, StackKeys};
 use crate::options::DevStackOptions;
 use crate::shared::{Settings, Shared};
 use crate::store::{Store, sessions};
+use crate::tickets::TicketKeys;
 use crate::tpm::TpmJoin;
 use crate::tunnels::ConsoleEnd;
 use crate::tunnels::registry::Registry;
 use crate::tunnels::relay::Relay;
 use crate::{adoption, commands, http, https, instances, inventory, nodes, reservations, sections};
-use crate::{secrets, spec, tls, workload};
+use crate::{secrets, spec, tickets, tls, workload};
 
 /// How long shutdown waits for the sessions to drain …
 const DRAIN_GRACE: Duration = Duration::from_secs(4);
@@ -110,7 +111,10 @@ fn serve_gateway(
     stop: &watch::Sender<Phase>,
 ) -> Result<JoinHandle<()>> {
     let shared = gateway.shared.clone();
-    let acceptor = tokio_rustls::TlsAcceptor::from(tls::server_config(&shared.keys, tls::Alpn::GATEWAY)?);
+    let tickets = Arc::new(TicketKeys::load(&shared.ledger)?);
+    tokio::spawn(refresh_tickets(Arc::downgrade(&shared), tickets.clone(), stop.subscribe()));
+    let config = tls::server_config(&shared.keys, tls::Alpn::GATEWAY, Some(tickets))?;
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
     let join = proto::join_server::JoinServer::new(JoinService::new(shared.clone(), tpm))
         .max_decoding_message_size(limit::MAX_MESSAGE_BYTES);
     let gateway =
@@ -118,6 +122,26 @@ fn serve_gateway(
     let routes = tonic::service::Routes::new(join).add_service(gateway).prepare();
     let options = shared.settings.options.connections.clone();
     Ok(tokio::spawn(connections::gateway(listener, acceptor, routes, options, stop.subscribe())))
+}
+
+/// Reads the store's ticket keys again every `tickets::REFRESH` (making
+/// the next period's, if no gateway has) until the stack stops.
+async fn refresh_tickets(shared: std::sync::Weak<Shared>, keys: Arc<TicketKeys>, mut stop: watch::Receiver<Phase>) {
+    let mut tick = tokio::time::interval(tickets::REFRESH);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => return,
+        }
+        let Some(shared) = shared.upgrade() else { return };
+        let keys = keys.clone();
+        match tokio::task::spawn_blocking(move || keys.refresh(&shared.ledger)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => warn!(error = %e, "tls: the ticket keys could not be read again (the next refresh tries)"),
+            Err(e) => warn!(error = %e, "tls: the ticket keys' refresh did not finish"),
+        }
+    }
 }
 
 impl Running {

@@ -56,6 +56,7 @@ mod stack;
 pub mod status;
 /// The store: every row type and the seam reads and writes go through.
 pub(crate) use devstack_store as store;
+mod tickets;
 mod tls;
 mod tpm;
 mod trust;

@@ -16,15 +16,23 @@
 //! Each connection carries its peer chain to the handlers as [`PeerInfo`]
 //! in the request's extensions; handshake failures are logged and never
 //! reach a server nor disturb other connections.
+//!
+//! The gateway issues one TLS 1.3 session ticket per handshake, sealed with
+//! the store's ticket keys (`tickets`), so that a node resumes its session
+//! after a restart, a Drain or a failover to another gateway of the store:
+//! a resumed handshake carries the client chain of the one that began the
+//! session, and [`PeerInfo::resumed`] says so. The HTTPS listener issues
+//! none (its clients do not resume), and neither keeps sessions in memory.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use rustls::HandshakeKind;
 use rustls::client::danger::HandshakeSignatureValid;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, UnixTime};
-use rustls::server::WebPkiClientVerifier;
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::server::{NoServerSessionStorage, ProducesTickets, WebPkiClientVerifier};
 use rustls::{DigitallySignedStruct, DistinguishedName, RootCertStore, ServerConfig, SignatureScheme};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -75,8 +83,13 @@ fn tls_err(e: impl std::fmt::Display) -> Error {
     Error::Tls { reason: e.to_string() }
 }
 
-/// The rustls configuration of a listener that speaks `alpn`.
-pub fn server_config(keys: &StackKeys, alpn: Alpn) -> Result<Arc<ServerConfig>> {
+/// The rustls configuration of a listener that speaks `alpn`, issuing one
+/// session ticket per handshake sealed by `tickets` (none without).
+pub fn server_config(
+    keys: &StackKeys,
+    alpn: Alpn,
+    tickets: Option<Arc<dyn ProducesTickets>>,
+) -> Result<Arc<ServerConfig>> {
     use p256::pkcs8::EncodePrivateKey;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = RootCertStore::empty();
@@ -96,6 +109,15 @@ pub fn server_config(keys: &StackKeys, alpn: Alpn) -> Result<Arc<ServerConfig>> 
         .with_single_cert(chain, key)
         .map_err(tls_err)?;
     config.alpn_protocols = vec![alpn.protocol.to_vec()];
+    // No session is kept in memory: a ticket holds the whole state.
+    config.session_storage = Arc::new(NoServerSessionStorage {});
+    match tickets {
+        Some(ticketer) => {
+            config.ticketer = ticketer;
+            config.send_tls13_tickets = 1;
+        }
+        None => config.send_tls13_tickets = 0,
+    }
     Ok(Arc::new(config))
 }
 
@@ -167,6 +189,10 @@ pub struct PeerInfo {
     /// key proven by the handshake (not yet that the stack issued it: see
     /// `gateway/auth`); `None` when it presented none.
     pub client_chain: Option<Arc<Vec<Vec<u8>>>>,
+    /// Whether the handshake resumed a session (a ticket the store's keys
+    /// sealed): the chain is then the one the session began with, whose key
+    /// signed that first handshake.
+    pub resumed: bool,
 }
 
 /// One handshake within `timeout`; `None` (logged) for anything but a TLS
@@ -202,6 +228,7 @@ pub(crate) async fn handshake(
     let client_chain = session
         .peer_certificates()
         .map(|certs| Arc::new(certs.iter().map(|c| c.as_ref().to_vec()).collect::<Vec<_>>()));
-    debug!(peer = %addr, client_cert = client_chain.is_some(), "gateway: TLS connection accepted");
-    Some((Box::new(tls), PeerInfo { remote_addr: addr, client_chain }))
+    let resumed = session.handshake_kind() == Some(HandshakeKind::Resumed);
+    debug!(peer = %addr, client_cert = client_chain.is_some(), resumed, "gateway: TLS connection accepted");
+    Some((Box::new(tls), PeerInfo { remote_addr: addr, client_chain, resumed }))
 }

@@ -1,5 +1,6 @@
 // Dialing the gateway with grpc-go: TLS 1.3 with the serving-CA pin, the
-// node's client certificate when it has one, or cleartext HTTP/2 when the
+// node's client certificate when it has one (resuming the identity's TLS
+// session when it has one, sessions.go), or cleartext HTTP/2 when the
 // configuration asks for it and the build allows it (fakehw only), with
 // the node id in the x-bc-test-node header as the dev gateway expects.
 
@@ -7,7 +8,6 @@ package identity
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/url"
@@ -61,11 +61,10 @@ func Dial(c *config.Config, opts DialOptions) (*grpc.ClientConn, error) {
 			dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(nodeHeader(opts.Identity.NodeID)))
 		}
 	} else {
-		var cert func() (*tls.Certificate, error)
+		tlsConfig := ClientTLS(c.ServingCASPKIPin, c.ServerName(), nil)
 		if id := opts.Identity; id != nil {
-			cert = func() (*tls.Certificate, error) { return id.Certificate(), nil }
+			id.Resumable(tlsConfig, c.ServingCASPKIPin, c.ServerName())
 		}
-		tlsConfig := ClientTLS(c.ServingCASPKIPin, c.ServerName(), cert)
 		creds := learningGroups(credentials.NewTLS(tlsConfig), tlsConfig)
 		dialOpts = append(dialOpts, grpc.WithTransportCredentials(creds))
 	}

@@ -62,6 +62,9 @@ type Identity struct {
 	stored *storedKey
 	signer crypto.Signer
 	chain  [][]byte
+
+	// sessions are the TLS sessions its dials to the gateway began (sessions.go).
+	sessions sessionCache
 }
 
 // Options say how to open an identity.

@@ -2,7 +2,8 @@
 // (grpc-go adds it), and the server accepted only when its chain holds a
 // certificate whose SPKI pin is serving_ca_spki_pin and the leaf verifies
 // under that certificate for gateway_server_name. The node's client
-// certificate is read from disk at every handshake.
+// certificate is read at every handshake (a dial of the session takes it
+// once and resumes the identity's TLS session: sessions.go).
 
 package identity
 

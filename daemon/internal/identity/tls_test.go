@@ -18,7 +18,14 @@ import (
 // valid for an hour either side of at.
 func servingPair(t *testing.T, at time.Time) (leaf, ca []byte) {
 	t.Helper()
-	caKey, leafKey := pki.DeriveP256("s", "serving-ca"), pki.DeriveP256("s", "gateway")
+	return servingPairOf(t, at, "s")
+}
+
+// servingPairOf is servingPair with the keys of seed (another seed: another
+// CA, another pin).
+func servingPairOf(t *testing.T, at time.Time, seed string) (leaf, ca []byte) {
+	t.Helper()
+	caKey, leafKey := pki.DeriveP256(seed, "serving-ca"), pki.DeriveP256(seed, "gateway")
 	caTemplate := &x509.Certificate{
 		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "bc serving CA"},
 		NotBefore: at.Add(-time.Hour), NotAfter: at.Add(time.Hour),

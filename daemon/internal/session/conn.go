@@ -231,8 +231,12 @@ func (c *conn) resume() error {
 	s.connections++
 	s.info.Transport = transport
 	s.mu.Unlock()
+	resumed := false
+	if r, ok := c.stream.(resumable); ok {
+		resumed = r.Resumed()
+	}
 	s.log.Info("session.connected", "epoch", w.GetSessionEpoch(), "gateway", s.route.gateway().URL, "transport", transport,
-		"heartbeat_ms", c.interval.Milliseconds(), "lane_credits", w.GetLaneCredits(), "acked_seq", w.GetAckedSeq())
+		"resumed", resumed, "heartbeat_ms", c.interval.Milliseconds(), "lane_credits", w.GetLaneCredits(), "acked_seq", w.GetAckedSeq())
 
 	// Control frames queued for an earlier connection are stale.
 	for len(s.control) > 0 {

@@ -77,6 +77,9 @@ type Stream interface {
 // Transports name themselves (Info.Transport): a Stream may say which it is.
 type namedTransport interface{ Transport() string }
 
+// A Stream over TLS may say whether its connection resumed a session.
+type resumable interface{ Resumed() bool }
+
 // Dialer opens a Session stream; close releases its connection. GRPCDialer
 // (grpc.go) is the gRPC one over the node's mTLS identity.
 type Dialer func(ctx context.Context) (stream Stream, close func(), err error)

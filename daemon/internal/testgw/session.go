@@ -28,6 +28,8 @@ type Session struct {
 	NodeID string
 	// NodeKey is the certified key (verifies node statements).
 	NodeKey *pki.PublicKey
+	// Resumed says the stream's TLS connection resumed a session.
+	Resumed bool
 	// Frames receives what the node sends; it is closed when the stream ends.
 	Frames chan *agentv1.NodeFrame
 	stream agentv1.Gateway_SessionServer
@@ -74,6 +76,18 @@ func (g *Gateway) authenticate(ctx context.Context) (string, *pki.PublicKey, err
 	return nodeID, key, nil
 }
 
+// resumed says whether the TLS connection of a call resumed a session
+// (crypto/tls issues tickets by default, and keeps the client certificate
+// in them).
+func resumed(ctx context.Context) bool {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return false
+	}
+	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	return ok && info.State.DidResume
+}
+
 // Session authenticates the client certificate and hands the stream over.
 // The first frame must be a Hello naming the certificate's node
 // (hello-expected, node-mismatch), and no frame may be above
@@ -84,7 +98,8 @@ func (g *Gateway) Session(stream agentv1.Gateway_SessionServer) error {
 	if err != nil {
 		return err
 	}
-	s := &Session{NodeID: nodeID, NodeKey: key, Frames: make(chan *agentv1.NodeFrame, 256), stream: stream, end: make(chan error, 1)}
+	s := &Session{NodeID: nodeID, NodeKey: key, Resumed: resumed(stream.Context()), Frames: make(chan *agentv1.NodeFrame, 256),
+		stream: stream, end: make(chan error, 1)}
 	go func() {
 		defer close(s.Frames)
 		for first := true; ; first = false {

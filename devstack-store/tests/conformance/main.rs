@@ -12,7 +12,8 @@
 //! join requests, nodes, sessions, certificates, bindings), `work`
 //! (commands, events, specs, inventory, section statuses, reservations),
 //! `vps` (instances, volumes, labels, secrets), `stack` (releases, OTLP
-//! exports, fleet counts, gateways, the clock, settings, the seam), and
+//! exports, fleet counts, gateways, the clock, settings, ticket keys, the
+//! seam), and
 //! `facts` (what the fleet invariants read), and `races`.
 
 mod backends;
@@ -86,6 +87,7 @@ const CASES: &[Case] = &[
     ("a gateway drains and registers again", stack::a_gateway_drains_counts_fenced_writes_and_registers_again),
     ("the store's clock", stack::the_store_s_clock_is_now_and_runs_forward),
     ("a setting", stack::a_setting_reads_back_and_is_replaced),
+    ("a ticket key per period", stack::a_ticket_key_is_made_once_per_period_and_forgotten),
     ("a failed write leaves nothing", stack::a_failed_write_leaves_nothing),
     ("a write's value and rows", stack::a_write_s_value_comes_back_and_its_rows_are_read),
 ];
@@ -99,6 +101,7 @@ const RACES: &[Race] = &[
     ("a node adopted by two at once", races::a_node_is_adopted_once_of_two_at_once),
     ("a command's outcome set by two at once", races::a_command_s_outcome_is_set_once_of_two_at_once),
     ("two gateways meter one booking", races::two_gateways_meter_one_booking_and_each_window_is_kept_once),
+    ("two gateways make one ticket key", races::two_gateways_make_one_ticket_key_per_period),
 ];
 
 #[test]

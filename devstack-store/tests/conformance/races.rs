@@ -10,7 +10,7 @@ use std::sync::Barrier;
 
 use devstack_store::commands::Outcome;
 use devstack_store::rows::{CommandStatus, NodeState};
-use devstack_store::{Error, Result, Store, commands, events, facts, nodes, sessions, tokens, usage};
+use devstack_store::{Error, Result, Store, commands, events, facts, nodes, sessions, ticket_keys, tokens, usage};
 
 use crate::seed::{self, read, write};
 
@@ -182,5 +182,20 @@ pub fn two_gateways_meter_one_booking_and_each_window_is_kept_once(a: &Store, b:
         assert_eq!(wrote_a + wrote_b, windows.len(), "round {round}: each window written once: {windows:?}");
         let metered: i64 = windows.iter().map(|w| (w.end_ms - w.start_ms) * i64::from(w.gpus)).sum();
         assert_eq!(metered, 3_500 * 2, "round {round}");
+    }
+}
+
+pub fn two_gateways_make_one_ticket_key_per_period(a: &Store, b: &Store) {
+    for round in 0..ROUNDS {
+        let period = round as i64;
+        let make = |store: &Store, byte: u8| {
+            write(store, |c| {
+                ticket_keys::offer(c, period, &[byte; 32], 0)?;
+                ticket_keys::since(c, period)
+            })
+        };
+        let (seen_a, seen_b) = at_once(|| make(a, 1), || make(b, 2));
+        assert_eq!(seen_a[0], seen_b[0], "round {round}: both gateways seal with one key");
+        assert_eq!(read(a, |c| ticket_keys::since(c, period)).len(), 1, "round {round}");
     }
 }

@@ -4,7 +4,9 @@
 
 use devstack_store::otlp::Bounds;
 use devstack_store::rows::{CommandRow, CommandStatus, FleetCounts, GatewayRow, ReleaseArtifactRow, ReleaseRow};
-use devstack_store::{Error, Store, clock, commands, fleet, gateways, nodes, otlp, pools, releases, settings};
+use devstack_store::{
+    Error, Store, clock, commands, fleet, gateways, nodes, otlp, pools, releases, settings, ticket_keys,
+};
 
 use crate::seed::{self, read, write};
 
@@ -127,6 +129,19 @@ pub fn a_setting_reads_back_and_is_replaced(store: &Store) {
     write(store, |c| settings::put(c, "ca.key", b"\x02key"));
     assert_eq!(read(store, |c| settings::get(c, "ca.key")), Some(b"\x02key".to_vec()));
     assert_eq!(read(store, |c| settings::get(c, "ca.crt")), Some(b"crt".to_vec()));
+}
+
+pub fn a_ticket_key_is_made_once_per_period_and_forgotten(store: &Store) {
+    assert_eq!(read(store, |c| ticket_keys::since(c, 0)), vec![]);
+    write(store, |c| ticket_keys::offer(c, 7, &[1; 32], 10));
+    write(store, |c| ticket_keys::offer(c, 8, &[2; 32], 10));
+    // A second maker of period 7 (another gateway) changes nothing.
+    write(store, |c| ticket_keys::offer(c, 7, &[3; 32], 11));
+    let key = |period, byte| ticket_keys::TicketKey { period, key: vec![byte; 32] };
+    assert_eq!(read(store, |c| ticket_keys::since(c, 7)), vec![key(7, 1), key(8, 2)], "oldest first");
+    assert_eq!(read(store, |c| ticket_keys::since(c, 8)), vec![key(8, 2)]);
+    assert_eq!(write(store, |c| ticket_keys::forget_before(c, 8)), 1);
+    assert_eq!(read(store, |c| ticket_keys::since(c, 0)), vec![key(8, 2)]);
 }
 
 pub fn a_failed_write_leaves_nothing(store: &Store) {

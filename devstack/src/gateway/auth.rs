@@ -2,6 +2,16 @@
 //! connection, checked against `node_certs` (known, same bytes, unrevoked,
 //! valid now).
 //!
+//! A connection that resumed a TLS session (`PeerInfo::resumed`) presents
+//! the chain its session began with, out of a ticket only the store's keys
+//! open: its key signed that first handshake. Its leaf is read, not
+//! verified again: what binds it to the node is the same check as ever,
+//! the very bytes the stack issued, found in `node_certs` by node and
+//! serial, unrevoked and valid now (by the row, which holds the
+//! certificate's own validity). So a revoked node's resumption is refused
+//! `cert-revoked` like its full handshake, and a chain the stack never
+//! issued `cert-unknown`.
+//!
 //! Refusals: no certificate or one the stack never issued → `Unauthenticated`
 //! `cert-unknown`; revoked → `PermissionDenied` `cert-revoked`; outside its
 //! validity → `PermissionDenied` `cert-validity`.
@@ -34,6 +44,8 @@ pub struct AuthedNode {
     pub not_after_ms: i64,
     /// The client's address, for logs.
     pub peer: Option<SocketAddr>,
+    /// Whether its connection resumed a TLS session (for logs).
+    pub resumed: bool,
 }
 
 /// Authenticates the caller of a gateway RPC.
@@ -50,12 +62,17 @@ pub fn authenticate_peer(shared: &Shared, info: Option<&PeerInfo>) -> Result<Aut
         info.and_then(|i| i.client_chain.clone()).ok_or_else(|| refuse(Code::CertUnknown, "no client certificate"))?;
     let leaf = chain.first().ok_or_else(|| refuse(Code::CertUnknown, "an empty chain"))?;
     let now = now_ms();
-    let verified = pki::x509::verify_issued(leaf, &shared.keys.node_ca_der, now).map_err(|e| match e {
-        pki::Error::X509(pki::X509Error::CertValidity { .. }) => from_pki(&e),
-        _ => refuse(Code::CertUnknown, format!("not issued by the node CA: {e}")),
-    })?;
-    let node_id = verified.common_name;
-    let serial = hex::encode(&verified.serial);
+    let resumed = info.is_some_and(|i| i.resumed);
+    let described = if resumed {
+        pki::x509::describe_der(leaf).map_err(|e| refuse(Code::CertUnknown, format!("its certificate: {e}")))?
+    } else {
+        pki::x509::verify_issued(leaf, &shared.keys.node_ca_der, now).map_err(|e| match e {
+            pki::Error::X509(pki::X509Error::CertValidity { .. }) => from_pki(&e),
+            _ => refuse(Code::CertUnknown, format!("not issued by the node CA: {e}")),
+        })?
+    };
+    let node_id = described.common_name;
+    let serial = hex::encode(&described.serial);
     let row = shared
         .ledger
         .read(|c| certs::get(c, &node_id, &serial))
@@ -65,9 +82,25 @@ pub fn authenticate_peer(shared: &Shared, info: Option<&PeerInfo>) -> Result<Aut
     if let Some(at) = row.revoked_at_ms {
         return Err(refuse(Code::CertRevoked, format!("certificate {serial} of node {node_id} was revoked at {at}")));
     }
-    let key =
-        PublicKey::from_spki_der(&verified.spki_der).map_err(|e| refuse(Code::CertUnknown, format!("its key: {e}")))?;
-    Ok(AuthedNode { node_id, serial, key, not_before_ms: row.not_before_ms, not_after_ms: row.not_after_ms, peer })
+    if now < row.not_before_ms || now > row.not_after_ms {
+        let validity = pki::X509Error::CertValidity {
+            now_ms: now,
+            not_before_ms: row.not_before_ms,
+            not_after_ms: row.not_after_ms,
+        };
+        return Err(from_pki(&validity.into()));
+    }
+    let key = PublicKey::from_spki_der(&described.spki_der)
+        .map_err(|e| refuse(Code::CertUnknown, format!("its key: {e}")))?;
+    Ok(AuthedNode {
+        node_id,
+        serial,
+        key,
+        not_before_ms: row.not_before_ms,
+        not_after_ms: row.not_after_ms,
+        peer,
+        resumed,
+    })
 }
 
 #[cfg(test)]
@@ -96,10 +129,16 @@ mod tests {
     }
 
     fn call(shared: &Shared, chain: Option<Vec<u8>>) -> Result<AuthedNode, Status> {
+        call_on(shared, chain, false)
+    }
+
+    /// A call on a connection that did (`resumed`) or did not resume a TLS session.
+    fn call_on(shared: &Shared, chain: Option<Vec<u8>>, resumed: bool) -> Result<AuthedNode, Status> {
         let mut request = Request::new(());
         request.extensions_mut().insert(PeerInfo {
             remote_addr: "127.0.0.1:9".parse().unwrap(),
             client_chain: chain.map(|leaf| Arc::new(vec![leaf])),
+            resumed,
         });
         authenticate(shared, &request)
     }
@@ -122,5 +161,30 @@ mod tests {
         assert_eq!(code(call(&shared, Some(expired))), (Code::PermissionDenied, "cert-validity".into()));
         shared.ledger.write(|c| Ok(certs::revoke_all(c, "node_1", now)?)).unwrap();
         assert_eq!(code(call(&shared, Some(good))), (Code::PermissionDenied, "cert-revoked".into()));
+    }
+
+    /// A resumed session's chain is not verified again, and is taken only
+    /// as the very bytes the stack issued, unrevoked and valid now.
+    #[test]
+    fn a_resumed_session_is_bound_to_the_stored_certificate() {
+        let shared = shared();
+        let now = now_ms();
+        let good = cert(&shared, now, true);
+        let authed = call_on(&shared, Some(good.clone()), true).unwrap();
+        assert_eq!((authed.node_id.as_str(), authed.resumed), ("node_1", true));
+        let never_stored = cert(&shared, now, false);
+        assert_eq!(code(call_on(&shared, Some(never_stored), true)), (Code::Unauthenticated, "cert-unknown".into()));
+        // The stored certificate's bytes, one changed (its signature): not the one issued.
+        let mut forged = good.clone();
+        *forged.last_mut().unwrap() ^= 1;
+        assert_eq!(code(call_on(&shared, Some(forged), true)), (Code::Unauthenticated, "cert-unknown".into()));
+        assert_eq!(
+            code(call_on(&shared, Some(b"junk".to_vec()), true)),
+            (Code::Unauthenticated, "cert-unknown".into())
+        );
+        let expired = cert(&shared, now - 48 * HOUR_MS, true);
+        assert_eq!(code(call_on(&shared, Some(expired), true)), (Code::PermissionDenied, "cert-validity".into()));
+        shared.ledger.write(|c| Ok(certs::revoke_all(c, "node_1", now)?)).unwrap();
+        assert_eq!(code(call_on(&shared, Some(good), true)), (Code::PermissionDenied, "cert-revoked".into()));
     }
 }

@@ -237,6 +237,7 @@ mod tests {
             not_before_ms: row.not_before_ms,
             not_after_ms: row.not_after_ms,
             peer: None,
+            resumed: false,
         }
     }
 

@@ -45,7 +45,7 @@ pub(crate) fn serve(
     stop: &watch::Sender<Phase>,
 ) -> Result<JoinHandle<()>> {
     let shared = &gateway.shared;
-    let acceptor = tokio_rustls::TlsAcceptor::from(tls::server_config(&shared.keys, Alpn::HTTPS)?);
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls::server_config(&shared.keys, Alpn::HTTPS, None)?);
     let options = shared.settings.options.connections.clone();
     let router = router(gateway);
     Ok(tokio::spawn(crate::connections::https(listener, acceptor, router, options, stop.subscribe())))

@@ -18,7 +18,7 @@ use tonic::{Status, Streaming};
 /// How long a test waits for anything.
 pub const WAIT: Duration = Duration::from_secs(10);
 
-pub use devstack::client::{ClientCert, channel, client_config, dial, now_ms as devstack_now_ms, seal};
+pub use devstack::client::{ClientCert, channel, channel_with, client_config, dial, now_ms as devstack_now_ms, seal};
 
 /// A fresh node key and its CSR.
 pub fn key_and_csr() -> (p256::SecretKey, Vec<u8>, String) {
@@ -157,6 +157,11 @@ impl Session {
     /// Opens the stream and sends `first`; no Welcome is awaited.
     pub async fn open(stack: &DevStack, cert: Option<ClientCert>, first: proto::NodeFrame) -> Result<Session, Status> {
         let channel = channel(stack, cert).await.map_err(|e| Status::unavailable(e.to_string()))?;
+        Self::open_on(channel, first).await
+    }
+
+    /// Opens the stream on `channel` and sends `first`; no Welcome is awaited.
+    pub async fn open_on(channel: tonic::transport::Channel, first: proto::NodeFrame) -> Result<Session, Status> {
         let mut client =
             proto::gateway_client::GatewayClient::new(channel).max_decoding_message_size(devstack::MAX_MESSAGE_BYTES);
         let (tx, rx) = mpsc::channel(16);
@@ -296,6 +301,13 @@ impl Session {
         let f = self.wait_for(|f| matches!(f.frame, Some(Out::Command(_)))).await.expect("a command");
         let Some(Out::Command(delivery)) = f.frame else { unreachable!() };
         delivery
+    }
+
+    /// Waits for the Welcome.
+    pub async fn expect_welcome(&mut self) -> proto::Welcome {
+        let f = self.wait_for(|f| matches!(f.frame, Some(Out::Welcome(_)))).await.expect("a Welcome");
+        let Some(Out::Welcome(welcome)) = f.frame else { unreachable!() };
+        welcome
     }
 
     /// Waits for the next DesiredState.

@@ -187,3 +187,41 @@ async fn a_foreign_or_expired_client_certificate_is_refused_with_a_stable_code()
     session.expect_command().await;
     stack.shutdown().await.unwrap();
 }
+
+/// A node resumes its TLS session after the stack restarted on its file
+/// (the ticket keys are the store's): the resumed connection authenticates
+/// as its node, with the certificate its session began with, and is logged
+/// as resumed. Once the node is revoked, its resumption is refused
+/// `cert-revoked`, as a full handshake is.
+#[tokio::test]
+async fn a_session_resumes_across_a_restart_and_a_revoked_node_s_resumption_is_refused() {
+    let logs = Logs::global();
+    let dir = tempfile::tempdir().unwrap();
+    let (stack, _pool, token) = stack_with_pool(DevStackOptions::file(dir.path().join("stack.sqlite")), None).await;
+    let node = TestNode::join(&stack, &token).await.unwrap();
+    // One client configuration, so one session store, as bcd keeps one per identity.
+    let config = node::client_config(&stack, Some(&node.cert), &[b"h2"]);
+    let (channel, resumed) = node::channel_with(&stack, config.clone()).await.unwrap();
+    assert!(!resumed, "the first connection is a full handshake");
+    let mut session = Session::open_on(channel, node.hello(0)).await.unwrap();
+    session.expect_welcome().await;
+
+    let restart = stack.restart_options();
+    stack.shutdown().await.unwrap();
+    let stack = devstack::DevStack::start(restart).await.unwrap();
+    let (channel, resumed) = node::channel_with(&stack, config.clone()).await.unwrap();
+    assert!(resumed, "the restarted stack resumed the session");
+    let mut session = Session::open_on(channel, node.hello(0)).await.unwrap();
+    let welcome = session.expect_welcome().await;
+    assert_eq!(welcome.session_epoch, 2);
+    let line = format!("node_id={} epoch=2", node.id);
+    let text = logs.text();
+    let welcomed = text.lines().find(|l| l.contains("session: welcome") && l.contains(&line));
+    assert!(welcomed.is_some_and(|l| l.contains("resumed=true")), "the resumed session is logged as such");
+
+    stack.revoke_node(&node.id).await.unwrap();
+    let (channel, resumed) = node::channel_with(&stack, config).await.unwrap();
+    assert!(resumed, "the TLS session still resumes");
+    let refused = Session::open_on(channel, node.hello(0)).await.err().expect("a refusal");
+    assert_eq!(devstack::status::code_of(&refused), "cert-revoked", "{refused:?}");
+}

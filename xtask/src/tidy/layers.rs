@@ -18,7 +18,7 @@ const SRC: &str = "devstack/src/";
 const LAYERS: &[(&str, &[&str])] = &[
     ("leaves", &["clock", "ids", "limits", "listen", "log_escape"]),
     ("ground", &["changes", "error", "events", "frames", "log_capture", "options", "status"]),
-    ("core", &["hub", "issuance", "keys", "ledger", "shared", "tls", "view"]),
+    ("core", &["hub", "issuance", "keys", "ledger", "shared", "tickets", "tls", "view"]),
     ("gateway", &["connections", "gateway"]),
     (
         "features",

@@ -33,19 +33,38 @@ pub async fn crypto_floor(node: &Node, nodes: usize) -> Floor {
         + stack.pki_ecdh
         + 2.0 * stack.ed25519_sign;
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
+    let ns = |f: f64| Duration::from_nanos(f as u64);
     Floor {
-        total: Duration::from_nanos(((node_side + stack_side) * nodes as f64 / cores) as u64),
-        node: Duration::from_nanos(node_side as u64),
-        stack: Duration::from_nanos(stack_side as u64),
+        total: ns((node_side + stack_side) * nodes as f64 / cores),
+        node: ns(node_side),
+        stack: ns(stack_side),
+        // A resumed reconnection: the key exchange alone.
+        resumed: [ns(go("x25519_ns")), ns(stack.tls_x25519)],
+        // A full one: the handshake's signatures and verifications, and the
+        // gateway's check of the node certificate.
+        full: [
+            ns(go("p256_sign_ns") + go("p256_verify_ns") + go("x25519_ns")),
+            ns(stack.tls_sign + 2.0 * stack.verify + stack.tls_x25519),
+        ],
     }
 }
 
-/// The crypto floor of a run, and what one node costs each side.
+/// The crypto floor of a run, and what one node costs each side; and the
+/// floor of one reconnection, resumed and full, on bcd and on the stack.
 #[derive(Debug)]
 pub struct Floor {
     pub total: Duration,
     pub node: Duration,
     pub stack: Duration,
+    pub resumed: [Duration; 2],
+    pub full: [Duration; 2],
+}
+
+/// How many of the `session.connected` lines in a bcd sim log say the
+/// connection resumed a TLS session, and how many there are.
+pub fn resumed_sessions(log: &str) -> [usize; 2] {
+    let connected: Vec<&str> = log.lines().filter(|l| l.contains("session.connected")).collect();
+    [connected.iter().filter(|l| l.contains("resumed=true")).count(), connected.len()]
 }
 
 /// The stack's operations, timed here (ns each).

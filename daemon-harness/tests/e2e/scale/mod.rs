@@ -24,7 +24,9 @@ use serde_json::json;
 
 use crate::common::SEED;
 use crate::plane::{Plane, Topology};
-use measure::{Floor, agents_parent, config_node_id, cpu_times, crypto_floor, executions, peak_rss, rss, unix_ms};
+use measure::{
+    Floor, agents_parent, config_node_id, cpu_times, crypto_floor, executions, peak_rss, resumed_sessions, rss, unix_ms,
+};
 
 /// The heartbeat of a scale run: one Ping per session every 10 s (the
 /// scenarios' 500 ms would be 20,000 Pings a second at 10,000 sessions).
@@ -77,6 +79,9 @@ struct Figures {
     /// CPU time the stack and every bcd sim used from the stack's start on
     /// its file until all were connected again.
     cpu_until_back: [Duration; 2],
+    /// The agents' connections over the whole run that resumed a TLS
+    /// session, and all of them (bcd's `session.connected` lines).
+    resumed: [usize; 2],
     /// With several gateways: the one killed with every agent connected.
     failover: Option<Failover>,
 }
@@ -178,9 +183,16 @@ fn print_figures(scale: &Scale, f: &Figures) {
     println!("restart: 50 % connected again after {q50:.2?}, 90 % after {q90:.2?}, 99 % after {q99:.2?}");
     let [stack_cpu, sim_cpu] = f.cpu_until_back;
     println!(
-        "cpu until all connected again: stack {stack_cpu:.2?}, bcd sim {sim_cpu:.2?} ({:.2?} of {cores} cores' {:.2?})",
+        "cpu until all connected again: stack {stack_cpu:.2?}, bcd sim {sim_cpu:.2?} (a reconnection's {:.2?} on the stack and {:.2?} on bcd, its command's run included; {:.2?} of {cores} cores' {:.2?})",
+        per_node(stack_cpu),
+        per_node(sim_cpu),
         stack_cpu + sim_cpu,
         f.restart_connected * cores as u32
+    );
+    let [resumed, connections] = f.resumed;
+    let ([bcd_resumed, stack_resumed], [bcd_full, stack_full]) = (f.floor.resumed, f.floor.full);
+    println!(
+        "tls: {resumed} of the run's {connections} connections resumed a session; a reconnection's crypto floor {bcd_resumed:.0?} on bcd and {stack_resumed:.0?} on the stack resumed, {bcd_full:.0?} and {stack_full:.0?} in full"
     );
 }
 
@@ -324,12 +336,18 @@ async fn run(name: &str, scale: Scale) -> Option<Figures> {
         assert_eq!(row.state, CommandStatus::Succeeded, "{cmd} on {node_id}: {row:?}");
         assert_eq!(executions(&dirs[node_id], cmd), 1, "{cmd} on {node_id} ran exactly once");
     }
+    let mut resumed = [0, 0];
     for (sim, (node, _, _)) in sims.into_iter().zip(&procs) {
         assert_eq!(sim.stop().await, Some(0), "bcd sim stops cleanly on SIGTERM");
         let log = node.log_file_text();
         assert!(!log.contains(&token), "bcd sim never prints the token");
+        let [r, n] = resumed_sessions(&log);
+        resumed = [resumed[0] + r, resumed[1] + n];
     }
 
+    // Every agent reconnected at least once, and the store's ticket keys
+    // resume a session across the restart (and a failover).
+    assert!(resumed[0] >= scale.nodes, "every reconnection resumed its TLS session: {resumed:?}");
     let floor = crypto_floor(&procs[0].0, scale.nodes).await;
     plane.env.report();
     let per_session = stack_rss_connected.saturating_sub(rss_before) / scale.nodes as u64;
@@ -349,6 +367,7 @@ async fn run(name: &str, scale: Scale) -> Option<Figures> {
         restart_start,
         restart_quantiles,
         cpu_until_back,
+        resumed,
         failover,
     })
 }

@@ -252,6 +252,7 @@ impl Session {
             daemon_version = ?hello.daemon_version,
             acked_seq = acked,
             peer = ?session.node.peer,
+            resumed = session.node.resumed,
             %transport,
             "session: welcome"
         );
@@ -509,6 +510,7 @@ mod tests {
             not_before_ms: 0,
             not_after_ms: i64::MAX,
             peer: None,
+            resumed: false,
         };
         let (out, _rx) = mpsc::channel(1);
         let inbound = tokio_stream::empty::<std::result::Result<proto::NodeFrame, Status>>();
