@@ -210,8 +210,16 @@ func (d *Dispatcher) decide(cmd *agentv1.Command, env *pki.Envelope, delivery *a
 	d.accept(cmd, kind, delivery, unbatched)
 }
 
-// accept journals an accepted command (before any side effect), with the
-// unbatched times to record (nil: none), and starts it.
+// accept journals an accepted command that runs at once, with the
+// unbatched times to record (nil: none), and starts it (unless bcd is
+// stopping: then nothing is journaled, and the gateway delivers it again). Accepted and
+// running{boot_id} are one transaction, with the ACCEPTED and RUNNING
+// events: both are written before any side effect, nothing happens between
+// them that a crash could cut (the command starts at once), and after a
+// crash a command accepted and one running in an earlier boot are settled
+// alike (docs/daemon.md, "Duplicate delivery"), so the one commit is as
+// safe as the two it replaces. The execution is counted, then the events
+// go out (begun).
 func (d *Dispatcher) accept(cmd *agentv1.Command, kind Kind, delivery *agentv1.CommandDelivery, unbatched []int64) {
 	id := cmd.GetId()
 	data, err := proto.Marshal(delivery)
@@ -219,14 +227,23 @@ func (d *Dispatcher) accept(cmd *agentv1.Command, kind Kind, delivery *agentv1.C
 		return
 	}
 	rec := &journal.CommandRecord{
-		ID: id, Kind: cmd.GetKind(), State: journal.Accepted, RetrySafe: cmd.GetRetrySafe() && kind.RetrySafe,
+		ID: id, Kind: cmd.GetKind(), State: journal.Running, RetrySafe: cmd.GetRetrySafe() && kind.RetrySafe,
 		SelfTerminating: kind.SelfTerminating, AcceptedAtMs: d.cfg.Now().UnixMilli(), Delivery: data,
+		BootID: d.cfg.Machine.BootID(),
 	}
 	accepted, err := d.update(id, cmd.GetKind(), agentv1.CommandState_ACCEPTED, "", nil)
 	if err != nil {
 		return
 	}
-	// Accepted is written before any side effect.
+	running, err := d.update(id, cmd.GetKind(), agentv1.CommandState_RUNNING, "", nil)
+	if err != nil {
+		return
+	}
+	s, ok := d.take(id)
+	if !ok {
+		d.log.Info("dispatch.not_started", "command_id", id, "reason", "shutting down")
+		return
+	}
 	err = d.cfg.Journal.Update(func(tx *journal.Tx) error {
 		if err := tx.PutCommand(rec); err != nil {
 			return err
@@ -237,16 +254,20 @@ func (d *Dispatcher) accept(cmd *agentv1.Command, kind Kind, delivery *agentv1.C
 				return err
 			}
 		}
-		_, err := tx.Append(accepted)
+		if _, err := tx.Append(accepted); err != nil {
+			return err
+		}
+		_, err := tx.Append(running)
 		return err
 	})
 	if err != nil {
+		d.release(id, s)
 		d.log.Error("dispatch.journal_failed", "command_id", id, "err", err)
 		return
 	}
 	d.log.Info("dispatch.accepted", "command_id", id, "kind", cmd.GetKind(), "retry_safe", rec.RetrySafe, "kind_destructive", kind.Destructive)
-	d.cfg.Notify()
-	d.start(rec, cmd)
+	d.begun(rec)
+	d.launch(s, rec, cmd, true)
 }
 
 // duplicate answers a command id the journal knows.

@@ -245,6 +245,19 @@ func TestASucceededCommandCarriesANodeSignedResult(t *testing.T) {
 	if us[0].GetResult() != nil || us[1].GetResult() != nil {
 		t.Fatal("a non-terminal update carries a result")
 	}
+	// Two commits: accepted and running with their events, then done.
+	if got := r.j.Commits(); got != 2 {
+		t.Fatalf("a command cost %d journal commits", got)
+	}
+}
+
+func TestACommandDeliveredWhileBcdStopsIsNotJournaled(t *testing.T) {
+	r := newRig(t, false)
+	r.d.Stop()
+	r.deliver(command("c1", "logs.collect"))
+	if rec, err := r.j.Command("c1"); rec != nil || err != nil || r.executions("c1") != 0 {
+		t.Fatalf("record %+v (%v), %d executions", rec, err, r.executions("c1"))
+	}
 }
 
 func TestInventoryRefreshAndLogsCollect(t *testing.T) {

@@ -6,13 +6,15 @@
 // only moves forward, and the applied spec. It is one bbolt file: every
 // change is a transaction that is fsynced before it returns, so nothing a
 // caller was told is written is lost on a crash. The exceptions are an ack
-// and a move of the mark (but its first, which also writes its anchor:
-// mark.go): each takes effect at once for every reader but is
-// written with the next change, or LazyWriteDelay after it came. An ack
-// lost in a crash drops nothing that is needed (the next Welcome names the
+// and a move of the mark, its anchor included (mark.go): each takes effect
+// at once for every reader but is written with the next change (for a
+// Welcome, its StatusReport), or LazyWriteDelay after it came. An ack lost
+// in a crash drops nothing that is needed (the next Welcome names the
 // gateway's acked seq again); a mark lost in a crash is at most that much
-// older, far inside the 5 minutes the mark's rules allow. A transaction
-// that changes nothing is not written at all.
+// older, far inside the 5 minutes the mark's rules allow, and an anchor
+// lost goes with its mark (both were taken from the same first Welcome),
+// as if that Welcome never came. A transaction that changes nothing is not
+// written at all.
 package journal
 
 import (
@@ -24,6 +26,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -109,12 +112,15 @@ type Journal struct {
 	mu      sync.Mutex
 	pending lazy
 	flush   *time.Timer // writes pending when no change came first
+
+	commits atomic.Uint64 // transactions written (Commits)
 }
 
 // lazy is what the journal has taken but not yet written (zero: nothing).
 type lazy struct {
-	ack             uint64 // the highest seq acked
-	mark, markHeard int64  // the mark and when it moved (Unix ms)
+	ack                 uint64 // the highest seq acked
+	mark, markHeard     int64  // the mark and when it moved (Unix ms)
+	anchor, anchorHeard int64  // the first server time and when it was heard (mark.go)
 }
 
 // Open opens (or creates) the journal at path. A new journal gets a fresh
@@ -273,6 +279,8 @@ func (j *Journal) Update(fn func(*Tx) error) error {
 	})
 	if errors.Is(err, errUnchanged) {
 		err = nil
+	} else if err == nil {
+		j.commits.Add(1)
 	}
 	if err == nil && pending != (lazy{}) {
 		j.mu.Lock()
@@ -291,13 +299,20 @@ func (j *Journal) Update(fn func(*Tx) error) error {
 	return err
 }
 
+// Commits is how many transactions this journal wrote since it was opened
+// (each one fsynced): what the contract's durability costs, which tests
+// and benchmarks count.
+func (j *Journal) Commits() uint64 { return j.commits.Load() }
+
 // View runs fn in a read-only transaction.
 func (j *Journal) View(fn func(*Tx) error) error {
 	return j.db.View(func(tx *bolt.Tx) error { return fn(&Tx{j: j, tx: tx}) })
 }
 
 // writeLazy writes what was pending when the transaction began: the ack
-// (at most the last seq appended) and the mark, each only forward.
+// (at most the last seq appended), the anchor (unless one is written) and
+// the mark, each only forward; the anchor before the mark, in the same
+// transaction, so no mark is ever written without its anchor.
 func (t *Tx) writeLazy(p lazy) error {
 	if p.ack > 0 {
 		if err := t.ack(p.ack); err != nil {
@@ -305,6 +320,14 @@ func (t *Tx) writeLazy(p lazy) error {
 		}
 	}
 	meta := t.tx.Bucket(bucketMeta)
+	if p.anchor > 0 && meta.Get(keyAnchor) == nil {
+		if err := putU64(meta, keyAnchorHeard, uint64(max(p.anchorHeard, 0))); err != nil {
+			return err
+		}
+		if err := putU64(meta, keyAnchor, uint64(p.anchor)); err != nil {
+			return err
+		}
+	}
 	if p.mark <= int64(u64(meta.Get(keyMark))) {
 		return nil
 	}

@@ -341,8 +341,8 @@ func TestATransactionThatChangesNothingIsNotWritten(t *testing.T) {
 
 func TestAMarkIsSeenAtOnceAndWrittenWithTheNextChange(t *testing.T) {
 	j := open(t, filepath.Join(t.TempDir(), "journal.db"), Options{Now: func() time.Time { return time.UnixMilli(7) }})
-	// The first server time is the anchor, written at once (mark_test.go);
-	// the moves after it are lazy.
+	// The first server time is the anchor (mark_test.go); it and every move
+	// of the mark are written with the next change.
 	if _, err := j.AdvanceMark(1_000); err != nil {
 		t.Fatal(err)
 	}

@@ -2,10 +2,14 @@
 // latest server time heard, which only moves forward and is written lazily
 // (the package comment), with the local time it last moved; and its
 // anchor: the first server time the journal heard and the local time it
-// was heard, written at once, in its own transaction, and never moved
-// after. The anchor is the reference the session bounds every later server
-// time by (the anchor plus the local time since), so that no run of
-// Welcomes, each a little ahead of the last, walks the mark away.
+// was heard, never moved after. The anchor is the reference the session
+// bounds every later server time by (the anchor plus the local time
+// since), so that no run of Welcomes, each a little ahead of the last,
+// walks the mark away. It is taken at once and written like the mark, in
+// the same transaction as the mark's first move (a Welcome's StatusReport
+// follows at once): a crash before that transaction loses both, which is
+// the journal as it was before that Welcome, and a mark is never written
+// without its anchor.
 
 package journal
 
@@ -45,25 +49,24 @@ func (j *Journal) MarkHeard() (mark, heardAtMs int64) {
 // LazyWriteDelay later (see the package comment).
 //
 // The first server time a journal takes also becomes its anchor (Anchor),
-// written before AdvanceMark returns; a journal written before anchors
-// were kept anchors at its mark and when that was heard, if it knows both.
+// at once, and is written with that first move of the mark; a journal
+// written before anchors were kept anchors at its mark and when that was
+// heard, if it knows both.
 func (j *Journal) AdvanceMark(serverTimeMs int64) (int64, error) {
 	mark, markHeard := j.MarkHeard()
 	if serverTimeMs <= mark {
 		return mark, nil
 	}
 	heard := j.now().UnixMilli()
-	if anchor, _ := j.storedAnchor(); anchor == 0 {
-		first, firstHeard := serverTimeMs, heard
-		if mark > 0 && markHeard > 0 {
-			first, firstHeard = mark, markHeard
-		}
-		if err := j.anchorAt(first, firstHeard); err != nil {
-			return mark, err
-		}
-	}
+	stored, _ := j.storedAnchor()
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	if stored == 0 && j.pending.anchor == 0 {
+		j.pending.anchor, j.pending.anchorHeard = serverTimeMs, heard
+		if mark > 0 && markHeard > 0 {
+			j.pending.anchor, j.pending.anchorHeard = mark, markHeard
+		}
+	}
 	if serverTimeMs > j.pending.mark {
 		j.pending.mark, j.pending.markHeard = serverTimeMs, heard
 		j.writeLater()
@@ -79,6 +82,9 @@ func (j *Journal) Anchor() (serverTimeMs, heardAtMs int64) {
 	if anchor, heard := j.storedAnchor(); anchor > 0 {
 		return anchor, heard
 	}
+	if p := j.lazy(); p.anchor > 0 {
+		return p.anchor, p.anchorHeard
+	}
 	return j.MarkHeard()
 }
 
@@ -90,18 +96,4 @@ func (j *Journal) storedAnchor() (serverTimeMs, heardAtMs int64) {
 		return nil
 	})
 	return serverTimeMs, heardAtMs
-}
-
-// anchorAt writes the anchor, unless one is written already.
-func (j *Journal) anchorAt(serverTimeMs, heardAtMs int64) error {
-	return j.Update(func(t *Tx) error {
-		meta := t.tx.Bucket(bucketMeta)
-		if meta.Get(keyAnchor) != nil {
-			return errUnchanged
-		}
-		if err := putU64(meta, keyAnchorHeard, uint64(max(heardAtMs, 0))); err != nil {
-			return err
-		}
-		return putU64(meta, keyAnchor, uint64(serverTimeMs))
-	})
 }

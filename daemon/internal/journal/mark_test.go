@@ -1,6 +1,7 @@
 // Tests of the mark's anchor: the first server time a journal hears is
-// written at once with the local time it was heard and never moves after,
-// across restarts; a journal kept before anchors anchors at its mark.
+// taken at once with the local time it was heard, written with the mark in
+// the journal's next change, and never moves after, across restarts; a
+// journal kept before anchors anchors at its mark.
 
 package journal
 
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"bcd/internal/proto/agentv1"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -22,11 +24,27 @@ func TestTheFirstServerTimeIsTheAnchorAndNeverMoves(t *testing.T) {
 	if _, err := j.AdvanceMark(5_000); err != nil {
 		t.Fatal(err)
 	}
-	// Written before AdvanceMark returned, not lazily with the mark.
-	var written int64
-	_ = j.db.View(func(tx *bolt.Tx) error { written = int64(u64(tx.Bucket(bucketMeta).Get(keyAnchor))); return nil })
-	if written != 5_000 {
-		t.Fatalf("the anchor written is %d", written)
+	// Taken at once, written with the mark in the next change (a
+	// Welcome's StatusReport): one commit for the two and the event.
+	written := func() (anchor, mark int64) {
+		_ = j.db.View(func(tx *bolt.Tx) error {
+			meta := tx.Bucket(bucketMeta)
+			anchor, mark = int64(u64(meta.Get(keyAnchor))), int64(u64(meta.Get(keyMark)))
+			return nil
+		})
+		return anchor, mark
+	}
+	if anchor, heard := j.Anchor(); anchor != 5_000 || heard != 7 {
+		t.Fatalf("the anchor taken is %d heard at %d", anchor, heard)
+	}
+	if anchor, mark := written(); anchor != 0 || mark != 0 || j.Commits() != 0 {
+		t.Fatalf("anchor %d and mark %d written in %d commits before the next change", anchor, mark, j.Commits())
+	}
+	if _, err := j.Append(&agentv1.NodeFrame{Frame: &agentv1.NodeFrame_StatusReport{StatusReport: &agentv1.StatusReport{}}}); err != nil {
+		t.Fatal(err)
+	}
+	if anchor, mark := written(); anchor != 5_000 || mark != 5_000 || j.Commits() != 1 {
+		t.Fatalf("anchor %d and mark %d written in %d commits with the next change", anchor, mark, j.Commits())
 	}
 	now = 8
 	if _, err := j.AdvanceMark(9_000); err != nil {

@@ -26,11 +26,12 @@ import (
 )
 
 type handler struct {
-	nodeID   string
-	mu       sync.Mutex
-	welcomes []*agentv1.Welcome
-	frames   chan *agentv1.GatewayFrame
-	welcomed chan struct{}
+	nodeID    string
+	mu        sync.Mutex
+	welcomes  []*agentv1.Welcome
+	frames    chan *agentv1.GatewayFrame
+	welcomed  chan struct{}
+	onWelcome func() // what Welcomed does besides (bcd appends its StatusReport)
 }
 
 func (h *handler) Hello() *agentv1.Hello {
@@ -39,7 +40,11 @@ func (h *handler) Hello() *agentv1.Hello {
 func (h *handler) Welcomed(w *agentv1.Welcome) {
 	h.mu.Lock()
 	h.welcomes = append(h.welcomes, w)
+	onWelcome := h.onWelcome
 	h.mu.Unlock()
+	if onWelcome != nil {
+		onWelcome()
+	}
 	h.welcomed <- struct{}{}
 }
 func (h *handler) Frame(f *agentv1.GatewayFrame) { h.frames <- f }
