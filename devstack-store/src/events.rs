@@ -21,25 +21,42 @@ pub fn acked_seq(c: &Db<'_>, node_id: &str, journal_id: &str) -> Result<u64> {
 /// Records an event of a journal; returns false when it was recorded
 /// already (its seq is not above the journal's). A node's journals beyond
 /// the newest `journals_kept` are forgotten.
+///
+/// The usual event moves its known journal on (one update); only a
+/// journal's first event inserts its row, and only then are the node's old
+/// journals forgotten. (The kept count is written into the statement, not
+/// bound: SQLite prepares a statement whose LIMIT is a bound parameter
+/// again at every run.)
 pub fn record(c: &Db<'_>, node_id: &str, journal_id: &str, seq: u64, now_ms: i64, journals_kept: u32) -> Result<bool> {
-    let n = c
+    let moved = c
         .execute(
-            "INSERT INTO node_journals (node_id, journal_id, acked_seq, updated_at_ms) VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT (node_id, journal_id) DO UPDATE
-             SET acked_seq = excluded.acked_seq, updated_at_ms = excluded.updated_at_ms
-             WHERE excluded.acked_seq > node_journals.acked_seq",
+            "UPDATE node_journals SET acked_seq = ?3, updated_at_ms = ?4
+             WHERE node_id = ?1 AND journal_id = ?2 AND acked_seq < ?3",
             params![node_id, journal_id, seq, now_ms],
         )
         .map_err(Error::at("record node event"))?;
-    if n == 1 {
-        c.execute(
-            "DELETE FROM node_journals WHERE node_id = ?1 AND id NOT IN
-             (SELECT id FROM node_journals WHERE node_id = ?1 ORDER BY updated_at_ms DESC, id DESC LIMIT ?2)",
-            params![node_id, journals_kept],
-        )
-        .map_err(Error::at("forget old journals"))?;
+    if moved == 1 {
+        return Ok(true);
     }
-    Ok(n == 1)
+    let inserted = c
+        .execute(
+            "INSERT INTO node_journals (node_id, journal_id, acked_seq, updated_at_ms) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (node_id, journal_id) DO NOTHING",
+            params![node_id, journal_id, seq, now_ms],
+        )
+        .map_err(Error::at("record node event"))?;
+    if inserted == 0 {
+        return Ok(false); // recorded already: its journal is at or past this seq
+    }
+    c.execute(
+        &format!(
+            "DELETE FROM node_journals WHERE node_id = ?1 AND id NOT IN
+             (SELECT id FROM node_journals WHERE node_id = ?1 ORDER BY updated_at_ms DESC, id DESC LIMIT {journals_kept})"
+        ),
+        params![node_id],
+    )
+    .map_err(Error::at("forget old journals"))?;
+    Ok(true)
 }
 
 #[cfg(test)]

@@ -188,10 +188,10 @@ impl Store {
     ) -> Result<T, E> {
         match &self.backend {
             Backend::Sqlite(conn) => {
-                let mut conn = Self::lock(conn);
+                let conn = Self::lock(conn);
                 let before = conn.total_changes();
-                let tx = conn.transaction().map_err(Error::at("begin transaction"))?;
-                let value = f(&Db { inner: Inner::Sqlite(&tx) })?;
+                let tx = sqlite::Transaction::begin(&conn).map_err(Error::at("begin transaction"))?;
+                let value = f(&Db { inner: Inner::Sqlite(tx.conn()) })?;
                 tx.commit().map_err(Error::at("commit"))?;
                 committed(conn.total_changes() != before);
                 Ok(value)

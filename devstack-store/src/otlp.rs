@@ -40,10 +40,15 @@ pub fn insert(
         params![node_id, received_at_ms, encoding, body, body.len() as i64],
     )
     .map_err(Error::at("insert otlp export"))?;
+    // The count is written into the statement (a bound LIMIT makes SQLite
+    // prepare it again at every run).
     c.execute(
-        "DELETE FROM otlp_exports WHERE node_id = ?1 AND seq NOT IN
-         (SELECT seq FROM otlp_exports WHERE node_id = ?1 ORDER BY seq DESC LIMIT ?2)",
-        params![node_id, bounds.per_node],
+        &format!(
+            "DELETE FROM otlp_exports WHERE node_id = ?1 AND seq NOT IN
+             (SELECT seq FROM otlp_exports WHERE node_id = ?1 ORDER BY seq DESC LIMIT {})",
+            bounds.per_node
+        ),
+        params![node_id],
     )
     .map_err(Error::at("bound otlp exports per node"))?;
     c.execute(

