@@ -116,12 +116,7 @@ func (j *Journal) acked() uint64 { return j.lazy().ack }
 
 // LastAcked is the highest seq the gateway acked (0 for none).
 func (j *Journal) LastAcked() uint64 {
-	var seq uint64
-	_ = j.db.View(func(tx *bolt.Tx) error {
-		seq = u64(tx.Bucket(bucketMeta).Get(keyLastAcked))
-		return nil
-	})
-	return max(seq, j.acked())
+	return max(j.stored().lastAcked, j.acked())
 }
 
 // Unacked returns the stored events with seq > after, in seq order.
@@ -160,12 +155,8 @@ func (j *Journal) EventStats() (count int, size int64) {
 
 // LastSeq is the seq of the last event appended (0 for none).
 func (j *Journal) LastSeq() uint64 {
-	var seq uint64
-	_ = j.db.View(func(tx *bolt.Tx) error {
-		if next := u64(tx.Bucket(bucketMeta).Get(keyNextSeq)); next > 0 {
-			seq = next - 1
-		}
-		return nil
-	})
-	return seq
+	if next := j.stored().nextSeq; next > 0 {
+		return next - 1
+	}
+	return 0
 }

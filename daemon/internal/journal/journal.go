@@ -114,6 +114,7 @@ type Journal struct {
 	flush   *time.Timer // writes pending when no change came first
 
 	commits atomic.Uint64 // transactions written (Commits)
+	meta    metaValues    // the meta bucket's values last committed (meta.go), guarded by mu
 }
 
 // lazy is what the journal has taken but not yet written (zero: nothing).
@@ -165,10 +166,14 @@ func Open(path string, opts Options) (*Journal, error) {
 		meta := tx.Bucket(bucketMeta)
 		if id := meta.Get(keyJournalID); id != nil {
 			j.id = string(id)
-			return nil
+		} else {
+			j.id = newID("jrn_")
+			if err := meta.Put(keyJournalID, []byte(j.id)); err != nil {
+				return err
+			}
 		}
-		j.id = newID("jrn_")
-		return meta.Put(keyJournalID, []byte(j.id))
+		j.meta = readCommitted(tx)
+		return nil
 	})
 	if err != nil {
 		db.Close()
@@ -266,6 +271,7 @@ type Tx struct {
 func (j *Journal) Update(fn func(*Tx) error) error {
 	pending := j.lazy()
 	var dropped int
+	var after metaValues
 	err := j.db.Update(func(tx *bolt.Tx) error {
 		t := &Tx{j: j, tx: tx}
 		if err := t.writeLazy(pending); err != nil {
@@ -275,12 +281,14 @@ func (j *Journal) Update(fn func(*Tx) error) error {
 			return err
 		}
 		dropped = t.dropped
+		after = readCommitted(tx)
 		return nil
 	})
 	if errors.Is(err, errUnchanged) {
 		err = nil
 	} else if err == nil {
 		j.commits.Add(1)
+		j.wrote(after)
 	}
 	if err == nil && pending != (lazy{}) {
 		j.mu.Lock()

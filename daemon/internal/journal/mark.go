@@ -13,10 +13,6 @@
 
 package journal
 
-import (
-	bolt "go.etcd.io/bbolt"
-)
-
 var (
 	keyAnchor      = []byte("server_time_anchor_ms")
 	keyAnchorHeard = []byte("server_time_anchor_heard_ms")
@@ -32,15 +28,12 @@ func (j *Journal) Mark() int64 {
 // (Unix ms; 0 when unknown: before any Welcome, or a journal written before
 // this was kept).
 func (j *Journal) MarkHeard() (mark, heardAtMs int64) {
-	_ = j.db.View(func(tx *bolt.Tx) error {
-		meta := tx.Bucket(bucketMeta)
-		mark, heardAtMs = int64(u64(meta.Get(keyMark))), int64(u64(meta.Get(keyMarkHeard)))
-		return nil
-	})
-	if p := j.lazy(); p.mark > mark {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if p := j.pending; p.mark > j.meta.mark {
 		return p.mark, p.markHeard
 	}
-	return mark, heardAtMs
+	return j.meta.mark, j.meta.markHeard
 }
 
 // AdvanceMark sets the mark to max(mark, serverTimeMs) and returns it; when
@@ -88,12 +81,8 @@ func (j *Journal) Anchor() (serverTimeMs, heardAtMs int64) {
 	return j.MarkHeard()
 }
 
-// storedAnchor reads the anchor's keys (0 when there are none).
+// storedAnchor is the anchor written (0 when there is none).
 func (j *Journal) storedAnchor() (serverTimeMs, heardAtMs int64) {
-	_ = j.db.View(func(tx *bolt.Tx) error {
-		meta := tx.Bucket(bucketMeta)
-		serverTimeMs, heardAtMs = int64(u64(meta.Get(keyAnchor))), int64(u64(meta.Get(keyAnchorHeard)))
-		return nil
-	})
-	return serverTimeMs, heardAtMs
+	c := j.stored()
+	return c.anchor, c.anchorHeard
 }

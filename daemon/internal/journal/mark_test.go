@@ -63,7 +63,8 @@ func TestTheFirstServerTimeIsTheAnchorAndNeverMoves(t *testing.T) {
 }
 
 func TestAJournalKeptBeforeAnchorsAnchorsAtItsMark(t *testing.T) {
-	j := open(t, filepath.Join(t.TempDir(), "journal.db"), Options{Now: func() time.Time { return time.UnixMilli(90) }})
+	path := filepath.Join(t.TempDir(), "journal.db")
+	j := open(t, path, Options{})
 	// What an older bcd wrote: a mark and when it was heard, no anchor.
 	if err := j.db.Update(func(tx *bolt.Tx) error {
 		meta := tx.Bucket(bucketMeta)
@@ -74,6 +75,10 @@ func TestAJournalKeptBeforeAnchorsAnchorsAtItsMark(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	j = open(t, path, Options{Now: func() time.Time { return time.UnixMilli(90) }})
 	if anchor, heard := j.Anchor(); anchor != 3_000 || heard != 40 {
 		t.Fatalf("anchor %d heard at %d, want the mark's", anchor, heard)
 	}

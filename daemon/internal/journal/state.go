@@ -38,11 +38,7 @@ func (j *Journal) IsApplied(spec []byte) (same bool) {
 // AppliedGeneration is Applied's generation alone, without a copy of the
 // spec (a Hello, a heartbeat and each report read it).
 func (j *Journal) AppliedGeneration() (generation uint64) {
-	_ = j.db.View(func(tx *bolt.Tx) error {
-		generation = u64(tx.Bucket(bucketMeta).Get(keyGeneration))
-		return nil
-	})
-	return generation
+	return j.stored().generation
 }
 
 // SetApplied records the applied generation and its spec.
