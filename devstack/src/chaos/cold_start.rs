@@ -134,7 +134,7 @@ pub async fn run(
     for (sim, share) in &mut sims {
         for i in 0..*share {
             // An agent between two lives (its last crash, a reboot) is skipped: it starts anew anyway.
-            let _ = sim.fault(FaultKind::Reboot, i).await;
+            let _ = sim.control().fault(FaultKind::Reboot, i).await;
         }
     }
     tokio::time::sleep(spec.down).await;
