@@ -1,5 +1,5 @@
 // The holds section (docs/protocol.md, "Reservations (holds)"): a hold
-// becomes a CDI spec file per allocation (cdi.go) and a node-signed
+// becomes a CDI spec file and an env file per allocation (cdi.go) and a node-signed
 // NodeStatement{allocation_bound}, reported in every StatusReport; a hold
 // the spec no longer lists is released (file removed, AllocationReleased);
 // a hold that cannot be bound is reported AllocationFailed and the section
@@ -14,7 +14,6 @@ import (
 	"crypto"
 	"crypto/rand"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -79,8 +78,9 @@ func newHolds(cfg Config, log *slog.Logger) (*holdsReconciler, error) {
 	}
 	for _, a := range list {
 		h.allocations[a.ID] = a
-		if _, err := os.Stat(cdiPath(h.machine.CDIDir(), a.ID)); err != nil {
-			if err := writeCDI(h.machine.CDIDir(), a); err != nil {
+		_, cdiErr := os.Stat(cdiPath(h.machine.CDIDir(), a.ID))
+		if _, envErr := os.Stat(envPath(h.machine.CDIDir(), a.ID)); cdiErr != nil || envErr != nil {
+			if err := writeHold(h.machine.CDIDir(), a); err != nil {
 				return nil, err
 			}
 			log.Warn("converge.cdi_restored", "allocation_id", a.ID)
@@ -221,7 +221,7 @@ func (h *holdsReconciler) release(spec *agentv1.NodeSpec) ([]*agentv1.Allocation
 			hold.GetVcpus() == a.VCPUs && hold.GetMemoryBytes() == a.MemoryBytes {
 			continue
 		}
-		if err := os.Remove(cdiPath(h.machine.CDIDir(), id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := removeHold(h.machine.CDIDir(), id); err != nil {
 			return nil, err
 		}
 		if s, slice := h.machine.(machine.Slices); slice && a.CgroupParent != "" {
@@ -259,9 +259,10 @@ func (h *holdsReconciler) bind(hold *agentv1.Hold, generation uint64) (*Allocati
 		err = f.CDIWriteFault()
 	}
 	if err == nil {
-		err = writeCDI(h.machine.CDIDir(), a)
+		err = writeHold(h.machine.CDIDir(), a)
 	}
 	if err != nil {
+		_ = removeHold(h.machine.CDIDir(), id)
 		if s, ok := h.machine.(machine.Slices); ok && a.CgroupParent != "" {
 			_ = s.RemoveSlice(id)
 		}
