@@ -41,7 +41,25 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration { version: 10, name: "otlp exports", sql: V10 },
     Migration { version: 11, name: "node journals", sql: V11 },
     Migration { version: 12, name: "gateways, session epochs and liveness", sql: V12 },
+    Migration { version: 13, name: "node cordons, reservation ends", sql: V13 },
 ];
+
+/// A cordoned node takes no new reservation or instance
+/// (`node_cordons`: why and since when); a reservation booked for a while
+/// ends itself (`reservation_ends`: when). Each in a table of its own, so
+/// the rows of `nodes` and `reservations` keep their columns.
+const V13: &str = r#"
+CREATE TABLE node_cordons (
+    node_id TEXT PRIMARY KEY REFERENCES nodes(id),
+    reason TEXT NOT NULL,
+    cordoned_at_ms INTEGER NOT NULL
+);
+CREATE TABLE reservation_ends (
+    reservation_id TEXT PRIMARY KEY REFERENCES reservations(id),
+    ends_at_ms INTEGER NOT NULL
+);
+CREATE INDEX reservation_ends_by_time ON reservation_ends (ends_at_ms);
+"#;
 
 /// Several gateways on one store: each registers itself (`gateways`), a
 /// node's current session epoch and gateway (its home) are the node's, so

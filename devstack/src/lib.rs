@@ -11,6 +11,7 @@
 
 pub mod admin;
 mod adoption;
+mod capabilities;
 mod changes;
 pub mod client;
 mod clock;
@@ -19,6 +20,7 @@ mod commands;
 mod compose;
 pub mod config;
 mod connections;
+mod cordon;
 mod error;
 mod events;
 mod fleet;
@@ -43,8 +45,10 @@ mod options;
 mod otlp;
 mod placement;
 mod policy;
+mod pool_reservations;
 mod pools;
 mod releases;
+mod reservation_ends;
 mod reservations;
 mod secrets;
 mod sections;
@@ -88,6 +92,7 @@ pub use reservations::{ALLOCATION_GENERATION, ALLOCATION_MISMATCH, Binding, Rese
 pub use spec::SpecUpdate;
 pub use stack::DevStack;
 pub use store::StoreLocation;
+pub use store::cordons::CordonRow;
 pub use store::rows::{
     CommandRow, CommandStatus, CommandUpdateRow, FleetCounts, GatewayRow, InstanceDesired, InstanceRow, InstanceState,
     InventoryRow, JoinMethod, JoinTokenRow, NodeBindingRow, NodeCertRow, NodeJoinRow, NodeKeyLevel, NodeLabelRow,

@@ -227,13 +227,20 @@ pub struct CommandView {
     pub deliveries: u32,
 }
 
-/// `POST /v1/reservations`: GPUs to book.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// `POST /v1/reservations`: GPUs to book, on a node or in a pool.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReserveRequest {
-    /// The node (as for commands).
+    /// The node (as for commands); empty with `pool`.
+    #[serde(default)]
     pub node: String,
     /// How many GPUs.
     pub gpus: u32,
+    /// The pool (name or id) whose placement picks the node, instead of `node`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
+    /// How long the reservation lasts before it ends itself (none: until released).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<u64>,
 }
 
 /// A reservation.
@@ -293,3 +300,23 @@ pub enum ConsoleControl {
 pub const CONSOLE_NODE_HEADER: &str = "x-devstack-node-id";
 /// The console route's answer header naming the tunnel.
 pub const CONSOLE_TUNNEL_HEADER: &str = "x-devstack-tunnel-id";
+
+/// `POST /v1/nodes/{node}/cordon`: why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CordonRequest {
+    /// Why the node is cordoned (1 to 256 bytes, no control characters).
+    pub reason: String,
+}
+
+/// A node's cordon, after `cordon` or `uncordon`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CordonView {
+    /// The node.
+    pub node_id: String,
+    /// Whether it is cordoned now.
+    pub cordoned: bool,
+    /// Why (its first reason), when it is.
+    pub reason: Option<String>,
+    /// Whether this request changed it (a second cordon does not).
+    pub changed: bool,
+}

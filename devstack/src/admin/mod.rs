@@ -6,7 +6,8 @@
 //! [`client`]. The wire types are [`api`].
 //!
 //! Each resource has its own module of routes (`nodes`, `tokens`,
-//! `commands`, `reservations`, `events`, `stack_info`, `console`), merged
+//! `commands`, `reservations`, `events`, `stack_info`, `console`,
+//! `cordon`), merged
 //! in [`router`]; a feature that adds an admin subcommand adds its module
 //! there and its client call beside the others (the console's is
 //! [`console_client`]). Routes call the in-process API ([`DevStack`]) only.
@@ -32,6 +33,7 @@ mod auth;
 pub mod client;
 mod commands;
 mod console;
+mod cordon;
 pub mod console_client;
 pub mod discovery;
 mod events;
@@ -93,6 +95,7 @@ fn router(state: State, token_sha256: [u8; 32]) -> Router {
         .merge(reservations::routes())
         .merge(events::routes())
         .merge(console::routes())
+        .merge(cordon::routes())
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such admin route") })
         // The token is checked first (a request without it is 401 whatever
         // its Host), then the Host (with the token, a non-loopback one is 421).

@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Args;
 use devstack::admin::api::{
-    self, CommandRequest, CommandView, NodeDetail, NodeSummary, ReservationView, ReserveRequest, Revoked, StackInfo,
+    self, CommandRequest, CommandView, NodeDetail, NodeSummary, ReservationView, Revoked, StackInfo,
     TokenRequest, TokenView, WaitRequest,
 };
 use devstack::admin::client::AdminClient;
@@ -303,11 +303,14 @@ fn print_command(view: &CommandView) {
     }
 }
 
-/// `devstack reserve NODE --gpus N [--wait]`.
+/// `devstack reserve NODE --gpus N [--wait]`, or `--pool P` (crate::fleet).
 #[derive(Args)]
 pub struct Reserve {
     /// The node: its id, a unique prefix of it, or its hostname.
-    node: String,
+    #[arg(required_unless_present = "pool")]
+    node: Option<String>,
+    #[command(flatten)]
+    pool: crate::fleet::PoolForm,
     /// How many GPUs to book.
     #[arg(long, value_name = "N")]
     gpus: u32,
@@ -324,7 +327,7 @@ pub struct Reserve {
 pub async fn reserve(discovery: &Path, args: Reserve) -> Result<ExitCode> {
     let c = client(discovery)?;
     let mut view: ReservationView =
-        c.post(&route("/reservations"), &ReserveRequest { node: args.node, gpus: args.gpus }).await?;
+        c.post(&route("/reservations"), &args.pool.request(args.node, args.gpus)).await?;
     if args.wait {
         let wait = WaitRequest { timeout_ms: args.timeout.as_millis() as u64 };
         view = c.post(&route(&format!("/reservations/{}/wait", view.id)), &wait).await?;

@@ -4,7 +4,8 @@
 //! PostgreSQL store, `--gateways N`) and its admin endpoint; `gateway` runs
 //! one more gateway on a shared store; every other subcommand talks to a running stack through that
 //! endpoint, found by its discovery file: `nodes`, `node`, `token`,
-//! `command`, `reserve`, `release`, `revoke`, `events`, `status`, and
+//! `command`, `reserve`, `release`, `revoke`, `events`, `status`,
+//! `cordon`, `uncordon` ([`fleet`]), and
 //! `console` (a node's shell in this terminal, [`console`]).
 
 use std::path::PathBuf;
@@ -14,6 +15,7 @@ use clap::{Parser, Subcommand};
 
 mod cli;
 mod console;
+mod fleet;
 mod gateway;
 mod serve;
 mod sim;
@@ -50,8 +52,12 @@ enum Action {
     Token(cli::Token),
     /// Enqueue a command for a node (and wait for its end with --wait).
     Command(cli::CommandArgs),
-    /// Book GPUs of an adopted node as a hold.
+    /// Book GPUs of an adopted node (or, with --pool, of the node placement picks) as a hold.
     Reserve(cli::Reserve),
+    /// Cordon a node: it takes no new reservation or instance and keeps what it runs.
+    Cordon(fleet::Cordon),
+    /// Lift a node's cordon.
+    Uncordon(fleet::Uncordon),
     /// Withdraw a reservation's hold.
     Release(cli::Release),
     /// Revoke every certificate of a node; its session gets a RevocationNotice.
@@ -100,6 +106,8 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
             Action::Token(args) => cli::token(&discovery, args).await,
             Action::Command(args) => cli::command(&discovery, args).await,
             Action::Reserve(args) => cli::reserve(&discovery, args).await,
+            Action::Cordon(args) => fleet::cordon(&discovery, args).await,
+            Action::Uncordon(args) => fleet::uncordon(&discovery, args).await,
             Action::Release(args) => cli::release(&discovery, args).await,
             Action::Revoke(args) => cli::revoke(&discovery, args).await,
             Action::Events(args) => cli::events(&discovery, args).await,
