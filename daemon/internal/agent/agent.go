@@ -53,9 +53,6 @@ const (
 	ExitRevoked = 3
 )
 
-// Capabilities are what this bcd announces in its Hello.
-var Capabilities = []string{"events.v1", "cdi", "signed-intent"}
-
 // Options configure an agent.
 type Options struct {
 	// Config is the node's configuration.
@@ -367,7 +364,7 @@ func (a *Agent) Hello() *agentv1.Hello {
 		NodeId:            a.id.NodeID,
 		BootId:            a.opts.Machine.BootID(),
 		DaemonVersion:     a.opts.Version,
-		Capabilities:      Capabilities,
+		Capabilities:      CapabilitiesOf(a.opts.Machine),
 		AppliedGeneration: a.converger.AppliedGeneration(),
 	}
 	if a.instances != nil {
