@@ -41,7 +41,12 @@ impl HelloHook for Capabilities {
         kept.sort();
         kept.dedup();
         if kept.len() != advertised.len() {
-            warn!(node_id, advertised = advertised.len(), kept = kept.len(), "node: capabilities not of their form left out");
+            warn!(
+                node_id,
+                advertised = advertised.len(),
+                kept = kept.len(),
+                "node: capabilities not of their form left out"
+            );
         }
         if labels::set_capabilities(opening.c, node_id, &kept, opening.now_ms)? {
             info!(node_id, capabilities = ?kept, "node: capability labels");

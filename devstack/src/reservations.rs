@@ -215,8 +215,11 @@ pub(crate) fn book(
     }
     let indexes = free[..gpus as usize].to_vec();
     let generation = node.spec_generation + 1;
-    let share =
-        rows::Share { vcpus: request.vcpus, memory_bytes: request.memory_bytes, binding: request.binding.as_str().to_string() };
+    let share = rows::Share {
+        vcpus: request.vcpus,
+        memory_bytes: request.memory_bytes,
+        binding: request.binding.as_str().to_string(),
+    };
     rows::insert(c, id, node_id, &indexes, &share, generation, now_ms())?;
     let spec = respec(c, shared, node_id)?;
     debug_assert_eq!(spec.generation, generation);

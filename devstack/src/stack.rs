@@ -26,6 +26,7 @@ use crate::pools::{self, PoolSpec};
 use crate::releases::{self, ManifestOptions, Release, UpdatePins};
 use crate::reservations::{self, ReservationRequest};
 use crate::spec::{self, SpecUpdate};
+use crate::store::cordons::CordonRow;
 use crate::store::rows::{
     CommandRow, CommandUpdateRow, FleetCounts, InstanceDesired, InstanceRow, InstanceState, InventoryRow, JoinTokenRow,
     NodeBindingRow, NodeCertRow, NodeJoinRow, NodeLabelRow, NodeRow, NodeSessionRow, NodeSpecRow, NodeState, PoolRow,
@@ -34,7 +35,6 @@ use crate::store::rows::{
 use crate::trust::{self, IntentPublicKeys};
 use crate::tunnels::{self, Console, ConsoleOptions, ConsoleSize};
 use crate::view::StackView;
-use crate::store::cordons::CordonRow;
 use crate::{cordon, http, https, pool_reservations, secrets, tpm};
 
 /// A running dev stack.

@@ -108,7 +108,8 @@ async fn the_telemetry_section_exports_otlp_json_and_follows_its_changes() {
     must_decode_with_protojson(&node, &first, &id);
 
     // An unchanged section keeps its schedule: the next export is a later sample.
-    let access = proto::AccessSection { ssh_authorized_keys: vec![], console_users: vec!["ops".into()] };
+    let ops = proto::SshAccount { name: "ops".into(), principals: vec!["ops".into()], ..Default::default() };
+    let access = proto::AccessSection { accounts: vec![ops], ..Default::default() };
     let mark = env.stack.otlp_exports(&id).len();
     let unchanged =
         env.stack.publish_spec(&id, SpecUpdate { access: Some(access), ..Default::default() }).await.unwrap();

@@ -230,7 +230,7 @@ func TestUnderAccessOnlyAccessChangesMustBeSigned(t *testing.T) {
 		t.Fatalf("unsigned without access: %v %v", ok, err)
 	}
 	s := spec(2)
-	s.Access = &agentv1.AccessSection{SshAuthorizedKeys: []string{"ssh-ed25519 AAAA"}}
+	s.Access = &agentv1.AccessSection{Accounts: []*agentv1.SshAccount{{Name: "root", Principals: []string{"root"}}}}
 	if _, err := r.c.Apply(desired(s)); pki.CodeOf(err) != pki.CodeSpecUnsignedAccess {
 		t.Fatalf("unsigned access change: %v", err)
 	}

@@ -186,6 +186,8 @@ var entries = []Entry{
 	{Code: "cdi-write", Domain: "holds", GRPC: codes.Internal, Meaning: "The hold's CDI spec could not be written."},
 	{Code: "slice-failed", Domain: "holds", GRPC: codes.Internal, Meaning: "The slice of a hold with a booked share could not be made."},
 	{Code: "gpu-claimed", Domain: "holds", GRPC: codes.FailedPrecondition, Meaning: "A GPU of the hold is still claimed by a released Kubernetes hold whose pods have not let it go."},
+	{Code: "AccessInvalid", Domain: "access", GRPC: codes.InvalidArgument, Meaning: "An access section bcd does not apply: an account name, a key line, a principal or a bound it refuses; nothing is written."},
+	{Code: "AccessWriteFailed", Domain: "access", GRPC: codes.Internal, Meaning: "The access files could not be written where sshd reads them."},
 	{Code: "HostUnsigned", Domain: "host-units", GRPC: codes.PermissionDenied, Meaning: "Host units in a spec no command root signed: none is applied."},
 	{Code: "UnitInvalid", Domain: "host-units", GRPC: codes.InvalidArgument, Meaning: "A unit bcd does not apply: its name, or content it cannot read."},
 	{Code: "UnitFailed", Domain: "host-units", GRPC: codes.FailedPrecondition, Meaning: "A unit whose start failed (its reason follows)."},

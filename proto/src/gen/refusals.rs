@@ -55,6 +55,8 @@ pub enum Domain {
     Dispatch,
     /// Why bcd cannot bind a hold (AllocationFailed.reason, daemon/internal/converge). Owner: `bcd`.
     Holds,
+    /// Why bcd does not apply the access section (SectionStatus of access; daemon/internal/access). Owner: `bcd`.
+    Access,
     /// Why bcd does not apply the host section, or a unit of it (SectionStatus of host; daemon/internal/hostconfig). Owner: `bcd`.
     HostUnits,
     /// What bcd's reader of a host unit refuses (daemon/internal/hostconfig/unitfile); the host section reports it as UnitInvalid. Owner: `bcd`.
@@ -92,6 +94,7 @@ impl Domain {
             Domain::Vps => "vps",
             Domain::Dispatch => "dispatch",
             Domain::Holds => "holds",
+            Domain::Access => "access",
             Domain::HostUnits => "host-units",
             Domain::UnitFile => "unit-file",
             Domain::Machine => "machine",
@@ -126,6 +129,7 @@ impl Domain {
             Domain::Vps => "bcd",
             Domain::Dispatch => "bcd",
             Domain::Holds => "bcd",
+            Domain::Access => "bcd",
             Domain::HostUnits => "bcd",
             Domain::UnitFile => "bcd",
             Domain::Machine => "bcd",
@@ -495,6 +499,10 @@ pub enum Code {
     SliceFailed,
     /// `gpu-claimed` (holds, FailedPrecondition): A GPU of the hold is still claimed by a released Kubernetes hold whose pods have not let it go.
     GpuClaimed,
+    /// `AccessInvalid` (access, InvalidArgument): An access section bcd does not apply: an account name, a key line, a principal or a bound it refuses; nothing is written.
+    Accessinvalid,
+    /// `AccessWriteFailed` (access, Internal): The access files could not be written where sshd reads them.
+    Accesswritefailed,
     /// `HostUnsigned` (host-units, PermissionDenied): Host units in a spec no command root signed: none is applied.
     Hostunsigned,
     /// `UnitInvalid` (host-units, InvalidArgument): A unit bcd does not apply: its name, or content it cannot read.
@@ -696,6 +704,8 @@ impl Code {
             Code::CdiWrite => "cdi-write",
             Code::SliceFailed => "slice-failed",
             Code::GpuClaimed => "gpu-claimed",
+            Code::Accessinvalid => "AccessInvalid",
+            Code::Accesswritefailed => "AccessWriteFailed",
             Code::Hostunsigned => "HostUnsigned",
             Code::Unitinvalid => "UnitInvalid",
             Code::Unitfailed => "UnitFailed",
@@ -889,6 +899,8 @@ impl Code {
             Code::CdiWrite => Domain::Holds,
             Code::SliceFailed => Domain::Holds,
             Code::GpuClaimed => Domain::Holds,
+            Code::Accessinvalid => Domain::Access,
+            Code::Accesswritefailed => Domain::Access,
             Code::Hostunsigned => Domain::HostUnits,
             Code::Unitinvalid => Domain::HostUnits,
             Code::Unitfailed => Domain::HostUnits,
@@ -1082,6 +1094,8 @@ impl Code {
             Code::CdiWrite => Grpc::Internal,
             Code::SliceFailed => Grpc::Internal,
             Code::GpuClaimed => Grpc::FailedPrecondition,
+            Code::Accessinvalid => Grpc::InvalidArgument,
+            Code::Accesswritefailed => Grpc::Internal,
             Code::Hostunsigned => Grpc::PermissionDenied,
             Code::Unitinvalid => Grpc::InvalidArgument,
             Code::Unitfailed => Grpc::FailedPrecondition,
@@ -1275,6 +1289,8 @@ impl Code {
             Code::CdiWrite => "The hold's CDI spec could not be written.",
             Code::SliceFailed => "The slice of a hold with a booked share could not be made.",
             Code::GpuClaimed => "A GPU of the hold is still claimed by a released Kubernetes hold whose pods have not let it go.",
+            Code::Accessinvalid => "An access section bcd does not apply: an account name, a key line, a principal or a bound it refuses; nothing is written.",
+            Code::Accesswritefailed => "The access files could not be written where sshd reads them.",
             Code::Hostunsigned => "Host units in a spec no command root signed: none is applied.",
             Code::Unitinvalid => "A unit bcd does not apply: its name, or content it cannot read.",
             Code::Unitfailed => "A unit whose start failed (its reason follows).",
@@ -1468,6 +1484,8 @@ impl Code {
             "cdi-write" => Some(Code::CdiWrite),
             "slice-failed" => Some(Code::SliceFailed),
             "gpu-claimed" => Some(Code::GpuClaimed),
+            "AccessInvalid" => Some(Code::Accessinvalid),
+            "AccessWriteFailed" => Some(Code::Accesswritefailed),
             "HostUnsigned" => Some(Code::Hostunsigned),
             "UnitInvalid" => Some(Code::Unitinvalid),
             "UnitFailed" => Some(Code::Unitfailed),
@@ -1662,6 +1680,8 @@ pub const TABLE: &[Code] = &[
     Code::CdiWrite,
     Code::SliceFailed,
     Code::GpuClaimed,
+    Code::Accessinvalid,
+    Code::Accesswritefailed,
     Code::Hostunsigned,
     Code::Unitinvalid,
     Code::Unitfailed,

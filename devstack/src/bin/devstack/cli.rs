@@ -11,8 +11,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Args;
 use devstack::admin::api::{
-    self, CommandRequest, CommandView, NodeDetail, NodeSummary, ReservationView, Revoked, StackInfo,
-    TokenRequest, TokenView, WaitRequest,
+    self, CommandRequest, CommandView, NodeDetail, NodeSummary, ReservationView, Revoked, StackInfo, TokenRequest,
+    TokenView, WaitRequest,
 };
 use devstack::admin::client::AdminClient;
 
@@ -326,8 +326,7 @@ pub struct Reserve {
 
 pub async fn reserve(discovery: &Path, args: Reserve) -> Result<ExitCode> {
     let c = client(discovery)?;
-    let mut view: ReservationView =
-        c.post(&route("/reservations"), &args.pool.request(args.node, args.gpus)).await?;
+    let mut view: ReservationView = c.post(&route("/reservations"), &args.pool.request(args.node, args.gpus)).await?;
     if args.wait {
         let wait = WaitRequest { timeout_ms: args.timeout.as_millis() as u64 };
         view = c.post(&route(&format!("/reservations/{}/wait", view.id)), &wait).await?;

@@ -69,7 +69,9 @@ fn print(view: &CordonView, json: bool) -> Result<()> {
         return Ok(());
     }
     match (&view.reason, view.changed) {
-        (Some(reason), true) => println!("{}: cordoned ({reason}); it takes no new reservation or instance", view.node_id),
+        (Some(reason), true) => {
+            println!("{}: cordoned ({reason}); it takes no new reservation or instance", view.node_id)
+        }
         (Some(reason), false) => println!("{}: already cordoned ({reason})", view.node_id),
         (None, true) => println!("{}: uncordoned", view.node_id),
         (None, false) => println!("{}: was not cordoned", view.node_id),
