@@ -54,6 +54,7 @@ mod secrets;
 mod sections;
 mod shared;
 mod spec;
+mod ssh_ca;
 mod stack;
 pub mod status;
 /// The store: every row type and the seam reads and writes go through.
@@ -90,6 +91,7 @@ pub use pools::{Acceptance, KIND_GPU, KIND_VPS_HOST, PoolKind, PoolSpec};
 pub use releases::{ManifestOptions, Release, UPGRADE_KIND, UpdatePins};
 pub use reservations::{ALLOCATION_GENERATION, ALLOCATION_MISMATCH, Binding, ReservationRequest};
 pub use spec::SpecUpdate;
+pub use ssh_ca::{SshCert, SshCertRequest};
 pub use stack::DevStack;
 pub use store::StoreLocation;
 pub use store::cordons::CordonRow;

@@ -85,6 +85,11 @@ pub struct DevStackOptions {
     /// that only drives a control plane whose nodes use its other gateways
     /// (the harness's, beside gateway processes it kills) is not listed.
     pub listed: bool,
+    /// Whether every node's access section (generation 1 on) trusts the
+    /// stack's break-glass SSH CA and names its sandbox CA, with the
+    /// account `root` (docs/devstack.md, "SSH certificate authorities";
+    /// default true). Without it nodes get no access section.
+    pub ssh_cas: bool,
 }
 
 impl Default for DevStackOptions {
@@ -113,6 +118,7 @@ impl Default for DevStackOptions {
             limits: NodeLimits::default(),
             connections: ConnectionOptions::default(),
             gateway_id: DEFAULT_GATEWAY_ID.to_string(),
+            ssh_cas: true,
             liveness_timeout: Duration::from_secs(30),
             listed: true,
         }

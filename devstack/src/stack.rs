@@ -26,6 +26,7 @@ use crate::pools::{self, PoolSpec};
 use crate::releases::{self, ManifestOptions, Release, UpdatePins};
 use crate::reservations::{self, ReservationRequest};
 use crate::spec::{self, SpecUpdate};
+use crate::ssh_ca::{self, SshCert, SshCertRequest};
 use crate::store::cordons::CordonRow;
 use crate::store::rows::{
     CommandRow, CommandUpdateRow, FleetCounts, InstanceDesired, InstanceRow, InstanceState, InventoryRow, JoinTokenRow,
@@ -450,6 +451,22 @@ impl DevStack {
     /// current approvers (signed intent only).
     pub fn sign_trust_bundle(&self, bundle: &proto::TrustBundle, approvals: usize) -> Result<pki::dsse::Envelope> {
         trust::sign_trust_bundle(&self.run.shared, bundle, approvals)
+    }
+}
+
+/// SSH certificates.
+impl DevStack {
+    /// Issues a user certificate with the break-glass CA for a principal
+    /// the node's access section allows (`ssh-principal` otherwise), valid
+    /// for `request.ttl` (at most a day, `ssh-ttl`).
+    pub async fn issue_ssh_cert(&self, node_id: &str, request: &SshCertRequest) -> Result<SshCert> {
+        ssh_ca::issue(&self.run.shared, node_id, request)
+    }
+
+    /// Every node's access section of this stack: the break-glass and
+    /// sandbox CAs and the account `root` (a test extends it).
+    pub fn ssh_access_section(&self) -> proto::AccessSection {
+        ssh_ca::default_access(&self.run.shared.keys)
     }
 }
 

@@ -119,6 +119,8 @@ const (
 	CodeSSHTTL Code = "ssh-ttl"
 	// CodeSSHPrincipal: A principal the node's access section does not allow.
 	CodeSSHPrincipal Code = "ssh-principal"
+	// CodeSSHRequest: An ssh-cert request whose public key or source address does not parse.
+	CodeSSHRequest Code = "ssh-request"
 )
 
 // The codes of domain "instances": The dev stack's instances: placement, the workload issuer, the secret broker (devstack instances, placement, workload, secrets).

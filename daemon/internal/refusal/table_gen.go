@@ -126,6 +126,7 @@ var entries = []Entry{
 	{Code: "cordon-reason", Domain: "fleet", GRPC: codes.InvalidArgument, Meaning: "A cordon's reason that is empty, longer than 256 bytes or holds control characters."},
 	{Code: "ssh-ttl", Domain: "ssh", GRPC: codes.InvalidArgument, Meaning: "A certificate validity of zero or beyond the CA's maximum."},
 	{Code: "ssh-principal", Domain: "ssh", GRPC: codes.PermissionDenied, Meaning: "A principal the node's access section does not allow."},
+	{Code: "ssh-request", Domain: "ssh", GRPC: codes.InvalidArgument, Meaning: "An ssh-cert request whose public key or source address does not parse."},
 	{Code: "instance-unknown", Domain: "instances", GRPC: codes.NotFound, Meaning: "No instance has this id."},
 	{Code: "instance-unschedulable", Domain: "instances", GRPC: codes.FailedPrecondition, Meaning: "No host of the pool passes placement's filters (kind, runtime label, room, volumes)."},
 	{Code: "instance-invalid", Domain: "instances", GRPC: codes.InvalidArgument, Meaning: "An instance or volume request the stack does not place (no vCPU, no memory, an unknown volume)."},

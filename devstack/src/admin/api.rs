@@ -320,3 +320,35 @@ pub struct CordonView {
     /// Whether this request changed it (a second cordon does not).
     pub changed: bool,
 }
+
+/// `POST /v1/nodes/{node}/ssh-cert`: a user certificate of the break-glass
+/// SSH CA for a public key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SshCertRequestBody {
+    /// The principal it logs in as (one the node's access section allows).
+    pub principal: String,
+    /// Its validity (at most a day).
+    pub ttl_ms: u64,
+    /// The user's public key, an OpenSSH line.
+    pub public_key: String,
+    /// The addresses it may be used from (CIDRs); empty: anywhere.
+    #[serde(default)]
+    pub source_addresses: Vec<String>,
+}
+
+/// An issued SSH certificate.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SshCertView {
+    /// The node.
+    pub node_id: String,
+    /// The certificate, an OpenSSH line.
+    pub certificate: String,
+    /// Its serial.
+    pub serial: u64,
+    /// Its key id.
+    pub key_id: String,
+    /// Valid from (Unix seconds).
+    pub valid_after: u64,
+    /// Valid until (Unix seconds).
+    pub valid_before: u64,
+}

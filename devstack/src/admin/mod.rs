@@ -7,7 +7,7 @@
 //!
 //! Each resource has its own module of routes (`nodes`, `tokens`,
 //! `commands`, `reservations`, `events`, `stack_info`, `console`,
-//! `cordon`), merged
+//! `cordon`, `ssh`), merged
 //! in [`router`]; a feature that adds an admin subcommand adds its module
 //! there and its client call beside the others (the console's is
 //! [`console_client`]). Routes call the in-process API ([`DevStack`]) only.
@@ -40,6 +40,7 @@ mod events;
 mod nodes;
 pub mod releases;
 mod reservations;
+mod ssh;
 mod stack_info;
 mod tokens;
 
@@ -96,6 +97,7 @@ fn router(state: State, token_sha256: [u8; 32]) -> Router {
         .merge(events::routes())
         .merge(console::routes())
         .merge(cordon::routes())
+        .merge(ssh::routes())
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such admin route") })
         // The token is checked first (a request without it is 401 whatever
         // its Host), then the Host (with the token, a non-loopback one is 421).

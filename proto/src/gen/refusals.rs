@@ -379,6 +379,8 @@ pub enum Code {
     SshTtl,
     /// `ssh-principal` (ssh, PermissionDenied): A principal the node's access section does not allow.
     SshPrincipal,
+    /// `ssh-request` (ssh, InvalidArgument): An ssh-cert request whose public key or source address does not parse.
+    SshRequest,
     /// `instance-unknown` (instances, NotFound): No instance has this id.
     InstanceUnknown,
     /// `instance-unschedulable` (instances, FailedPrecondition): No host of the pool passes placement's filters (kind, runtime label, room, volumes).
@@ -644,6 +646,7 @@ impl Code {
             Code::CordonReason => "cordon-reason",
             Code::SshTtl => "ssh-ttl",
             Code::SshPrincipal => "ssh-principal",
+            Code::SshRequest => "ssh-request",
             Code::InstanceUnknown => "instance-unknown",
             Code::InstanceUnschedulable => "instance-unschedulable",
             Code::InstanceInvalid => "instance-invalid",
@@ -839,6 +842,7 @@ impl Code {
             Code::CordonReason => Domain::Fleet,
             Code::SshTtl => Domain::Ssh,
             Code::SshPrincipal => Domain::Ssh,
+            Code::SshRequest => Domain::Ssh,
             Code::InstanceUnknown => Domain::Instances,
             Code::InstanceUnschedulable => Domain::Instances,
             Code::InstanceInvalid => Domain::Instances,
@@ -1034,6 +1038,7 @@ impl Code {
             Code::CordonReason => Grpc::InvalidArgument,
             Code::SshTtl => Grpc::InvalidArgument,
             Code::SshPrincipal => Grpc::PermissionDenied,
+            Code::SshRequest => Grpc::InvalidArgument,
             Code::InstanceUnknown => Grpc::NotFound,
             Code::InstanceUnschedulable => Grpc::FailedPrecondition,
             Code::InstanceInvalid => Grpc::InvalidArgument,
@@ -1229,6 +1234,7 @@ impl Code {
             Code::CordonReason => "A cordon's reason that is empty, longer than 256 bytes or holds control characters.",
             Code::SshTtl => "A certificate validity of zero or beyond the CA's maximum.",
             Code::SshPrincipal => "A principal the node's access section does not allow.",
+            Code::SshRequest => "An ssh-cert request whose public key or source address does not parse.",
             Code::InstanceUnknown => "No instance has this id.",
             Code::InstanceUnschedulable => "No host of the pool passes placement's filters (kind, runtime label, room, volumes).",
             Code::InstanceInvalid => "An instance or volume request the stack does not place (no vCPU, no memory, an unknown volume).",
@@ -1424,6 +1430,7 @@ impl Code {
             "cordon-reason" => Some(Code::CordonReason),
             "ssh-ttl" => Some(Code::SshTtl),
             "ssh-principal" => Some(Code::SshPrincipal),
+            "ssh-request" => Some(Code::SshRequest),
             "instance-unknown" => Some(Code::InstanceUnknown),
             "instance-unschedulable" => Some(Code::InstanceUnschedulable),
             "instance-invalid" => Some(Code::InstanceInvalid),
@@ -1620,6 +1627,7 @@ pub const TABLE: &[Code] = &[
     Code::CordonReason,
     Code::SshTtl,
     Code::SshPrincipal,
+    Code::SshRequest,
     Code::InstanceUnknown,
     Code::InstanceUnschedulable,
     Code::InstanceInvalid,

@@ -45,6 +45,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "secrets",
             "sections",
             "spec",
+            "ssh_ca",
             "tpm",
             "trust",
             "tunnels",

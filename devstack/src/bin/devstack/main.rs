@@ -5,7 +5,7 @@
 //! one more gateway on a shared store; every other subcommand talks to a running stack through that
 //! endpoint, found by its discovery file: `nodes`, `node`, `token`,
 //! `command`, `reserve`, `release`, `revoke`, `events`, `status`,
-//! `cordon`, `uncordon` ([`fleet`]), and
+//! `cordon`, `uncordon` ([`fleet`]), `ssh-cert` ([`ssh_cert`]), and
 //! `console` (a node's shell in this terminal, [`console`]).
 
 use std::path::PathBuf;
@@ -19,6 +19,7 @@ mod fleet;
 mod gateway;
 mod serve;
 mod sim;
+mod ssh_cert;
 mod store_args;
 mod table;
 
@@ -58,6 +59,8 @@ enum Action {
     Cordon(fleet::Cordon),
     /// Lift a node's cordon.
     Uncordon(fleet::Uncordon),
+    /// A user certificate of the stack's break-glass SSH CA for a principal the node allows.
+    SshCert(ssh_cert::SshCert),
     /// Withdraw a reservation's hold.
     Release(cli::Release),
     /// Revoke every certificate of a node; its session gets a RevocationNotice.
@@ -108,6 +111,7 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
             Action::Reserve(args) => cli::reserve(&discovery, args).await,
             Action::Cordon(args) => fleet::cordon(&discovery, args).await,
             Action::Uncordon(args) => fleet::uncordon(&discovery, args).await,
+            Action::SshCert(args) => ssh_cert::ssh_cert(&discovery, args).await,
             Action::Release(args) => cli::release(&discovery, args).await,
             Action::Revoke(args) => cli::revoke(&discovery, args).await,
             Action::Events(args) => cli::events(&discovery, args).await,
