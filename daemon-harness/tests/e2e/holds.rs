@@ -76,12 +76,12 @@ async fn a_gpu_hold_with_a_booked_share_runs_in_its_slice_until_released() {
     let dev = device(&node, &id);
     assert_eq!(dev["containerEdits"]["env"], serde_json::json!(["NVIDIA_VISIBLE_DEVICES=0,1"]), "{dev}");
     // Beside the CDI spec, the hold's env file.
-    let env_file = read(&env_file(&node, &id));
+    let written = read(&env_file(&node, &id));
     let want = format!(
         "BCD_ALLOCATION_ID={id}\nBCD_CDI_DEVICE=bcd.dev/alloc={id}\nBCD_GPU_INDEXES=0,1\nNVIDIA_VISIBLE_DEVICES=0,1\n\
          BCD_VCPUS=16\nBCD_MEMORY_BYTES=137438953472\nBCD_CGROUP_PARENT={slice}\n"
     );
-    assert_eq!(env_file, want);
+    assert_eq!(written, want);
 
     // More than the node has left is refused with a stable code, and books nothing.
     let greedy = ReservationRequest { gpus: 1, vcpus: 100, ..ReservationRequest::default() };

@@ -3,11 +3,13 @@
 //! `BCD_E2E_RUNNER` picks where bcd runs (native, netns, wsl);
 //! `BCD_E2E_LOG=1` streams every daemon's log.
 
+mod access;
 mod adoption;
 mod bench;
 mod common;
 mod console;
 mod faults;
+mod fleet_ops;
 mod gateways;
 mod holds;
 mod host;
