@@ -85,8 +85,14 @@ async fn access_and_break_glass_certificates_reach_sshds_files() {
     let status = await_access(&env, &id, 1).await;
     assert!(status.is(SectionState::Applied, "Applied"), "{status:?}");
     let section = env.stack.ssh_access_section();
-    assert_eq!(read(&access_file(&node, "bcd/trusted_user_ca_keys")).trim(), key_part(&section.trusted_user_ca_keys[0]));
-    assert_eq!(read(&access_file(&node, "bcd/sandbox_user_ca_keys")).trim(), key_part(&section.sandbox_user_ca_keys[0]));
+    assert_eq!(
+        read(&access_file(&node, "bcd/trusted_user_ca_keys")).trim(),
+        key_part(&section.trusted_user_ca_keys[0])
+    );
+    assert_eq!(
+        read(&access_file(&node, "bcd/sandbox_user_ca_keys")).trim(),
+        key_part(&section.sandbox_user_ca_keys[0])
+    );
     assert_eq!(read(&access_file(&node, "bcd/auth_principals/root")), "root\n");
     let drop_in = read(&access_file(&node, "sshd_config.d/bcd-access.conf"));
     assert!(drop_in.contains("TrustedUserCAKeys /etc/ssh/bcd/trusted_user_ca_keys\n"), "{drop_in}");
