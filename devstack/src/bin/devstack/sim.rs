@@ -213,10 +213,17 @@ impl Sim {
             return;
         }
         let mut done = format!("{} simulated node(s) adopted", now.adopted);
-        if let Some(reason) = now.rejected.first() {
+        if let Some((_, reason)) = now.rejected.first() {
             done += &format!("; {} rejected: {reason}", now.rejected.len());
         }
         line.print(&done);
+        // Each rejected node, named with why (the first few).
+        for (node, reason) in now.rejected.iter().take(REJECTED_NAMED) {
+            line.print(&format!("  rejected {node}: {reason}"));
+        }
+        if now.rejected.len() > REJECTED_NAMED {
+            line.print(&format!("  and {} more rejected", now.rejected.len() - REJECTED_NAMED));
+        }
     }
 
     fn ended(&self, status: std::io::Result<ExitStatus>) -> anyhow::Error {
@@ -252,14 +259,17 @@ impl Sim {
     }
 }
 
+/// How many rejected nodes the last progress line names.
+const REJECTED_NAMED: usize = 10;
+
 /// How far the simulated nodes got.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct Progress {
     joined: usize,
     /// Adopted and running generation 1 or later (the contract's "adopted").
     adopted: usize,
-    /// The rejection reasons.
-    rejected: Vec<String>,
+    /// The rejected nodes (`<id> (<hostname>)`) and why.
+    rejected: Vec<(String, String)>,
 }
 
 impl Progress {
@@ -268,7 +278,11 @@ impl Progress {
         Progress {
             joined: nodes.len(),
             adopted: nodes.iter().filter(|n| n.state == NodeState::Adopted && n.applied_generation >= 1).count(),
-            rejected: nodes.iter().filter(|n| n.state == NodeState::Rejected).map(|n| n.reason.clone()).collect(),
+            rejected: nodes
+                .iter()
+                .filter(|n| n.state == NodeState::Rejected)
+                .map(|n| (format!("{} ({})", n.id, n.hostname), n.reason.clone()))
+                .collect(),
         }
     }
 
