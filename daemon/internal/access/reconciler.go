@@ -59,6 +59,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, in converge.Input) (converge
 		len(section.GetRevokedKeys()), len(section.GetRevokedSerials()))}, nil
 }
 
+// Waiting is always true (converge.Waiter): bcd passes the section again
+// at every start, so files a crash lost (they are not fsynced) or someone
+// changed are written again.
+func (r *Reconciler) Waiting() bool { return true }
+
 func failed(reason string, err error) converge.Result {
 	return converge.Result{State: agentv1.SectionState_SECTION_STATE_FAILED, Reason: reason, Message: err.Error()}
 }
