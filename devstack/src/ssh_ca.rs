@@ -129,7 +129,7 @@ pub fn issue(shared: &Shared, node_id: &str, request: &SshCertRequest) -> Result
         check_cidr(cidr)?;
     }
     let allowed = allowed_principals(shared, node_id)?;
-    if !allowed.iter().any(|p| *p == request.principal) {
+    if !allowed.contains(&request.principal) {
         return Err(refused(
             Code::SshPrincipal,
             format!("node {node_id} allows {allowed:?} to log in with the break-glass CA, not {:?}", request.principal),

@@ -105,24 +105,15 @@ async fn bootstrap_with_the_three_pins_refuses_a_wrong_one() {
     let (config, token_path, base) =
         (node.config().to_string_lossy().into_owned(), token_file.to_string_lossy().into_owned(), env.stack.http_url());
     let pins = env.stack.pins();
-    let join = |serving: &str| {
-        let args = [
-            "join",
-            "--server",
-            &base,
-            "--token-file",
-            &token_path,
-            "--config",
-            &config,
-            "--serving-ca-pin",
-            serving,
-            "--join-signing-pin",
-            &pins.join_signing,
-            "--join-encryption-pin",
-            &pins.join_encryption,
-        ]
-        .map(str::to_string);
-        args
+    // The bootstrap's arguments with `serving` as the serving CA pin.
+    let join = |serving: &str| -> Vec<String> {
+        let pinned = ["--serving-ca-pin", serving, "--join-signing-pin", &pins.join_signing];
+        ["join", "--server", &base, "--token-file", &token_path, "--config", &config]
+            .into_iter()
+            .chain(pinned)
+            .chain(["--join-encryption-pin", &pins.join_encryption])
+            .map(str::to_string)
+            .collect()
     };
     // Another serving CA's pin: refused, nothing written.
     let wrong = pins.join_signing.clone();
