@@ -42,6 +42,7 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration { version: 11, name: "node journals", sql: V11 },
     Migration { version: 12, name: "gateways, session epochs and liveness", sql: V12 },
     Migration { version: 13, name: "fleet facts: liveness marks, spec deliveries, release causes, usage", sql: V13 },
+    Migration { version: 14, name: "node cordons, reservation ends", sql: V14 },
 ];
 
 /// What the fleet invariants are checked over (docs/harness.md, "Fleet
@@ -83,6 +84,23 @@ CREATE TABLE usage_windows (
     recorded_at_ms INTEGER NOT NULL,
     PRIMARY KEY (reservation_id, window_start_ms)
 );
+"#;
+
+/// A cordoned node takes no new reservation or instance
+/// (`node_cordons`: why and since when); a reservation booked for a while
+/// ends itself (`reservation_ends`: when). Each in a table of its own, so
+/// the rows of `nodes` and `reservations` keep their columns.
+const V14: &str = r#"
+CREATE TABLE node_cordons (
+    node_id TEXT PRIMARY KEY REFERENCES nodes(id),
+    reason TEXT NOT NULL,
+    cordoned_at_ms INTEGER NOT NULL
+);
+CREATE TABLE reservation_ends (
+    reservation_id TEXT PRIMARY KEY REFERENCES reservations(id),
+    ends_at_ms INTEGER NOT NULL
+);
+CREATE INDEX reservation_ends_by_time ON reservation_ends (ends_at_ms);
 "#;
 
 /// Several gateways on one store: each registers itself (`gateways`), a

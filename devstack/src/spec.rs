@@ -52,9 +52,12 @@ pub fn row(shared: &Shared, spec: &proto::NodeSpec, unsigned: bool, now: i64) ->
 }
 
 /// The first spec of a node (generation 1): its pool policy's host section
-/// (docs/devstack.md, "Pool policies"), no other.
+/// (docs/devstack.md, "Pool policies") and, with the stack's SSH CAs, the
+/// access section that trusts them (docs/devstack.md, "SSH certificate
+/// authorities"); no other.
 pub fn first(shared: &Shared, node_id: &str, host: Option<proto::HostSection>, now: i64) -> NodeSpecRow {
-    let spec = proto::NodeSpec { node_id: node_id.to_string(), generation: 1, host, ..Default::default() };
+    let access = shared.settings.options.ssh_cas.then(|| crate::ssh_ca::default_access(&shared.keys));
+    let spec = proto::NodeSpec { node_id: node_id.to_string(), generation: 1, host, access, ..Default::default() };
     row(shared, &spec, false, now)
 }
 

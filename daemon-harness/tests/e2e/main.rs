@@ -3,6 +3,7 @@
 //! `BCD_E2E_RUNNER` picks where bcd runs (native, netns, wsl);
 //! `BCD_E2E_LOG=1` streams every daemon's log.
 
+mod access;
 mod adoption;
 mod bench;
 mod chaos;
@@ -10,6 +11,7 @@ mod cold_start;
 mod common;
 mod console;
 mod faults;
+mod fleet_ops;
 mod gateways;
 mod holds;
 mod host;

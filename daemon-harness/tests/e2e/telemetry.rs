@@ -108,7 +108,8 @@ async fn the_telemetry_section_exports_otlp_json_and_follows_its_changes() {
     must_decode_with_protojson(&node, &first, &id);
 
     // An unchanged section keeps its schedule: the next export is a later sample.
-    let access = proto::AccessSection { ssh_authorized_keys: vec![], console_users: vec!["ops".into()] };
+    let ops = proto::SshAccount { name: "ops".into(), principals: vec!["ops".into()], ..Default::default() };
+    let access = proto::AccessSection { accounts: vec![ops], ..Default::default() };
     let mark = env.stack.otlp_exports(&id).len();
     let unchanged =
         env.stack.publish_spec(&id, SpecUpdate { access: Some(access), ..Default::default() }).await.unwrap();
@@ -149,4 +150,59 @@ async fn after(env: &Env, id: &str, mark: usize) -> Arc<OtlpExport> {
         })
         .await
         .unwrap()
+}
+
+/// A VPS host's export with a running instance: the instance's series as
+/// the product names them (`bcd.instance.*`, each point naming the
+/// instance; fakehw's usage: a CPU second per boot, half its memory in use,
+/// no disk or network I/O), and the host's own CPU, memory and network
+/// series beside the GPU ones.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_vps_hosts_export_carries_its_running_instances_and_its_own_series() {
+    let scenario = "a_vps_hosts_export_carries_its_running_instances_and_its_own_series";
+    if !crate::vps::require_validator(scenario) {
+        return;
+    }
+    let Some(env) = Env::start(scenario).await else { return };
+    let pool = crate::vps::must_create_vps_pool(&env, "vps").await;
+    let mut node = env.must_make_node("host", "hgx-h100").await;
+    let id = env.must_join_and_adopt(&mut node, &pool).await;
+    let instance = crate::vps::must_run_instance(&env, &node, &pool, crate::vps::request(2, 4)).await.id;
+    env.stack.publish_spec(&id, section(&env.stack.otlp_url(), 5000)).await.unwrap();
+    let export = env
+        .stack
+        .await_export(&id, DEADLINE, |e| !e.points("bcd.instance.vcpu").is_empty())
+        .await
+        .expect("an export with the instance");
+    let of_instance = |name: &str| -> f64 {
+        let points = export.points(name);
+        assert_eq!(points.len(), 1, "{name}: {points:?}");
+        assert_eq!(point_attribute(points[0], "instance.id").as_deref(), Some(instance.as_str()), "{name}");
+        point_value(points[0]).unwrap()
+    };
+    assert_eq!(of_instance("bcd.instance.vcpu"), 2.0);
+    assert_eq!(of_instance("bcd.instance.memory"), (4u64 << 30) as f64);
+    assert_eq!(of_instance("bcd.instance.memory.used"), (2u64 << 30) as f64, "half its memory, as fakehw says");
+    assert!(of_instance("bcd.instance.cpu.time") >= 1.0, "a CPU second per boot");
+    for name in [
+        "bcd.instance.io.read",
+        "bcd.instance.io.write",
+        "bcd.instance.network.receive",
+        "bcd.instance.network.transmit",
+    ] {
+        assert_eq!(of_instance(name), 0.0, "{name}");
+    }
+    let count: Vec<f64> = export.points("bcd.instances").iter().filter_map(|p| point_value(p)).collect();
+    assert_eq!(count, vec![1.0]);
+    // The host's own series: every state of its CPU time, its memory, its NICs.
+    let states: BTreeSet<String> =
+        export.points("bcd.host.cpu.time").iter().filter_map(|p| point_attribute(p, "state")).collect();
+    assert_eq!(states, ["idle", "iowait", "system", "user"].map(String::from).into());
+    assert_eq!(export.points("bcd.host.memory.limit").len(), 1);
+    let devices: BTreeSet<String> =
+        export.points("bcd.host.network.io").iter().filter_map(|p| point_attribute(p, "device")).collect();
+    assert!(devices.contains("eth0"), "{devices:?}");
+    assert_eq!(export.points("bcd.gpu.utilization").len(), 8, "the GPU series beside them");
+    node.stop().await;
+    env.report();
 }

@@ -287,7 +287,7 @@ func (s *sim) setup(i int, dir string, log *slog.Logger) (*join.Result, machine.
 	}
 	policy := simJoinRetry
 	r, err := join.Join(s.e.ctx, join.Options{ConfigPath: path, Token: s.token, Machine: m, Version: version,
-		Capabilities: agent.Capabilities, AllowH2C: true, Log: log, Retry: &policy})
+		Capabilities: agent.CapabilitiesOf(m), AllowH2C: true, Log: log, Retry: &policy})
 	switch {
 	case errors.Is(err, join.ErrAlreadyJoined):
 		return r, m, nil

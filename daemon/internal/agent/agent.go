@@ -4,7 +4,7 @@
 // to the WebSocket: dialer) to the dispatcher
 // (commands, cancel; the kinds it runs are registered in kinds.go), the
 // converger (desired state, one reconciler per NodeSpec section: telemetry,
-// and the instances section on a VPS host, vps.go), the consoles
+// access (access.go), and the instances section on a VPS host, vps.go), the consoles
 // (tunnels.go: OpenTunnel through the frame handlers) and the status
 // socket. It ends on its
 // context (exit 0), after a self-terminating command (exit 0: the
@@ -52,9 +52,6 @@ const (
 	ExitError   = 1
 	ExitRevoked = 3
 )
-
-// Capabilities are what this bcd announces in its Hello.
-var Capabilities = []string{"events.v1", "cdi", "signed-intent"}
 
 // Options configure an agent.
 type Options struct {
@@ -185,6 +182,9 @@ func New(opts Options) (*Agent, error) {
 	}
 	a.telemetry = telemetry.New(tcfg)
 	reconcilers = append(reconcilers, a.telemetry)
+	if r := a.accessReconciler(); r != nil {
+		reconcilers = append(reconcilers, r)
+	}
 	a.converger, err = converge.New(converge.Config{
 		NodeID: id.NodeID, Key: id.Key, Journal: j, Machine: opts.Machine, Trust: a.trust,
 		Notify: a.session.Notify, Log: log, Reconcilers: reconcilers,
@@ -372,7 +372,7 @@ func (a *Agent) Hello() *agentv1.Hello {
 		NodeId:            a.id.NodeID,
 		BootId:            a.opts.Machine.BootID(),
 		DaemonVersion:     a.opts.Version,
-		Capabilities:      Capabilities,
+		Capabilities:      CapabilitiesOf(a.opts.Machine),
 		AppliedGeneration: a.converger.AppliedGeneration(),
 	}
 	if a.instances != nil {

@@ -66,6 +66,13 @@ type Resumer interface {
 	Resume(ctx context.Context, spec *agentv1.NodeSpec)
 }
 
+// Waiter is a Reconciler with work due later whatever its section's status
+// (holds: released Kubernetes holds whose pods keep their devices). Start
+// passes it again after a restart when it is waiting.
+type Waiter interface {
+	Waiting() bool
+}
+
 // Input is what a pass gives a reconciler.
 type Input struct {
 	// Spec is the verified spec being applied.

@@ -46,6 +46,9 @@ type Settings struct {
 	VolumeDirs []string `toml:"volume_dirs"`
 	// UnitDir is where host units are written (default /etc/systemd/system).
 	UnitDir string `toml:"unit_dir"`
+	// AccessRoot is where access.apply writes sshd's files, under
+	// etc/ssh (default /).
+	AccessRoot string `toml:"access_root"`
 	// StateDir holds the helper's records and domain XML (default /var/lib/bcd-helper).
 	StateDir string `toml:"state_dir"`
 	// CommandRootsDir holds the PEM public keys that sign host units
@@ -103,7 +106,7 @@ func (c *Config) defaults() {
 		v   *string
 		def string
 	}{
-		{&h.Socket, "/run/bcd-helper/helper.sock"}, {&h.User, "bcd"}, {&h.UnitDir, "/etc/systemd/system"},
+		{&h.Socket, "/run/bcd-helper/helper.sock"}, {&h.User, "bcd"}, {&h.UnitDir, "/etc/systemd/system"}, {&h.AccessRoot, "/"},
 		{&h.StateDir, "/var/lib/bcd-helper"}, {&h.CommandRootsDir, "/etc/bcd-helper/command-roots"},
 		{&h.NodeConfig, "/etc/bcd/config.toml"},
 		{&h.Virsh, "virsh"}, {&h.IP, "ip"}, {&h.Systemctl, "systemctl"},

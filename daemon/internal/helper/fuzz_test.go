@@ -63,6 +63,7 @@ func (refusingBinder) Bound(string) (bool, error) { return false, nil }
 // argsOf is what each operation decodes its arguments into.
 var argsOf = map[string]func() any{
 	OpHostApply: func() any { return &hostArgs{} }, OpHostStart: func() any { return &HostStartArgs{} },
+	OpAccessApply:  func() any { return &hostArgs{} },
 	OpDomainDefine: func() any { return &DomainArgs{} }, OpDomainStart: func() any { return &DomainArgs{} },
 	OpDomainDestroy: func() any { return &DomainArgs{} }, OpDomainUndefine: func() any { return &DomainArgs{} },
 	OpDomainState: func() any { return &DomainArgs{} }, OpChTaps: func() any { return &DomainArgs{} },

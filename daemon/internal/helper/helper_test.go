@@ -104,7 +104,7 @@ if [ "$1 $2" = "link delete" ]; then exit 1; fi
 	os.MkdirAll(filepath.Dir(nodeConfig), 0o700)
 	os.WriteFile(nodeConfig, []byte("# The node's config.toml, after its join.\ndata_dir = \"data\"\nnode_id = \"node_1\"\n"), 0o600)
 	toml := "[helper]\nsocket = \"" + r.socket + "\"\nvolume_dirs = [\"" + r.vols + "\", \"" + r.volsLink + "\"]\nnode_config = \"" + nodeConfig + "\"\ninstance_bridges = [\"bcbr0\"]\nunit_dir = \"" + filepath.Join(dir, "units") +
-		"\"\nstate_dir = \"" + filepath.Join(dir, "state") + "\"\ncommand_roots_dir = \"" + roots + "\"\nvirsh = \"" + filepath.Join(dir, "virsh") +
+		"\"\naccess_root = \"" + filepath.Join(dir, "access-root") + "\"\nstate_dir = \"" + filepath.Join(dir, "state") + "\"\ncommand_roots_dir = \"" + roots + "\"\nvirsh = \"" + filepath.Join(dir, "virsh") +
 		"\"\nip = \"" + filepath.Join(dir, "ip") + "\"\nsystemctl = \"" + filepath.Join(dir, "systemctl") + "\"\n\n" + up.String()
 	path := filepath.Join(dir, "helper.toml")
 	if err := os.WriteFile(path, []byte(toml), 0o644); err != nil {

@@ -26,6 +26,7 @@ const (
 	OpPing           = "ping"
 	OpHostApply      = "host.apply"
 	OpHostStart      = "host.start"
+	OpAccessApply    = "access.apply"
 	OpDomainDefine   = "domain.define"
 	OpDomainStart    = "domain.start"
 	OpDomainDestroy  = "domain.destroy"

@@ -304,6 +304,8 @@ func (s *Server) do(ctx context.Context, peer *Peer, req Request) (any, error) {
 		return s.hostApply(ctx, req)
 	case OpHostStart:
 		return s.hostStart(ctx, req)
+	case OpAccessApply:
+		return s.accessApply(req)
 	case OpDomainDefine, OpDomainStart, OpDomainDestroy, OpDomainUndefine, OpDomainState:
 		return s.domain(ctx, req)
 	case OpChTaps:

@@ -129,6 +129,7 @@ fn request<'a>(pool: &'a crate::store::rows::PoolRow, row: &'a InstanceRow) -> R
         volumes: row.spec.volumes.iter().map(|v| v.volume_id.clone()).collect(),
         pinned: row.pinned_node.as_deref(),
         pin_cpus: row.spec.cpus.is_some(),
+        capabilities: vec![],
     }
 }
 

@@ -77,8 +77,12 @@ async fn an_instance_is_placed_run_given_its_secret_and_token_and_deleted() {
         .await
         .unwrap();
     session.expect_desired_state().await;
+    // Its Hello's runtime and capability (the test node advertises diag.nvml).
     let labels = stack.node_labels(&node.id).unwrap();
-    assert_eq!(labels.iter().map(|l| l.label.as_str()).collect::<Vec<_>>(), ["bc.dev/driver.libvirt-kvm"]);
+    assert_eq!(
+        labels.iter().map(|l| l.label.as_str()).collect::<Vec<_>>(),
+        ["bc.dev/cap.diag.nvml", "bc.dev/driver.libvirt-kvm"]
+    );
     let inventory = vec![system_section(8, 16 << 30)];
     report(
         &mut session,

@@ -422,13 +422,53 @@ pub struct DaemonSection {
     #[prost(uint64, tag = "2")]
     pub sequence: u64,
 }
+/// The access section (docs/protocol.md, "Access"): who may log in to the
+/// node over SSH, as its sshd reads it. Keys are OpenSSH public key lines
+/// ("ssh-ed25519 AAAA… comment"). Under signedSpecs = "access" a spec that
+/// changes it must be signed.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct AccessSection {
+    /// the local accounts SSH logs in as
+    #[prost(message, repeated, tag = "3")]
+    pub accounts: ::prost::alloc::vec::Vec<SshAccount>,
+    /// the user CAs sshd trusts (TrustedUserCAKeys): the break-glass CA
+    #[prost(string, repeated, tag = "4")]
+    pub trusted_user_ca_keys: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+    /// keys revoked in the KRL (RevokedKeys), their certificates with them
+    #[prost(string, repeated, tag = "5")]
+    pub revoked_keys: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+    /// certificates revoked by serial, per CA
+    #[prost(message, repeated, tag = "6")]
+    pub revoked_serials: ::prost::alloc::vec::Vec<RevokedSerials>,
+    /// the sandbox CA: what the node's sandboxes trust, never its own sshd
+    #[prost(string, repeated, tag = "7")]
+    pub sandbox_user_ca_keys: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+}
+/// A local account: the keys that log in as it (its authorized keys) and
+/// the certificate principals that do (its AuthorizedPrincipalsFile).
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
-pub struct AccessSection {
-    #[prost(string, repeated, tag = "1")]
-    pub ssh_authorized_keys: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+pub struct SshAccount {
+    /// \[a-z\_\]\[a-z0-9\_-\]{0,31}
+    #[prost(string, tag = "1")]
+    pub name: ::prost::alloc::string::String,
+    /// public keys, without options
     #[prost(string, repeated, tag = "2")]
-    pub console_users: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+    pub authorized_keys: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+    /// principals of a trusted CA's certificates
+    #[prost(string, repeated, tag = "3")]
+    pub principals: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+}
+/// Certificates of one CA revoked by serial.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct RevokedSerials {
+    /// the CA's public key
+    #[prost(string, tag = "1")]
+    pub ca_key: ::prost::alloc::string::String,
+    #[prost(uint64, repeated, tag = "2")]
+    pub serials: ::prost::alloc::vec::Vec<u64>,
 }
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, ::prost::Message)]

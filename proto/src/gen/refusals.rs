@@ -33,6 +33,10 @@ pub enum Domain {
     Otlp,
     /// Why the stack refused a node's AllocationBound (devstack reservations.last_refusal). Owner: `devstack`.
     Reservation,
+    /// The dev stack's fleet operations: cordon (devstack cordon). Owner: `devstack`.
+    Fleet,
+    /// The dev stack's SSH certificate authorities: what ssh-cert refuses (devstack ssh_ca). Owner: `devstack`.
+    Ssh,
     /// The dev stack's instances: placement, the workload issuer, the secret broker (devstack instances, placement, workload, secrets). Owner: `devstack`.
     Instances,
     /// The dev stack's admin endpoint and in-process API: why a request of the admin CLI was refused (docs/devstack.md, "The admin endpoint"). Owner: `devstack`.
@@ -53,6 +57,8 @@ pub enum Domain {
     Dispatch,
     /// Why bcd cannot bind a hold (AllocationFailed.reason, daemon/internal/converge). Owner: `bcd`.
     Holds,
+    /// Why bcd does not apply the access section (SectionStatus of access; daemon/internal/access). Owner: `bcd`.
+    Access,
     /// Why bcd does not apply the host section, or a unit of it (SectionStatus of host; daemon/internal/hostconfig). Owner: `bcd`.
     HostUnits,
     /// What bcd's reader of a host unit refuses (daemon/internal/hostconfig/unitfile); the host section reports it as UnitInvalid. Owner: `bcd`.
@@ -79,6 +85,8 @@ impl Domain {
             Domain::Gateway => "gateway",
             Domain::Otlp => "otlp",
             Domain::Reservation => "reservation",
+            Domain::Fleet => "fleet",
+            Domain::Ssh => "ssh",
             Domain::Instances => "instances",
             Domain::Admin => "admin",
             Domain::Update => "update",
@@ -89,6 +97,7 @@ impl Domain {
             Domain::Vps => "vps",
             Domain::Dispatch => "dispatch",
             Domain::Holds => "holds",
+            Domain::Access => "access",
             Domain::HostUnits => "host-units",
             Domain::UnitFile => "unit-file",
             Domain::Machine => "machine",
@@ -112,6 +121,8 @@ impl Domain {
             Domain::Gateway => "devstack",
             Domain::Otlp => "devstack",
             Domain::Reservation => "devstack",
+            Domain::Fleet => "devstack",
+            Domain::Ssh => "devstack",
             Domain::Instances => "devstack",
             Domain::Admin => "devstack",
             Domain::Update => "bcd",
@@ -122,6 +133,7 @@ impl Domain {
             Domain::Vps => "bcd",
             Domain::Dispatch => "bcd",
             Domain::Holds => "bcd",
+            Domain::Access => "bcd",
             Domain::HostUnits => "bcd",
             Domain::UnitFile => "bcd",
             Domain::Machine => "bcd",
@@ -359,6 +371,20 @@ pub enum Code {
     ReservationOverlap,
     /// `reservation-room` (reservation, ResourceExhausted): The node has fewer free vCPUs or less free memory than the reservation books.
     ReservationRoom,
+    /// `capability-missing` (reservation, FailedPrecondition): The node does not advertise the capability the request needs (named in the detail: devices.limits, binding.kubernetes, instance.network-policy).
+    CapabilityMissing,
+    /// `reservation-unplaceable` (reservation, ResourceExhausted): No node of the pool can take a pool-level reservation now (the detail says why of each).
+    ReservationUnplaceable,
+    /// `node-cordoned` (fleet, FailedPrecondition): The node is cordoned: it takes no new reservation or instance and keeps what it runs.
+    NodeCordoned,
+    /// `cordon-reason` (fleet, InvalidArgument): A cordon's reason that is empty, longer than 256 bytes or holds control characters.
+    CordonReason,
+    /// `ssh-ttl` (ssh, InvalidArgument): A certificate validity of zero or beyond the CA's maximum.
+    SshTtl,
+    /// `ssh-principal` (ssh, PermissionDenied): A principal the node's access section does not allow.
+    SshPrincipal,
+    /// `ssh-request` (ssh, InvalidArgument): An ssh-cert request whose public key or source address does not parse.
+    SshRequest,
     /// `instance-unknown` (instances, NotFound): No instance has this id.
     InstanceUnknown,
     /// `instance-unschedulable` (instances, FailedPrecondition): No host of the pool passes placement's filters (kind, runtime label, room, volumes).
@@ -517,6 +543,10 @@ pub enum Code {
     SliceFailed,
     /// `gpu-claimed` (holds, FailedPrecondition): A GPU of the hold is still claimed by a released Kubernetes hold whose pods have not let it go.
     GpuClaimed,
+    /// `AccessInvalid` (access, InvalidArgument): An access section bcd does not apply: an account name, a key line, a principal or a bound it refuses; nothing is written.
+    Accessinvalid,
+    /// `AccessWriteFailed` (access, Internal): The access files could not be written where sshd reads them.
+    Accesswritefailed,
     /// `HostUnsigned` (host-units, PermissionDenied): Host units in a spec no command root signed: none is applied.
     Hostunsigned,
     /// `UnitInvalid` (host-units, InvalidArgument): A unit bcd does not apply: its name, or content it cannot read.
@@ -652,6 +682,13 @@ impl Code {
             Code::BindingUnsupported => "binding-unsupported",
             Code::ReservationOverlap => "reservation-overlap",
             Code::ReservationRoom => "reservation-room",
+            Code::CapabilityMissing => "capability-missing",
+            Code::ReservationUnplaceable => "reservation-unplaceable",
+            Code::NodeCordoned => "node-cordoned",
+            Code::CordonReason => "cordon-reason",
+            Code::SshTtl => "ssh-ttl",
+            Code::SshPrincipal => "ssh-principal",
+            Code::SshRequest => "ssh-request",
             Code::InstanceUnknown => "instance-unknown",
             Code::InstanceUnschedulable => "instance-unschedulable",
             Code::InstanceInvalid => "instance-invalid",
@@ -731,6 +768,8 @@ impl Code {
             Code::CdiWrite => "cdi-write",
             Code::SliceFailed => "slice-failed",
             Code::GpuClaimed => "gpu-claimed",
+            Code::Accessinvalid => "AccessInvalid",
+            Code::Accesswritefailed => "AccessWriteFailed",
             Code::Hostunsigned => "HostUnsigned",
             Code::Unitinvalid => "UnitInvalid",
             Code::Unitfailed => "UnitFailed",
@@ -858,6 +897,13 @@ impl Code {
             Code::BindingUnsupported => Domain::Reservation,
             Code::ReservationOverlap => Domain::Reservation,
             Code::ReservationRoom => Domain::Reservation,
+            Code::CapabilityMissing => Domain::Reservation,
+            Code::ReservationUnplaceable => Domain::Reservation,
+            Code::NodeCordoned => Domain::Fleet,
+            Code::CordonReason => Domain::Fleet,
+            Code::SshTtl => Domain::Ssh,
+            Code::SshPrincipal => Domain::Ssh,
+            Code::SshRequest => Domain::Ssh,
             Code::InstanceUnknown => Domain::Instances,
             Code::InstanceUnschedulable => Domain::Instances,
             Code::InstanceInvalid => Domain::Instances,
@@ -937,6 +983,8 @@ impl Code {
             Code::CdiWrite => Domain::Holds,
             Code::SliceFailed => Domain::Holds,
             Code::GpuClaimed => Domain::Holds,
+            Code::Accessinvalid => Domain::Access,
+            Code::Accesswritefailed => Domain::Access,
             Code::Hostunsigned => Domain::HostUnits,
             Code::Unitinvalid => Domain::HostUnits,
             Code::Unitfailed => Domain::HostUnits,
@@ -1064,6 +1112,13 @@ impl Code {
             Code::BindingUnsupported => Grpc::FailedPrecondition,
             Code::ReservationOverlap => Grpc::FailedPrecondition,
             Code::ReservationRoom => Grpc::ResourceExhausted,
+            Code::CapabilityMissing => Grpc::FailedPrecondition,
+            Code::ReservationUnplaceable => Grpc::ResourceExhausted,
+            Code::NodeCordoned => Grpc::FailedPrecondition,
+            Code::CordonReason => Grpc::InvalidArgument,
+            Code::SshTtl => Grpc::InvalidArgument,
+            Code::SshPrincipal => Grpc::PermissionDenied,
+            Code::SshRequest => Grpc::InvalidArgument,
             Code::InstanceUnknown => Grpc::NotFound,
             Code::InstanceUnschedulable => Grpc::FailedPrecondition,
             Code::InstanceInvalid => Grpc::InvalidArgument,
@@ -1143,6 +1198,8 @@ impl Code {
             Code::CdiWrite => Grpc::Internal,
             Code::SliceFailed => Grpc::Internal,
             Code::GpuClaimed => Grpc::FailedPrecondition,
+            Code::Accessinvalid => Grpc::InvalidArgument,
+            Code::Accesswritefailed => Grpc::Internal,
             Code::Hostunsigned => Grpc::PermissionDenied,
             Code::Unitinvalid => Grpc::InvalidArgument,
             Code::Unitfailed => Grpc::FailedPrecondition,
@@ -1270,6 +1327,13 @@ impl Code {
             Code::BindingUnsupported => "A Kubernetes binding on a pool whose policy does not enable kubernetes.",
             Code::ReservationOverlap => "The GPUs asked are held by another reservation (one releasing among them: claimed until its node reports it released).",
             Code::ReservationRoom => "The node has fewer free vCPUs or less free memory than the reservation books.",
+            Code::CapabilityMissing => "The node does not advertise the capability the request needs (named in the detail: devices.limits, binding.kubernetes, instance.network-policy).",
+            Code::ReservationUnplaceable => "No node of the pool can take a pool-level reservation now (the detail says why of each).",
+            Code::NodeCordoned => "The node is cordoned: it takes no new reservation or instance and keeps what it runs.",
+            Code::CordonReason => "A cordon's reason that is empty, longer than 256 bytes or holds control characters.",
+            Code::SshTtl => "A certificate validity of zero or beyond the CA's maximum.",
+            Code::SshPrincipal => "A principal the node's access section does not allow.",
+            Code::SshRequest => "An ssh-cert request whose public key or source address does not parse.",
             Code::InstanceUnknown => "No instance has this id.",
             Code::InstanceUnschedulable => "No host of the pool passes placement's filters (kind, runtime label, room, volumes).",
             Code::InstanceInvalid => "An instance or volume request the stack does not place (no vCPU, no memory, an unknown volume).",
@@ -1349,6 +1413,8 @@ impl Code {
             Code::CdiWrite => "The hold's CDI spec could not be written.",
             Code::SliceFailed => "The slice of a hold with a booked share could not be made.",
             Code::GpuClaimed => "A GPU of the hold is still claimed by a released Kubernetes hold whose pods have not let it go.",
+            Code::Accessinvalid => "An access section bcd does not apply: an account name, a key line, a principal or a bound it refuses; nothing is written.",
+            Code::Accesswritefailed => "The access files could not be written where sshd reads them.",
             Code::Hostunsigned => "Host units in a spec no command root signed: none is applied.",
             Code::Unitinvalid => "A unit bcd does not apply: its name, or content it cannot read.",
             Code::Unitfailed => "A unit whose start failed (its reason follows).",
@@ -1476,6 +1542,13 @@ impl Code {
             "binding-unsupported" => Some(Code::BindingUnsupported),
             "reservation-overlap" => Some(Code::ReservationOverlap),
             "reservation-room" => Some(Code::ReservationRoom),
+            "capability-missing" => Some(Code::CapabilityMissing),
+            "reservation-unplaceable" => Some(Code::ReservationUnplaceable),
+            "node-cordoned" => Some(Code::NodeCordoned),
+            "cordon-reason" => Some(Code::CordonReason),
+            "ssh-ttl" => Some(Code::SshTtl),
+            "ssh-principal" => Some(Code::SshPrincipal),
+            "ssh-request" => Some(Code::SshRequest),
             "instance-unknown" => Some(Code::InstanceUnknown),
             "instance-unschedulable" => Some(Code::InstanceUnschedulable),
             "instance-invalid" => Some(Code::InstanceInvalid),
@@ -1555,6 +1628,8 @@ impl Code {
             "cdi-write" => Some(Code::CdiWrite),
             "slice-failed" => Some(Code::SliceFailed),
             "gpu-claimed" => Some(Code::GpuClaimed),
+            "AccessInvalid" => Some(Code::Accessinvalid),
+            "AccessWriteFailed" => Some(Code::Accesswritefailed),
             "HostUnsigned" => Some(Code::Hostunsigned),
             "UnitInvalid" => Some(Code::Unitinvalid),
             "UnitFailed" => Some(Code::Unitfailed),
@@ -1683,6 +1758,13 @@ pub const TABLE: &[Code] = &[
     Code::BindingUnsupported,
     Code::ReservationOverlap,
     Code::ReservationRoom,
+    Code::CapabilityMissing,
+    Code::ReservationUnplaceable,
+    Code::NodeCordoned,
+    Code::CordonReason,
+    Code::SshTtl,
+    Code::SshPrincipal,
+    Code::SshRequest,
     Code::InstanceUnknown,
     Code::InstanceUnschedulable,
     Code::InstanceInvalid,
@@ -1762,6 +1844,8 @@ pub const TABLE: &[Code] = &[
     Code::CdiWrite,
     Code::SliceFailed,
     Code::GpuClaimed,
+    Code::Accessinvalid,
+    Code::Accesswritefailed,
     Code::Hostunsigned,
     Code::Unitinvalid,
     Code::Unitfailed,

@@ -238,6 +238,13 @@ impl Sim {
             done += &format!("; {count} {} rejected: {reason}", if count == 1 { "node" } else { "nodes" });
         }
         term::print(&done);
+        // Each rejected node, named with why (the first few).
+        for (node, reason) in now.rejected.iter().take(REJECTED_NAMED) {
+            term::print(&format!("  rejected {node}: {reason}"));
+        }
+        if now.rejected.len() > REJECTED_NAMED {
+            term::print(&format!("  and {} more rejected", now.rejected.len() - REJECTED_NAMED));
+        }
     }
 
     fn ended(&self, status: std::io::Result<ExitStatus>) -> anyhow::Error {
@@ -308,9 +315,9 @@ fn check_invariants(stack: &DevStack, live: &Live, data: &Path, nodes: u32) {
 }
 
 /// Rejection reasons and how many nodes each, in order of first sight.
-fn grouped(reasons: &[String]) -> Vec<(&str, usize)> {
+fn grouped(rejected: &[(String, String)]) -> Vec<(&str, usize)> {
     let mut groups: Vec<(&str, usize)> = Vec::new();
-    for reason in reasons {
+    for (_, reason) in rejected {
         match groups.iter_mut().find(|(r, _)| r == reason) {
             Some((_, n)) => *n += 1,
             None => groups.push((reason, 1)),
@@ -333,6 +340,9 @@ pub fn explain(status: ExitStatus) -> String {
     }
 }
 
+/// How many rejected nodes the last progress line names.
+const REJECTED_NAMED: usize = 10;
+
 /// How far the simulated nodes got, as this stack observes them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct Progress {
@@ -342,8 +352,8 @@ struct Progress {
     connected: usize,
     /// Adopted, running generation 1 or later, with a live session here.
     adopted: usize,
-    /// The rejection reasons of those rejected with a live session here.
-    rejected: Vec<String>,
+    /// The rejected nodes (`<id> (<hostname>)`) and why.
+    rejected: Vec<(String, String)>,
 }
 
 impl Progress {
@@ -354,7 +364,11 @@ impl Progress {
             joined: nodes.len(),
             connected: live.len(),
             adopted: live.iter().filter(|n| n.state == NodeState::Adopted && n.applied_generation >= 1).count(),
-            rejected: live.iter().filter(|n| n.state == NodeState::Rejected).map(|n| n.reason.clone()).collect(),
+            rejected: live
+                .iter()
+                .filter(|n| n.state == NodeState::Rejected)
+                .map(|n| (format!("{} ({})", n.id, n.hostname), n.reason.clone()))
+                .collect(),
         }
     }
 
@@ -380,8 +394,8 @@ mod tests {
     #[test]
     fn rejections_are_grouped_and_statuses_explained() {
         use std::os::unix::process::ExitStatusExt as _;
-        let reasons = ["a".to_string(), "b".into(), "a".into()];
-        assert_eq!(grouped(&reasons), [("a", 2), ("b", 1)]);
+        let rejected = [("n1".to_string(), "a".to_string()), ("n2".into(), "b".into()), ("n3".into(), "a".into())];
+        assert_eq!(grouped(&rejected), [("a", 2), ("b", 1)]);
         assert!(explain(ExitStatus::from_raw(3 << 8)).contains("revoked"));
         assert_eq!(explain(ExitStatus::from_raw(0)), "exit status 0");
         assert_eq!(explain(ExitStatus::from_raw(9)), "killed by signal 9");
