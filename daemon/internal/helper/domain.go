@@ -231,6 +231,10 @@ func (s *Server) define(ctx context.Context, a *DomainArgs) error {
 		return err
 	}
 	d := s.localOf(domainOf(a), a.Seed != nil)
+	if err := s.guestDir("consoles"); err != nil {
+		_ = s.removeDisks(a.ID)
+		return err
+	}
 	for i := range d.Disks {
 		d.Disks[i].Path = bound.volumes[i]
 	}

@@ -47,9 +47,9 @@ type rig struct {
 	// vols is a volume directory; volsLink is one too, a symbolic link to
 	// another directory. images is the image directory, sys the host's /sys.
 	vols, volsLink, images, sys string
-	binder         *fakeBinder
-	cancel         context.CancelFunc
-	done           chan error
+	binder                      *fakeBinder
+	cancel                      context.CancelFunc
+	done                        chan error
 }
 
 func fakeProgram(t *testing.T, path, log, extra string) {

@@ -1,6 +1,6 @@
 // The instance network's guard and its metadata listener. A NIC with an
 // address on the instance network (169.254.0.0/16) gets, when ch.taps
-// makes its tap: an nftables table of its own in the bridge family
+// makes its tap: its bridge up, an nftables table of its own in the bridge family
 // (bcd_<tap>) that drops, on the bridge's input and forward hooks, every
 // frame from the tap whose source MAC is not the NIC's, and every ARP or
 // IPv4 packet from it that claims another address of 169.254.0.0/16; a
@@ -108,6 +108,10 @@ func (s *Server) guard(ctx context.Context, id, tap string, n NIC) error {
 	}
 	defer os.Remove(script)
 	if _, err := run(ctx, s.cfg.Helper.Nft, "-f", script); err != nil {
+		return err
+	}
+	// A route needs its device up: the instance bridge is (it carries the guests).
+	if _, err := run(ctx, s.cfg.Helper.IP, "link", "set", "dev", n.Bridge, "up"); err != nil {
 		return err
 	}
 	if _, err := run(ctx, s.cfg.Helper.IP, "route", "replace", n.Address+"/32", "dev", n.Bridge); err != nil {
