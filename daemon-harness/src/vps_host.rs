@@ -293,10 +293,11 @@ impl Install {
         self.dir.path().join("helper.log")
     }
 
-    /// The `[instances]` table for the node's `config.toml`.
+    /// The `[instances]` table for the node's `config.toml`: both runtimes
+    /// (cloud-hypervisor only where its binary and a working KVM are).
     pub fn instances_table(&self, accelerator: &str) -> String {
         format!(
-            "\n[instances]\nruntimes = [\"libvirt-kvm\"]\nhelper_socket = {:?}\naccelerator = \"{accelerator}\"\n",
+            "\n[instances]\nruntimes = [\"libvirt-kvm\", \"cloud-hypervisor\"]\nhelper_socket = {:?}\naccelerator = \"{accelerator}\"\n",
             self.socket.to_string_lossy()
         )
     }

@@ -1,6 +1,7 @@
 //! The real-guest scenarios (issue 32; docs/harness.md, "Real guests"),
 //! over the world of `guests.rs`: one guest from create to delete across
-//! a restart of bcd; two guests, each with its own metadata only; a pinned
+//! a restart of bcd (and cloud-hypervisor, configured, not advertised on a
+//! host without its binary or a working KVM); two guests, each with its own metadata only; a pinned
 //! huge-page guest and flavors the host cannot honour; a guest ballooned
 //! to its floor under memory pressure and back.
 
@@ -13,6 +14,19 @@ use crate::guests::{GuestWorld, must_prove_identity};
 async fn a_real_guest_boots_from_its_overlay_proves_itself_and_outlives_a_restart_of_bcd() {
     let scenario = "a_real_guest_boots_from_its_overlay_proves_itself_and_outlives_a_restart_of_bcd";
     let Some(mut world) = GuestWorld::start(scenario).await else { return };
+    // cloud-hypervisor is configured too, but without its binary or a
+    // working KVM (TCG here) the host does not advertise it: the stack
+    // places nothing there and says which label is missing.
+    if world.accel == "tcg" {
+        let labels = world.env.stack.node_labels(&world.node_id).unwrap();
+        assert_eq!(labels.iter().map(|l| l.label.as_str()).collect::<Vec<_>>(), ["bc.dev/driver.libvirt-kvm"]);
+        let ch = devstack::InstanceRequest { runtime: "cloud-hypervisor".into(), ..world.request(256, b"") };
+        let ch = world.env.stack.create_instance(&world.pool, ch).await.unwrap();
+        let row = world.env.stack.instance(&ch).unwrap().unwrap();
+        assert_eq!(row.state, InstanceState::Unschedulable);
+        assert!(row.reason.contains("lack the label bc.dev/driver.cloud-hypervisor"), "{row:?}");
+        world.env.stack.delete_instance(&ch).await.unwrap();
+    }
     let user_data = b"#cloud-config\nchpasswd: {list: 'root:r3al-gu3st-s3cret'}\n";
     let secret = world.env.stack.put_secret(user_data).await.unwrap();
     let req =
