@@ -44,8 +44,9 @@ const MODULES: [&str; 9] = [
 /// The base image's size.
 const BASE_SIZE: &str = "32M";
 
-/// How long the KVM probe waits for the kernel's first words.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the KVM probe waits for the kernel's first words (under a
+/// working KVM they come within a second or two).
+const PROBE_TIMEOUT: Duration = Duration::from_secs(6);
 
 /// The built guest image.
 #[derive(Clone, Debug)]
@@ -293,7 +294,7 @@ fn make_base(work: &Path, busybox: &Path) -> Result<()> {
 }
 
 /// The accelerator guests run under here: `kvm` when KVM boots this
-/// kernel (the probe sees its first words within 10 s), else `tcg`;
+/// kernel (the probe sees its first words within 6 s), else `tcg`;
 /// probed once per machine boot and kept in the cache.
 pub fn accelerator(image: &GuestImage) -> Result<&'static str> {
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();

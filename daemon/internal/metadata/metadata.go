@@ -192,7 +192,10 @@ func Serve(ctx context.Context, path string, h http.Handler) error {
 
 // serve serves h on lis until ctx ends, then runs after.
 func serve(ctx context.Context, lis net.Listener, h http.Handler, after func()) {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	// A guest is not trusted: small headers, bounded reads, idle
+	// connections closed.
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		IdleTimeout: time.Minute, MaxHeaderBytes: 16 << 10}
 	// A callback, not a goroutine waiting: a bcd sim process serves one per agent.
 	context.AfterFunc(ctx, func() {
 		shut, cancel := context.WithTimeout(context.Background(), 2*time.Second)
