@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
 # The real-guest scenarios' VPS host (docs/harness.md, "The VPS host"):
 # run by the harness as `ip netns exec <ns> unshare --mount --propagation
-# private bash scripts/vps-host-ns.sh SCRATCH`, in a network namespace of
+# private bash scripts/vps-host-ns.sh SCRATCH CAPS`, in a network namespace of
 # its own and a private mount namespace. /etc and /var become overlays
 # whose upper layers live on a tmpfs at SCRATCH, /run a fresh tmpfs, so
 # libvirt's configuration, state, logs and sockets are this host's alone
 # and nothing reaches the machine; huge pages are mounted at
 # /run/hugepages; QEMU runs as root without dynamic ownership (the
 # harness's files stay as they are); the instance bridge bcbr0 is made;
-# virtlogd and libvirtd start as daemons (there is no systemd). It prints
+# virtlogd and libvirtd start as daemons (there is no systemd); libvirt's
+# cache of QEMU's capabilities is CAPS, a directory of the harness's kept
+# across runs (probing QEMU takes libvirtd about 8 s here). libvirtd runs
+# on CPU 0: it checks a cache against the CPUID of the CPU it runs on, which
+# differs between the two of this machine (its guests' QEMU is not held to
+# it: libvirt gives a guest every online CPU unless its plan pins it). It
+# prints
 # "ready" and then holds the namespaces until its standard input ends; the
 # harness kills what runs inside when it is done.
 #
@@ -17,6 +23,7 @@
 # in either.
 set -euo pipefail
 scratch=$1
+caps=$2
 for ns in mnt net; do
   self=$(readlink "/proc/self/ns/$ns")
   if [[ -z "${BCD_VPS_HOST_NS:-}" || -z "$self" || " $BCD_VPS_HOST_NS " == *" $self "* ]]; then
@@ -30,6 +37,8 @@ for dir in /etc /var; do
   mkdir -p "$layer/upper" "$layer/work"
   mount -t overlay overlay -o "lowerdir=$dir,upperdir=$layer/upper,workdir=$layer/work" "$dir"
 done
+mkdir -p /var/cache/libvirt/qemu/capabilities "$caps"
+mount --bind "$caps" /var/cache/libvirt/qemu/capabilities
 mount -t tmpfs -o mode=0755 vps-host-run /run
 mkdir -p /run/hugepages
 mount -t hugetlbfs -o pagesize=2M vps-host-hugepages /run/hugepages
@@ -45,7 +54,7 @@ ip link set lo up
 ip link add bcbr0 type bridge
 ip link set bcbr0 up
 virtlogd -d
-libvirtd -d
+taskset -c 0 libvirtd -d
 for _ in $(seq 200); do
   [[ -S /run/libvirt/libvirt-sock ]] && virsh -c qemu:///system version >/dev/null 2>&1 && break
   sleep 0.05

@@ -70,10 +70,13 @@ impl VpsHost {
             .map(|l| l.to_string_lossy().into_owned())
             .collect::<Vec<_>>()
             .join(" ");
+        // libvirt's cache of QEMU's capabilities, kept across runs.
+        let caps = crate::build::target_dir().join("vps-guest").join("libvirt-capabilities");
+        std::fs::create_dir_all(&caps)?;
         let args: Vec<OsString> = ["--mount", "--propagation", "private", "bash"]
             .iter()
             .map(OsString::from)
-            .chain([script.into_os_string(), scratch.path().into()])
+            .chain([script.into_os_string(), scratch.path().into(), caps.into()])
             .collect();
         let mut child = netns
             .command("unshare".as_ref(), &args)

@@ -15,8 +15,10 @@
 // bcd as a VPS host (vps_test.go), and self-update of the root-owned slots.
 //
 // Inputs (environment): BCD_HELPER_E2E_BCD (the helpere2e build of bcd),
-// BCD_HELPER_E2E_SCRIPT (the rendered install script) and
-// BCD_HELPER_E2E_TESTDATA (the repository's testdata/).
+// BCD_HELPER_E2E_SCRIPT (the rendered install script),
+// BCD_HELPER_E2E_TESTDATA (the repository's testdata/) and, optionally,
+// BCD_HELPER_E2E_LIBVIRT_CAPS (a directory kept across runs for libvirt's
+// cache of QEMU's capabilities).
 package roote2e
 
 import (
