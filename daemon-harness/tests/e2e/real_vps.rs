@@ -247,13 +247,26 @@ struct HugePages {
 const NR_HUGEPAGES: &str = "/proc/sys/vm/nr_hugepages";
 
 impl HugePages {
+    /// Raises the count by `pages`; when memory is too fragmented for
+    /// them (a busy machine), compacts it and asks again, for 10 s at most.
     fn reserve(pages: u64) -> anyhow::Result<HugePages> {
-        let before: u64 = std::fs::read_to_string(NR_HUGEPAGES)?.trim().parse()?;
-        std::fs::write(NR_HUGEPAGES, (before + pages).to_string())?;
-        let now: u64 = std::fs::read_to_string(NR_HUGEPAGES)?.trim().parse()?;
+        let read = || -> anyhow::Result<u64> { Ok(std::fs::read_to_string(NR_HUGEPAGES)?.trim().parse()?) };
+        let before = read()?;
         let guard = HugePages { before };
-        anyhow::ensure!(now == before + pages, "the kernel reserved {now} pages, not {}", before + pages);
-        Ok(guard)
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            std::fs::write(NR_HUGEPAGES, (before + pages).to_string())?;
+            let now = read()?;
+            if now == before + pages {
+                return Ok(guard);
+            }
+            anyhow::ensure!(
+                std::time::Instant::now() < deadline,
+                "the kernel reserved {now} pages, not {}, memory compacted",
+                before + pages
+            );
+            std::fs::write("/proc/sys/vm/compact_memory", "1")?;
+        }
     }
 
     /// HugePages_Free of /proc/meminfo.
