@@ -285,9 +285,13 @@ func (a *Agent) Run(ctx context.Context) (int, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if !a.opts.NoStatusSocket {
-		if err := status.Serve(ctx, status.Path(a.opts.Config.DataDir), a.Status); err != nil {
+		stopStatus, err := status.Serve(ctx, status.Path(a.opts.Config.DataDir), a.Status)
+		if err != nil {
 			return ExitError, fmt.Errorf("the status socket: %w", err)
 		}
+		// Closed before Run returns: the next life (a restart in bcd sim)
+		// finds the socket free.
+		defer stopStatus()
 	}
 	if s, ok := a.opts.Machine.(machine.Starts); ok {
 		if err := s.Started(); err != nil {

@@ -184,8 +184,10 @@ async fn await_all(
     let stack = plane.stack().expect("up");
     stack
         .await_until(format!("{nodes} node(s)"), within, |v| {
-            let n = v.nodes().iter().filter(|n| done(n)).count() as u32;
-            v.note(format_args!("{n} so far"));
+            let all = v.nodes();
+            let n = all.iter().filter(|n| done(n)).count() as u32;
+            let missing: Vec<&str> = all.iter().filter(|n| !done(n)).map(|n| n.id.as_str()).take(5).collect();
+            v.note(format_args!("{n} so far; not yet {missing:?}"));
             (n >= nodes).then_some(())
         })
         .await?;
