@@ -26,6 +26,10 @@ pub struct SpecUpdate {
     /// A new telemetry section (docs/protocol.md, "Telemetry"); a section
     /// with an empty endpoint stops the exports.
     pub telemetry: Option<proto::TelemetrySection>,
+    /// A new daemon section: the release the node converges to, its signed
+    /// manifest carried (docs/protocol.md, "Self-update";
+    /// [`crate::releases::daemon_section`]).
+    pub daemon: Option<proto::DaemonSection>,
     /// Send it unsigned even under signed intent (to test `signedSpecs`).
     pub unsigned: bool,
     /// An instances section as given, instead of the one the stack builds
@@ -108,6 +112,9 @@ pub fn publish(shared: &Shared, node_id: &str, update: &SpecUpdate) -> Result<No
             }
             if let Some(telemetry) = &update.telemetry {
                 spec.telemetry = Some(telemetry.clone());
+            }
+            if let Some(daemon) = &update.daemon {
+                spec.daemon = Some(daemon.clone());
             }
             if let Some(bundle) = &update.trust_bundle {
                 spec.trust = Some(proto::TrustSection { trust_bundle: Some(bundle.to_proto()) });

@@ -4,7 +4,8 @@
 // to the WebSocket: dialer) to the dispatcher
 // (commands, cancel; the kinds it runs are registered in kinds.go), the
 // converger (desired state, one reconciler per NodeSpec section: telemetry,
-// access (access.go), and the instances section on a VPS host, vps.go), the consoles
+// access (access.go), daemon (upgrade.go), and the instances section on a
+// VPS host, vps.go), the consoles
 // (tunnels.go: OpenTunnel through the frame handlers) and the status
 // socket. It ends on its
 // context (exit 0), after a self-terminating command (exit 0: the
@@ -185,6 +186,7 @@ func New(opts Options) (*Agent, error) {
 	if r := a.accessReconciler(); r != nil {
 		reconcilers = append(reconcilers, r)
 	}
+	reconcilers = append(reconcilers, a.daemonReconciler())
 	a.converger, err = converge.New(converge.Config{
 		NodeID: id.NodeID, Key: id.Key, Journal: j, Machine: opts.Machine, Trust: a.trust,
 		Notify: a.session.Notify, Log: log, Reconcilers: reconcilers,

@@ -414,13 +414,20 @@ pub struct Attribute {
     #[prost(string, tag = "2")]
     pub value: ::prost::alloc::string::String,
 }
+/// The daemon section (docs/protocol.md, "Self-update"): the release bcd
+/// converges to, by the slots, swap and confirmation of daemon.upgrade. The
+/// manifest is that release's signed manifest (a DSSE envelope of payload
+/// type application/vnd.bc.release+json), verified with bcd's \[update\] pins
+/// as for the command; its version and sequence must be the section's.
 #[allow(clippy::all)]
-#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+#[derive(Clone, PartialEq, ::prost::Message)]
 pub struct DaemonSection {
     #[prost(string, tag = "1")]
     pub version: ::prost::alloc::string::String,
     #[prost(uint64, tag = "2")]
     pub sequence: u64,
+    #[prost(message, optional, tag = "3")]
+    pub manifest: ::core::option::Option<Envelope>,
 }
 /// The access section (docs/protocol.md, "Access"): who may log in to the
 /// node over SSH, as its sshd reads it. Keys are OpenSSH public key lines
