@@ -165,6 +165,16 @@ impl RequestHandler<proto::SpecRequest> for SpecRequests {
     }
 }
 
+/// The `headers_ref` of the telemetry section of a node's latest spec: the
+/// secret its exports carry the headers of (docs/protocol.md, "Telemetry").
+pub fn telemetry_headers_ref(c: &Db<'_>, node_id: &str) -> std::result::Result<Option<String>, crate::store::Error> {
+    let Some(latest) = specs::latest(c, node_id)? else { return Ok(None) };
+    let spec = proto::NodeSpec::decode(latest.payload.as_slice()).map_err(|e| {
+        crate::store::Error::corrupt("node_specs", "payload", format!("{node_id}/{}", latest.generation), e)
+    })?;
+    Ok(spec.telemetry.map(|t| t.headers_ref).filter(|r| !r.is_empty()))
+}
+
 impl StackView<'_> {
     /// A node's specs, by generation.
     pub fn node_specs(&self, node_id: &str) -> Vec<NodeSpecRow> {

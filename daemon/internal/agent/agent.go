@@ -175,13 +175,17 @@ func New(opts Options) (*Agent, error) {
 	// (docs/protocol.md, "Telemetry").
 	exporter := identity.HTTPSClient(c, id)
 	exporter.Timeout = telemetry.ExportTimeout
-	tcfg := telemetry.Config{NodeID: id.NodeID, Version: opts.Version, Machine: opts.Machine, Log: log, Client: exporter}
+	if a.broker == nil {
+		a.broker = a.newBroker()
+	}
+	a.frames = append(a.frames, a.broker)
+	tcfg := telemetry.Config{NodeID: id.NodeID, Version: opts.Version, Machine: opts.Machine, Log: log, Client: exporter, Secrets: a.broker}
 	if a.instances != nil {
 		reconcilers = append(reconcilers, a.instances)
-		a.frames = append(a.frames, a.broker)
 		tcfg.Instances = a.instances
 	}
 	a.telemetry = telemetry.New(tcfg)
+	a.broker.OnSecret(func() { a.converger.Repass(converge.SectionTelemetry) })
 	reconcilers = append(reconcilers, a.telemetry)
 	if r := a.accessReconciler(); r != nil {
 		reconcilers = append(reconcilers, r)
@@ -210,6 +214,14 @@ func New(opts Options) (*Agent, error) {
 		Log:         log,
 	})
 	return a, nil
+}
+
+// newBroker is the secret broker of a node that is no VPS host (a VPS
+// host's is made with its instances, vps.go): the telemetry section's
+// headers come through it.
+func (a *Agent) newBroker() *broker.Broker {
+	return broker.New(broker.Config{NodeID: a.id.NodeID, Key: a.id.Key, BootID: a.opts.Machine.BootID,
+		Send: a.session.SendControl, Log: a.log})
 }
 
 // NodeID is the agent's node id.

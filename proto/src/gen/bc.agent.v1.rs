@@ -396,6 +396,11 @@ pub struct VolumeSpec {
     #[prost(uint64, tag = "2")]
     pub size_bytes: u64,
 }
+/// The telemetry section (docs/protocol.md, "Telemetry"). headers_ref names
+/// a secret of the secret broker whose value is the export's HTTP headers,
+/// "name=value,name=value" as OTEL_EXPORTER_OTLP_HEADERS spells them (values
+/// percent-encoded): an authenticated export. bcd fetches it sealed to the
+/// node and never logs it.
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct TelemetrySection {
@@ -405,6 +410,8 @@ pub struct TelemetrySection {
     pub export_interval_ms: u32,
     #[prost(message, repeated, tag = "3")]
     pub resource_attributes: ::prost::alloc::vec::Vec<Attribute>,
+    #[prost(string, tag = "4")]
+    pub headers_ref: ::prost::alloc::string::String,
 }
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]

@@ -2024,11 +2024,17 @@ func (x *VolumeSpec) GetSizeBytes() uint64 {
 	return 0
 }
 
+// The telemetry section (docs/protocol.md, "Telemetry"). headers_ref names
+// a secret of the secret broker whose value is the export's HTTP headers,
+// "name=value,name=value" as OTEL_EXPORTER_OTLP_HEADERS spells them (values
+// percent-encoded): an authenticated export. bcd fetches it sealed to the
+// node and never logs it.
 type TelemetrySection struct {
 	state              protoimpl.MessageState `protogen:"open.v1"`
 	OtlpEndpoint       string                 `protobuf:"bytes,1,opt,name=otlp_endpoint,json=otlpEndpoint,proto3" json:"otlp_endpoint,omitempty"`
 	ExportIntervalMs   uint32                 `protobuf:"varint,2,opt,name=export_interval_ms,json=exportIntervalMs,proto3" json:"export_interval_ms,omitempty"`
 	ResourceAttributes []*Attribute           `protobuf:"bytes,3,rep,name=resource_attributes,json=resourceAttributes,proto3" json:"resource_attributes,omitempty"`
+	HeadersRef         string                 `protobuf:"bytes,4,opt,name=headers_ref,json=headersRef,proto3" json:"headers_ref,omitempty"`
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
@@ -2082,6 +2088,13 @@ func (x *TelemetrySection) GetResourceAttributes() []*Attribute {
 		return x.ResourceAttributes
 	}
 	return nil
+}
+
+func (x *TelemetrySection) GetHeadersRef() string {
+	if x != nil {
+		return x.HeadersRef
+	}
+	return ""
 }
 
 type Attribute struct {
@@ -6135,11 +6148,13 @@ const file_bc_agent_v1_agent_proto_rawDesc = "" +
 	"VolumeSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
-	"size_bytes\x18\x02 \x01(\x04R\tsizeBytes\"\xae\x01\n" +
+	"size_bytes\x18\x02 \x01(\x04R\tsizeBytes\"\xcf\x01\n" +
 	"\x10TelemetrySection\x12#\n" +
 	"\rotlp_endpoint\x18\x01 \x01(\tR\fotlpEndpoint\x12,\n" +
 	"\x12export_interval_ms\x18\x02 \x01(\rR\x10exportIntervalMs\x12G\n" +
-	"\x13resource_attributes\x18\x03 \x03(\v2\x16.bc.agent.v1.AttributeR\x12resourceAttributes\"3\n" +
+	"\x13resource_attributes\x18\x03 \x03(\v2\x16.bc.agent.v1.AttributeR\x12resourceAttributes\x12\x1f\n" +
+	"\vheaders_ref\x18\x04 \x01(\tR\n" +
+	"headersRef\"3\n" +
 	"\tAttribute\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\"x\n" +
