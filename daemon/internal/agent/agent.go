@@ -105,6 +105,7 @@ type Agent struct {
 	trust      *intent.Trust
 	dispatcher *dispatch.Dispatcher
 	converger  *converge.Converger
+	specs      *specQueue // the desired states the session handed over (specs.go)
 	telemetry  *telemetry.Reconciler
 	session    *session.Session
 	reboot     chan string
@@ -144,7 +145,8 @@ func New(opts Options) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{opts: opts, log: log, id: id, signing: signing, journal: j, reboot: make(chan string, 1), exec: make(chan string, 1)}
+	a := &Agent{opts: opts, log: log, id: id, signing: signing, journal: j, reboot: make(chan string, 1), exec: make(chan string, 1),
+		specs: newSpecQueue()}
 	if _, err := j.Sweep(); err != nil {
 		log.Warn("journal.sweep_failed", "err", err)
 	}
@@ -310,6 +312,17 @@ func (a *Agent) Run(ctx context.Context) (int, error) {
 		return ExitError, err
 	}
 	a.converger.Start()
+	specsDone := make(chan struct{})
+	go func() {
+		defer close(specsDone)
+		a.specs.run(ctx, func(ds *agentv1.DesiredState) { _, _ = a.converger.Apply(ds) })
+	}()
+	// The spec applier ends before the journal closes (a.Close).
+	stopSpecs := func() {
+		cancel()
+		<-specsDone
+	}
+	defer stopSpecs()
 	if err := a.startVPS(ctx); err != nil {
 		return ExitError, fmt.Errorf("the instances: %w", err)
 	}
@@ -340,6 +353,7 @@ wait:
 		case path := <-a.exec:
 			cancel()
 			<-done
+			stopSpecs()
 			stopRenewal()
 			a.dispatcher.Stop()
 			a.Close()
@@ -424,7 +438,7 @@ func (a *Agent) Frame(f *agentv1.GatewayFrame) {
 	case *agentv1.GatewayFrame_Command:
 		a.dispatcher.Deliver(x.Command)
 	case *agentv1.GatewayFrame_DesiredState:
-		_, _ = a.converger.Apply(x.DesiredState)
+		a.specs.put(x.DesiredState)
 	case *agentv1.GatewayFrame_Cancel:
 		a.dispatcher.Cancel(x.Cancel.GetCommandId())
 	default:

@@ -21,7 +21,6 @@ import (
 	"bcd/internal/config"
 	"bcd/internal/pki"
 	"bcd/internal/proto/agentv1"
-	"google.golang.org/protobuf/proto"
 )
 
 // AccessResult is access.apply's result.
@@ -36,35 +35,9 @@ type accessState struct {
 }
 
 func (s *Server) accessApply(req Request) (any, error) {
-	var a hostArgs
-	if err := decode(req, &a); err != nil {
-		return nil, err
-	}
-	if len(s.roots) == 0 {
-		return nil, refuse(CodeNoRoots, "no command root in %s", s.cfg.Helper.CommandRootsDir)
-	}
-	env, err := pki.ParseEnvelopeJSON(a.Spec)
+	spec, hostState, nodeID, err := s.signedSpec(req)
 	if err != nil {
 		return nil, err
-	}
-	payload, err := env.Verify(pki.PayloadTypeNodeSpec, s.roots, 1)
-	if err != nil {
-		return nil, err
-	}
-	spec := &agentv1.NodeSpec{}
-	if err := proto.Unmarshal(payload, spec); err != nil {
-		return nil, refuse(CodeArgs, "the spec does not decode: %v", err)
-	}
-	hostState, err := s.loadHostState()
-	if err != nil {
-		return nil, err
-	}
-	nodeID, err := s.hostNodeID(hostState)
-	if err != nil {
-		return nil, err
-	}
-	if spec.GetNodeId() != nodeID {
-		return nil, refuse(pki.CodeSpecWrongNode, "spec for node %q, this host is %q", spec.GetNodeId(), nodeID)
 	}
 	statePath := filepath.Join(s.cfg.Helper.StateDir, "access.json")
 	var state accessState
@@ -91,6 +64,9 @@ func (s *Server) accessApply(req Request) (any, error) {
 	}
 	data, _ = json.Marshal(accessState{Generation: spec.GetGeneration()})
 	if err := config.WriteFileAtomic(statePath, data, 0o644); err != nil {
+		return nil, err
+	}
+	if err := s.bindNode(hostState, nodeID); err != nil {
 		return nil, err
 	}
 	s.log.Info("access.applied", "generation", spec.GetGeneration(), "accounts", files.Accounts)

@@ -71,3 +71,30 @@ func TestAccessApply(t *testing.T) {
 		t.Fatalf("an unsigned spec: %v", err)
 	}
 }
+
+func TestAccessApplyBindsTheHostsNodeLikeHostApply(t *testing.T) {
+	r := newRig(t, nil)
+	if err := os.Mkdir(filepath.Join(r.dir, "access-root"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	apply := func(raw json.RawMessage) error {
+		return Call(context.Background(), r.socket, OpAccessApply, map[string]json.RawMessage{"spec": raw}, &AccessResult{})
+	}
+	first, _ := accessSpec(t, "node_1", 2, commandRoot, "root")
+	if err := apply(first); err != nil {
+		t.Fatal(err)
+	}
+	// The first signed apply bound node_1: the bcd user naming another node
+	// in config.toml afterwards does not make root write that node's keys
+	// for root.
+	nodeConfig := filepath.Join(r.dir, "node", "config.toml")
+	os.WriteFile(nodeConfig, []byte("data_dir = \"data\"\nnode_id = \"node_other\"\n"), 0o600)
+	other, _ := accessSpec(t, "node_other", 1<<40, commandRoot, "root")
+	wantRefused(t, apply(other), string(CodeNodeChanged))
+	os.WriteFile(nodeConfig, []byte("data_dir = \"data\"\n"), 0o600)
+	wantRefused(t, apply(other), "spec-wrong-node")
+	again, _ := accessSpec(t, "node_1", 3, commandRoot, "root")
+	if err := apply(again); err != nil {
+		t.Fatalf("the bound node's spec: %v", err)
+	}
+}

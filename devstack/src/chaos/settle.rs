@@ -71,7 +71,11 @@ pub async fn settled(stack: &DevStack, nodes: &[String], within: Duration) -> bo
 }
 
 fn is_settled(stack: &DevStack, nodes: &[String]) -> bool {
-    if !nodes.iter().all(|n| stack.live_epoch(n).is_some()) {
+    // Connected to any gateway of the store: the session the store has open
+    // (the stack in process holds none when gateway processes serve).
+    let open: std::collections::HashSet<String> =
+        stack.view(|v| v.open_sessions().into_iter().map(|s| s.node_id).collect()).unwrap_or_default();
+    if !nodes.iter().all(|n| open.contains(n)) {
         return false;
     }
     let Ok(facts) = stack.fleet_facts() else { return false };

@@ -355,6 +355,11 @@ pub struct InstanceSpec {
     /// the host's GPUs passed through to the guest
     #[prost(uint32, repeated, tag = "13")]
     pub gpu_indexes: ::prost::alloc::vec::Vec<u32>,
+    /// The image it boots from: "sha256:\<64 lowercase hex>", the digest of a
+    /// base disk in the host's image store; the host boots a copy-on-write
+    /// overlay of its own over it (empty: no boot disk).
+    #[prost(string, tag = "14")]
+    pub image: ::prost::alloc::string::String,
 }
 /// Pinned vCPUs: vCPU i runs on host_cpus\[i\], every one of them on
 /// numa_node, whose memory the guest's memory comes from (strictly).

@@ -1677,8 +1677,12 @@ type InstanceSpec struct {
 	HugepageBytes    uint64                 `protobuf:"varint,11,opt,name=hugepage_bytes,json=hugepageBytes,proto3" json:"hugepage_bytes,omitempty"`            // memory backed by huge pages of this size (2 MiB or 1 GiB; 0: none)
 	MemoryFloorBytes uint64                 `protobuf:"varint,12,opt,name=memory_floor_bytes,json=memoryFloorBytes,proto3" json:"memory_floor_bytes,omitempty"` // the balloon's floor under memory pressure (0: no ballooning)
 	GpuIndexes       []uint32               `protobuf:"varint,13,rep,packed,name=gpu_indexes,json=gpuIndexes,proto3" json:"gpu_indexes,omitempty"`              // the host's GPUs passed through to the guest
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The image it boots from: "sha256:<64 lowercase hex>", the digest of a
+	// base disk in the host's image store; the host boots a copy-on-write
+	// overlay of its own over it (empty: no boot disk).
+	Image         string `protobuf:"bytes,14,opt,name=image,proto3" json:"image,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InstanceSpec) Reset() {
@@ -1800,6 +1804,13 @@ func (x *InstanceSpec) GetGpuIndexes() []uint32 {
 		return x.GpuIndexes
 	}
 	return nil
+}
+
+func (x *InstanceSpec) GetImage() string {
+	if x != nil {
+		return x.Image
+	}
+	return ""
 }
 
 // Pinned vCPUs: vCPU i runs on host_cpus[i], every one of them on
@@ -6117,7 +6128,7 @@ const file_bc_agent_v1_agent_proto_rawDesc = "" +
 	"\acontent\x18\x02 \x01(\fR\acontent\"~\n" +
 	"\x10InstancesSection\x127\n" +
 	"\tinstances\x18\x01 \x03(\v2\x19.bc.agent.v1.InstanceSpecR\tinstances\x121\n" +
-	"\avolumes\x18\x02 \x03(\v2\x17.bc.agent.v1.VolumeSpecR\avolumes\"\xda\x03\n" +
+	"\avolumes\x18\x02 \x03(\v2\x17.bc.agent.v1.VolumeSpecR\avolumes\"\xf0\x03\n" +
 	"\fInstanceSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aruntime\x18\x02 \x01(\tR\aruntime\x12\x14\n" +
@@ -6133,7 +6144,8 @@ const file_bc_agent_v1_agent_proto_rawDesc = "" +
 	"\x0ehugepage_bytes\x18\v \x01(\x04R\rhugepageBytes\x12,\n" +
 	"\x12memory_floor_bytes\x18\f \x01(\x04R\x10memoryFloorBytes\x12\x1f\n" +
 	"\vgpu_indexes\x18\r \x03(\rR\n" +
-	"gpuIndexes\"H\n" +
+	"gpuIndexes\x12\x14\n" +
+	"\x05image\x18\x0e \x01(\tR\x05image\"H\n" +
 	"\fInstanceCpus\x12\x1b\n" +
 	"\tnuma_node\x18\x01 \x01(\rR\bnumaNode\x12\x1b\n" +
 	"\thost_cpus\x18\x02 \x03(\rR\bhostCpus\"7\n" +
