@@ -92,14 +92,14 @@ func (s *secrets) answer() {
 }
 
 // headerReceiver is an OTLP endpoint that hands each export's Authorization to the test.
-func headerReceiver(t *testing.T) (string, chan string) {
+func headerReceiver(t *testing.T) (string, chan string, *http.Client) {
 	seen := make(chan string, 16)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		seen <- r.Header.Get("Authorization") + "|" + r.Header.Get("Content-Type")
 		w.Write([]byte("{}"))
 	}))
 	t.Cleanup(srv.Close)
-	return srv.URL, seen
+	return srv.URL, seen, srv.Client()
 }
 
 func awaitHeader(t *testing.T, seen chan string) string {
@@ -118,21 +118,21 @@ func headersInput(endpoint string, intervalMs uint32, ref string) converge.Input
 		OtlpEndpoint: endpoint, ExportIntervalMs: intervalMs, HeadersRef: ref}}}
 }
 
-func headersReconciler(t *testing.T, s *secrets, logs *testlog.Buffer) *Reconciler {
+func headersReconciler(t *testing.T, s *secrets, logs *testlog.Buffer, client *http.Client) *Reconciler {
 	m, err := fakehw.New(t.TempDir(), "41", fakehw.VariantCPU)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := New(Config{NodeID: "node_7", Version: "1.2.3", Machine: m, Secrets: s, Log: slog.New(slog.NewTextHandler(logs, nil))})
+	r := New(Config{NodeID: "node_7", Version: "1.2.3", Machine: m, Secrets: s, Client: client, Log: slog.New(slog.NewTextHandler(logs, nil))})
 	t.Cleanup(r.Stop)
 	return r
 }
 
 func TestAnExportCarriesTheHeadersOfItsSecret(t *testing.T) {
-	url, seen := headerReceiver(t)
+	url, seen, client := headerReceiver(t)
 	s := &secrets{values: map[string]string{"sec_1": "Authorization=Bearer%20" + secretValue + ",X-Tenant=acme"}}
 	logs := &testlog.Buffer{}
-	r := headersReconciler(t, s, logs)
+	r := headersReconciler(t, s, logs, client)
 	ctx := context.Background()
 
 	res, _ := r.Reconcile(ctx, headersInput(url, 5000, "sec_1"))
@@ -166,7 +166,7 @@ func TestAnExportCarriesTheHeadersOfItsSecret(t *testing.T) {
 
 	// bcd restarts: Resume exports nothing without the headers and asks
 	// for a pass, which asks the broker again.
-	again := headersReconciler(t, s, logs)
+	again := headersReconciler(t, s, logs, client)
 	spec := headersInput(url, 6000, "sec_1").Spec
 	again.Resume(ctx, spec)
 	if again.running != nil || !again.Waiting() {
@@ -186,13 +186,18 @@ func TestAnExportCarriesTheHeadersOfItsSecret(t *testing.T) {
 func TestARefusedOrMalformedSecretFailsTheSection(t *testing.T) {
 	s := &secrets{answered: true, values: map[string]string{"sec_bad": "Authorization " + secretValue}}
 	logs := &testlog.Buffer{}
-	r := headersReconciler(t, s, logs)
+	r := headersReconciler(t, s, logs, nil)
 	ctx := context.Background()
-	res, _ := r.Reconcile(ctx, headersInput("http://127.0.0.1:1", 5000, "sec_unknown"))
+	// Headers over plain HTTP: refused before the broker is asked.
+	res, _ := r.Reconcile(ctx, headersInput("http://127.0.0.1:1", 5000, "sec_bad"))
+	if res.State != agentv1.SectionState_SECTION_STATE_FAILED || res.Reason != ReasonInvalidEndpoint || s.asked != 0 {
+		t.Fatalf("%+v (asked %d)", res, s.asked)
+	}
+	res, _ = r.Reconcile(ctx, headersInput("https://127.0.0.1:1", 5000, "sec_unknown"))
 	if res.State != agentv1.SectionState_SECTION_STATE_FAILED || res.Reason != ReasonHeadersRefused || !strings.Contains(res.Message, "secret-unknown: ") {
 		t.Fatalf("%+v", res)
 	}
-	res, _ = r.Reconcile(ctx, headersInput("http://127.0.0.1:1", 5000, "sec_bad"))
+	res, _ = r.Reconcile(ctx, headersInput("https://127.0.0.1:1", 5000, "sec_bad"))
 	if res.State != agentv1.SectionState_SECTION_STATE_FAILED || res.Reason != ReasonInvalidHeaders || strings.Contains(res.Message, secretValue) {
 		t.Fatalf("%+v", res)
 	}
@@ -202,7 +207,7 @@ func TestARefusedOrMalformedSecretFailsTheSection(t *testing.T) {
 	// Without a broker, a section with headers is refused.
 	m, _ := fakehw.New(t.TempDir(), "41", fakehw.VariantCPU)
 	bare := New(Config{NodeID: "node_7", Machine: m})
-	if res, _ := bare.Reconcile(ctx, headersInput("http://127.0.0.1:1", 5000, "sec_1")); res.Reason != ReasonHeadersRefused {
+	if res, _ := bare.Reconcile(ctx, headersInput("https://127.0.0.1:1", 5000, "sec_1")); res.Reason != ReasonHeadersRefused {
 		t.Fatalf("%+v", res)
 	}
 }

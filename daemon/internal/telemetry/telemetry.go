@@ -159,8 +159,9 @@ func (s Settings) equal(o Settings) bool {
 }
 
 // ParseSection reads a section: the endpoint (a path of "" or "/" becomes
-// OTLP/HTTP's /v1/metrics), the interval (0: DefaultInterval; below
-// MinInterval: MinInterval) and the attributes.
+// OTLP/HTTP's /v1/metrics; one with headers must be https://: they are
+// secrets), the interval (0: DefaultInterval; below MinInterval:
+// MinInterval) and the attributes.
 func ParseSection(t *agentv1.TelemetrySection) (Settings, error) {
 	s := Settings{Attributes: t.GetResourceAttributes()}
 	if t.GetOtlpEndpoint() == "" {
@@ -170,6 +171,9 @@ func ParseSection(t *agentv1.TelemetrySection) (Settings, error) {
 	u, err := url.Parse(t.GetOtlpEndpoint())
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return s, fmt.Errorf("otlp_endpoint %q is not an http:// or https:// URL", t.GetOtlpEndpoint())
+	}
+	if s.HeadersRef != "" && u.Scheme != "https" {
+		return s, fmt.Errorf("otlp_endpoint %q is not https://: the headers of %s would cross the network in the clear", t.GetOtlpEndpoint(), s.HeadersRef)
 	}
 	if u.Path == "" || u.Path == "/" {
 		u.Path = "/v1/metrics"

@@ -60,19 +60,15 @@ pub fn parse(text: &[u8]) -> std::result::Result<Required, String> {
 /// `headers_ref`); a `headers_ref` naming no secret, or one that is not
 /// headers, lets no export in.
 pub fn required(shared: &Shared, node_id: &str) -> Result<Option<std::result::Result<Required, Unauthenticated>>> {
-    shared
-        .ledger
-        .read(|c| {
-            let Some(reference) = spec::telemetry_headers_ref(c, node_id)? else { return Ok(None) };
-            let parsed = match secrets::get(c, &reference)? {
-                None => Err(Unauthenticated(format!("the node's headers_ref {reference} names no secret"))),
-                Some(value) => parse(&value).map_err(|why| {
-                    Unauthenticated(format!("the node's headers_ref {reference} is not headers: {why}"))
-                }),
-            };
-            Ok::<_, crate::store::Error>(Some(parsed))
-        })
-        .map_err(Into::into)
+    shared.ledger.read(|c| {
+        let Some(reference) = spec::telemetry_headers_ref(c, node_id)? else { return Ok(None) };
+        let parsed = match secrets::get(c, &reference)? {
+            None => Err(Unauthenticated(format!("the node's headers_ref {reference} names no secret"))),
+            Some(value) => parse(&value)
+                .map_err(|why| Unauthenticated(format!("the node's headers_ref {reference} is not headers: {why}"))),
+        };
+        Ok::<_, crate::store::Error>(Some(parsed))
+    })
 }
 
 /// Checks an export's headers against `required`: the names it carried,

@@ -296,7 +296,7 @@ pub async fn receive(
     };
     let header_names = match authenticated(&shared, &node.node_id, &request_headers) {
         Ok(names) => names,
-        Err(answer) => return answer,
+        Err((status, message)) => return refusal(status, message),
     };
     let content_type = request_headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
     let encoding = match content_type.split(';').next().unwrap_or("").trim() {
@@ -346,20 +346,24 @@ pub async fn receive(
 }
 
 /// The names of the headers an export of `node_id` carried for its
-/// `headers_ref`, or the refusal to answer (`otlp-unauthenticated`, or 503
-/// when the store cannot say).
-fn authenticated(shared: &Shared, node_id: &str, sent: &HeaderMap) -> std::result::Result<Vec<String>, Response> {
+/// `headers_ref`, or the refusal's status and message
+/// (`otlp-unauthenticated`, or 503 when the store cannot say).
+fn authenticated(
+    shared: &Shared,
+    node_id: &str,
+    sent: &HeaderMap,
+) -> std::result::Result<Vec<String>, (StatusCode, String)> {
     let checked = match headers::required(shared, node_id) {
         Ok(None) => return Ok(Vec::new()),
         Ok(Some(required)) => required.and_then(|required| headers::check(&required, sent)),
         Err(e) => {
             warn!(node_id = %node_id, error = %e, "otlp: the node's headers_ref could not be read");
-            return Err((StatusCode::SERVICE_UNAVAILABLE, "the export could not be checked").into_response());
+            return Err((StatusCode::SERVICE_UNAVAILABLE, "the export could not be checked".to_string()));
         }
     };
     checked.map_err(|why| {
         warn!(node_id = %node_id, code = %Code::OtlpUnauthenticated, why = %why.0, "otlp: export refused");
-        refusal(StatusCode::UNAUTHORIZED, format!("{}: {}", Code::OtlpUnauthenticated, why.0))
+        (StatusCode::UNAUTHORIZED, format!("{}: {}", Code::OtlpUnauthenticated, why.0))
     })
 }
 
