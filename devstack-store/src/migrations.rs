@@ -43,7 +43,15 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration { version: 12, name: "gateways, session epochs and liveness", sql: V12 },
     Migration { version: 13, name: "fleet facts: liveness marks, spec deliveries, release causes, usage", sql: V13 },
     Migration { version: 14, name: "node cordons, reservation ends", sql: V14 },
+    Migration { version: 15, name: "otlp export header names", sql: V15 },
 ];
+
+/// An export from a node whose telemetry section names a `headers_ref` was
+/// checked against that secret's headers: their names (comma-separated,
+/// lowercase; never a value) are kept with it.
+const V15: &str = r#"
+ALTER TABLE otlp_exports ADD COLUMN header_names TEXT NOT NULL DEFAULT '';
+"#;
 
 /// What the fleet invariants are checked over (docs/harness.md, "Fleet
 /// invariants"), every time by the store's clock: each unreachable mark

@@ -635,6 +635,21 @@ impl DevStack {
         releases::rollout(&self.run.shared, node_id, version, options)
     }
 
+    /// Publishes the next spec generation of a node with a daemon section
+    /// naming a published release (its signed manifest carried): bcd
+    /// converges to it by the slots, swap and confirmation of
+    /// `daemon.upgrade` and reports the section (docs/protocol.md,
+    /// "Self-update"). Returns the generation.
+    pub async fn converge_daemon(&self, node_id: &str, version: &str) -> Result<u64> {
+        self.converge_daemon_with(node_id, version, &ManifestOptions::default()).await
+    }
+
+    /// Like [`DevStack::converge_daemon`] with a manifest signed as
+    /// `options` say (to test bcd's refusals).
+    pub async fn converge_daemon_with(&self, node_id: &str, version: &str, options: &ManifestOptions) -> Result<u64> {
+        releases::converge_daemon(&self.run.shared, node_id, version, options)
+    }
+
     /// Waits until a node has a live session whose Hello reported
     /// `version` (a self-update confirmed by its Welcome); returns its row.
     pub async fn await_daemon_version(

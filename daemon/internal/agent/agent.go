@@ -4,7 +4,8 @@
 // to the WebSocket: dialer) to the dispatcher
 // (commands, cancel; the kinds it runs are registered in kinds.go), the
 // converger (desired state, one reconciler per NodeSpec section: telemetry,
-// access (access.go), and the instances section on a VPS host, vps.go), the consoles
+// access (access.go), daemon (upgrade.go), and the instances section on a
+// VPS host, vps.go), the consoles
 // (tunnels.go: OpenTunnel through the frame handlers) and the status
 // socket. It ends on its
 // context (exit 0), after a self-terminating command (exit 0: the
@@ -176,17 +177,22 @@ func New(opts Options) (*Agent, error) {
 	// (docs/protocol.md, "Telemetry").
 	exporter := identity.HTTPSClient(c, id)
 	exporter.Timeout = telemetry.ExportTimeout
-	tcfg := telemetry.Config{NodeID: id.NodeID, Version: opts.Version, Machine: opts.Machine, Log: log, Client: exporter}
+	if a.broker == nil {
+		a.broker = a.newBroker()
+	}
+	a.frames = append(a.frames, a.broker)
+	tcfg := telemetry.Config{NodeID: id.NodeID, Version: opts.Version, Machine: opts.Machine, Log: log, Client: exporter, Secrets: a.broker}
 	if a.instances != nil {
 		reconcilers = append(reconcilers, a.instances)
-		a.frames = append(a.frames, a.broker)
 		tcfg.Instances = a.instances
 	}
 	a.telemetry = telemetry.New(tcfg)
+	a.broker.OnSecret(func() { a.converger.Repass(converge.SectionTelemetry) })
 	reconcilers = append(reconcilers, a.telemetry)
 	if r := a.accessReconciler(); r != nil {
 		reconcilers = append(reconcilers, r)
 	}
+	reconcilers = append(reconcilers, a.daemonReconciler())
 	a.converger, err = converge.New(converge.Config{
 		NodeID: id.NodeID, Key: id.Key, Journal: j, Machine: opts.Machine, Trust: a.trust,
 		Notify: a.session.Notify, Log: log, Reconcilers: reconcilers,
@@ -210,6 +216,14 @@ func New(opts Options) (*Agent, error) {
 		Log:         log,
 	})
 	return a, nil
+}
+
+// newBroker is the secret broker of a node that is no VPS host (a VPS
+// host's is made with its instances, vps.go): the telemetry section's
+// headers come through it.
+func (a *Agent) newBroker() *broker.Broker {
+	return broker.New(broker.Config{NodeID: a.id.NodeID, Key: a.id.Key, BootID: a.opts.Machine.BootID,
+		Send: a.session.SendControl, Log: a.log})
 }
 
 // NodeID is the agent's node id.

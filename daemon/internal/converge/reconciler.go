@@ -111,6 +111,10 @@ type Result struct {
 	// Report adds this pass's one-time facts to the StatusReport that
 	// follows it (holds: the released and the failed holds).
 	Report func(r *agentv1.StatusReport)
+	// Then runs once the pass is persisted and its StatusReport journaled
+	// (daemon: the swapped binary handed to the agent, which execs it), so
+	// what the next process reads is this pass's.
+	Then func()
 }
 
 // applied is an APPLIED Result with nothing else to say.

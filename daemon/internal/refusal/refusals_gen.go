@@ -85,6 +85,8 @@ const (
 const (
 	// CodeOTLPMalformed: An export that does not decode as an OTLP ExportMetricsServiceRequest (HTTP 400).
 	CodeOTLPMalformed Code = "otlp-malformed"
+	// CodeOTLPUnauthenticated: An export without the headers of its node's telemetry headers_ref, each with that secret's value (HTTP 401).
+	CodeOTLPUnauthenticated Code = "otlp-unauthenticated"
 )
 
 // The codes of domain "reservation": Why the stack refused a node's AllocationBound (devstack reservations.last_refusal).

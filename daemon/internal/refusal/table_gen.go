@@ -115,6 +115,7 @@ var entries = []Entry{
 	{Code: "result-unverified", Domain: "gateway", GRPC: codes.PermissionDenied, Meaning: "A command result whose node signature does not verify: the command ends FAILED."},
 	{Code: "internal", Domain: "gateway", GRPC: codes.Internal, Meaning: "The stack failed on its own (its store, its keys); the detail never holds a secret."},
 	{Code: "otlp-malformed", Domain: "otlp", GRPC: codes.InvalidArgument, Meaning: "An export that does not decode as an OTLP ExportMetricsServiceRequest (HTTP 400)."},
+	{Code: "otlp-unauthenticated", Domain: "otlp", GRPC: codes.Unauthenticated, Meaning: "An export without the headers of its node's telemetry headers_ref, each with that secret's value (HTTP 401)."},
 	{Code: "allocation-mismatch", Domain: "reservation", GRPC: codes.FailedPrecondition, Meaning: "The bound GPU indexes are not the held ones."},
 	{Code: "allocation-generation", Domain: "reservation", GRPC: codes.FailedPrecondition, Meaning: "The hold was bound at a generation before the one that added it."},
 	{Code: "binding-unsupported", Domain: "reservation", GRPC: codes.FailedPrecondition, Meaning: "A Kubernetes binding on a pool whose policy does not enable kubernetes."},

@@ -246,12 +246,15 @@ func integer(key string, value int64) *commonv1.KeyValue {
 
 // post sends one export; any answer but 2xx is an error (its status and
 // the start of its body, which is the receiver's and holds no secret).
-func post(ctx context.Context, client *http.Client, endpoint string, body []byte) error {
+func post(ctx context.Context, client *http.Client, endpoint string, headers http.Header, body []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, ExportTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, bytes.NewReader(body))
 	if err != nil {
 		return err
+	}
+	for name, values := range headers {
+		req.Header[name] = values
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := client.Do(req)

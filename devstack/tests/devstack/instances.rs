@@ -23,7 +23,7 @@ async fn report(session: &mut Session, report: proto::StatusReport) {
     session.await_ack(seq).await;
 }
 
-async fn secret_answer(
+pub(crate) async fn secret_answer(
     session: &mut Session,
     node: &TestNode,
     secret_ref: &str,

@@ -401,6 +401,11 @@ pub struct VolumeSpec {
     #[prost(uint64, tag = "2")]
     pub size_bytes: u64,
 }
+/// The telemetry section (docs/protocol.md, "Telemetry"). headers_ref names
+/// a secret of the secret broker whose value is the export's HTTP headers,
+/// "name=value,name=value" as OTEL_EXPORTER_OTLP_HEADERS spells them (values
+/// percent-encoded): an authenticated export. bcd fetches it sealed to the
+/// node and never logs it.
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct TelemetrySection {
@@ -410,6 +415,8 @@ pub struct TelemetrySection {
     pub export_interval_ms: u32,
     #[prost(message, repeated, tag = "3")]
     pub resource_attributes: ::prost::alloc::vec::Vec<Attribute>,
+    #[prost(string, tag = "4")]
+    pub headers_ref: ::prost::alloc::string::String,
 }
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
@@ -419,13 +426,20 @@ pub struct Attribute {
     #[prost(string, tag = "2")]
     pub value: ::prost::alloc::string::String,
 }
+/// The daemon section (docs/protocol.md, "Self-update"): the release bcd
+/// converges to, by the slots, swap and confirmation of daemon.upgrade. The
+/// manifest is that release's signed manifest (a DSSE envelope of payload
+/// type application/vnd.bc.release+json), verified with bcd's \[update\] pins
+/// as for the command; its version and sequence must be the section's.
 #[allow(clippy::all)]
-#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+#[derive(Clone, PartialEq, ::prost::Message)]
 pub struct DaemonSection {
     #[prost(string, tag = "1")]
     pub version: ::prost::alloc::string::String,
     #[prost(uint64, tag = "2")]
     pub sequence: u64,
+    #[prost(message, optional, tag = "3")]
+    pub manifest: ::core::option::Option<Envelope>,
 }
 /// The access section (docs/protocol.md, "Access"): who may log in to the
 /// node over SSH, as its sshd reads it. Keys are OpenSSH public key lines

@@ -361,6 +361,8 @@ pub enum Code {
     Internal,
     /// `otlp-malformed` (otlp, InvalidArgument): An export that does not decode as an OTLP ExportMetricsServiceRequest (HTTP 400).
     OtlpMalformed,
+    /// `otlp-unauthenticated` (otlp, Unauthenticated): An export without the headers of its node's telemetry headers_ref, each with that secret's value (HTTP 401).
+    OtlpUnauthenticated,
     /// `allocation-mismatch` (reservation, FailedPrecondition): The bound GPU indexes are not the held ones.
     AllocationMismatch,
     /// `allocation-generation` (reservation, FailedPrecondition): The hold was bound at a generation before the one that added it.
@@ -685,6 +687,7 @@ impl Code {
             Code::ResultUnverified => "result-unverified",
             Code::Internal => "internal",
             Code::OtlpMalformed => "otlp-malformed",
+            Code::OtlpUnauthenticated => "otlp-unauthenticated",
             Code::AllocationMismatch => "allocation-mismatch",
             Code::AllocationGeneration => "allocation-generation",
             Code::BindingUnsupported => "binding-unsupported",
@@ -904,6 +907,7 @@ impl Code {
             Code::ResultUnverified => Domain::Gateway,
             Code::Internal => Domain::Gateway,
             Code::OtlpMalformed => Domain::Otlp,
+            Code::OtlpUnauthenticated => Domain::Otlp,
             Code::AllocationMismatch => Domain::Reservation,
             Code::AllocationGeneration => Domain::Reservation,
             Code::BindingUnsupported => Domain::Reservation,
@@ -1123,6 +1127,7 @@ impl Code {
             Code::ResultUnverified => Grpc::PermissionDenied,
             Code::Internal => Grpc::Internal,
             Code::OtlpMalformed => Grpc::InvalidArgument,
+            Code::OtlpUnauthenticated => Grpc::Unauthenticated,
             Code::AllocationMismatch => Grpc::FailedPrecondition,
             Code::AllocationGeneration => Grpc::FailedPrecondition,
             Code::BindingUnsupported => Grpc::FailedPrecondition,
@@ -1342,6 +1347,7 @@ impl Code {
             Code::ResultUnverified => "A command result whose node signature does not verify: the command ends FAILED.",
             Code::Internal => "The stack failed on its own (its store, its keys); the detail never holds a secret.",
             Code::OtlpMalformed => "An export that does not decode as an OTLP ExportMetricsServiceRequest (HTTP 400).",
+            Code::OtlpUnauthenticated => "An export without the headers of its node's telemetry headers_ref, each with that secret's value (HTTP 401).",
             Code::AllocationMismatch => "The bound GPU indexes are not the held ones.",
             Code::AllocationGeneration => "The hold was bound at a generation before the one that added it.",
             Code::BindingUnsupported => "A Kubernetes binding on a pool whose policy does not enable kubernetes.",
@@ -1561,6 +1567,7 @@ impl Code {
             "result-unverified" => Some(Code::ResultUnverified),
             "internal" => Some(Code::Internal),
             "otlp-malformed" => Some(Code::OtlpMalformed),
+            "otlp-unauthenticated" => Some(Code::OtlpUnauthenticated),
             "allocation-mismatch" => Some(Code::AllocationMismatch),
             "allocation-generation" => Some(Code::AllocationGeneration),
             "binding-unsupported" => Some(Code::BindingUnsupported),
@@ -1781,6 +1788,7 @@ pub const TABLE: &[Code] = &[
     Code::ResultUnverified,
     Code::Internal,
     Code::OtlpMalformed,
+    Code::OtlpUnauthenticated,
     Code::AllocationMismatch,
     Code::AllocationGeneration,
     Code::BindingUnsupported,

@@ -2035,11 +2035,17 @@ func (x *VolumeSpec) GetSizeBytes() uint64 {
 	return 0
 }
 
+// The telemetry section (docs/protocol.md, "Telemetry"). headers_ref names
+// a secret of the secret broker whose value is the export's HTTP headers,
+// "name=value,name=value" as OTEL_EXPORTER_OTLP_HEADERS spells them (values
+// percent-encoded): an authenticated export. bcd fetches it sealed to the
+// node and never logs it.
 type TelemetrySection struct {
 	state              protoimpl.MessageState `protogen:"open.v1"`
 	OtlpEndpoint       string                 `protobuf:"bytes,1,opt,name=otlp_endpoint,json=otlpEndpoint,proto3" json:"otlp_endpoint,omitempty"`
 	ExportIntervalMs   uint32                 `protobuf:"varint,2,opt,name=export_interval_ms,json=exportIntervalMs,proto3" json:"export_interval_ms,omitempty"`
 	ResourceAttributes []*Attribute           `protobuf:"bytes,3,rep,name=resource_attributes,json=resourceAttributes,proto3" json:"resource_attributes,omitempty"`
+	HeadersRef         string                 `protobuf:"bytes,4,opt,name=headers_ref,json=headersRef,proto3" json:"headers_ref,omitempty"`
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
@@ -2095,6 +2101,13 @@ func (x *TelemetrySection) GetResourceAttributes() []*Attribute {
 	return nil
 }
 
+func (x *TelemetrySection) GetHeadersRef() string {
+	if x != nil {
+		return x.HeadersRef
+	}
+	return ""
+}
+
 type Attribute struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -2147,10 +2160,16 @@ func (x *Attribute) GetValue() string {
 	return ""
 }
 
+// The daemon section (docs/protocol.md, "Self-update"): the release bcd
+// converges to, by the slots, swap and confirmation of daemon.upgrade. The
+// manifest is that release's signed manifest (a DSSE envelope of payload
+// type application/vnd.bc.release+json), verified with bcd's [update] pins
+// as for the command; its version and sequence must be the section's.
 type DaemonSection struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Version       string                 `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
 	Sequence      uint64                 `protobuf:"varint,2,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	Manifest      *Envelope              `protobuf:"bytes,3,opt,name=manifest,proto3" json:"manifest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2197,6 +2216,13 @@ func (x *DaemonSection) GetSequence() uint64 {
 		return x.Sequence
 	}
 	return 0
+}
+
+func (x *DaemonSection) GetManifest() *Envelope {
+	if x != nil {
+		return x.Manifest
+	}
+	return nil
 }
 
 // The access section (docs/protocol.md, "Access"): who may log in to the
@@ -6134,17 +6160,20 @@ const file_bc_agent_v1_agent_proto_rawDesc = "" +
 	"VolumeSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
-	"size_bytes\x18\x02 \x01(\x04R\tsizeBytes\"\xae\x01\n" +
+	"size_bytes\x18\x02 \x01(\x04R\tsizeBytes\"\xcf\x01\n" +
 	"\x10TelemetrySection\x12#\n" +
 	"\rotlp_endpoint\x18\x01 \x01(\tR\fotlpEndpoint\x12,\n" +
 	"\x12export_interval_ms\x18\x02 \x01(\rR\x10exportIntervalMs\x12G\n" +
-	"\x13resource_attributes\x18\x03 \x03(\v2\x16.bc.agent.v1.AttributeR\x12resourceAttributes\"3\n" +
+	"\x13resource_attributes\x18\x03 \x03(\v2\x16.bc.agent.v1.AttributeR\x12resourceAttributes\x12\x1f\n" +
+	"\vheaders_ref\x18\x04 \x01(\tR\n" +
+	"headersRef\"3\n" +
 	"\tAttribute\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"E\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"x\n" +
 	"\rDaemonSection\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x1a\n" +
-	"\bsequence\x18\x02 \x01(\x04R\bsequence\"\xbf\x02\n" +
+	"\bsequence\x18\x02 \x01(\x04R\bsequence\x121\n" +
+	"\bmanifest\x18\x03 \x01(\v2\x15.bc.agent.v1.EnvelopeR\bmanifest\"\xbf\x02\n" +
 	"\rAccessSection\x123\n" +
 	"\baccounts\x18\x03 \x03(\v2\x17.bc.agent.v1.SshAccountR\baccounts\x12/\n" +
 	"\x14trusted_user_ca_keys\x18\x04 \x03(\tR\x11trustedUserCaKeys\x12!\n" +
@@ -6590,75 +6619,76 @@ var file_bc_agent_v1_agent_proto_depIdxs = []int32{
 	26, // 24: bc.agent.v1.InstanceSpec.volumes:type_name -> bc.agent.v1.VolumeAttachment
 	24, // 25: bc.agent.v1.InstanceSpec.cpus:type_name -> bc.agent.v1.InstanceCpus
 	29, // 26: bc.agent.v1.TelemetrySection.resource_attributes:type_name -> bc.agent.v1.Attribute
-	32, // 27: bc.agent.v1.AccessSection.accounts:type_name -> bc.agent.v1.SshAccount
-	33, // 28: bc.agent.v1.AccessSection.revoked_serials:type_name -> bc.agent.v1.RevokedSerials
-	2,  // 29: bc.agent.v1.TrustSection.trust_bundle:type_name -> bc.agent.v1.Envelope
-	4,  // 30: bc.agent.v1.TrustBundle.command_roots:type_name -> bc.agent.v1.PublicKey
-	36, // 31: bc.agent.v1.TrustBundle.quorum:type_name -> bc.agent.v1.Quorum
-	4,  // 32: bc.agent.v1.TrustBundle.tunnels_issuer:type_name -> bc.agent.v1.PublicKey
-	4,  // 33: bc.agent.v1.TrustBundle.workload_issuer:type_name -> bc.agent.v1.PublicKey
-	4,  // 34: bc.agent.v1.Quorum.approvers:type_name -> bc.agent.v1.PublicKey
-	37, // 35: bc.agent.v1.Quorum.tiers:type_name -> bc.agent.v1.QuorumTier
-	40, // 36: bc.agent.v1.NodeStatement.command_result:type_name -> bc.agent.v1.CommandResult
-	41, // 37: bc.agent.v1.NodeStatement.allocation_bound:type_name -> bc.agent.v1.AllocationBound
-	42, // 38: bc.agent.v1.NodeStatement.secret_request:type_name -> bc.agent.v1.SecretRequest
-	0,  // 39: bc.agent.v1.CommandResult.state:type_name -> bc.agent.v1.CommandState
-	45, // 40: bc.agent.v1.NodeFrame.hello:type_name -> bc.agent.v1.Hello
-	48, // 41: bc.agent.v1.NodeFrame.heartbeat:type_name -> bc.agent.v1.Heartbeat
-	52, // 42: bc.agent.v1.NodeFrame.command_update:type_name -> bc.agent.v1.CommandUpdate
-	53, // 43: bc.agent.v1.NodeFrame.status_report:type_name -> bc.agent.v1.StatusReport
-	68, // 44: bc.agent.v1.NodeFrame.spec_request:type_name -> bc.agent.v1.SpecRequest
-	2,  // 45: bc.agent.v1.NodeFrame.secret_request:type_name -> bc.agent.v1.Envelope
-	69, // 46: bc.agent.v1.NodeFrame.workload_token_request:type_name -> bc.agent.v1.WorkloadTokenRequest
-	70, // 47: bc.agent.v1.NodeFrame.event_ack:type_name -> bc.agent.v1.EventAck
-	50, // 48: bc.agent.v1.NodeFrame.pong:type_name -> bc.agent.v1.Pong
-	47, // 49: bc.agent.v1.GatewayFrame.welcome:type_name -> bc.agent.v1.Welcome
-	51, // 50: bc.agent.v1.GatewayFrame.command:type_name -> bc.agent.v1.CommandDelivery
-	71, // 51: bc.agent.v1.GatewayFrame.desired_state:type_name -> bc.agent.v1.DesiredState
-	49, // 52: bc.agent.v1.GatewayFrame.ping:type_name -> bc.agent.v1.Ping
-	72, // 53: bc.agent.v1.GatewayFrame.drain:type_name -> bc.agent.v1.Drain
-	73, // 54: bc.agent.v1.GatewayFrame.revocation_notice:type_name -> bc.agent.v1.RevocationNotice
-	74, // 55: bc.agent.v1.GatewayFrame.cancel:type_name -> bc.agent.v1.Cancel
-	75, // 56: bc.agent.v1.GatewayFrame.secret_response:type_name -> bc.agent.v1.SecretResponse
-	76, // 57: bc.agent.v1.GatewayFrame.workload_token_response:type_name -> bc.agent.v1.WorkloadTokenResponse
-	77, // 58: bc.agent.v1.GatewayFrame.open_tunnel:type_name -> bc.agent.v1.OpenTunnel
-	70, // 59: bc.agent.v1.GatewayFrame.event_ack:type_name -> bc.agent.v1.EventAck
-	46, // 60: bc.agent.v1.Hello.drivers:type_name -> bc.agent.v1.DriverManifest
-	2,  // 61: bc.agent.v1.CommandDelivery.command:type_name -> bc.agent.v1.Envelope
-	2,  // 62: bc.agent.v1.CommandDelivery.batch_approval:type_name -> bc.agent.v1.Envelope
-	0,  // 63: bc.agent.v1.CommandUpdate.state:type_name -> bc.agent.v1.CommandState
-	2,  // 64: bc.agent.v1.CommandUpdate.result:type_name -> bc.agent.v1.Envelope
-	55, // 65: bc.agent.v1.StatusReport.inventory:type_name -> bc.agent.v1.InventorySection
-	2,  // 66: bc.agent.v1.StatusReport.allocations:type_name -> bc.agent.v1.Envelope
-	62, // 67: bc.agent.v1.StatusReport.released:type_name -> bc.agent.v1.AllocationReleased
-	63, // 68: bc.agent.v1.StatusReport.failed:type_name -> bc.agent.v1.AllocationFailed
-	64, // 69: bc.agent.v1.StatusReport.instances:type_name -> bc.agent.v1.InstanceStatus
-	65, // 70: bc.agent.v1.StatusReport.pressure:type_name -> bc.agent.v1.HostPressure
-	67, // 71: bc.agent.v1.StatusReport.volume_storage:type_name -> bc.agent.v1.VolumeStorage
-	54, // 72: bc.agent.v1.StatusReport.sections:type_name -> bc.agent.v1.SectionStatus
-	66, // 73: bc.agent.v1.StatusReport.volumes:type_name -> bc.agent.v1.VolumeStatus
-	1,  // 74: bc.agent.v1.SectionStatus.state:type_name -> bc.agent.v1.SectionState
-	57, // 75: bc.agent.v1.SystemInventory.numa:type_name -> bc.agent.v1.NumaNode
-	59, // 76: bc.agent.v1.GpuInventory.gpus:type_name -> bc.agent.v1.Gpu
-	61, // 77: bc.agent.v1.NetworkInventory.nics:type_name -> bc.agent.v1.Nic
-	2,  // 78: bc.agent.v1.DesiredState.spec:type_name -> bc.agent.v1.Envelope
-	81, // 79: bc.agent.v1.OpenTunnel.size:type_name -> bc.agent.v1.TerminalSize
-	12, // 80: bc.agent.v1.RenewRequest.node_key:type_name -> bc.agent.v1.TpmCertification
-	2,  // 81: bc.agent.v1.RenewReply.response:type_name -> bc.agent.v1.Envelope
-	81, // 82: bc.agent.v1.TunnelFrame.resize:type_name -> bc.agent.v1.TerminalSize
-	5,  // 83: bc.agent.v1.Join.Join:input_type -> bc.agent.v1.JoinRequest
-	43, // 84: bc.agent.v1.Gateway.Session:input_type -> bc.agent.v1.NodeFrame
-	78, // 85: bc.agent.v1.Gateway.Renew:input_type -> bc.agent.v1.RenewRequest
-	80, // 86: bc.agent.v1.Gateway.Tunnel:input_type -> bc.agent.v1.TunnelFrame
-	13, // 87: bc.agent.v1.Join.Join:output_type -> bc.agent.v1.JoinReply
-	44, // 88: bc.agent.v1.Gateway.Session:output_type -> bc.agent.v1.GatewayFrame
-	79, // 89: bc.agent.v1.Gateway.Renew:output_type -> bc.agent.v1.RenewReply
-	80, // 90: bc.agent.v1.Gateway.Tunnel:output_type -> bc.agent.v1.TunnelFrame
-	87, // [87:91] is the sub-list for method output_type
-	83, // [83:87] is the sub-list for method input_type
-	83, // [83:83] is the sub-list for extension type_name
-	83, // [83:83] is the sub-list for extension extendee
-	0,  // [0:83] is the sub-list for field type_name
+	2,  // 27: bc.agent.v1.DaemonSection.manifest:type_name -> bc.agent.v1.Envelope
+	32, // 28: bc.agent.v1.AccessSection.accounts:type_name -> bc.agent.v1.SshAccount
+	33, // 29: bc.agent.v1.AccessSection.revoked_serials:type_name -> bc.agent.v1.RevokedSerials
+	2,  // 30: bc.agent.v1.TrustSection.trust_bundle:type_name -> bc.agent.v1.Envelope
+	4,  // 31: bc.agent.v1.TrustBundle.command_roots:type_name -> bc.agent.v1.PublicKey
+	36, // 32: bc.agent.v1.TrustBundle.quorum:type_name -> bc.agent.v1.Quorum
+	4,  // 33: bc.agent.v1.TrustBundle.tunnels_issuer:type_name -> bc.agent.v1.PublicKey
+	4,  // 34: bc.agent.v1.TrustBundle.workload_issuer:type_name -> bc.agent.v1.PublicKey
+	4,  // 35: bc.agent.v1.Quorum.approvers:type_name -> bc.agent.v1.PublicKey
+	37, // 36: bc.agent.v1.Quorum.tiers:type_name -> bc.agent.v1.QuorumTier
+	40, // 37: bc.agent.v1.NodeStatement.command_result:type_name -> bc.agent.v1.CommandResult
+	41, // 38: bc.agent.v1.NodeStatement.allocation_bound:type_name -> bc.agent.v1.AllocationBound
+	42, // 39: bc.agent.v1.NodeStatement.secret_request:type_name -> bc.agent.v1.SecretRequest
+	0,  // 40: bc.agent.v1.CommandResult.state:type_name -> bc.agent.v1.CommandState
+	45, // 41: bc.agent.v1.NodeFrame.hello:type_name -> bc.agent.v1.Hello
+	48, // 42: bc.agent.v1.NodeFrame.heartbeat:type_name -> bc.agent.v1.Heartbeat
+	52, // 43: bc.agent.v1.NodeFrame.command_update:type_name -> bc.agent.v1.CommandUpdate
+	53, // 44: bc.agent.v1.NodeFrame.status_report:type_name -> bc.agent.v1.StatusReport
+	68, // 45: bc.agent.v1.NodeFrame.spec_request:type_name -> bc.agent.v1.SpecRequest
+	2,  // 46: bc.agent.v1.NodeFrame.secret_request:type_name -> bc.agent.v1.Envelope
+	69, // 47: bc.agent.v1.NodeFrame.workload_token_request:type_name -> bc.agent.v1.WorkloadTokenRequest
+	70, // 48: bc.agent.v1.NodeFrame.event_ack:type_name -> bc.agent.v1.EventAck
+	50, // 49: bc.agent.v1.NodeFrame.pong:type_name -> bc.agent.v1.Pong
+	47, // 50: bc.agent.v1.GatewayFrame.welcome:type_name -> bc.agent.v1.Welcome
+	51, // 51: bc.agent.v1.GatewayFrame.command:type_name -> bc.agent.v1.CommandDelivery
+	71, // 52: bc.agent.v1.GatewayFrame.desired_state:type_name -> bc.agent.v1.DesiredState
+	49, // 53: bc.agent.v1.GatewayFrame.ping:type_name -> bc.agent.v1.Ping
+	72, // 54: bc.agent.v1.GatewayFrame.drain:type_name -> bc.agent.v1.Drain
+	73, // 55: bc.agent.v1.GatewayFrame.revocation_notice:type_name -> bc.agent.v1.RevocationNotice
+	74, // 56: bc.agent.v1.GatewayFrame.cancel:type_name -> bc.agent.v1.Cancel
+	75, // 57: bc.agent.v1.GatewayFrame.secret_response:type_name -> bc.agent.v1.SecretResponse
+	76, // 58: bc.agent.v1.GatewayFrame.workload_token_response:type_name -> bc.agent.v1.WorkloadTokenResponse
+	77, // 59: bc.agent.v1.GatewayFrame.open_tunnel:type_name -> bc.agent.v1.OpenTunnel
+	70, // 60: bc.agent.v1.GatewayFrame.event_ack:type_name -> bc.agent.v1.EventAck
+	46, // 61: bc.agent.v1.Hello.drivers:type_name -> bc.agent.v1.DriverManifest
+	2,  // 62: bc.agent.v1.CommandDelivery.command:type_name -> bc.agent.v1.Envelope
+	2,  // 63: bc.agent.v1.CommandDelivery.batch_approval:type_name -> bc.agent.v1.Envelope
+	0,  // 64: bc.agent.v1.CommandUpdate.state:type_name -> bc.agent.v1.CommandState
+	2,  // 65: bc.agent.v1.CommandUpdate.result:type_name -> bc.agent.v1.Envelope
+	55, // 66: bc.agent.v1.StatusReport.inventory:type_name -> bc.agent.v1.InventorySection
+	2,  // 67: bc.agent.v1.StatusReport.allocations:type_name -> bc.agent.v1.Envelope
+	62, // 68: bc.agent.v1.StatusReport.released:type_name -> bc.agent.v1.AllocationReleased
+	63, // 69: bc.agent.v1.StatusReport.failed:type_name -> bc.agent.v1.AllocationFailed
+	64, // 70: bc.agent.v1.StatusReport.instances:type_name -> bc.agent.v1.InstanceStatus
+	65, // 71: bc.agent.v1.StatusReport.pressure:type_name -> bc.agent.v1.HostPressure
+	67, // 72: bc.agent.v1.StatusReport.volume_storage:type_name -> bc.agent.v1.VolumeStorage
+	54, // 73: bc.agent.v1.StatusReport.sections:type_name -> bc.agent.v1.SectionStatus
+	66, // 74: bc.agent.v1.StatusReport.volumes:type_name -> bc.agent.v1.VolumeStatus
+	1,  // 75: bc.agent.v1.SectionStatus.state:type_name -> bc.agent.v1.SectionState
+	57, // 76: bc.agent.v1.SystemInventory.numa:type_name -> bc.agent.v1.NumaNode
+	59, // 77: bc.agent.v1.GpuInventory.gpus:type_name -> bc.agent.v1.Gpu
+	61, // 78: bc.agent.v1.NetworkInventory.nics:type_name -> bc.agent.v1.Nic
+	2,  // 79: bc.agent.v1.DesiredState.spec:type_name -> bc.agent.v1.Envelope
+	81, // 80: bc.agent.v1.OpenTunnel.size:type_name -> bc.agent.v1.TerminalSize
+	12, // 81: bc.agent.v1.RenewRequest.node_key:type_name -> bc.agent.v1.TpmCertification
+	2,  // 82: bc.agent.v1.RenewReply.response:type_name -> bc.agent.v1.Envelope
+	81, // 83: bc.agent.v1.TunnelFrame.resize:type_name -> bc.agent.v1.TerminalSize
+	5,  // 84: bc.agent.v1.Join.Join:input_type -> bc.agent.v1.JoinRequest
+	43, // 85: bc.agent.v1.Gateway.Session:input_type -> bc.agent.v1.NodeFrame
+	78, // 86: bc.agent.v1.Gateway.Renew:input_type -> bc.agent.v1.RenewRequest
+	80, // 87: bc.agent.v1.Gateway.Tunnel:input_type -> bc.agent.v1.TunnelFrame
+	13, // 88: bc.agent.v1.Join.Join:output_type -> bc.agent.v1.JoinReply
+	44, // 89: bc.agent.v1.Gateway.Session:output_type -> bc.agent.v1.GatewayFrame
+	79, // 90: bc.agent.v1.Gateway.Renew:output_type -> bc.agent.v1.RenewReply
+	80, // 91: bc.agent.v1.Gateway.Tunnel:output_type -> bc.agent.v1.TunnelFrame
+	88, // [88:92] is the sub-list for method output_type
+	84, // [84:88] is the sub-list for method input_type
+	84, // [84:84] is the sub-list for extension type_name
+	84, // [84:84] is the sub-list for extension extendee
+	0,  // [0:84] is the sub-list for field type_name
 }
 
 func init() { file_bc_agent_v1_agent_proto_init() }
