@@ -44,8 +44,9 @@ mod workload;
 use plane::Plane;
 use strike::AgentFaults;
 
-/// The Welcome's heartbeat interval of a chaos run's gateways.
-const HEARTBEAT_MS: u32 = 2_000;
+/// The Welcome's heartbeat interval of a chaos run's gateways (the stack's
+/// default: a node is judged silent after three).
+const HEARTBEAT_MS: u32 = 5_000;
 /// A chaos run's usage window (short: a run lasts minutes).
 const USAGE_WINDOW: Duration = Duration::from_secs(10);
 
@@ -284,7 +285,7 @@ impl Fleet {
         let (control, log) = (dir.join("sim.sock"), dir.join("bcd-sim.log"));
         let sim = SimProcess::start(bcd, &base.config, spec.nodes, FAKEHW_SEED, &token, &control, &log, Duration::ZERO)
             .await?;
-        let deadline = Duration::from_secs(60) + Duration::from_millis(50) * spec.nodes;
+        let deadline = Duration::from_secs(60) + Duration::from_millis(200) * spec.nodes;
         let nodes = settle::adopted(stack, &pool, &data, spec.nodes, deadline).await?;
         Ok(Fleet { proxy, sim, nodes, data })
     }
