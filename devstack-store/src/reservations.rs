@@ -183,6 +183,22 @@ pub fn finish_release(c: &Db<'_>, id: &str, now_ms: i64) -> Result<bool> {
     Ok(n == 1)
 }
 
+/// Moves to `released` every releasing reservation of `node_id` that the
+/// node never bound (no AllocationBound was taken) and whose hold was
+/// withdrawn at or before `applied`, the generation the node applied: a
+/// node that took a newer spec than the hold's never held it, and so never
+/// reports it released. Returns their ids.
+pub fn finish_unbound(c: &Db<'_>, node_id: &str, applied: u64, now_ms: i64) -> Result<Vec<String>> {
+    c.query_map(
+        "UPDATE reservations SET state = 'released', released_at_ms = ?3
+         WHERE node_id = ?1 AND state = 'releasing' AND bound_generation IS NULL AND release_generation <= ?2
+         RETURNING id",
+        params![node_id, applied, now_ms],
+        |r| r.get(0),
+    )
+    .map_err(Error::at("release the holds a node never bound"))
+}
+
 /// Moves a reservation that is not over to `failed` (the node could not
 /// bind or keep it: cause `node-failed`), booked until `now_ms` unless its
 /// hold was withdrawn before; returns its state before, or `None` when it

@@ -329,6 +329,10 @@ impl EventHandler<proto::StatusReport> for Allocations {
             .map(|env| Bound::check(env, |e| event.verify_statement(e, pki::statement::verify_allocation_bound)))
             .collect();
         let specs = apply_report(event.c, event.shared, node_id, &bound, &report.released, &report.failed)?;
+        for id in rows::finish_unbound(event.c, node_id, report.applied_generation, now_ms())? {
+            info!(node_id, reservation_id = %id, applied = report.applied_generation, "reservation: released (never bound; the node applied past its hold)");
+            event.c.publish(changed(node_id, &id, ReservationState::Released, ""));
+        }
         if !(bound.is_empty() && report.released.is_empty() && report.failed.is_empty()) {
             debug!(
                 node_id = %node_id,
