@@ -94,6 +94,12 @@ impl BuildOptions {
         }
     }
 
+    /// The host build (tags `nonvml`): the real machine, libvirt through
+    /// bcd helper; what the real-guest scenarios run.
+    pub fn host() -> Self {
+        BuildOptions { tags: vec!["nonvml".into()], ..Self::fakehw() }
+    }
+
     /// The same build, reporting another version.
     pub fn with_version(mut self, version: &str) -> Self {
         self.version = Some(version.to_string());

@@ -1,5 +1,6 @@
 //! The `node_labels` table: what the stack knows a node offers, from its
-//! Hello (`bc.dev/driver.<runtime>` for each runtime driver it announces).
+//! Hello (`bc.dev/driver.<runtime>` for each runtime driver it announces,
+//! `bc.dev/cap.<capability>` for each capability).
 
 use crate::params;
 
@@ -9,28 +10,55 @@ use crate::{Db, Error, Result};
 /// The prefix of a driver label.
 pub const DRIVER_PREFIX: &str = "bc.dev/driver.";
 
+/// The prefix of a capability label (`bc.dev/cap.<capability>`, from the
+/// Hello's `capabilities`).
+pub const CAPABILITY_PREFIX: &str = "bc.dev/cap.";
+
 /// Replaces a node's driver labels with `drivers` (name, version; a name
 /// given twice takes its last version) and says whether they changed. Labels
 /// that are already so are not written again: every Hello announces the
 /// drivers, and a fleet reconnecting must not rewrite them all. Written,
 /// they are the ones asked for, so they changed.
 pub fn set_drivers(c: &Db<'_>, node_id: &str, drivers: &[(String, String)], now: i64) -> Result<bool> {
+    set_prefixed(c, node_id, DRIVER_PREFIX, drivers, now)
+}
+
+/// Replaces a node's capability labels with `capabilities` (each with an
+/// empty value), as [`set_drivers`] does its driver labels.
+pub fn set_capabilities(c: &Db<'_>, node_id: &str, capabilities: &[String], now: i64) -> Result<bool> {
+    let entries: Vec<(String, String)> = capabilities.iter().map(|c| (c.clone(), String::new())).collect();
+    set_prefixed(c, node_id, CAPABILITY_PREFIX, &entries, now)
+}
+
+/// Whether a node has the capability label of `capability`.
+pub fn has_capability(c: &Db<'_>, node_id: &str, capability: &str) -> Result<bool> {
+    let label = format!("{CAPABILITY_PREFIX}{capability}");
+    Ok(of_node(c, node_id)?.iter().any(|l| l.label == label))
+}
+
+/// Replaces the labels of a node under `prefix` with `entries` (name,
+/// value), unless they are already so; says whether they changed.
+fn set_prefixed(c: &Db<'_>, node_id: &str, prefix: &str, entries: &[(String, String)], now: i64) -> Result<bool> {
     let wanted: std::collections::BTreeMap<String, &str> =
-        drivers.iter().map(|(name, version)| (format!("{DRIVER_PREFIX}{name}"), version.as_str())).collect();
+        entries.iter().map(|(name, value)| (format!("{prefix}{name}"), value.as_str())).collect();
     let before = of_node(c, node_id)?;
-    let current = before.iter().filter(|l| l.label.starts_with(DRIVER_PREFIX));
+    let current = before.iter().filter(|l| l.label.starts_with(prefix));
     if current.map(|l| (l.label.as_str(), l.value.as_str())).eq(wanted.iter().map(|(l, v)| (l.as_str(), *v))) {
         return Ok(false);
     }
-    c.execute("DELETE FROM node_labels WHERE node_id = ?1 AND label LIKE 'bc.dev/driver.%'", params![node_id])
-        .map_err(Error::at("clear driver labels"))?;
-    for (label, version) in &wanted {
+    // Exactly the prefix (LIKE would take `_` and `%` as wildcards).
+    c.execute(
+        "DELETE FROM node_labels WHERE node_id = ?1 AND substr(label, 1, length(?2)) = ?2",
+        params![node_id, prefix],
+    )
+    .map_err(Error::at("clear labels"))?;
+    for (label, value) in &wanted {
         c.execute(
             "INSERT INTO node_labels (node_id, label, value, updated_at_ms) VALUES (?1, ?2, ?3, ?4)
              ON CONFLICT (node_id, label) DO UPDATE SET value = excluded.value, updated_at_ms = excluded.updated_at_ms",
-            params![node_id, label, version, now],
+            params![node_id, label, value, now],
         )
-        .map_err(Error::at("insert driver label"))?;
+        .map_err(Error::at("insert label"))?;
     }
     Ok(true)
 }
@@ -73,6 +101,15 @@ mod tests {
                 assert!(set_drivers(c, "node_1", &[], 40)?);
                 assert!(of_node(c, "node_1")?.is_empty());
                 assert!(!set_drivers(c, "node_1", &[], 50)?);
+                // Capabilities beside drivers: each replaces its own.
+                assert!(set_drivers(c, "node_1", &drivers(&[("qemu", "9.0")]), 60)?);
+                let caps = vec!["cdi".to_string(), "devices.limits".to_string()];
+                assert!(set_capabilities(c, "node_1", &caps, 60)?);
+                assert!(!set_capabilities(c, "node_1", &caps, 70)?);
+                assert!(has_capability(c, "node_1", "devices.limits")? && !has_capability(c, "node_1", "nvml")?);
+                assert!(set_capabilities(c, "node_1", &caps[..1], 80)?);
+                let labels: Vec<String> = of_node(c, "node_1")?.into_iter().map(|l| l.label).collect();
+                assert_eq!(labels, vec!["bc.dev/cap.cdi", "bc.dev/driver.qemu"]);
                 Ok::<_, Error>(())
             })
             .unwrap();

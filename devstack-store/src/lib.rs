@@ -28,6 +28,7 @@ pub mod certs;
 pub mod clock;
 pub mod cluster;
 pub mod commands;
+pub mod cordons;
 mod error;
 pub mod events;
 pub mod facts;

@@ -42,13 +42,22 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration { version: 11, name: "node journals", sql: V11 },
     Migration { version: 12, name: "gateways, session epochs and liveness", sql: V12 },
     Migration { version: 13, name: "fleet facts: liveness marks, spec deliveries, release causes, usage", sql: V13 },
-    Migration { version: 14, name: "TLS session ticket keys", sql: V14 },
+    Migration { version: 14, name: "node cordons, reservation ends", sql: V14 },
+    Migration { version: 15, name: "otlp export header names", sql: V15 },
+    Migration { version: 16, name: "TLS session ticket keys", sql: V16 },
 ];
+
+/// An export from a node whose telemetry section names a `headers_ref` was
+/// checked against that secret's headers: their names (comma-separated,
+/// lowercase; never a value) are kept with it.
+const V15: &str = r#"
+ALTER TABLE otlp_exports ADD COLUMN header_names TEXT NOT NULL DEFAULT '';
+"#;
 
 /// The keys the gateways seal TLS session tickets with, one per period
 /// (`ticket_keys`): kept in the store so that every gateway of it, and a
 /// gateway started again on it, resumes the sessions any of them began.
-const V14: &str = r#"
+const V16: &str = r#"
 CREATE TABLE tls_ticket_keys (
     period INTEGER PRIMARY KEY,
     key BLOB NOT NULL,
@@ -95,6 +104,23 @@ CREATE TABLE usage_windows (
     recorded_at_ms INTEGER NOT NULL,
     PRIMARY KEY (reservation_id, window_start_ms)
 );
+"#;
+
+/// A cordoned node takes no new reservation or instance
+/// (`node_cordons`: why and since when); a reservation booked for a while
+/// ends itself (`reservation_ends`: when). Each in a table of its own, so
+/// the rows of `nodes` and `reservations` keep their columns.
+const V14: &str = r#"
+CREATE TABLE node_cordons (
+    node_id TEXT PRIMARY KEY REFERENCES nodes(id),
+    reason TEXT NOT NULL,
+    cordoned_at_ms INTEGER NOT NULL
+);
+CREATE TABLE reservation_ends (
+    reservation_id TEXT PRIMARY KEY REFERENCES reservations(id),
+    ends_at_ms INTEGER NOT NULL
+);
+CREATE INDEX reservation_ends_by_time ON reservation_ends (ends_at_ms);
 "#;
 
 /// Several gateways on one store: each registers itself (`gateways`), a

@@ -183,6 +183,22 @@ pub fn finish_release(c: &Db<'_>, id: &str, now_ms: i64) -> Result<bool> {
     Ok(n == 1)
 }
 
+/// Moves to `released` every releasing reservation of `node_id` that the
+/// node never bound (no AllocationBound was taken) and whose hold was
+/// withdrawn at or before `applied`, the generation the node applied: a
+/// node that took a newer spec than the hold's never held it, and so never
+/// reports it released. Returns their ids.
+pub fn finish_unbound(c: &Db<'_>, node_id: &str, applied: u64, now_ms: i64) -> Result<Vec<String>> {
+    c.query_map(
+        "UPDATE reservations SET state = 'released', released_at_ms = ?3
+         WHERE node_id = ?1 AND state = 'releasing' AND bound_generation IS NULL AND release_generation <= ?2
+         RETURNING id",
+        params![node_id, applied, now_ms],
+        |r| r.get(0),
+    )
+    .map_err(Error::at("release the holds a node never bound"))
+}
+
 /// Moves a reservation that is not over to `failed` (the node could not
 /// bind or keep it: cause `node-failed`), booked until `now_ms` unless its
 /// hold was withdrawn before; returns its state before, or `None` when it
@@ -205,4 +221,44 @@ pub fn set_release_generation(c: &Db<'_>, id: &str, generation: u64) -> Result<(
     c.execute("UPDATE reservations SET release_generation = ?2 WHERE id = ?1", params![id, generation])
         .map_err(Error::at("set reservation release generation"))?;
     Ok(())
+}
+
+/// Records when a reservation booked for a while ends itself.
+pub fn set_end(c: &Db<'_>, id: &str, ends_at_ms: i64) -> Result<()> {
+    c.execute("INSERT INTO reservation_ends (reservation_id, ends_at_ms) VALUES (?1, ?2)", params![id, ends_at_ms])
+        .map_err(Error::at("set reservation end"))?;
+    Ok(())
+}
+
+/// When a reservation ends itself (None: it lasts until released).
+pub fn end_of(c: &Db<'_>, id: &str) -> Result<Option<i64>> {
+    optional(
+        c.query_row("SELECT ends_at_ms FROM reservation_ends WHERE reservation_id = ?1", params![id], |r| r.get(0)),
+        "read reservation end",
+    )
+}
+
+/// The reservations still held (pending, active) whose end is at or before
+/// `now_ms`, soonest first, at most `limit`.
+pub fn ended(c: &Db<'_>, now_ms: i64, limit: u32) -> Result<Vec<String>> {
+    c.query_map(
+        "SELECT e.reservation_id FROM reservation_ends e JOIN reservations r ON r.id = e.reservation_id
+         WHERE e.ends_at_ms <= ?1 AND r.state IN ('pending', 'active') ORDER BY e.ends_at_ms LIMIT ?2",
+        params![now_ms, limit],
+        |r| r.get(0),
+    )
+    .map_err(Error::at("list ended reservations"))
+}
+
+/// The soonest end of a reservation still held (None: none ends).
+pub fn next_end(c: &Db<'_>) -> Result<Option<i64>> {
+    let rows: Vec<Option<i64>> = c
+        .query_map(
+            "SELECT MIN(e.ends_at_ms) FROM reservation_ends e JOIN reservations r ON r.id = e.reservation_id
+             WHERE r.state IN ('pending', 'active')",
+            params![],
+            |r| r.get(0),
+        )
+        .map_err(Error::at("read the next reservation end"))?;
+    Ok(rows.into_iter().next().flatten())
 }

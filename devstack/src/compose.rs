@@ -30,7 +30,7 @@ use crate::tpm::TpmJoin;
 use crate::tunnels::ConsoleEnd;
 use crate::tunnels::registry::Registry;
 use crate::tunnels::relay::Relay;
-use crate::{adoption, commands, http, https, instances, inventory, nodes, reservations, sections};
+use crate::{adoption, capabilities, commands, http, https, instances, inventory, nodes, reservations, sections};
 use crate::{secrets, spec, tickets, tls, workload};
 
 /// How long shutdown waits for the sessions to drain …
@@ -59,7 +59,11 @@ pub(crate) struct Running {
 /// Which feature handles what a node sends, in order.
 pub(crate) fn handlers(tunnels: &Arc<Registry>) -> Handlers {
     Handlers {
-        hello: vec![Box::new(commands::journal::JournalLost), Box::new(instances::Drivers)],
+        hello: vec![
+            Box::new(commands::journal::JournalLost),
+            Box::new(instances::Drivers),
+            Box::new(capabilities::Capabilities),
+        ],
         welcomed: vec![Box::new(adoption::FirstSession)],
         status_report: vec![
             Box::new(inventory::Inventory),
@@ -188,6 +192,7 @@ impl Running {
                 stop.subscribe(),
             )),
             https::serve(gateway, https_listener, &stop)?,
+            tokio::spawn(crate::reservation_ends::run(shared.clone(), stop.subscribe())),
         ];
         info!(
             gateway = %shared.settings.gateway_url,

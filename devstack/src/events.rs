@@ -137,6 +137,18 @@ pub enum StackEvent {
         /// The node.
         node_id: String,
     },
+    /// A node was cordoned: it takes no new reservation or instance.
+    Cordoned {
+        /// The node.
+        node_id: String,
+        /// Why.
+        reason: String,
+    },
+    /// A node's cordon was lifted.
+    Uncordoned {
+        /// The node.
+        node_id: String,
+    },
 }
 
 impl StackEvent {
@@ -156,6 +168,8 @@ impl StackEvent {
             StackEvent::ReleasePublished { .. } => "release_published",
             StackEvent::Unreachable { .. } => "node.unreachable",
             StackEvent::Reachable { .. } => "node.reachable",
+            StackEvent::Cordoned { .. } => "node.cordoned",
+            StackEvent::Uncordoned { .. } => "node.uncordoned",
         }
     }
 
@@ -171,7 +185,9 @@ impl StackEvent {
             | StackEvent::Reservation { node_id, .. }
             | StackEvent::Revoked { node_id }
             | StackEvent::Unreachable { node_id }
-            | StackEvent::Reachable { node_id } => Some(node_id),
+            | StackEvent::Reachable { node_id }
+            | StackEvent::Cordoned { node_id, .. }
+            | StackEvent::Uncordoned { node_id } => Some(node_id),
             StackEvent::PoolCreated { .. } | StackEvent::TokenMinted { .. } | StackEvent::ReleasePublished { .. } => {
                 None
             }
@@ -197,8 +213,11 @@ impl StackEvent {
             StackEvent::Adopted { node_id }
             | StackEvent::Revoked { node_id }
             | StackEvent::Unreachable { node_id }
-            | StackEvent::Reachable { node_id } => json!({ "node_id": node_id }),
-            StackEvent::Rejected { node_id, reason } => json!({ "node_id": node_id, "reason": reason }),
+            | StackEvent::Reachable { node_id }
+            | StackEvent::Uncordoned { node_id } => json!({ "node_id": node_id }),
+            StackEvent::Rejected { node_id, reason } | StackEvent::Cordoned { node_id, reason } => {
+                json!({ "node_id": node_id, "reason": reason })
+            }
             StackEvent::Command { node_id, command_id, kind, state, reason } => json!({
                 "node_id": node_id, "command_id": command_id, "kind": kind, "state": state.as_str(), "reason": reason,
             }),

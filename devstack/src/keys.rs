@@ -125,6 +125,11 @@ pub struct StackKeys {
     pub gateway_der: Vec<u8>,
     /// Signs JoinResponses.
     pub join_signing: ed25519_dalek::SigningKey,
+    /// The break-glass SSH CA: its certificates log in to nodes
+    /// (docs/devstack.md, "SSH certificate authorities").
+    pub ssh_break_glass: ed25519_dalek::SigningKey,
+    /// The sandbox SSH CA: what nodes' sandboxes trust, never their sshd.
+    pub ssh_sandbox: ed25519_dalek::SigningKey,
     /// Opens sealed join tokens.
     pub join_encryption: p256::SecretKey,
     /// Present under signed intent.
@@ -159,6 +164,8 @@ impl StackKeys {
             let gateway_der = serving_cert(c, &serving_ca_key, &serving_ca_der, &gateway_key, names, now_ms)?;
             let join_signing = ed_key(c, "join-signing.key")?;
             let join_encryption = p256_key(c, "join-encryption.key")?;
+            let ssh_break_glass = ed_key(c, "ssh-ca/break-glass.key")?;
+            let ssh_sandbox = ed_key(c, "ssh-ca/sandbox.key")?;
             let intent = if signed_intent { Some(intent_keys(c, trust_domain)?) } else { None };
             let release = match release_keys {
                 ReleaseKeys::Generated => {
@@ -179,6 +186,8 @@ impl StackKeys {
                 gateway_key,
                 gateway_der,
                 join_signing,
+                ssh_break_glass,
+                ssh_sandbox,
                 join_encryption,
                 intent,
                 release,

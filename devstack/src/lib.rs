@@ -11,6 +11,7 @@
 
 pub mod admin;
 mod adoption;
+mod capabilities;
 mod changes;
 pub mod chaos;
 pub mod client;
@@ -20,6 +21,7 @@ mod commands;
 mod compose;
 pub mod config;
 mod connections;
+mod cordon;
 mod error;
 mod events;
 mod fleet;
@@ -45,13 +47,16 @@ mod options;
 mod otlp;
 mod placement;
 mod policy;
+mod pool_reservations;
 mod pools;
 mod releases;
+mod reservation_ends;
 mod reservations;
 mod secrets;
 mod sections;
 mod shared;
 mod spec;
+mod ssh_ca;
 mod stack;
 pub mod status;
 /// The store: every row type and the seam reads and writes go through.
@@ -90,8 +95,10 @@ pub use pools::{Acceptance, KIND_GPU, KIND_VPS_HOST, PoolKind, PoolSpec};
 pub use releases::{ManifestOptions, Release, UPGRADE_KIND, UpdatePins};
 pub use reservations::{ALLOCATION_GENERATION, ALLOCATION_MISMATCH, Binding, ReservationRequest};
 pub use spec::SpecUpdate;
+pub use ssh_ca::{SshCert, SshCertRequest};
 pub use stack::DevStack;
 pub use store::StoreLocation;
+pub use store::cordons::CordonRow;
 pub use store::rows::{CommandFact, FleetFacts, LivenessMark, ReservationFact, SessionFact, SpecDelivery, UsageWindow};
 pub use store::rows::{
     CommandRow, CommandStatus, CommandUpdateRow, FleetCounts, GatewayRow, InstanceDesired, InstanceRow, InstanceState,

@@ -88,6 +88,11 @@ pub struct DevStackOptions {
     /// How long one usage window of a booking is (default 60 s): each beat
     /// meters the windows that ended (docs/devstack.md, "Usage").
     pub usage_window: Duration,
+    /// Whether every node's access section (generation 1 on) trusts the
+    /// stack's break-glass SSH CA and names its sandbox CA, with the
+    /// account `root` (docs/devstack.md, "SSH certificate authorities";
+    /// default true). Without it nodes get no access section.
+    pub ssh_cas: bool,
 }
 
 impl Default for DevStackOptions {
@@ -116,6 +121,7 @@ impl Default for DevStackOptions {
             limits: NodeLimits::default(),
             connections: ConnectionOptions::default(),
             gateway_id: DEFAULT_GATEWAY_ID.to_string(),
+            ssh_cas: true,
             liveness_timeout: Duration::from_secs(30),
             listed: true,
             usage_window: Duration::from_secs(60),

@@ -1,8 +1,9 @@
 //! Placement (docs/devstack.md, "Instances"): which host of a pool gets an
 //! instance. The hosts of the pool go through a pipeline of filters, each
 //! admitting a host or saying why not (pool kind, pool membership,
-//! adoption, a pinned host, the runtime's label `bc.dev/driver.<runtime>`,
-//! the instance's volumes, room for its vCPUs and memory); the hosts left
+//! adoption, a cordon, a pinned host, the runtime's label
+//! `bc.dev/driver.<runtime>`, the capabilities it needs, the instance's
+//! volumes, room for its vCPUs and memory); the hosts left
 //! are scored (the most room left after placing, so instances spread) and
 //! the best is chosen, ties going to the host that joined first, so the
 //! choice is deterministic. A request no host passes is unschedulable, with
@@ -21,10 +22,10 @@ use prost::Message as _;
 use crate::error::Result;
 use crate::policy::PoolPolicy;
 use crate::pools::KIND_VPS_HOST;
-use crate::store::labels::DRIVER_PREFIX;
+use crate::store::labels::{CAPABILITY_PREFIX, DRIVER_PREFIX};
 use crate::store::rows::NodeLabelRow;
 use crate::store::rows::{NodeRow, NodeState, PoolRow};
-use crate::store::{instances, inventory, labels, nodes, pools, volumes};
+use crate::store::{cordons, instances, inventory, labels, nodes, pools, volumes};
 
 /// vCPUs, memory and huge pages.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -68,6 +69,9 @@ pub struct Request<'a> {
     pub pinned: Option<&'a str>,
     /// Pin its vCPUs on one NUMA node of the host, off the reserved CPUs.
     pub pin_cpus: bool,
+    /// The capabilities the host must advertise (`bc.dev/cap.<name>`:
+    /// `instance.network-policy` for an instance with a network policy).
+    pub capabilities: Vec<&'static str>,
 }
 
 /// A host as placement sees it.
@@ -96,6 +100,8 @@ pub struct Host {
     /// The huge pages (2 MiB, 1 GiB) its floating (unpinned) instances
     /// take: the kernel may take them from any NUMA node.
     pub floating_pages: (u64, u64),
+    /// Why it is cordoned, when it is (it takes no new instance).
+    pub cordoned: Option<String>,
 }
 
 impl Host {
@@ -164,6 +170,32 @@ impl Filter for Adopted {
     }
     fn refuses(&self, _: &Request<'_>, host: &Host) -> Option<String> {
         (host.node.state != NodeState::Adopted).then(|| "not adopted".to_string())
+    }
+}
+
+struct Schedulable;
+impl Filter for Schedulable {
+    fn name(&self) -> &'static str {
+        "cordoned"
+    }
+    fn refuses(&self, _: &Request<'_>, host: &Host) -> Option<String> {
+        host.cordoned.as_ref().map(|reason| format!("are cordoned ({reason})"))
+    }
+}
+
+struct Capabilities;
+impl Filter for Capabilities {
+    fn name(&self) -> &'static str {
+        "capabilities"
+    }
+    fn refuses(&self, request: &Request<'_>, host: &Host) -> Option<String> {
+        let missing: Vec<&str> = request
+            .capabilities
+            .iter()
+            .copied()
+            .filter(|cap| !host.labels.iter().any(|l| l.label.strip_prefix(CAPABILITY_PREFIX) == Some(cap)))
+            .collect();
+        (!missing.is_empty()).then(|| format!("do not advertise {}", missing.join(", ")))
     }
 }
 
@@ -254,7 +286,8 @@ impl Filter for RoomFilter {
 }
 
 /// The filters, in order: a host is refused by the first that refuses it.
-pub static FILTERS: &[&dyn Filter] = &[&PoolKind, &Adopted, &Pinned, &RuntimeLabel, &Volumes, &Numa, &RoomFilter];
+pub static FILTERS: &[&dyn Filter] =
+    &[&PoolKind, &Adopted, &Schedulable, &Pinned, &RuntimeLabel, &Capabilities, &Volumes, &Numa, &RoomFilter];
 
 /// A host's score: the room left after placing (vCPUs, then memory), higher
 /// is better.
@@ -343,6 +376,7 @@ pub fn hosts(c: &Db<'_>, pool_id: &str) -> Result<Vec<Host>> {
         let volumes = volumes::on_node(c, &node.id)?.into_iter().filter(|v| !v.deleting).map(|v| v.id).collect();
         let labels = labels::of_node(c, &node.id)?;
         let numa = system.map(|s| s.numa).unwrap_or_default();
+        let cordoned = cordons::get(c, &node.id)?.map(|c| c.reason);
         out.push(Host {
             node,
             labels,
@@ -354,6 +388,7 @@ pub fn hosts(c: &Db<'_>, pool_id: &str) -> Result<Vec<Host>> {
             pinned_cpus,
             pinned_pages,
             floating_pages,
+            cordoned,
         });
     }
     Ok(out)
@@ -412,6 +447,7 @@ mod tests {
             pinned_cpus: vec![],
             pinned_pages: Default::default(),
             floating_pages: (0, 0),
+            cordoned: None,
         }
     }
 
@@ -423,6 +459,7 @@ mod tests {
             volumes: vec![],
             pinned: None,
             pin_cpus: false,
+            capabilities: vec![],
         }
     }
 
@@ -448,6 +485,25 @@ mod tests {
         assert!(why.contains("runtime: 2 host(s) lack the label bc.dev/driver.firecracker"), "{why}");
         let gpu = pool("gpu");
         assert!(choose(&request(&gpu, "libvirt-kvm", 1), &hosts).unwrap_err().contains("not a vps-host pool"));
+    }
+
+    #[test]
+    fn a_cordoned_host_and_one_without_a_capability_take_no_instance() {
+        let p = pool(KIND_VPS_HOST);
+        let mut hosts = vec![host("a", 1, "libvirt-kvm", 32, 0), host("b", 2, "libvirt-kvm", 32, 0)];
+        hosts[0].cordoned = Some("disk swap".into());
+        assert_eq!(choose(&request(&p, "libvirt-kvm", 4), &hosts).unwrap(), "b");
+        let mut policy = request(&p, "libvirt-kvm", 4);
+        policy.capabilities = vec!["instance.network-policy"];
+        let why = choose(&policy, &hosts).unwrap_err();
+        assert!(why.contains("cordoned: 1 host(s) are cordoned (disk swap)"), "{why}");
+        assert!(why.contains("capabilities: 1 host(s) do not advertise instance.network-policy"), "{why}");
+        hosts[1].labels.push(NodeLabelRow {
+            node_id: "b".into(),
+            label: format!("{CAPABILITY_PREFIX}instance.network-policy"),
+            value: String::new(),
+        });
+        assert_eq!(choose(&policy, &hosts).unwrap(), "b");
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! Releases and self-update (docs/formats.md, "Releases"): the release keys, publishing a
 //! release (artifacts stored and served over the plain HTTP listener, a
 //! manifest signed by the release keys), manifests with chosen defects for
-//! tests of bcd's refusals, and the `daemon.upgrade` command that rolls a
-//! release out to a node (docs/protocol.md, "Self-update").
+//! tests of bcd's refusals, and the two ways a release reaches a node
+//! (docs/protocol.md, "Self-update"): the `daemon.upgrade` command, and the
+//! NodeSpec's daemon section carrying the signed manifest.
 
 use std::time::Duration;
 
@@ -270,6 +271,28 @@ pub fn rollout(shared: &Shared, node_id: &str, version: &str, options: &Manifest
     let id = commands::enqueue(shared, node_id, UPGRADE_KIND, &upgrade_params(&envelope), &opts)?;
     tracing::info!(node_id, version, command_id = %id, defects = ?options, "upgrade rolled out");
     Ok(id)
+}
+
+/// The daemon section naming a published release, its manifest signed as
+/// `options` say (the published one by default).
+pub fn daemon_section(shared: &Shared, version: &str, options: &ManifestOptions) -> Result<proto::DaemonSection> {
+    let release = get(shared, version)?;
+    let envelope = manifest_with(shared, version, options)?;
+    Ok(proto::DaemonSection {
+        version: release.version,
+        sequence: release.sequence,
+        manifest: Some(envelope.to_proto()),
+    })
+}
+
+/// Publishes the next spec generation of a node with a daemon section
+/// naming a published release; returns the generation.
+pub fn converge_daemon(shared: &Shared, node_id: &str, version: &str, options: &ManifestOptions) -> Result<u64> {
+    let daemon = daemon_section(shared, version, options)?;
+    let row =
+        crate::spec::publish(shared, node_id, &crate::spec::SpecUpdate { daemon: Some(daemon), ..Default::default() })?;
+    tracing::info!(node_id, version, generation = row.generation, defects = ?options, "daemon section published");
+    Ok(row.generation)
 }
 
 impl StackView<'_> {

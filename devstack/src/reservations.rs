@@ -149,72 +149,110 @@ fn room(c: &Db<'_>, node_id: &str, request: &ReservationRequest) -> Result<Optio
 /// share asked in a new spec generation, sent to the node; returns the
 /// reservation id. GPUs a releasing reservation still claims are not free
 /// (fail-closed: they are claimed until the node reports them released).
-pub fn reserve(shared: &Shared, node_id: &str, request: ReservationRequest) -> Result<String> {
-    let gpus = request.gpus;
-    if gpus == 0 {
-        return Err(Error::InvalidReservation { node_id: node_id.into(), reason: "zero GPUs asked".into() });
-    }
+/// With `ends_at_ms` the reservation ends itself then (`reservation_ends`).
+pub fn reserve(shared: &Shared, node_id: &str, request: ReservationRequest, ends_at_ms: Option<i64>) -> Result<String> {
     let id = ids::reservation_id();
     let (spec, indexes) = shared.ledger.write(|c| {
-        let node = nodes::get(c, node_id)?.ok_or_else(|| Error::UnknownNode { node_id: node_id.into() })?;
-        crate::nodes::refuse_revoked(c, node_id)?;
-        if node.state != NodeState::Adopted {
-            return Err(Error::NodeNotAdopted { node_id: node_id.into(), state: node.state });
+        let booked = book(c, shared, node_id, &id, request)?;
+        if let Some(end) = ends_at_ms {
+            rows::set_end(c, &id, end)?;
         }
-        if request.binding == Binding::Kubernetes {
-            let pool =
-                pools::get(c, &node.pool_id)?.ok_or_else(|| Error::UnknownPool { pool_id: node.pool_id.clone() })?;
-            if !PoolPolicy::of(&pool)?.kubernetes {
-                return Err(Error::BindingUnsupported { node_id: node_id.into(), pool: pool.name });
-            }
-        }
-        let taken = rows::taken(c, node_id)?;
-        let claimed: Vec<u32> = taken.iter().flat_map(|r| r.gpu_indexes.iter().copied()).collect();
-        let all = gpu_indexes(c, node_id)?;
-        let free: Vec<u32> = all.iter().copied().filter(|i| !claimed.contains(i)).collect();
-        if free.len() < gpus as usize {
-            let releasing: Vec<String> = taken
-                .iter()
-                .filter(|r| r.state == ReservationState::Releasing)
-                .map(|r| format!("GPUs {:?} of {}", r.gpu_indexes, r.id))
-                .collect();
-            let unclaimed = free.len()
-                + taken
-                    .iter()
-                    .filter(|r| r.state == ReservationState::Releasing)
-                    .map(|r| r.gpu_indexes.len())
-                    .sum::<usize>();
-            if !releasing.is_empty() && unclaimed >= gpus as usize {
-                return Err(Error::ReservationOverlap {
-                    node_id: node_id.into(),
-                    reason: format!(
-                        "{gpus} GPUs asked, {} free: {} still claimed until the node reports them released",
-                        free.len(),
-                        releasing.join(", ")
-                    ),
-                });
-            }
-            return Err(Error::InsufficientGpus { node_id: node_id.into(), wanted: gpus, free: free.len() as u32 });
-        }
-        if let Some(reason) = room(c, node_id, &request)? {
-            return Err(Error::ReservationRoom { node_id: node_id.into(), reason });
-        }
-        let indexes = free[..gpus as usize].to_vec();
-        let generation = node.spec_generation + 1;
-        let share = rows::Share {
-            vcpus: request.vcpus,
-            memory_bytes: request.memory_bytes,
-            binding: request.binding.as_str().to_string(),
-        };
-        rows::insert(c, &id, node_id, &indexes, &share, generation, now_ms())?;
-        let spec = respec(c, shared, node_id)?;
-        debug_assert_eq!(spec.generation, generation);
-        c.publish(changed(node_id, &id, ReservationState::Pending, ""));
-        Ok((spec, indexes))
+        Ok(booked)
     })?;
     info!(node_id, reservation_id = %id, gpu_indexes = ?indexes, generation = spec.generation, "reservation: hold sent");
     shared.hub.push_spec(&spec);
     Ok(id)
+}
+
+/// The capabilities a request needs its node to advertise: a booked share
+/// `devices.limits`, a Kubernetes binding `binding.kubernetes`.
+fn needed_capabilities(request: &ReservationRequest) -> Vec<&'static str> {
+    let mut needed = Vec::new();
+    if request.vcpus > 0 || request.memory_bytes > 0 {
+        needed.push(crate::capabilities::DEVICES_LIMITS);
+    }
+    if request.binding == Binding::Kubernetes {
+        needed.push(crate::capabilities::BINDING_KUBERNETES);
+    }
+    needed
+}
+
+/// Books a reservation `id` on a node inside the caller's transaction:
+/// every check, the row, the next spec (returned, to send once committed)
+/// and the event. Nothing is written when a check refuses.
+pub(crate) fn book(
+    c: &Tx<'_>,
+    shared: &Shared,
+    node_id: &str,
+    id: &str,
+    request: ReservationRequest,
+) -> Result<(NodeSpecRow, Vec<u32>)> {
+    let gpus = request.gpus;
+    if gpus == 0 {
+        return Err(Error::InvalidReservation { node_id: node_id.into(), reason: "zero GPUs asked".into() });
+    }
+    let node = nodes::get(c, node_id)?.ok_or_else(|| Error::UnknownNode { node_id: node_id.into() })?;
+    crate::nodes::refuse_revoked(c, node_id)?;
+    if node.state != NodeState::Adopted {
+        return Err(Error::NodeNotAdopted { node_id: node_id.into(), state: node.state });
+    }
+    crate::cordon::refuse_if_cordoned(c, node_id)?;
+    if request.binding == Binding::Kubernetes {
+        let pool = pools::get(c, &node.pool_id)?.ok_or_else(|| Error::UnknownPool { pool_id: node.pool_id.clone() })?;
+        if !PoolPolicy::of(&pool)?.kubernetes {
+            return Err(Error::BindingUnsupported { node_id: node_id.into(), pool: pool.name });
+        }
+    }
+    crate::capabilities::require(c, node_id, &needed_capabilities(&request))?;
+    let taken = rows::taken(c, node_id)?;
+    let claimed: Vec<u32> = taken.iter().flat_map(|r| r.gpu_indexes.iter().copied()).collect();
+    let all = gpu_indexes(c, node_id)?;
+    let free: Vec<u32> = all.iter().copied().filter(|i| !claimed.contains(i)).collect();
+    if free.len() < gpus as usize {
+        return Err(short_of_gpus(node_id, gpus, &free, &taken));
+    }
+    if let Some(reason) = room(c, node_id, &request)? {
+        return Err(Error::ReservationRoom { node_id: node_id.into(), reason });
+    }
+    let indexes = free[..gpus as usize].to_vec();
+    let generation = node.spec_generation + 1;
+    let share = rows::Share {
+        vcpus: request.vcpus,
+        memory_bytes: request.memory_bytes,
+        binding: request.binding.as_str().to_string(),
+    };
+    rows::insert(c, id, node_id, &indexes, &share, generation, now_ms())?;
+    let spec = respec(c, shared, node_id)?;
+    debug_assert_eq!(spec.generation, generation);
+    c.publish(changed(node_id, id, ReservationState::Pending, ""));
+    Ok((spec, indexes))
+}
+
+/// Why fewer GPUs are free than asked: `reservation-overlap` when GPUs a
+/// releasing reservation still claims would have made up the difference
+/// (fail-closed), else too few.
+fn short_of_gpus(node_id: &str, gpus: u32, free: &[u32], taken: &[ReservationRow]) -> Error {
+    let releasing: Vec<&ReservationRow> = taken.iter().filter(|r| r.state == ReservationState::Releasing).collect();
+    let unclaimed = free.len() + releasing.iter().map(|r| r.gpu_indexes.len()).sum::<usize>();
+    if !releasing.is_empty() && unclaimed >= gpus as usize {
+        let held: Vec<String> = releasing.iter().map(|r| format!("GPUs {:?} of {}", r.gpu_indexes, r.id)).collect();
+        return Error::ReservationOverlap {
+            node_id: node_id.into(),
+            reason: format!(
+                "{gpus} GPUs asked, {} free: {} still claimed until the node reports them released",
+                free.len(),
+                held.join(", ")
+            ),
+        };
+    }
+    Error::InsufficientGpus { node_id: node_id.into(), wanted: gpus, free: free.len() as u32 }
+}
+
+/// How many GPUs of a node are free now (none claimed by a pending,
+/// active or releasing reservation), inside the caller's transaction.
+pub(crate) fn free_gpus(c: &Db<'_>, node_id: &str) -> Result<usize> {
+    let claimed: Vec<u32> = rows::taken(c, node_id)?.iter().flat_map(|r| r.gpu_indexes.clone()).collect();
+    Ok(gpu_indexes(c, node_id).map(|all| all.iter().filter(|i| !claimed.contains(i)).count()).unwrap_or(0))
 }
 
 /// Withdraws a pending or active reservation's hold in a new spec
@@ -291,6 +329,10 @@ impl EventHandler<proto::StatusReport> for Allocations {
             .map(|env| Bound::check(env, |e| event.verify_statement(e, pki::statement::verify_allocation_bound)))
             .collect();
         let specs = apply_report(event.c, event.shared, node_id, &bound, &report.released, &report.failed)?;
+        for id in rows::finish_unbound(event.c, node_id, report.applied_generation, now_ms())? {
+            info!(node_id, reservation_id = %id, applied = report.applied_generation, "reservation: released (never bound; the node applied past its hold)");
+            event.c.publish(changed(node_id, &id, ReservationState::Released, ""));
+        }
         if !(bound.is_empty() && report.released.is_empty() && report.failed.is_empty()) {
             debug!(
                 node_id = %node_id,
@@ -391,6 +433,11 @@ impl StackView<'_> {
     /// A node's reservations, oldest first.
     pub fn reservations(&self, node_id: &str) -> Vec<ReservationRow> {
         self.read(|c| rows::of_node(c, node_id))
+    }
+
+    /// When a reservation ends itself (None: it lasts until released).
+    pub fn reservation_end(&self, reservation_id: &str) -> Option<i64> {
+        self.read(|c| rows::end_of(c, reservation_id))
     }
 }
 

@@ -5,8 +5,9 @@
 //! unanswered); it is answered with the secret sealed to its ephemeral
 //! P-256 key (docs/formats.md, "Secret response") only when an instance
 //! placed on the asking node and not deleted names that secret as its user
-//! data, and `secret-unknown` otherwise, so a node learns nothing of other
-//! nodes' secrets, not even that they exist.
+//! data, or the telemetry section of the node's latest spec names it as its
+//! `headers_ref`, and `secret-unknown` otherwise, so a node learns nothing
+//! of other nodes' secrets, not even that they exist.
 
 use proto::gateway_frame::Frame as Out;
 use tracing::{info, warn};
@@ -17,6 +18,7 @@ use crate::frames::frame;
 use crate::gateway::handlers::{Effects, RequestContext, RequestHandler};
 use crate::ids;
 use crate::shared::Shared;
+use crate::spec;
 use crate::status::Code;
 use crate::store::rows::InstanceDesired;
 use crate::store::{instances, secrets};
@@ -38,7 +40,8 @@ impl RequestHandler<proto::Envelope> for SecretRequests {
         let secret = request.shared.ledger.read(|c| {
             let referenced = instances::on_node(c, &node.node_id)?
                 .iter()
-                .any(|i| i.desired != InstanceDesired::Deleted && i.spec.user_data_secret == asked.secret_ref);
+                .any(|i| i.desired != InstanceDesired::Deleted && i.spec.user_data_secret == asked.secret_ref)
+                || spec::telemetry_headers_ref(c, &node.node_id)?.as_deref() == Some(asked.secret_ref.as_str());
             if !referenced {
                 return Ok(None);
             }
@@ -52,7 +55,7 @@ impl RequestHandler<proto::Envelope> for SecretRequests {
                 proto::SecretResponse { request_id: asked.request_id, jwe, error: String::new() }
             }
             None => {
-                warn!(node_id = %node.node_id, secret_ref = %asked.secret_ref, "secret: not one of this node's instances'");
+                warn!(node_id = %node.node_id, secret_ref = %asked.secret_ref, "secret: not one of this node's instances' or its telemetry headers");
                 proto::SecretResponse {
                     request_id: asked.request_id,
                     jwe: String::new(),

@@ -26,6 +26,10 @@ pub struct SpecUpdate {
     /// A new telemetry section (docs/protocol.md, "Telemetry"); a section
     /// with an empty endpoint stops the exports.
     pub telemetry: Option<proto::TelemetrySection>,
+    /// A new daemon section: the release the node converges to, its signed
+    /// manifest carried (docs/protocol.md, "Self-update";
+    /// [`crate::releases::daemon_section`]).
+    pub daemon: Option<proto::DaemonSection>,
     /// Send it unsigned even under signed intent (to test `signedSpecs`).
     pub unsigned: bool,
     /// An instances section as given, instead of the one the stack builds
@@ -52,9 +56,12 @@ pub fn row(shared: &Shared, spec: &proto::NodeSpec, unsigned: bool, now: i64) ->
 }
 
 /// The first spec of a node (generation 1): its pool policy's host section
-/// (docs/devstack.md, "Pool policies"), no other.
+/// (docs/devstack.md, "Pool policies") and, with the stack's SSH CAs, the
+/// access section that trusts them (docs/devstack.md, "SSH certificate
+/// authorities"); no other.
 pub fn first(shared: &Shared, node_id: &str, host: Option<proto::HostSection>, now: i64) -> NodeSpecRow {
-    let spec = proto::NodeSpec { node_id: node_id.to_string(), generation: 1, host, ..Default::default() };
+    let access = shared.settings.options.ssh_cas.then(|| crate::ssh_ca::default_access(&shared.keys));
+    let spec = proto::NodeSpec { node_id: node_id.to_string(), generation: 1, host, access, ..Default::default() };
     row(shared, &spec, false, now)
 }
 
@@ -106,6 +113,9 @@ pub fn publish(shared: &Shared, node_id: &str, update: &SpecUpdate) -> Result<No
             if let Some(telemetry) = &update.telemetry {
                 spec.telemetry = Some(telemetry.clone());
             }
+            if let Some(daemon) = &update.daemon {
+                spec.daemon = Some(daemon.clone());
+            }
             if let Some(bundle) = &update.trust_bundle {
                 spec.trust = Some(proto::TrustSection { trust_bundle: Some(bundle.to_proto()) });
             }
@@ -153,6 +163,16 @@ impl RequestHandler<proto::SpecRequest> for SpecRequests {
             }
         }
     }
+}
+
+/// The `headers_ref` of the telemetry section of a node's latest spec: the
+/// secret its exports carry the headers of (docs/protocol.md, "Telemetry").
+pub fn telemetry_headers_ref(c: &Db<'_>, node_id: &str) -> std::result::Result<Option<String>, crate::store::Error> {
+    let Some(latest) = specs::latest(c, node_id)? else { return Ok(None) };
+    let spec = proto::NodeSpec::decode(latest.payload.as_slice()).map_err(|e| {
+        crate::store::Error::corrupt("node_specs", "payload", format!("{node_id}/{}", latest.generation), e)
+    })?;
+    Ok(spec.telemetry.map(|t| t.headers_ref).filter(|r| !r.is_empty()))
 }
 
 impl StackView<'_> {

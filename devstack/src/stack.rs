@@ -27,6 +27,8 @@ use crate::pools::{self, PoolSpec};
 use crate::releases::{self, ManifestOptions, Release, UpdatePins};
 use crate::reservations::{self, ReservationRequest};
 use crate::spec::{self, SpecUpdate};
+use crate::ssh_ca::{self, SshCert, SshCertRequest};
+use crate::store::cordons::CordonRow;
 use crate::store::rows::{
     CommandRow, CommandUpdateRow, FleetCounts, FleetFacts, InstanceDesired, InstanceRow, InstanceState, InventoryRow,
     JoinTokenRow, NodeBindingRow, NodeCertRow, NodeJoinRow, NodeLabelRow, NodeRow, NodeSessionRow, NodeSpecRow,
@@ -36,7 +38,7 @@ use crate::store::rows::{
 use crate::trust::{self, IntentPublicKeys};
 use crate::tunnels::{self, Console, ConsoleOptions, ConsoleSize};
 use crate::view::StackView;
-use crate::{http, https, secrets, tpm};
+use crate::{cordon, http, https, pool_reservations, secrets, tpm};
 
 /// A running dev stack.
 pub struct DevStack {
@@ -365,6 +367,23 @@ impl DevStack {
         nodes::issue_cert_at(&self.run.shared, node_id, csr_der, issued_at_ms)
     }
 
+    /// Cordons a node: it takes no new reservation or instance
+    /// (`node-cordoned`) and keeps what it runs; `node.cordoned` goes out.
+    /// Says whether it was not cordoned already.
+    pub async fn cordon(&self, node_id: &str, reason: &str) -> Result<bool> {
+        cordon::cordon(&self.run.shared, node_id, reason)
+    }
+
+    /// Lifts a node's cordon; says whether it was cordoned.
+    pub async fn uncordon(&self, node_id: &str) -> Result<bool> {
+        cordon::uncordon(&self.run.shared, node_id)
+    }
+
+    /// A node's cordon, if it is cordoned.
+    pub fn cordoned(&self, node_id: &str) -> Result<Option<CordonRow>> {
+        self.view(|v| v.cordon(node_id))
+    }
+
     /// Sends a frame as is into a node's live session (tests inject unsigned
     /// commands this way).
     pub async fn send_raw(&self, node_id: &str, frame: proto::GatewayFrame) -> Result<()> {
@@ -458,6 +477,22 @@ impl DevStack {
     }
 }
 
+/// SSH certificates.
+impl DevStack {
+    /// Issues a user certificate with the break-glass CA for a principal
+    /// the node's access section allows (`ssh-principal` otherwise), valid
+    /// for `request.ttl` (at most a day, `ssh-ttl`).
+    pub async fn issue_ssh_cert(&self, node_id: &str, request: &SshCertRequest) -> Result<SshCert> {
+        ssh_ca::issue(&self.run.shared, node_id, request)
+    }
+
+    /// Every node's access section of this stack: the break-glass and
+    /// sandbox CAs and the account `root` (a test extends it).
+    pub fn ssh_access_section(&self) -> proto::AccessSection {
+        ssh_ca::default_access(&self.run.shared.keys)
+    }
+}
+
 /// Reservations.
 impl DevStack {
     /// Books `gpus` free GPUs of an adopted node (from its `gpus` inventory
@@ -473,7 +508,33 @@ impl DevStack {
     /// releasing reservations leave) and a binding (`kubernetes` refused
     /// `binding-unsupported` on a pool without `policy.kubernetes`).
     pub async fn reserve_with(&self, node_id: &str, request: ReservationRequest) -> Result<String> {
-        reservations::reserve(&self.run.shared, node_id, request)
+        reservations::reserve(&self.run.shared, node_id, request, None)
+    }
+
+    /// Like [`DevStack::reserve_with`], for `duration`: the reservation ends
+    /// itself then (its hold withdrawn, as by [`DevStack::release`]).
+    pub async fn reserve_for(&self, node_id: &str, request: ReservationRequest, duration: Duration) -> Result<String> {
+        let end = crate::clock::now_ms().saturating_add(duration.as_millis().min(i64::MAX as u128) as i64);
+        reservations::reserve(&self.run.shared, node_id, request, Some(end))
+    }
+
+    /// Books a reservation in a pool (its id or name): placement picks the
+    /// node (the most free GPUs that passes every check of a node's
+    /// reservation) or refuses `reservation-unplaceable`, saying why of
+    /// each node; with `duration` it ends itself then. Returns the
+    /// reservation id and the node.
+    pub async fn reserve_in_pool(
+        &self,
+        pool: &str,
+        request: ReservationRequest,
+        duration: Option<Duration>,
+    ) -> Result<(String, String)> {
+        pool_reservations::reserve_in_pool(&self.run.shared, pool, request, duration)
+    }
+
+    /// When a reservation ends itself (None: it lasts until released).
+    pub fn reservation_end(&self, reservation_id: &str) -> Result<Option<i64>> {
+        self.view(|v| v.reservation_end(reservation_id))
     }
 
     /// Withdraws a pending or active reservation's hold in a new spec
@@ -572,6 +633,21 @@ impl DevStack {
         options: &ManifestOptions,
     ) -> Result<String> {
         releases::rollout(&self.run.shared, node_id, version, options)
+    }
+
+    /// Publishes the next spec generation of a node with a daemon section
+    /// naming a published release (its signed manifest carried): bcd
+    /// converges to it by the slots, swap and confirmation of
+    /// `daemon.upgrade` and reports the section (docs/protocol.md,
+    /// "Self-update"). Returns the generation.
+    pub async fn converge_daemon(&self, node_id: &str, version: &str) -> Result<u64> {
+        self.converge_daemon_with(node_id, version, &ManifestOptions::default()).await
+    }
+
+    /// Like [`DevStack::converge_daemon`] with a manifest signed as
+    /// `options` say (to test bcd's refusals).
+    pub async fn converge_daemon_with(&self, node_id: &str, version: &str, options: &ManifestOptions) -> Result<u64> {
+        releases::converge_daemon(&self.run.shared, node_id, version, options)
     }
 
     /// Waits until a node has a live session whose Hello reported

@@ -85,7 +85,12 @@ pub fn run(sh: &Shell, root: &Path, target: &Path) -> Result<()> {
     let ns = root.join("scripts/helper-e2e-ns.sh");
     let testdata = root.join("testdata");
     let ran = Instant::now();
+    // libvirt's cache of QEMU's capabilities, shared with the real-guest
+    // scenarios' VPS hosts (docs/harness.md, "The VPS host").
+    let caps = target.join("vps-guest/libvirt-capabilities");
+    std::fs::create_dir_all(&caps)?;
     let result = cmd!(sh, "bash {ns} {scratch} {test} -test.v -test.run ^TestHelperAsRoot$")
+        .env("BCD_HELPER_E2E_LIBVIRT_CAPS", &caps)
         .env("BCD_HELPER_E2E_BCD", &bcd)
         .env("BCD_HELPER_E2E_SCRIPT", &script)
         .env("BCD_HELPER_E2E_TESTDATA", &testdata)

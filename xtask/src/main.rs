@@ -110,11 +110,15 @@ enum Bench {
         #[arg(long, default_value_t = 10)]
         runs: usize,
     },
-    /// VPS figures: medians of create_instance to running and delete_instance to deleted (N runs), and 50 instances on 5 `bcd sim` hosts.
+    /// VPS figures: medians of create_instance to running and delete_instance to deleted (N runs), and 50 instances on 5 `bcd sim` hosts;
+    /// with --real, real guests on bcd's host build (root): create to the guest reaching its metadata, delete to gone, four at once.
     Vps {
-        /// Number of runs.
-        #[arg(long, default_value_t = 10)]
-        runs: usize,
+        /// Number of runs (default 10, or 5 with --real).
+        #[arg(long)]
+        runs: Option<usize>,
+        /// Real guests under QEMU on bcd's host build, with the accelerator named.
+        #[arg(long)]
+        real: bool,
     },
     /// N real bcd agents (`bcd sim`) against one dev stack, release builds: times to all joined,
     /// connected and adopted, join-to-adopted p50/p99/max, memory per session and per agent, the
@@ -190,7 +194,8 @@ fn bench(sh: &Shell, what: Bench) -> Result<()> {
             bench_scenario(sh, "console::bench_console_open_and_keystroke_echo", runs, &runner)
         }
         Bench::Transports { runs } => bench_scenario(sh, "bench::bench_transports", runs, "native"),
-        Bench::Vps { runs } => bench_scenario(sh, "vps_bench::", runs, "native"),
+        Bench::Vps { runs, real: false } => bench_scenario(sh, "vps_bench::", runs.unwrap_or(10), "native"),
+        Bench::Vps { runs, real: true } => bench_scenario(sh, "guests_bench::", runs.unwrap_or(5), "native"),
         Bench::Scale { nodes, procs, gateways, store } => bench_scale(sh, nodes, procs, gateways, &store),
         Bench::ColdStart { nodes, procs, spread } => chaos::bench_cold_start(sh, nodes, procs, spread),
     }

@@ -30,7 +30,10 @@ async fn a_light_chaos_run_of_sixteen_nodes_keeps_every_invariant() {
         gateway_exe: None,
     };
     let started = std::time::Instant::now();
-    let report = chaos::run(&spec, &bcd, dir.path(), &mut |line| eprintln!("{name}: {line}")).await.unwrap();
+    let report = match chaos::run(&spec, &bcd, dir.path(), &mut |line| eprintln!("{name}: {line}")).await {
+        Ok(report) => report,
+        Err(e) => panic!("{name}: {e} (the run is kept in {})", dir.keep().display()),
+    };
     eprintln!("{}", serde_json::to_string_pretty(&report).unwrap());
     assert_eq!(report.schedule_digest, "07cc770bf6131f3ea87a885d8220c4349ce4b03320d59a29a5eb4938be8b1cb3");
     assert!(report.faults.values().sum::<u64>() > 0, "light chaos drew no fault");

@@ -18,7 +18,10 @@ async fn cold(name: &str, spec: ColdStartSpec) -> Option<ColdStartReport> {
     devstack::raise_open_file_limit();
     let bcd = common::bcd().expect("bcd builds");
     let dir = tempfile::Builder::new().prefix("bcd-e2e-cold-").tempdir().unwrap();
-    let report = cold_start::run(&spec, &bcd, dir.path(), &mut |line| eprintln!("{name}: {line}")).await.unwrap();
+    let report = match cold_start::run(&spec, &bcd, dir.path(), &mut |line| eprintln!("{name}: {line}")).await {
+        Ok(report) => report,
+        Err(e) => panic!("{name}: {e} (the run is kept in {})", dir.keep().display()),
+    };
     eprintln!("{name}: {}", serde_json::to_string_pretty(&report).unwrap());
     if !report.passed() {
         eprintln!("{name}: the run is kept in {}", dir.keep().display());

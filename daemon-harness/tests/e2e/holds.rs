@@ -1,5 +1,6 @@
 //! Hold scenarios of issue 13 (docs/harness.md, "Scenarios"): a GPU hold
-//! with a booked share runs in `bcd-alloc-<id>.slice` under the fake root,
+//! with a booked share runs in `bcd-alloc-<id>.slice` under the fake root
+//! with its env file beside its CDI spec,
 //! reported as its AllocationBound's `cgroup_parent` and stored with the
 //! reservation, and removed on release; a Kubernetes hold's CDI spec
 //! carries `bcd.dev/binding: kubernetes` and the booked limits and no
@@ -28,6 +29,11 @@ async fn must_create_gpu_pool(env: &Env, name: &str, policy: PoolPolicy) -> Stri
 
 fn cdi(node: &Node, id: &str) -> PathBuf {
     node.data_dir().join(format!("fakehw-root/etc/cdi/bcd-alloc-{id}.json"))
+}
+
+/// The hold's env file, beside its CDI spec.
+fn env_file(node: &Node, id: &str) -> PathBuf {
+    node.data_dir().join(format!("fakehw-root/etc/cdi/bcd-alloc-{id}.env"))
 }
 
 fn slice_dir(node: &Node, id: &str) -> PathBuf {
@@ -69,6 +75,13 @@ async fn a_gpu_hold_with_a_booked_share_runs_in_its_slice_until_released() {
     // The hold's devices: NVIDIA_VISIBLE_DEVICES once, for both GPUs.
     let dev = device(&node, &id);
     assert_eq!(dev["containerEdits"]["env"], serde_json::json!(["NVIDIA_VISIBLE_DEVICES=0,1"]), "{dev}");
+    // Beside the CDI spec, the hold's env file.
+    let written = read(&env_file(&node, &id));
+    let want = format!(
+        "BCD_ALLOCATION_ID={id}\nBCD_CDI_DEVICE=bcd.dev/alloc={id}\nBCD_GPU_INDEXES=0,1\nNVIDIA_VISIBLE_DEVICES=0,1\n\
+         BCD_VCPUS=16\nBCD_MEMORY_BYTES=137438953472\nBCD_CGROUP_PARENT={slice}\n"
+    );
+    assert_eq!(written, want);
 
     // More than the node has left is refused with a stable code, and books nothing.
     let greedy = ReservationRequest { gpus: 1, vcpus: 100, ..ReservationRequest::default() };
@@ -77,7 +90,7 @@ async fn a_gpu_hold_with_a_booked_share_runs_in_its_slice_until_released() {
 
     env.stack.release(&id).await.unwrap();
     env.stack.await_reservation(&id, ReservationState::Released, DEADLINE).await.unwrap();
-    for gone in [cdi(&node, &id), slice_dir(&node, &id), slice_unit(&node, &id)] {
+    for gone in [cdi(&node, &id), env_file(&node, &id), slice_dir(&node, &id), slice_unit(&node, &id)] {
         assert!(!gone.exists(), "{} left after the release", gone.display());
     }
     node.stop().await;

@@ -89,6 +89,54 @@ async fn bootstrap_with_a_token_file_and_the_base_url() {
     env.report();
 }
 
+/// What a provisioned OS runs: `bcd join --server` with a token file and
+/// the three pins, checked against the well-known document; a wrong pin is
+/// refused and writes nothing (the token file stays for the next try).
+#[tokio::test(flavor = "multi_thread")]
+async fn bootstrap_with_the_three_pins_refuses_a_wrong_one() {
+    let Some(env) = Env::start("bootstrap_with_the_three_pins_refuses_a_wrong_one").await else { return };
+    let pool = env.must_create_pool("any", None).await;
+    let mut node = env.must_make_node("provisioned", "cpu").await;
+    std::fs::remove_file(node.config()).unwrap();
+    std::fs::remove_file(node.dir().join("join-encryption.jwk")).unwrap();
+    let token = env.must_mint_token(&pool, 1).await;
+    let token_file = node.dir().join("join-token");
+    std::fs::write(&token_file, &token).unwrap();
+    let (config, token_path, base) =
+        (node.config().to_string_lossy().into_owned(), token_file.to_string_lossy().into_owned(), env.stack.http_url());
+    let pins = env.stack.pins();
+    // The bootstrap's arguments with `serving` as the serving CA pin.
+    let join = |serving: &str| -> Vec<String> {
+        let pinned = ["--serving-ca-pin", serving, "--join-signing-pin", &pins.join_signing];
+        ["join", "--server", &base, "--token-file", &token_path, "--config", &config]
+            .into_iter()
+            .chain(pinned)
+            .chain(["--join-encryption-pin", &pins.join_encryption])
+            .map(str::to_string)
+            .collect()
+    };
+    // Another serving CA's pin: refused, nothing written.
+    let wrong = pins.join_signing.clone();
+    let args = join(&wrong);
+    let out = node.run(&args.iter().map(String::as_str).collect::<Vec<_>>(), None, DEADLINE).await.unwrap();
+    assert!(!out.success(), "{out:?}");
+    assert!(out.stderr.contains("serving CA pin"), "{out:?}");
+    assert!(!node.config().exists() && token_file.exists(), "a refused bootstrap wrote something or took the token");
+    // The three right pins: joined, the token file removed.
+    let args = join(&pins.serving_ca);
+    let out = node.run(&args.iter().map(String::as_str).collect::<Vec<_>>(), None, DEADLINE).await.unwrap();
+    assert!(out.success(), "{out:?}");
+    assert!(!token_file.exists(), "the token file is removed");
+    let written = std::fs::read_to_string(node.config()).unwrap();
+    assert!(written.contains(&format!("serving_ca_spki_pin = \"{}\"", pins.serving_ca)), "{written}");
+    let id = node_id(&node).unwrap();
+    node.start().unwrap();
+    env.stack.await_adopted(&id, DEADLINE).await.unwrap();
+    node.assert_never_printed(&token, "the join token");
+    node.stop().await;
+    env.report();
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn bcd_sim_joins_five_distinct_nodes_with_one_token() {
     let Some(env) = Env::start("bcd_sim_joins_five_distinct_nodes_with_one_token").await else { return };

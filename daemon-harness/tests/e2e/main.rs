@@ -3,6 +3,7 @@
 //! `BCD_E2E_RUNNER` picks where bcd runs (native, netns, wsl);
 //! `BCD_E2E_LOG=1` streams every daemon's log.
 
+mod access;
 mod adoption;
 mod bench;
 mod chaos;
@@ -10,7 +11,10 @@ mod cold_start;
 mod common;
 mod console;
 mod faults;
+mod fleet_ops;
 mod gateways;
+mod guests;
+mod guests_bench;
 mod holds;
 mod host;
 mod intent;
@@ -20,6 +24,7 @@ mod knobs;
 mod lifecycle;
 mod placement;
 mod plane;
+mod real_vps;
 mod runners;
 mod scale;
 mod telemetry;

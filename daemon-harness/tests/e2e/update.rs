@@ -6,14 +6,19 @@
 //! downgrade. Refusals (under threshold, lower sequence, another digest, an
 //! expired manifest) fail the command with their code and swap nothing; a
 //! build that never connects is rolled back to slot a, also when the machine
-//! reboots between the swap and the confirmation.
+//! reboots between the swap and the confirmation. The NodeSpec's daemon
+//! section converges the same way: a section naming 0.9.0 (its signed
+//! manifest carried) is swapped in and APPLIED once the Welcome confirmed
+//! it, a manifest under the threshold is FAILED `ReleaseRefused` with
+//! nothing swapped, and a section naming a build that never connects is
+//! rolled back and FAILED `RolledBack`, for that generation and the next.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use daemon_harness::build::{BuildOptions, build_bcd};
 use daemon_harness::node::Node;
-use devstack::{CommandStatus, ManifestOptions};
+use devstack::{CommandStatus, ManifestOptions, SectionState, SectionStatus};
 
 use crate::common::{DEADLINE, Env};
 
@@ -186,6 +191,92 @@ async fn a_reboot_between_swap_and_confirmation_comes_back_on_a_working_slot_wit
     assert_eq!(updates.iter().filter(|u| u.state.is_terminal()).count(), 1, "one outcome: {updates:?}");
     assert_eq!(crate::common::execution_count(&node, &cmd), 1, "the upgrade ran once (I2)");
     let mut node = node;
+    node.stop().await;
+    env.report();
+}
+
+/// Waits for the daemon section's status of `generation` in `state` with `reason`.
+async fn await_daemon_section(
+    env: &Env,
+    id: &str,
+    generation: u64,
+    state: SectionState,
+    reason: &str,
+) -> SectionStatus {
+    env.stack
+        .await_until(format!("the daemon section of generation {generation} {state} {reason}"), DEADLINE, |v| {
+            v.section_status(id, "daemon").filter(|s| s.generation == generation && s.is(state, reason))
+        })
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_daemon_section_converges_to_its_release_once_the_welcome_confirms_it() {
+    let Some(env) = Env::start("the_daemon_section_converges_to_its_release_once_the_welcome_confirms_it").await else {
+        return;
+    };
+    let next = build_bcd(&BuildOptions::fakehw().with_version("0.9.0")).unwrap();
+    let (mut node, id, slots) = upgradable_node(&env, "section-upgraded", None).await;
+    env.stack.publish_release("0.9.0", 7, &[("linux", "amd64", &std::fs::read(&next).unwrap())]).await.unwrap();
+
+    // A manifest one release key signed, under the threshold of two: refused, nothing swapped.
+    let weak = ManifestOptions { signers: Some(1), ..Default::default() };
+    let refused = env.stack.converge_daemon_with(&id, "0.9.0", &weak).await.unwrap();
+    let status = await_daemon_section(&env, &id, refused, SectionState::Failed, "ReleaseRefused").await;
+    assert!(status.message.starts_with("release-threshold: "), "{status:?}");
+    assert_eq!(current_slot(&slots), "bcd-a", "nothing swapped");
+
+    let enqueued = Instant::now();
+    let generation = env.stack.converge_daemon(&id, "0.9.0").await.unwrap();
+    let confirmed = env.stack.await_daemon_version(&id, "0.9.0", DEADLINE).await.unwrap();
+    let status = await_daemon_section(&env, &id, generation, SectionState::Applied, "Applied").await;
+    eprintln!("daemon section published to APPLIED in {:.2?}", enqueued.elapsed());
+    assert_eq!(confirmed.daemon_version, "0.9.0");
+    assert_eq!(status.message, "bcd runs 0.9.0 (sequence 7)", "{status:?}");
+    assert_eq!(current_slot(&slots), "bcd-b", "current is bcd-b");
+    assert!(!slots.join("upgrade.json").exists(), "upgrade.json is gone");
+    let installed: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(slots.join("installed.json")).unwrap()).unwrap();
+    assert_eq!((installed["version"].as_str(), installed["sequence"].as_u64()), (Some("0.9.0"), Some(7)));
+    let commands = env.stack.commands(&id).unwrap();
+    assert!(commands.iter().all(|c| c.kind != "daemon.upgrade"), "no command did it: {commands:?}");
+    node.stop().await;
+    env.report();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_daemon_section_naming_a_build_that_never_connects_is_rolled_back_and_failed() {
+    let scenario = "a_daemon_section_naming_a_build_that_never_connects_is_rolled_back_and_failed";
+    let Some(env) = Env::start(scenario).await else { return };
+    let broken = build_bcd(&BuildOptions::fakehw().with_version("0.9.1").never_connecting()).unwrap();
+    let (mut node, id, slots) = upgradable_node(&env, "section-rolled-back", Some("1s")).await;
+    let before = env.stack.await_session(&id, 1, DEADLINE).await.unwrap();
+    env.stack.publish_release("0.9.1", 8, &[("linux", "amd64", &std::fs::read(&broken).unwrap())]).await.unwrap();
+
+    let started = Instant::now();
+    let generation = env.stack.converge_daemon(&id, "0.9.1").await.unwrap();
+    let status = await_daemon_section(&env, &id, generation, SectionState::Failed, "RolledBack").await;
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "rolled back within a bounded time: {:.2?}",
+        started.elapsed()
+    );
+    assert!(status.message.contains("0.9.1 (sequence 8) was rolled back"), "{status:?}");
+    assert_eq!(current_slot(&slots), "bcd-a", "back on slot a");
+    assert!(!slots.join("upgrade.json").exists(), "the upgrade is settled");
+    let after = env.stack.await_session(&id, before.epoch + 1, DEADLINE).await.unwrap();
+    assert_eq!(after.daemon_version, BASE_VERSION);
+    let status =
+        node.await_status(DEADLINE, "connected again", |s| s["session"]["state"] == "connected").await.unwrap();
+    assert_eq!(status["daemonVersion"], BASE_VERSION);
+
+    // The next generation naming it again is refused at once: not tried again.
+    let again = env.stack.converge_daemon(&id, "0.9.1").await.unwrap();
+    await_daemon_section(&env, &id, again, SectionState::Failed, "RolledBack").await;
+    assert_eq!(current_slot(&slots), "bcd-a");
+    let sessions = env.stack.node_sessions(&id).unwrap();
+    assert!(sessions.iter().all(|s| s.daemon_version == BASE_VERSION), "0.9.1 never connected: {sessions:?}");
     node.stop().await;
     env.report();
 }

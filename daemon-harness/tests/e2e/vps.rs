@@ -126,7 +126,8 @@ pub fn metadata_get(node: &Node, instance: &str, path: &str) -> (u16, String) {
     (status, body)
 }
 
-/// What is left under the fake root: domain files, plans, seeds, taps, volumes.
+/// What is left under the fake root: domain files, plans, seeds, taps,
+/// volumes, addresses, overlays.
 pub fn leftovers(node: &Node) -> Vec<String> {
     let root = node.data_dir().join("fakehw-root");
     let mut left = Vec::new();
@@ -134,6 +135,8 @@ pub fn leftovers(node: &Node) -> Vec<String> {
         root.join("var/lib/bcd/domains"),
         root.join("var/lib/bcd/seeds"),
         root.join("var/lib/bcd/volumes"),
+        root.join("var/lib/bcd/addresses"),
+        root.join("var/lib/bcd/overlays"),
         root.join("run/bcd/taps"),
         node.data_dir().join("fakehw-plans"),
     ] {

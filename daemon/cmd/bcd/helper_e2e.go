@@ -111,8 +111,8 @@ func runVPSPass(args []string, e env) int {
 	if err := protojson.Unmarshal(input, spec); err != nil {
 		return fail(e, "helper vps-pass", err)
 	}
-	r, err := instances.New(instances.Config{Runtimes: vps.Runtimes, Volumes: vps.Volumes,
-		Capacity: instances.CapacityOf(machine.NewHost()), Log: logger(e)})
+	r, err := instances.New(instances.Config{Runtimes: vps.Runtimes, Volumes: vps.Volumes, Images: vps.Images,
+		Accelerator: vps.Accelerator, Capacity: instances.CapacityOf(machine.NewHost()), Log: logger(e)})
 	if err != nil {
 		return fail(e, "helper vps-pass", err)
 	}

@@ -1,19 +1,29 @@
 // The VPS runtimes of config.toml's [instances] (host builds; docs/daemon.md,
-// "Instances"): libvirt-kvm and cloud-hypervisor through bcd helper, the
-// volume store in [instances] volume_dir sized by its file system.
+// "Instances"): libvirt-kvm through bcd helper, and cloud-hypervisor where
+// its binary and a working KVM are there (elsewhere it is not advertised),
+// the volume store in [instances] volume_dir sized by its file system, the
+// image store in [instances] image_dir, the accelerator, and the metadata
+// endpoint on the instance bridges (listeners from the helper's
+// imds.listen, a request known by its source address).
 
 package main
 
 import (
+	"context"
+	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"syscall"
 
 	"bcd/internal/agent"
 	"bcd/internal/config"
+	"bcd/internal/helper"
+	"bcd/internal/images"
 	"bcd/internal/metadata"
 	"bcd/internal/runtime"
 	"bcd/internal/runtime/cloudhypervisor"
+	"bcd/internal/runtime/hostfiles"
 	"bcd/internal/runtime/libvirt"
 	"bcd/internal/volumes"
 )
@@ -24,7 +34,8 @@ func hostVPS(c *config.Config, _ string, log *slog.Logger) (*agent.VPS, error) {
 	if err != nil || in == nil {
 		return nil, err
 	}
-	vps := &agent.VPS{Volumes: volumes.New(in.VolumeDir, fsSize(in.VolumeDir))}
+	vps := &agent.VPS{Volumes: volumes.New(in.VolumeDir, fsSize(in.VolumeDir)), Images: images.New(in.ImageDir),
+		Accelerator: in.Accelerator}
 	var seeds multiSeeds
 	for _, name := range in.Runtimes {
 		switch name {
@@ -32,14 +43,44 @@ func hostVPS(c *config.Config, _ string, log *slog.Logger) (*agent.VPS, error) {
 			rt := libvirt.New(libvirt.Options{Socket: in.HelperSocket, StateDir: in.StateDir})
 			vps.Runtimes, seeds = append(vps.Runtimes, rt), append(seeds, rt)
 		case runtime.NameCloudHypervisor:
+			if ok, why := cloudhypervisor.Available(in.CloudHypervisor, in.Accelerator); !ok {
+				log.Warn("instances.runtime_unavailable", "runtime", name, "why", why)
+				continue
+			}
 			rt := cloudhypervisor.New(cloudhypervisor.Options{Socket: in.HelperSocket, StateDir: in.StateDir,
 				Binary: in.CloudHypervisor, Firmware: in.Firmware})
 			vps.Runtimes, seeds = append(vps.Runtimes, rt), append(seeds, rt)
 		}
 	}
 	vps.Seeds = seeds
-	log.Info("instances.host", "runtimes", in.Runtimes, "helper_socket", in.HelperSocket, "volume_dir", in.VolumeDir)
+	vps.Metadata = &agent.HostMetadata{Listen: metadataListeners(in.HelperSocket), Owners: hostfiles.Addresses(in.StateDir)}
+	log.Info("instances.host", "runtimes", in.Runtimes, "helper_socket", in.HelperSocket, "volume_dir", in.VolumeDir,
+		"image_dir", in.ImageDir, "accelerator", in.Accelerator)
 	return vps, nil
+}
+
+// metadataListeners asks the helper for the metadata endpoint's listeners.
+func metadataListeners(socket string) func(context.Context) ([]net.Listener, error) {
+	return func(ctx context.Context) ([]net.Listener, error) {
+		res := &helper.ListenResult{}
+		files, err := helper.CallFiles(ctx, socket, helper.OpImdsListen, struct{}{}, res)
+		if err != nil {
+			return nil, err
+		}
+		var out []net.Listener
+		for _, f := range files {
+			lis, err := net.FileListener(f)
+			f.Close()
+			if err != nil {
+				for _, l := range out {
+					l.Close()
+				}
+				return nil, fmt.Errorf("a listener of imds.listen: %w", err)
+			}
+			out = append(out, lis)
+		}
+		return out, nil
+	}
 }
 
 // fsSize is the size of the file system that holds dir (made if missing).

@@ -97,7 +97,7 @@ func runJoin(args []string, e env) int {
 	r, err := join.Join(ctx, join.Options{
 		ConfigPath: *configPath, Token: token, Server: *server, TrustDocument: fakehwBuild,
 		ServingCAPin: *servingPin, JoinSigningPin: *signingPin, JoinEncryptionPin: *encryptionPin,
-		DataDir: *dataDir, Machine: m, Version: version, Capabilities: agent.Capabilities,
+		DataDir: *dataDir, Machine: m, Version: version, Capabilities: agent.CapabilitiesOf(m),
 		AllowH2C: fakehwBuild, Log: log,
 		Attestor: *attestor, TPM: device.Open, TPMOtherCSRKey: k.tpmOtherCSRKey,
 	})

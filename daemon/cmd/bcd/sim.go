@@ -87,6 +87,10 @@ const SimGCPercent = 200
 // DefaultJoinConcurrency is how many joins bcd sim has under way at once.
 const DefaultJoinConcurrency = 64
 
+// simRestartPause is how long an agent whose restart failed waits before
+// the next (systemd's RestartSec, as a real node's supervisor waits).
+const simRestartPause = time.Second
+
 // simJoinRetry is a sim agent's retry policy: full jitter from 250 ms to a
 // 5 s cap, with no budget (an agent keeps trying until bcd sim stops).
 var simJoinRetry = retry.Policy{Base: 250 * time.Millisecond, Cap: 5 * time.Second}
@@ -223,7 +227,7 @@ func (s *sim) agent(i int, dir string) int {
 	}
 	s.ran.Add(1)
 	identity := r.Identity
-	for {
+	for life := 1; ; life++ {
 		run, kill := context.WithCancelCause(ctx)
 		s.running.set(i, kill)
 		code, err := s.runAgent(run, r.Config, m, identity, log)
@@ -234,11 +238,20 @@ func (s *sim) agent(i int, dir string) int {
 		switch {
 		case ctx.Err() != nil:
 			return 0
-		case err != nil && !faulted:
+		case err != nil && !faulted && life == 1:
 			log.Error("sim.agent_failed", "err", err)
 			return agent.ExitError
 		case code == agent.ExitRevoked:
 			return code
+		case err != nil && !faulted:
+			// A later life that failed: its supervisor starts it again
+			// after a pause, as systemd's Restart=always does.
+			log.Warn("sim.agent_failed", "err", err, "life", life, "again_in", simRestartPause.String())
+			select {
+			case <-time.After(simRestartPause):
+			case <-ctx.Done():
+				return 0
+			}
 		}
 		// A fault, or the end of a self-terminating command (a reboot): the
 		// agent starts again as its supervisor would start bcd, a new
@@ -287,7 +300,7 @@ func (s *sim) setup(i int, dir string, log *slog.Logger) (*join.Result, machine.
 	}
 	policy := simJoinRetry
 	r, err := join.Join(s.e.ctx, join.Options{ConfigPath: path, Token: s.token, Machine: m, Version: version,
-		Capabilities: agent.Capabilities, AllowH2C: true, Log: log, Retry: &policy})
+		Capabilities: agent.CapabilitiesOf(m), AllowH2C: true, Log: log, Retry: &policy})
 	switch {
 	case errors.Is(err, join.ErrAlreadyJoined):
 		return r, m, nil

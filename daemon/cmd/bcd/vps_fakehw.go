@@ -4,7 +4,8 @@
 // root (plans in <data_dir>/fakehw-plans), a volume store of
 // BCD_FAKEHW_VOLUME_STORE_BYTES (default 256 GiB of sparse files), the
 // instance bridges of BCD_FAKEHW_INSTANCE_BRIDGES (default bcbr0), and
-// the metadata endpoint on <data_dir>/metadata.sock.
+// the image store under the fake root (var/lib/bcd/images), and the
+// metadata endpoint on <data_dir>/metadata.sock.
 
 package main
 
@@ -18,6 +19,7 @@ import (
 	"bcd/internal/agent"
 	"bcd/internal/config"
 	"bcd/internal/fakehw"
+	"bcd/internal/images"
 	"bcd/internal/machine"
 	"bcd/internal/runtime"
 	rtfake "bcd/internal/runtime/fakehw"
@@ -53,5 +55,6 @@ func newVPS(_ *config.Config, dataDir string, m machine.Machine, getenv func(str
 	}
 	rt := rtfake.New(rtfake.Options{Root: fm.Root(), PlansDir: filepath.Join(dataDir, PlansDirName), BootID: fm.BootID, Bridges: bridges})
 	store := volumes.New(filepath.Join(fm.Root(), "var", "lib", "bcd", "volumes"), func() (uint64, error) { return size, nil })
-	return &agent.VPS{Runtimes: []runtime.Runtime{rt}, Volumes: store, Seeds: rt, MetadataSocket: true}, nil
+	imageStore := images.New(filepath.Join(fm.Root(), "var", "lib", "bcd", "images"))
+	return &agent.VPS{Runtimes: []runtime.Runtime{rt}, Volumes: store, Images: imageStore, Seeds: rt, MetadataSocket: true}, nil
 }

@@ -4,7 +4,8 @@
 // to the WebSocket: dialer) to the dispatcher
 // (commands, cancel; the kinds it runs are registered in kinds.go), the
 // converger (desired state, one reconciler per NodeSpec section: telemetry,
-// and the instances section on a VPS host, vps.go), the consoles
+// access (access.go), daemon (upgrade.go), and the instances section on a
+// VPS host, vps.go), the consoles
 // (tunnels.go: OpenTunnel through the frame handlers) and the status
 // socket. It ends on its
 // context (exit 0), after a self-terminating command (exit 0: the
@@ -52,9 +53,6 @@ const (
 	ExitError   = 1
 	ExitRevoked = 3
 )
-
-// Capabilities are what this bcd announces in its Hello.
-var Capabilities = []string{"events.v1", "cdi", "signed-intent"}
 
 // Options configure an agent.
 type Options struct {
@@ -107,6 +105,7 @@ type Agent struct {
 	trust      *intent.Trust
 	dispatcher *dispatch.Dispatcher
 	converger  *converge.Converger
+	specs      *specQueue // the desired states the session handed over (specs.go)
 	telemetry  *telemetry.Reconciler
 	session    *session.Session
 	reboot     chan string
@@ -146,7 +145,8 @@ func New(opts Options) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{opts: opts, log: log, id: id, signing: signing, journal: j, reboot: make(chan string, 1), exec: make(chan string, 1)}
+	a := &Agent{opts: opts, log: log, id: id, signing: signing, journal: j, reboot: make(chan string, 1), exec: make(chan string, 1),
+		specs: newSpecQueue()}
 	if _, err := j.Sweep(); err != nil {
 		log.Warn("journal.sweep_failed", "err", err)
 	}
@@ -177,14 +177,22 @@ func New(opts Options) (*Agent, error) {
 	// (docs/protocol.md, "Telemetry").
 	exporter := identity.HTTPSClient(c, id)
 	exporter.Timeout = telemetry.ExportTimeout
-	tcfg := telemetry.Config{NodeID: id.NodeID, Version: opts.Version, Machine: opts.Machine, Log: log, Client: exporter}
+	if a.broker == nil {
+		a.broker = a.newBroker()
+	}
+	a.frames = append(a.frames, a.broker)
+	tcfg := telemetry.Config{NodeID: id.NodeID, Version: opts.Version, Machine: opts.Machine, Log: log, Client: exporter, Secrets: a.broker}
 	if a.instances != nil {
 		reconcilers = append(reconcilers, a.instances)
-		a.frames = append(a.frames, a.broker)
 		tcfg.Instances = a.instances
 	}
 	a.telemetry = telemetry.New(tcfg)
+	a.broker.OnSecret(func() { a.converger.Repass(converge.SectionTelemetry) })
 	reconcilers = append(reconcilers, a.telemetry)
+	if r := a.accessReconciler(); r != nil {
+		reconcilers = append(reconcilers, r)
+	}
+	reconcilers = append(reconcilers, a.daemonReconciler())
 	a.converger, err = converge.New(converge.Config{
 		NodeID: id.NodeID, Key: id.Key, Journal: j, Machine: opts.Machine, Trust: a.trust,
 		Notify: a.session.Notify, Log: log, Reconcilers: reconcilers,
@@ -208,6 +216,14 @@ func New(opts Options) (*Agent, error) {
 		Log:         log,
 	})
 	return a, nil
+}
+
+// newBroker is the secret broker of a node that is no VPS host (a VPS
+// host's is made with its instances, vps.go): the telemetry section's
+// headers come through it.
+func (a *Agent) newBroker() *broker.Broker {
+	return broker.New(broker.Config{NodeID: a.id.NodeID, Key: a.id.Key, BootID: a.opts.Machine.BootID,
+		Send: a.session.SendControl, Log: a.log})
 }
 
 // NodeID is the agent's node id.
@@ -283,9 +299,13 @@ func (a *Agent) Run(ctx context.Context) (int, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if !a.opts.NoStatusSocket {
-		if err := status.Serve(ctx, status.Path(a.opts.Config.DataDir), a.Status); err != nil {
+		stopStatus, err := status.Serve(ctx, status.Path(a.opts.Config.DataDir), a.Status)
+		if err != nil {
 			return ExitError, fmt.Errorf("the status socket: %w", err)
 		}
+		// Closed before Run returns: the next life (a restart in bcd sim)
+		// finds the socket free.
+		defer stopStatus()
 	}
 	if s, ok := a.opts.Machine.(machine.Starts); ok {
 		if err := s.Started(); err != nil {
@@ -296,6 +316,17 @@ func (a *Agent) Run(ctx context.Context) (int, error) {
 		return ExitError, err
 	}
 	a.converger.Start()
+	specsDone := make(chan struct{})
+	go func() {
+		defer close(specsDone)
+		a.specs.run(ctx, func(ds *agentv1.DesiredState) { _, _ = a.converger.Apply(ds) })
+	}()
+	// The spec applier ends before the journal closes (a.Close).
+	stopSpecs := func() {
+		cancel()
+		<-specsDone
+	}
+	defer stopSpecs()
 	if err := a.startVPS(ctx); err != nil {
 		return ExitError, fmt.Errorf("the instances: %w", err)
 	}
@@ -326,6 +357,7 @@ wait:
 		case path := <-a.exec:
 			cancel()
 			<-done
+			stopSpecs()
 			stopRenewal()
 			a.dispatcher.Stop()
 			a.Close()
@@ -372,7 +404,7 @@ func (a *Agent) Hello() *agentv1.Hello {
 		NodeId:            a.id.NodeID,
 		BootId:            a.opts.Machine.BootID(),
 		DaemonVersion:     a.opts.Version,
-		Capabilities:      Capabilities,
+		Capabilities:      CapabilitiesOf(a.opts.Machine),
 		AppliedGeneration: a.converger.AppliedGeneration(),
 	}
 	if a.instances != nil {
@@ -410,7 +442,7 @@ func (a *Agent) Frame(f *agentv1.GatewayFrame) {
 	case *agentv1.GatewayFrame_Command:
 		a.dispatcher.Deliver(x.Command)
 	case *agentv1.GatewayFrame_DesiredState:
-		_, _ = a.converger.Apply(x.DesiredState)
+		a.specs.put(x.DesiredState)
 	case *agentv1.GatewayFrame_Cancel:
 		a.dispatcher.Cancel(x.Cancel.GetCommandId())
 	default:

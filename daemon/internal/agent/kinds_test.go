@@ -75,11 +75,13 @@ func TestEveryStatusReportCarriesTheSections(t *testing.T) {
 	s.Send(&agentv1.GatewayFrame{Frame: &agentv1.GatewayFrame_DesiredState{DesiredState: &agentv1.DesiredState{Spec: signed(t, g.Keys.CommandRoot, pki.PayloadTypeNodeSpec, spec)}}})
 	want := func(r *agentv1.StatusReport) bool {
 		secs := r.GetSections()
-		return len(secs) == 4 && secs[0].GetSection() == "trust" && secs[0].GetState() == agentv1.SectionState_SECTION_STATE_APPLIED &&
+		return len(secs) == 6 && secs[0].GetSection() == "trust" && secs[0].GetState() == agentv1.SectionState_SECTION_STATE_APPLIED &&
 			secs[1].GetSection() == "holds" && secs[1].GetState() == agentv1.SectionState_SECTION_STATE_FAILED &&
 			secs[1].GetReason() == "HoldFailed" && secs[1].GetGeneration() == 1 &&
 			secs[2].GetSection() == "host" && secs[2].GetState() == agentv1.SectionState_SECTION_STATE_APPLIED &&
-			secs[3].GetSection() == "telemetry" && secs[3].GetState() == agentv1.SectionState_SECTION_STATE_APPLIED
+			secs[3].GetSection() == "telemetry" && secs[3].GetState() == agentv1.SectionState_SECTION_STATE_APPLIED &&
+			secs[4].GetSection() == "daemon" && secs[4].GetState() == agentv1.SectionState_SECTION_STATE_APPLIED &&
+			secs[5].GetSection() == "access" && secs[5].GetState() == agentv1.SectionState_SECTION_STATE_APPLIED
 	}
 	frameWhere(t, s, func(f *agentv1.NodeFrame) bool { return want(f.GetStatusReport()) })
 	n.cancel()

@@ -1,7 +1,9 @@
-// Self-update in the agent: the daemon.upgrade kind hands the new binary to Run,
-// which closes everything and execs it; a starting agent reports a
-// rolled-back upgrade FAILED, or confirms its own upgrade on the first
-// Welcome and rolls it back when the Welcome does not come in time.
+// Self-update in the agent: the daemon.upgrade kind and the daemon
+// section's reconciler hand the new binary to Run, which closes everything
+// and execs it; a starting agent reports a rolled-back upgrade FAILED (a
+// command's; the section reports its own), or confirms its own upgrade on
+// the first Welcome (settling the command, or passing the section again)
+// and rolls it back when the Welcome does not come in time.
 
 package agent
 
@@ -11,6 +13,7 @@ import (
 	"fmt"
 	"time"
 
+	"bcd/internal/converge"
 	"bcd/internal/dispatch"
 	"bcd/internal/proto/agentv1"
 	selfupdate "bcd/internal/update"
@@ -29,10 +32,7 @@ func (a *Agent) upgradeKind() dispatch.Kind {
 			if out.Exec == "" {
 				return out.Output, nil
 			}
-			select {
-			case a.exec <- out.Exec:
-			default:
-			}
+			a.requestExec(out.Exec)
 			return nil, dispatch.ErrProcessEnding
 		}}
 }
@@ -47,7 +47,10 @@ func (a *Agent) resumeUpgrade(ctx context.Context) error {
 		return fmt.Errorf("resuming the pending upgrade: %w", err)
 	}
 	if r := res.Failed; r != nil {
-		a.log.Warn("update.failed", "command_id", r.CommandID, "version", r.Version, "reason", res.Reason)
+		a.log.Warn("update.failed", "command_id", r.CommandID, "generation", r.Generation, "version", r.Version, "reason", res.Reason)
+		if r.CommandID == "" {
+			return nil // the daemon section's, left PROGRESSING: Start passes it again, and it reads failed.json
+		}
 		return a.dispatcher.Settle(r.CommandID, selfupdate.Kind, agentv1.CommandState_FAILED, res.Reason, nil)
 	}
 	if res.Await == nil {
@@ -68,10 +71,7 @@ func (a *Agent) resumeUpgrade(ctx context.Context) error {
 			return
 		}
 		if path != "" {
-			select {
-			case a.exec <- path:
-			default:
-			}
+			a.requestExec(path)
 		}
 	}()
 	return nil
@@ -91,8 +91,28 @@ func (a *Agent) confirmUpgrade() {
 		return
 	}
 	r := a.watch.Record()
+	if r.CommandID == "" {
+		a.converger.Repass(converge.SectionDaemon)
+		return
+	}
 	if err := a.dispatcher.Settle(r.CommandID, selfupdate.Kind, agentv1.CommandState_SUCCEEDED, "", output); err != nil {
 		a.log.Error("update.report_failed", "command_id", r.CommandID, "err", err)
+	}
+}
+
+// daemonReconciler is the daemon section's (selfupdate.SectionReconciler):
+// the Updater's steps (none without [update]), the swapped entrypoint
+// handed to Run, and a pass again when a download ends.
+func (a *Agent) daemonReconciler() converge.Reconciler {
+	return selfupdate.NewSection(selfupdate.SectionConfig{Updater: a.opts.Updater, Version: a.opts.Version, Log: a.log,
+		Exec: a.requestExec, Wake: func() { a.converger.Repass(converge.SectionDaemon) }})
+}
+
+// requestExec asks Run to exec path once everything is closed.
+func (a *Agent) requestExec(path string) {
+	select {
+	case a.exec <- path:
+	default:
 	}
 }
 

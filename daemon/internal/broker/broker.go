@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -81,7 +82,7 @@ type Broker struct {
 	secrets  map[string]*secret // by secret reference
 	byID     map[string]string  // request id → secret reference
 	tokens   map[string]chan *agentv1.WorkloadTokenResponse
-	onSecret func()
+	onSecret []func()
 }
 
 // New returns a broker.
@@ -100,12 +101,12 @@ func New(cfg Config) *Broker {
 		tokens: map[string]chan *agentv1.WorkloadTokenResponse{}}
 }
 
-// OnSecret sets what runs when a secret's answer came (the reconciler's
-// wake-up).
+// OnSecret adds what runs when a secret's answer came (a reconciler's
+// wake-up: the instances' user data, the telemetry section's headers).
 func (b *Broker) OnSecret(f func()) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.onSecret = f
+	b.onSecret = append(b.onSecret, f)
 }
 
 func requestID() string {
@@ -219,15 +220,15 @@ func (b *Broker) secretAnswer(resp *agentv1.SecretResponse) {
 		s.plaintext, s.err = pki.OpenSecretResponse(s.key, resp.GetJwe())
 	}
 	s.key = nil
-	wake := b.onSecret
+	wake := slices.Clone(b.onSecret)
 	b.mu.Unlock()
 	if s.err != nil {
 		b.log.Warn("broker.secret_refused", "request_id", resp.GetRequestId(), "secret_ref", ref, "code", string(refusal.CodeOf(s.err)))
 	} else {
 		b.log.Info("broker.secret_received", "request_id", resp.GetRequestId(), "secret_ref", ref)
 	}
-	if wake != nil {
-		wake()
+	for _, f := range wake {
+		f()
 	}
 }
 

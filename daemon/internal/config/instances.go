@@ -26,6 +26,13 @@ type Instances struct {
 	// Firmware is what cloud-hypervisor boots (default
 	// /usr/share/cloud-hypervisor/hypervisor-fw).
 	Firmware string `toml:"firmware"`
+	// ImageDir is the image store: the base disks instances boot from,
+	// <hex of their SHA-256>.raw or .qcow2 (default <data_dir>/images; it
+	// must be one of the helper's [helper] image_dirs).
+	ImageDir string `toml:"image_dir"`
+	// Accelerator is what guests run under: "kvm" (the default) or "tcg",
+	// QEMU's emulation, where KVM cannot run a guest (a nested host).
+	Accelerator string `toml:"accelerator"`
 }
 
 // InstancesOf returns the [instances] table with its defaults filled in
@@ -44,10 +51,15 @@ func (c *Config) InstancesOf() (*Instances, error) {
 		{&in.VolumeDir, filepath.Join(c.DataDir, "volumes")},
 		{&in.CloudHypervisor, "cloud-hypervisor"},
 		{&in.Firmware, "/usr/share/cloud-hypervisor/hypervisor-fw"},
+		{&in.ImageDir, filepath.Join(c.DataDir, "images")},
+		{&in.Accelerator, "kvm"},
 	} {
 		if *d.v == "" {
 			*d.v = d.def
 		}
+	}
+	if in.Accelerator != "kvm" && in.Accelerator != "tcg" {
+		return nil, fmt.Errorf("%w: %s: [instances] accelerator %q (kvm or tcg)", ErrInvalid, c.Path, in.Accelerator)
 	}
 	for _, r := range in.Runtimes {
 		if r != "libvirt-kvm" && r != "cloud-hypervisor" {

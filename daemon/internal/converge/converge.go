@@ -141,7 +141,8 @@ func inOrder(list []Reconciler) ([]Reconciler, error) {
 
 // Start resumes the sections that live in the process (Resumer) on the
 // applied spec, then passes again, in the background, every section left
-// PROGRESSING or without a status for the applied generation.
+// PROGRESSING or without a status for the applied generation, and every
+// Waiter that waits.
 func (c *Converger) Start() {
 	generation := c.AppliedGeneration()
 	if generation == 0 {
@@ -158,7 +159,9 @@ func (c *Converger) Start() {
 	defer c.mu.Unlock()
 	for _, r := range c.reconcilers {
 		st := c.statuses[r.Section()]
-		if st == nil || st.GetGeneration() != generation || st.GetState() == agentv1.SectionState_SECTION_STATE_PROGRESSING {
+		waiter, ok := r.(Waiter)
+		if st == nil || st.GetGeneration() != generation || st.GetState() == agentv1.SectionState_SECTION_STATE_PROGRESSING ||
+			ok && waiter.Waiting() {
 			c.armLocked(r.Section(), generation, 0)
 		}
 	}

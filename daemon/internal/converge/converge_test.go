@@ -137,6 +137,12 @@ func TestAHoldIsBoundAndReleasedOnlyByTheSpec(t *testing.T) {
 	if err != nil || !strings.Contains(string(data), "NVIDIA_VISIBLE_DEVICES=0,1") {
 		t.Fatalf("CDI spec %s, %v", data, err)
 	}
+	// Beside the CDI spec, the hold's env file.
+	env := filepath.Join(r.m.CDIDir(), "bcd-alloc-alloc_1.env")
+	want := "BCD_ALLOCATION_ID=alloc_1\nBCD_CDI_DEVICE=bcd.dev/alloc=alloc_1\nBCD_GPU_INDEXES=0,1\nNVIDIA_VISIBLE_DEVICES=0,1\n"
+	if data, err := os.ReadFile(env); err != nil || string(data) != want {
+		t.Fatalf("env file %q, %v", data, err)
+	}
 	rep := r.lastReport(t)
 	if rep.AppliedGeneration != 1 || len(rep.Allocations) != 1 || len(rep.Inventory) != 3 {
 		t.Fatalf("report %v", rep)
@@ -152,12 +158,17 @@ func TestAHoldIsBoundAndReleasedOnlyByTheSpec(t *testing.T) {
 		t.Fatalf("applied generation %d, callbacks %v", gen, r.applied)
 	}
 
-	// A restart keeps the hold, and restores a CDI file that went missing.
+	// A restart keeps the hold, and restores a CDI file and an env file
+	// that went missing.
 	os.Remove(cdi)
+	os.Remove(env)
 	r.j.Close()
 	r = newRig(t, dir, false, "")
 	if _, err := os.Stat(cdi); err != nil {
 		t.Fatal("a hold was dropped on bcd's own")
+	}
+	if data, err := os.ReadFile(env); err != nil || string(data) != want {
+		t.Fatalf("env file after the restart %q, %v", data, err)
 	}
 	// The same generation again changes nothing; an older one neither.
 	if ok, _ := r.c.Apply(desired(spec(1))); ok {
@@ -171,6 +182,9 @@ func TestAHoldIsBoundAndReleasedOnlyByTheSpec(t *testing.T) {
 	}
 	if _, err := os.Stat(cdi); !os.IsNotExist(err) {
 		t.Fatal("the released hold's CDI file is still there")
+	}
+	if _, err := os.Stat(env); !os.IsNotExist(err) {
+		t.Fatal("the released hold's env file is still there")
 	}
 	rep = r.lastReport(t)
 	if len(rep.Released) != 1 || rep.Released[0].AllocationId != "alloc_1" || len(rep.Allocations) != 0 || rep.AppliedGeneration != 2 {
@@ -216,7 +230,7 @@ func TestUnderAccessOnlyAccessChangesMustBeSigned(t *testing.T) {
 		t.Fatalf("unsigned without access: %v %v", ok, err)
 	}
 	s := spec(2)
-	s.Access = &agentv1.AccessSection{SshAuthorizedKeys: []string{"ssh-ed25519 AAAA"}}
+	s.Access = &agentv1.AccessSection{Accounts: []*agentv1.SshAccount{{Name: "root", Principals: []string{"root"}}}}
 	if _, err := r.c.Apply(desired(s)); pki.CodeOf(err) != pki.CodeSpecUnsignedAccess {
 		t.Fatalf("unsigned access change: %v", err)
 	}
@@ -345,6 +359,19 @@ func TestAHoldWithABookedShareRunsInItsSliceUntilReleased(t *testing.T) {
 	}
 	if parents["alloc_s"] != "bcd-alloc-alloc_s.slice" || parents["alloc_k"] != "" {
 		t.Fatalf("cgroup parents %v", parents)
+	}
+	// Their env files: the share and the slice; the kubernetes binding
+	// without NVIDIA_VISIBLE_DEVICES, as its CDI spec.
+	envs := map[string]string{
+		"alloc_s": "BCD_ALLOCATION_ID=alloc_s\nBCD_CDI_DEVICE=bcd.dev/alloc=alloc_s\nBCD_GPU_INDEXES=2\nNVIDIA_VISIBLE_DEVICES=2\n" +
+			"BCD_VCPUS=8\nBCD_MEMORY_BYTES=68719476736\nBCD_CGROUP_PARENT=bcd-alloc-alloc_s.slice\n",
+		"alloc_k": "BCD_ALLOCATION_ID=alloc_k\nBCD_CDI_DEVICE=bcd.dev/alloc=alloc_k\nBCD_GPU_INDEXES=3\nBCD_BINDING=kubernetes\n" +
+			"BCD_VCPUS=8\nBCD_MEMORY_BYTES=68719476736\n",
+	}
+	for id, want := range envs {
+		if data, err := os.ReadFile(filepath.Join(r.m.CDIDir(), "bcd-alloc-"+id+".env")); err != nil || string(data) != want {
+			t.Fatalf("%s env file %q, %v", id, data, err)
+		}
 	}
 	// A reboot clears run/: the restarted bcd makes the slice again.
 	if err := r.m.Reboot(); err != nil {

@@ -1,5 +1,5 @@
 // The holds section (docs/protocol.md, "Reservations (holds)"): a hold
-// becomes a CDI spec file per allocation (cdi.go) and a node-signed
+// becomes a CDI spec file and an env file per allocation (cdi.go) and a node-signed
 // NodeStatement{allocation_bound}, reported in every StatusReport; a hold
 // the spec no longer lists is released (file removed, AllocationReleased);
 // a hold that cannot be bound is reported AllocationFailed and the section
@@ -14,7 +14,6 @@ import (
 	"crypto"
 	"crypto/rand"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -51,6 +50,9 @@ type Allocation struct {
 	CgroupParent string `json:"cgroup_parent,omitempty"`
 	// Statement is the node-signed AllocationBound (protobuf Envelope).
 	Statement []byte `json:"statement"`
+	// ReleaseAtMs, when set, is a released Kubernetes hold whose pods keep
+	// its devices until then (pods.go): not offered, still claimed.
+	ReleaseAtMs int64 `json:"release_at_ms,omitempty"`
 }
 
 // holdsReconciler binds and releases holds.
@@ -79,8 +81,12 @@ func newHolds(cfg Config, log *slog.Logger) (*holdsReconciler, error) {
 	}
 	for _, a := range list {
 		h.allocations[a.ID] = a
-		if _, err := os.Stat(cdiPath(h.machine.CDIDir(), a.ID)); err != nil {
-			if err := writeCDI(h.machine.CDIDir(), a); err != nil {
+		if a.ReleaseAtMs > 0 {
+			continue // its pods keep its devices; nothing is offered again
+		}
+		_, cdiErr := os.Stat(cdiPath(h.machine.CDIDir(), a.ID))
+		if _, envErr := os.Stat(envPath(h.machine.CDIDir(), a.ID)); cdiErr != nil || envErr != nil {
+			if err := writeHold(h.machine.CDIDir(), a); err != nil {
 				return nil, err
 			}
 			log.Warn("converge.cdi_restored", "allocation_id", a.ID)
@@ -105,13 +111,14 @@ func (h *holdsReconciler) Reconcile(_ context.Context, in Input) (Result, error)
 		return Result{}, err
 	}
 	h.mu.Lock()
-	bound := len(h.allocations)
+	bound := len(h.allocations) - len(h.releasingLocked())
 	list, err := json.Marshal(h.sorted())
+	res := applied(fmt.Sprintf("%d hold(s) bound", bound))
+	h.awaitPodsLocked(&res)
 	h.mu.Unlock()
 	if err != nil {
 		return Result{}, err
 	}
-	res := applied(fmt.Sprintf("%d hold(s) bound", bound))
 	if len(failed) > 0 {
 		var why []string
 		for _, f := range failed {
@@ -132,6 +139,9 @@ func (h *holdsReconciler) Report(r *agentv1.StatusReport) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, a := range h.sorted() {
+		if a.ReleaseAtMs > 0 {
+			continue // released: no longer bound, only claimed
+		}
 		env := &agentv1.Envelope{}
 		if err := proto.Unmarshal(a.Statement, env); err != nil {
 			return fmt.Errorf("allocation %s: %w", a.ID, err)
@@ -174,10 +184,14 @@ func (h *holdsReconciler) apply(spec *agentv1.NodeSpec) ([]*agentv1.AllocationRe
 	if err != nil {
 		return nil, nil, err
 	}
-	used := map[uint32]string{}
+	used, claimed := map[uint32]string{}, map[uint32]string{}
 	for _, a := range h.allocations {
 		for _, g := range a.GPUs {
-			used[g] = a.ID
+			if a.ReleaseAtMs > 0 {
+				claimed[g] = a.ID
+			} else {
+				used[g] = a.ID
+			}
 		}
 	}
 	var failed []*agentv1.AllocationFailed
@@ -186,7 +200,7 @@ func (h *holdsReconciler) apply(spec *agentv1.NodeSpec) ([]*agentv1.AllocationRe
 		if _, bound := h.allocations[id]; bound {
 			continue
 		}
-		if reason := check(hold, gpus, used); reason != "" {
+		if reason := check(hold, gpus, used, claimed); reason != "" {
 			failed = append(failed, &agentv1.AllocationFailed{AllocationId: id, Reason: reason})
 			h.log.Warn("converge.hold_failed", "allocation_id", id, "reason", reason)
 			continue
@@ -215,13 +229,30 @@ func (h *holdsReconciler) release(spec *agentv1.NodeSpec) ([]*agentv1.Allocation
 		wanted[hold.GetAllocationId()] = hold
 	}
 	var released []*agentv1.AllocationReleased
+	now := h.now()
 	for id, a := range h.allocations {
+		if a.ReleaseAtMs > 0 {
+			if now.UnixMilli() >= a.ReleaseAtMs {
+				delete(h.allocations, id)
+				released = append(released, &agentv1.AllocationReleased{AllocationId: id})
+				h.log.Info("converge.released", "allocation_id", id, "after", "its pods let go")
+			}
+			continue
+		}
 		hold, ok := wanted[id]
 		if ok && slices.Equal(hold.GetGpuIndexes(), a.GPUs) && hold.GetBinding() == a.Binding &&
 			hold.GetVcpus() == a.VCPUs && hold.GetMemoryBytes() == a.MemoryBytes {
 			continue
 		}
-		if err := os.Remove(cdiPath(h.machine.CDIDir(), id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if delay := h.podRelease(a); !ok && delay > 0 {
+			if err := removeHold(h.machine.CDIDir(), id); err != nil {
+				return nil, err
+			}
+			a.ReleaseAtMs = now.Add(delay).UnixMilli()
+			h.log.Info("converge.releasing", "allocation_id", id, "pods_release_ms", delay.Milliseconds())
+			continue
+		}
+		if err := removeHold(h.machine.CDIDir(), id); err != nil {
 			return nil, err
 		}
 		if s, slice := h.machine.(machine.Slices); slice && a.CgroupParent != "" {
@@ -259,9 +290,10 @@ func (h *holdsReconciler) bind(hold *agentv1.Hold, generation uint64) (*Allocati
 		err = f.CDIWriteFault()
 	}
 	if err == nil {
-		err = writeCDI(h.machine.CDIDir(), a)
+		err = writeHold(h.machine.CDIDir(), a)
 	}
 	if err != nil {
+		_ = removeHold(h.machine.CDIDir(), id)
 		if s, ok := h.machine.(machine.Slices); ok && a.CgroupParent != "" {
 			_ = s.RemoveSlice(id)
 		}
@@ -285,8 +317,10 @@ func (h *holdsReconciler) bind(hold *agentv1.Hold, generation uint64) (*Allocati
 	return a, "", nil
 }
 
-// check returns why a hold cannot be bound, or "".
-func check(h *agentv1.Hold, gpus int, used map[uint32]string) string {
+// check returns why a hold cannot be bound, or "": a GPU bound to
+// another allocation (used) or still claimed by a released one whose pods
+// have not let go (claimed).
+func check(h *agentv1.Hold, gpus int, used, claimed map[uint32]string) string {
 	id := h.GetAllocationId()
 	if id == "" || strings.ContainsAny(id, `/\`) || id == "." || id == ".." {
 		return fmt.Sprintf("%s: %q", ReasonInvalidAllocationID, id)
@@ -305,6 +339,9 @@ func check(h *agentv1.Hold, gpus int, used map[uint32]string) string {
 		seen[g] = true
 		if other, ok := used[g]; ok {
 			return fmt.Sprintf("%s: GPU %d is held by %s", ReasonGPUHeld, g, other)
+		}
+		if other, ok := claimed[g]; ok {
+			return fmt.Sprintf("%s: GPU %d is still claimed by %s, whose pods have not let it go", ReasonGPUClaimed, g, other)
 		}
 	}
 	return ""

@@ -112,10 +112,15 @@ func (c *Converger) commit(generation uint64, env []byte, outcomes []outcome) er
 		return err
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	for _, o := range outcomes {
 		if o.res.RequeueAfter > 0 {
 			c.armLocked(o.r.Section(), generation, o.res.RequeueAfter)
+		}
+	}
+	c.mu.Unlock()
+	for _, o := range outcomes {
+		if o.res.Then != nil {
+			o.res.Then()
 		}
 	}
 	return nil

@@ -66,6 +66,13 @@ type Resumer interface {
 	Resume(ctx context.Context, spec *agentv1.NodeSpec)
 }
 
+// Waiter is a Reconciler with work due later whatever its section's status
+// (holds: released Kubernetes holds whose pods keep their devices). Start
+// passes it again after a restart when it is waiting.
+type Waiter interface {
+	Waiting() bool
+}
+
 // Input is what a pass gives a reconciler.
 type Input struct {
 	// Spec is the verified spec being applied.
@@ -104,6 +111,10 @@ type Result struct {
 	// Report adds this pass's one-time facts to the StatusReport that
 	// follows it (holds: the released and the failed holds).
 	Report func(r *agentv1.StatusReport)
+	// Then runs once the pass is persisted and its StatusReport journaled
+	// (daemon: the swapped binary handed to the agent, which execs it), so
+	// what the next process reads is this pass's.
+	Then func()
 }
 
 // applied is an APPLIED Result with nothing else to say.

@@ -244,3 +244,31 @@ func TestTheTrustSectionSaysWhetherTheBundleWasTaken(t *testing.T) {
 		t.Fatalf("the current bundle again: %v", st)
 	}
 }
+
+func TestThenRunsOnceThePassIsPersistedAndReported(t *testing.T) {
+	var r *rig
+	var seen string
+	last := progressing
+	last.Then = func() {
+		// What the next process would read: the applied spec, the
+		// section's status, and the report journaled.
+		st := loadedStatus(t, r)
+		seen = strconv.FormatUint(r.c.AppliedGeneration(), 10) + " " + st + " " + states(r.lastReport(t))
+	}
+	r = newRigWith(t, t.TempDir(), false, "", &section{results: []Result{last}})
+	r.c.Apply(desired(spec(1)))
+	want := "1 instances=SECTION_STATE_PROGRESSING/Retrying/1 trust=SECTION_STATE_APPLIED/Applied/1 holds=SECTION_STATE_APPLIED/Applied/1 instances=SECTION_STATE_PROGRESSING/Retrying/1"
+	if seen != want {
+		t.Fatalf("then saw %q, want %q", seen, want)
+	}
+}
+
+// loadedStatus is the persisted status of the instances section.
+func loadedStatus(t *testing.T, r *rig) string {
+	t.Helper()
+	m, err := loadStatuses(r.j)
+	if err != nil || m[SectionInstances] == nil {
+		t.Fatalf("persisted statuses %v %v", m, err)
+	}
+	return states(&agentv1.StatusReport{Sections: []*agentv1.SectionStatus{m[SectionInstances]}})
+}

@@ -1,8 +1,9 @@
 // The failure knobs of the fake machine (docs/daemon.md, "Fake hardware"),
 // as the reference's FakeDaemon has them, so that failure paths run end to
 // end: diag.nvml's NVML init failing, failing GPUs and a diagnosis error,
-// a log bundle that cannot be uploaded, CDI spec writes that fail, and the
-// opt-in fakeGpuReset kind, which is not retry-safe. Each is read from the
+// a log bundle that cannot be uploaded, CDI spec writes that fail, the
+// opt-in fakeGpuReset kind, which is not retry-safe, an older bcd's
+// capabilities, and Kubernetes pods that keep a released hold's devices. Each is read from the
 // environment of a fakehw bcd (FaultsFromEnv); a host build has none.
 
 package fakehw
@@ -18,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"bcd/internal/config"
 	"bcd/internal/dispatch"
@@ -26,12 +28,14 @@ import (
 
 // The knobs' environment variables.
 const (
-	EnvNVMLInitFails    = "BCD_FAKEHW_NVML_INIT_FAILS"    // "1": diag.nvml fails nvml-init
-	EnvFailGPUs         = "BCD_FAKEHW_FAIL_GPUS"          // "1,5": those GPUs fail the diagnosis
-	EnvDiagError        = "BCD_FAKEHW_DIAG_ERROR"         // "1": diag.nvml fails diag-error
-	EnvLogsUploadFails  = "BCD_FAKEHW_LOGS_UPLOAD_FAILS"  // "1": logs.collect fails logs-upload
-	EnvCDIWriteFailures = "BCD_FAKEHW_CDI_WRITE_FAILURES" // "N": the next N CDI spec writes fail
-	EnvGPUReset         = "BCD_FAKEHW_GPU_RESET"          // "1": the fakeGpuReset kind is registered
+	EnvNVMLInitFails    = "BCD_FAKEHW_NVML_INIT_FAILS"     // "1": diag.nvml fails nvml-init
+	EnvFailGPUs         = "BCD_FAKEHW_FAIL_GPUS"           // "1,5": those GPUs fail the diagnosis
+	EnvDiagError        = "BCD_FAKEHW_DIAG_ERROR"          // "1": diag.nvml fails diag-error
+	EnvLogsUploadFails  = "BCD_FAKEHW_LOGS_UPLOAD_FAILS"   // "1": logs.collect fails logs-upload
+	EnvCDIWriteFailures = "BCD_FAKEHW_CDI_WRITE_FAILURES"  // "N": the next N CDI spec writes fail
+	EnvGPUReset         = "BCD_FAKEHW_GPU_RESET"           // "1": the fakeGpuReset kind is registered
+	EnvCapabilities     = "BCD_FAKEHW_CAPABILITIES"        // "events.v1,cdi": the Hello's capabilities, replacing bcd's
+	EnvKubePodRelease   = "BCD_FAKEHW_KUBE_POD_RELEASE_MS" // "N": pods keep a released Kubernetes hold's devices N ms
 	// "1": every execution is counted twice, as a broken bcd that ran each
 	// command twice would leave it (the I2 checker's own test).
 	EnvExecuteTwice = "BCD_FAKEHW_EXECUTE_TWICE"
@@ -50,6 +54,13 @@ type Faults struct {
 	CDIWriteFailures int
 	GPUReset         bool
 	ExecuteTwice     bool
+	// Capabilities replace what bcd advertises when CapabilitiesSet (an
+	// older bcd's set; empty advertises none).
+	Capabilities    []string
+	CapabilitiesSet bool
+	// KubePodRelease is how long the pods keep a released Kubernetes
+	// hold's devices (0: they let go at once).
+	KubePodRelease time.Duration
 }
 
 // FaultsFromEnv reads the knobs; a value it cannot read is named in the
@@ -90,7 +101,42 @@ func FaultsFromEnv(getenv func(string) string) (Faults, []string) {
 			f.CDIWriteFailures = n
 		}
 	}
+	if v, set := lookup(getenv, EnvCapabilities); set {
+		f.Capabilities, f.CapabilitiesSet = splitList(v), true
+	}
+	if v := getenv(EnvKubePodRelease); v != "" {
+		ms, err := strconv.ParseUint(v, 10, 31)
+		if err != nil {
+			bad = append(bad, EnvKubePodRelease)
+		} else {
+			f.KubePodRelease = time.Duration(ms) * time.Millisecond
+		}
+	}
 	return f, bad
+}
+
+// lookup reads a knob that may be set to the empty string ("advertise
+// none"): getenv cannot tell, so "-" stands for empty.
+func lookup(getenv func(string) string, name string) (string, bool) {
+	v := getenv(name)
+	switch v {
+	case "":
+		return "", false
+	case "-":
+		return "", true
+	}
+	return v, true
+}
+
+// splitList is a comma-separated list, blanks dropped.
+func splitList(v string) []string {
+	out := []string{}
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // Active lists the knobs that are set, for the log.
@@ -117,8 +163,28 @@ func (f Faults) Active() []string {
 	if f.ExecuteTwice {
 		out = append(out, EnvExecuteTwice)
 	}
+	if f.CapabilitiesSet {
+		out = append(out, EnvCapabilities)
+	}
+	if f.KubePodRelease > 0 {
+		out = append(out, EnvKubePodRelease)
+	}
 	return out
 }
+
+// HasNVML is true: the fake GPUs are read through the fake NVML, unless
+// the knob makes its init fail (machine.NVML).
+func (m *Machine) HasNVML() bool { return !m.knobs().NVMLInitFails }
+
+// Capabilities are the knob's, when it is set (machine.CapabilityOverride).
+func (m *Machine) Capabilities() ([]string, bool) {
+	f := m.knobs()
+	return f.Capabilities, f.CapabilitiesSet
+}
+
+// PodReleaseDelay is how long the fake pods keep a released Kubernetes
+// hold's devices (machine.PodRelease).
+func (m *Machine) PodReleaseDelay() time.Duration { return m.knobs().KubePodRelease }
 
 // faults is the machine's knobs and what is left of the CDI write
 // failures.

@@ -45,3 +45,29 @@ func GPUSample(seed, variant string, index uint32, uuid string, memoryBytes uint
 		ActiveXIDs:      xids,
 	}
 }
+
+var _ machine.HostTelemetry = (*Machine)(nil)
+
+// SampleHost is the fake host at sample n, a pure function of the seed,
+// the variant and n: every core spends each sample 3 s busy (2 user, 1
+// system) and 7 s idle, so the counters grow by 10 s a core; MemAvailable
+// is the memory less 1/16 of it and less SHA-256(…"host-sample/<n>")'s
+// byte 0 times 1/4096 of it; each NIC of the inventory has received 1 MiB + bytes 1–2 and
+// sent 512 KiB + bytes 3–4 per sample so far.
+func (m *Machine) SampleHost(n uint64) (*machine.HostSample, error) {
+	cores := float64(m.inventory.System.GetCpuCores())
+	k := float64(n + 1)
+	h := derive(m.seed, m.variant, fmt.Sprintf("host-sample/%d", n))
+	total := m.inventory.System.GetMemoryBytes()
+	s := &machine.HostSample{
+		CPUSeconds:           map[string]float64{"user": 2 * k * cores, "system": k * cores, "idle": 7 * k * cores, "iowait": 0},
+		MemoryTotalBytes:     total,
+		MemoryAvailableBytes: total - total/16 - uint64(h[0])*(total>>12),
+	}
+	for _, nic := range m.inventory.Network.GetNics() {
+		s.NICs = append(s.NICs, machine.NICSample{Device: nic.GetName(),
+			RxBytes: (n + 1) * (1<<20 + uint64(binary.BigEndian.Uint16(h[1:]))),
+			TxBytes: (n + 1) * (512<<10 + uint64(binary.BigEndian.Uint16(h[3:])))})
+	}
+	return s, nil
+}

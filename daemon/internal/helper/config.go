@@ -1,8 +1,9 @@
 // helper.toml: the helper's own configuration, root's and apart from the
 // node's config.toml (which the bcd user writes): [helper] (the socket, the
-// node's user, the instance bridges, where host units, domains and state
-// go, the programs it runs, the command roots that sign host units) and
-// [update] (the release pins and the slots, see package update).
+// node's user, the instance bridges, where volumes and base images may be
+// taken from, the kernel guests boot directly, where host units, domains
+// and state go, the programs it runs, the command roots that sign host
+// units) and [update] (the release pins and the slots, see package update).
 
 package helper
 
@@ -44,8 +45,19 @@ type Settings struct {
 	// VolumeDirs are where the volumes a domain may attach live (default
 	// /var/lib/bcd/volumes).
 	VolumeDirs []string `toml:"volume_dirs"`
+	// ImageDirs are where the base images a domain boots from live
+	// (default /var/lib/bcd/images); a base is attached read-only.
+	ImageDirs []string `toml:"image_dirs"`
+	// GuestKernel, GuestInitrd and GuestCmdline boot a domain with an
+	// image directly (root's files; none: the firmware boots its disk).
+	GuestKernel  string `toml:"guest_kernel"`
+	GuestInitrd  string `toml:"guest_initrd"`
+	GuestCmdline string `toml:"guest_cmdline"`
 	// UnitDir is where host units are written (default /etc/systemd/system).
 	UnitDir string `toml:"unit_dir"`
+	// AccessRoot is where access.apply writes sshd's files, under
+	// etc/ssh (default /).
+	AccessRoot string `toml:"access_root"`
 	// StateDir holds the helper's records and domain XML (default /var/lib/bcd-helper).
 	StateDir string `toml:"state_dir"`
 	// CommandRootsDir holds the PEM public keys that sign host units
@@ -57,11 +69,16 @@ type Settings struct {
 	// NodeConfig is the node's config.toml, where a join wrote node_id
 	// (default /etc/bcd/config.toml).
 	NodeConfig string `toml:"node_config"`
-	// Virsh, IP and Systemctl are the programs run (looked up on PATH;
-	// defaults virsh, ip, systemctl).
+	// Virsh, IP, Systemctl, Nft, QemuImg, MkfsVfat and Mcopy are the
+	// programs run (looked up on PATH; defaults virsh, ip, systemctl,
+	// nft, qemu-img, mkfs.vfat, mcopy).
 	Virsh     string `toml:"virsh"`
 	IP        string `toml:"ip"`
 	Systemctl string `toml:"systemctl"`
+	Nft       string `toml:"nft"`
+	QemuImg   string `toml:"qemu_img"`
+	MkfsVfat  string `toml:"mkfs_vfat"`
+	Mcopy     string `toml:"mcopy"`
 }
 
 // LoadConfig reads helper.toml and fills the defaults.
@@ -99,14 +116,22 @@ func (c *Config) defaults() {
 	for i, d := range h.VolumeDirs {
 		h.VolumeDirs[i] = filepath.Clean(d)
 	}
+	if len(h.ImageDirs) == 0 {
+		h.ImageDirs = []string{"/var/lib/bcd/images"}
+	}
+	for i, d := range h.ImageDirs {
+		h.ImageDirs[i] = filepath.Clean(d)
+	}
 	for _, d := range []struct {
 		v   *string
 		def string
 	}{
-		{&h.Socket, "/run/bcd-helper/helper.sock"}, {&h.User, "bcd"}, {&h.UnitDir, "/etc/systemd/system"},
+		{&h.Socket, "/run/bcd-helper/helper.sock"}, {&h.User, "bcd"}, {&h.UnitDir, "/etc/systemd/system"}, {&h.AccessRoot, "/"},
 		{&h.StateDir, "/var/lib/bcd-helper"}, {&h.CommandRootsDir, "/etc/bcd-helper/command-roots"},
 		{&h.NodeConfig, "/etc/bcd/config.toml"},
-		{&h.Virsh, "virsh"}, {&h.IP, "ip"}, {&h.Systemctl, "systemctl"},
+		{&h.Virsh, "virsh"}, {&h.IP, "ip"}, {&h.Systemctl, "systemctl"}, {&h.Nft, "nft"},
+		{&h.QemuImg, "qemu-img"}, {&h.MkfsVfat, "mkfs.vfat"}, {&h.Mcopy, "mcopy"},
+		{&h.GuestCmdline, "console=ttyS0 root=/dev/vda rw"},
 	} {
 		if *d.v == "" {
 			*d.v = d.def

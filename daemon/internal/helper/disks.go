@@ -26,8 +26,13 @@
 //   - taps are names, never paths: a NIC's tap must be TapName(id, i) (hex
 //     of a hash) and its bridge one of [helper] instance_bridges, checked
 //     before ip runs;
-//   - seeds: none. A guest reads its NoCloud seed from the metadata
-//     endpoint (the SMBIOS serial of runtime/plan); the XML has no seed disk;
+//   - the base image a domain boots from: opened and checked as a volume,
+//     but under [helper] image_dirs, and bound read-only at
+//     <state_dir>/disks/bcd-<id>/base; the guest's writes go to an overlay
+//     of root's the helper makes over it (guest.go), whose chain the XML
+//     says in full, so no backing file name is read from an image;
+//   - seeds: the seed disk is root's, made by the helper from the seed's
+//     files (guest.go); the node's bytes are only the files inside it;
 //   - host units (host.go): their names and bytes are the signed payload's,
 //     verified against root's command roots, and written under unitName
 //     into root's unit_dir; nothing of a unit is the node's to choose, and
@@ -62,8 +67,9 @@ import (
 // Binder makes a verified volume reachable by libvirt at a path of root's.
 // The helper's is mountBinder; tests that cannot mount replace it.
 type Binder interface {
-	// Bind makes target, an existing file, show the file open as fd.
-	Bind(fd int, target string) error
+	// Bind makes target, an existing file, show the file open as fd,
+	// read-only or not.
+	Bind(fd int, target string, readOnly bool) error
 	// Unbind undoes every Bind on target (nothing when there is none).
 	Unbind(target string) error
 	// Bound says whether target shows a bound volume now.
@@ -73,9 +79,16 @@ type Binder interface {
 // mountBinder bind-mounts: the binds of a host.
 type mountBinder struct{}
 
-func (mountBinder) Bind(fd int, target string) error {
+func (mountBinder) Bind(fd int, target string, readOnly bool) error {
 	if err := unix.Mount(fmt.Sprintf("/proc/self/fd/%d", fd), target, "", unix.MS_BIND, ""); err != nil {
 		return fmt.Errorf("bind-mounting the volume on %s: %w", target, err)
+	}
+	if readOnly {
+		// A bind takes the read-only flag only from a remount of it.
+		if err := unix.Mount("", target, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""); err != nil {
+			_ = unix.Unmount(target, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+			return fmt.Errorf("making the bind on %s read-only: %w", target, err)
+		}
 	}
 	return nil
 }
@@ -119,12 +132,13 @@ type volume struct {
 
 func (v *volume) close() { _ = unix.Close(v.fd) }
 
-// openVolume opens a disk path of the node without following a symbolic
-// link anywhere on the way, as O_PATH, and checks the descriptor: a
-// regular file of the node's user with one link (instance-disk otherwise).
-func (s *Server) openVolume(path string) (*volume, error) {
-	if !s.volumePath(path) {
-		return nil, refuse(CodeArgs, "disk %q is not a file under [helper] volume_dirs %v", path, s.cfg.Helper.VolumeDirs)
+// openVolume opens a disk path of the node (directly under one of dirs)
+// without following a symbolic link anywhere on the way, as O_PATH, and
+// checks the descriptor: a regular file of the node's user with one link
+// (instance-disk otherwise).
+func (s *Server) openVolume(path string, dirs []string) (*volume, error) {
+	if !plan.DiskUnder(path, dirs) {
+		return nil, refuse(CodeArgs, "disk %q is not a file under %v", path, dirs)
 	}
 	how := &unix.OpenHow{Flags: unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
 	fd, err := unix.Openat2(unix.AT_FDCWD, path, how)
@@ -187,32 +201,82 @@ func (s *Server) disksDir(id string) string {
 	return filepath.Join(s.cfg.Helper.StateDir, "disks", plan.DomainName(id))
 }
 
-// diskRecord is <state_dir>/domains/bcd-<id>.disks.json: the node's disk
-// paths of the domain, in order, so that domain.start can check and bind
-// them again after a reboot.
+// diskRecord is <state_dir>/domains/bcd-<id>.disks.json, the domain's
+// record: the node's volume paths, in order, and its base image (path and
+// digest), so that domain.start can check and bind them again after a
+// reboot and a redefinition over the same base keeps the overlay; and its
+// memory and balloon floor, which domain.setmem holds it between.
 func (s *Server) diskRecord(id string) string {
 	return filepath.Join(s.cfg.Helper.StateDir, "domains", plan.DomainName(id)+".disks.json")
 }
 
-// bindDisks checks every disk of the domain and binds it at its path of
-// root's, replacing what an earlier define bound; it returns those paths,
-// in order, and records the node's. Nothing is bound when a disk is refused.
-func (s *Server) bindDisks(id string, disks []Disk) ([]string, error) {
+// domainRecord is what diskRecord holds.
+type domainRecord struct {
+	Volumes    []string `json:"volumes"`
+	Base       string   `json:"base,omitempty"`
+	Digest     string   `json:"digest,omitempty"`
+	Memory     uint64   `json:"memory_bytes,omitempty"`
+	Floor      uint64   `json:"memory_floor_bytes,omitempty"`
+	HugePages  bool     `json:"hugepages,omitempty"`
+	HasBalloon bool     `json:"balloon,omitempty"`
+}
+
+// readRecord reads a domain's record (nil when it has none).
+func (s *Server) readRecord(id string) (*domainRecord, error) {
+	data, err := os.ReadFile(s.diskRecord(id))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	rec := &domainRecord{}
+	if err := json.Unmarshal(data, rec); err != nil {
+		return nil, fmt.Errorf("%s: %w", s.diskRecord(id), err)
+	}
+	return rec, nil
+}
+
+// baseTarget is where a domain's base image is bound.
+func (s *Server) baseTarget(id string) string { return filepath.Join(s.disksDir(id), "base") }
+
+// boundDisks are where a domain's disks are bound.
+type boundDisks struct {
+	volumes []string
+	base    string
+}
+
+// bindDisks checks every volume and the base image of the domain and
+// binds them at paths of root's (the base read-only), replacing what an
+// earlier define bound, and records the node's. Nothing is bound when a
+// disk is refused.
+func (s *Server) bindDisks(a *DomainArgs) (*boundDisks, error) {
 	var opened []*volume
 	defer func() {
 		for _, v := range opened {
 			v.close()
 		}
 	}()
-	paths := make([]string, 0, len(disks))
-	for _, d := range disks {
-		v, err := s.openVolume(d.Path)
+	rec := &domainRecord{Volumes: make([]string, 0, len(a.Disks)), Memory: a.MemoryBytes, Floor: a.MemoryFloorBytes,
+		HugePages: a.HugePageBytes != 0, HasBalloon: a.HugePageBytes == 0}
+	for _, d := range a.Disks {
+		v, err := s.openVolume(d.Path, s.cfg.Helper.VolumeDirs)
 		if err != nil {
 			return nil, err
 		}
 		opened = append(opened, v)
-		paths = append(paths, d.Path)
+		rec.Volumes = append(rec.Volumes, d.Path)
 	}
+	var base *volume
+	if a.Image != nil {
+		v, err := s.openVolume(a.Image.Base, s.cfg.Helper.ImageDirs)
+		if err != nil {
+			return nil, err
+		}
+		opened = append(opened, v)
+		base, rec.Base, rec.Digest = v, a.Image.Base, a.Image.Digest
+	}
+	id := a.ID
 	dir := s.disksDir(id)
 	if err := s.unbindDisks(id); err != nil {
 		return nil, err
@@ -229,31 +293,38 @@ func (s *Server) bindDisks(id string, disks []Disk) ([]string, error) {
 			return nil, err
 		}
 	}
-	targets := make([]string, len(opened))
-	for i, v := range opened {
-		targets[i] = filepath.Join(dir, plan.DiskDev(i))
-		if err := s.bindAt(v, targets[i]); err != nil {
+	out := &boundDisks{volumes: make([]string, len(a.Disks))}
+	for i := range a.Disks {
+		out.volumes[i] = filepath.Join(dir, plan.DiskDev(i))
+		if err := s.bindAt(opened[i], out.volumes[i], false); err != nil {
 			_ = s.unbindDisks(id)
 			return nil, err
 		}
 	}
-	record, _ := json.Marshal(paths)
+	if base != nil {
+		out.base = s.baseTarget(id)
+		if err := s.bindAt(base, out.base, true); err != nil {
+			_ = s.unbindDisks(id)
+			return nil, err
+		}
+	}
+	record, _ := json.Marshal(rec)
 	if err := config.WriteFileAtomic(s.diskRecord(id), record, 0o600); err != nil {
 		_ = s.unbindDisks(id)
 		return nil, err
 	}
-	return targets, nil
+	return out, nil
 }
 
 // bindAt binds the verified volume at target, a mount point of root's it
-// makes (an empty file).
-func (s *Server) bindAt(v *volume, target string) error {
+// makes (an empty file), read-only or not.
+func (s *Server) bindAt(v *volume, target string, readOnly bool) error {
 	f, err := os.OpenFile(target, os.O_CREATE|os.O_WRONLY|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return err
 	}
 	f.Close()
-	return s.binder.Bind(v.fd, target)
+	return s.binder.Bind(v.fd, target, readOnly)
 }
 
 // rebindDisks binds again, each checked again, the disks of the domain's
@@ -261,36 +332,43 @@ func (s *Server) bindAt(v *volume, target string) error {
 // record was defined by an earlier helper, with the node's paths in its
 // XML: it is not started until it is defined again.
 func (s *Server) rebindDisks(id string) error {
-	data, err := os.ReadFile(s.diskRecord(id))
-	if errors.Is(err, fs.ErrNotExist) {
-		return s.checkUnrecorded(id)
-	}
+	rec, err := s.readRecord(id)
 	if err != nil {
 		return err
 	}
-	var paths []string
-	if err := json.Unmarshal(data, &paths); err != nil {
-		return fmt.Errorf("%s: %w", s.diskRecord(id), err)
+	if rec == nil {
+		return s.checkUnrecorded(id)
 	}
-	for i, path := range paths {
-		target := filepath.Join(s.disksDir(id), plan.DiskDev(i))
-		bound, err := s.binder.Bound(target)
+	type disk struct {
+		path, target string
+		dirs         []string
+		readOnly     bool
+	}
+	var disks []disk
+	for i, path := range rec.Volumes {
+		disks = append(disks, disk{path, filepath.Join(s.disksDir(id), plan.DiskDev(i)), s.cfg.Helper.VolumeDirs, false})
+	}
+	if rec.Base != "" {
+		disks = append(disks, disk{rec.Base, s.baseTarget(id), s.cfg.Helper.ImageDirs, true})
+	}
+	for _, d := range disks {
+		bound, err := s.binder.Bound(d.target)
 		if err != nil {
 			return err
 		}
 		if bound {
 			continue
 		}
-		v, err := s.openVolume(path)
+		v, err := s.openVolume(d.path, d.dirs)
 		if err != nil {
 			return err
 		}
-		err = s.bindAt(v, target)
+		err = s.bindAt(v, d.target, d.readOnly)
 		v.close()
 		if err != nil {
 			return err
 		}
-		s.log.Info("domain.disk_bound", "domain", plan.DomainName(id), "disk", path, "at", target)
+		s.log.Info("domain.disk_bound", "domain", plan.DomainName(id), "disk", d.path, "at", d.target)
 	}
 	return nil
 }

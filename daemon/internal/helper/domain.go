@@ -1,12 +1,16 @@
 // Instances: libvirt domains through virsh (domain.define renders the
 // domain XML itself from a few fields with runtime/plan, the renderer
 // fakehw's plans come from too, never taking XML from the node, and
-// refuses a NIC on a bridge outside [helper] instance_bridges, or a disk
-// outside [helper] volume_dirs, before the domain exists; the disks it
-// names are the node's volumes checked and bound at paths of root's,
-// disks.go; start, destroy, undefine and state by name), and cloud-hypervisor
-// taps made with ip tuntap, owned by the node's user and enslaved only to
-// an instance bridge (ch.taps), deleted by ch.taps.delete.
+// refuses a NIC on a bridge outside [helper] instance_bridges, a disk
+// outside [helper] volume_dirs, a base image outside [helper] image_dirs,
+// or a field this host cannot apply (guest.go), before the domain exists;
+// the disks it names are the node's volumes and base image checked and
+// bound at paths of root's, disks.go, the boot disk an overlay of root's
+// over the base and the seed disk one it makes, guest.go; start, destroy,
+// undefine and state by name; setmem and stats of a running guest,
+// guest.go), and taps made with ip tuntap, owned by the node's user,
+// enslaved only to an instance bridge and let send from the guest's own
+// address only (ch.taps, netguard.go), deleted by ch.taps.delete.
 
 package helper
 
@@ -37,6 +41,9 @@ type NIC struct {
 	// ch.taps: it must be TapName(id, i)); the domain then uses it
 	// unmanaged instead of a tap libvirt makes on the bridge.
 	Tap string `json:"tap,omitempty"`
+	// Address is the guest's address on the instance network (with MAC):
+	// ch.taps lets the tap send from it only there, and routes it.
+	Address string `json:"address,omitempty"`
 }
 
 // Disk is a volume of the node attached to a domain.
@@ -60,18 +67,43 @@ type DomainArgs struct {
 	NICs []NIC `json:"nics,omitempty"`
 	// Disks are its volumes (domain.define).
 	Disks []Disk `json:"disks,omitempty"`
+	// CPUs pins its vCPUs on a NUMA node; HugePageBytes backs its memory
+	// with huge pages; MemoryFloorBytes is the least domain.setmem leaves
+	// it; GPUs are passed through (domain.define).
+	CPUs             *runtime.Pinning `json:"cpus,omitempty"`
+	HugePageBytes    uint64           `json:"hugepage_bytes,omitempty"`
+	MemoryFloorBytes uint64           `json:"memory_floor_bytes,omitempty"`
+	GPUs             []runtime.GPU    `json:"gpus,omitempty"`
+	// Image is the base disk it boots from (under [helper] image_dirs),
+	// through an overlay the helper makes (domain.define).
+	Image *runtime.Image `json:"image,omitempty"`
+	// Seed is what its seed disk holds (domain.define, with Image).
+	Seed *SeedArgs `json:"seed,omitempty"`
+	// Accelerator is "kvm" ("") or "tcg" (domain.define).
+	Accelerator string `json:"accelerator,omitempty"`
 }
+
+// SeedArgs are the NoCloud seed disk's files.
+type SeedArgs struct {
+	MetaData      string `json:"meta_data"`
+	NetworkConfig string `json:"network_config,omitempty"`
+}
+
+// MaxSeedFile bounds each file of a seed disk.
+const MaxSeedFile = 64 << 10
 
 // StateResult is domain.state's result: "absent", "defined" or "running".
 type StateResult struct {
 	State string `json:"state"`
 }
 
-// domainOf is the runtime.Domain the helper renders from the arguments.
+// domainOf is the runtime.Domain the helper renders from the arguments
+// (with what the helper chooses itself, Local, from localOf).
 func domainOf(a *DomainArgs) *runtime.Domain {
-	d := &runtime.Domain{ID: a.ID, VCPUs: a.VCPUs, MemoryBytes: a.MemoryBytes}
+	d := &runtime.Domain{ID: a.ID, VCPUs: a.VCPUs, MemoryBytes: a.MemoryBytes, CPUs: a.CPUs, HugePageBytes: a.HugePageBytes,
+		MemoryFloorBytes: a.MemoryFloorBytes, GPUs: a.GPUs, Image: a.Image, Accelerator: a.Accelerator}
 	for _, n := range a.NICs {
-		d.NICs = append(d.NICs, runtime.NIC{Bridge: n.Bridge, MAC: n.MAC, Tap: n.Tap})
+		d.NICs = append(d.NICs, runtime.NIC{Bridge: n.Bridge, MAC: n.MAC, Tap: n.Tap, Address: n.Address})
 	}
 	for _, disk := range a.Disks {
 		d.Disks = append(d.Disks, runtime.Disk{Path: disk.Path, Serial: disk.Serial, ReadOnly: disk.ReadOnly})
@@ -105,12 +137,19 @@ func (s *Server) checkInstance(a *DomainArgs, define bool) error {
 			return refuse(CodeArgs, "disk %q is not a file under [helper] volume_dirs %v", disk.Path, s.cfg.Helper.VolumeDirs)
 		}
 	}
-	if define {
-		if err := plan.Check(domainOf(a), s.cfg.Helper.InstanceBridges); err != nil {
-			return refuse(CodeArgs, "%s", strings.TrimPrefix(err.Error(), runtime.ErrInvalid.Error()+": "))
-		}
+	if !define {
+		return nil
 	}
-	return nil
+	if a.Image != nil && !plan.DiskUnder(a.Image.Base, s.cfg.Helper.ImageDirs) {
+		return refuse(CodeArgs, "image %q is not a file under [helper] image_dirs %v", a.Image.Base, s.cfg.Helper.ImageDirs)
+	}
+	if seed := a.Seed; seed != nil && (a.Image == nil || len(seed.MetaData) > MaxSeedFile || len(seed.NetworkConfig) > MaxSeedFile) {
+		return refuse(CodeArgs, "a seed disk goes with an image, its files at most %d bytes each", MaxSeedFile)
+	}
+	if err := plan.Check(s.localOf(domainOf(a), a.Seed != nil), s.cfg.Helper.InstanceBridges); err != nil {
+		return refuse(CodeArgs, "%s", strings.TrimPrefix(err.Error(), runtime.ErrInvalid.Error()+": "))
+	}
+	return s.checkHost(a)
 }
 
 // volumePath says whether path is a clean absolute path directly under
@@ -164,6 +203,9 @@ func (s *Server) domain(ctx context.Context, req Request) (any, error) {
 		if err := s.removeDisks(a.ID); err != nil {
 			return nil, err
 		}
+		if err := s.removeGuestFiles(a.ID); err != nil {
+			return nil, err
+		}
 		_ = os.Remove(filepath.Join(s.cfg.Helper.StateDir, "domains", name+".xml"))
 	case OpDomainState:
 		return s.domainState(ctx, name)
@@ -172,8 +214,9 @@ func (s *Server) domain(ctx context.Context, req Request) (any, error) {
 	return map[string]string{"domain": name}, nil
 }
 
-// define checks and binds the disks (disks.go), renders the domain XML
-// with the bound paths in place of the node's, and runs virsh define; a
+// define checks and binds the disks and the base image (disks.go), makes
+// the overlay and the seed disk (guest.go), renders the domain XML with
+// the bound paths in place of the node's, and runs virsh define; a
 // refused or failed define leaves no bind.
 func (s *Server) define(ctx context.Context, a *DomainArgs) error {
 	dir := filepath.Join(s.cfg.Helper.StateDir, "domains")
@@ -183,15 +226,30 @@ func (s *Server) define(ctx context.Context, a *DomainArgs) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	targets, err := s.bindDisks(a.ID, a.Disks)
+	bound, err := s.bindDisks(a)
 	if err != nil {
 		return err
 	}
-	d := domainOf(a)
-	for i := range d.Disks {
-		d.Disks[i].Path = targets[i]
+	d := s.localOf(domainOf(a), a.Seed != nil)
+	if err := s.guestDir("consoles"); err != nil {
+		_ = s.removeDisks(a.ID)
+		return err
 	}
-	data, err := plan.Render(d)
+	for i := range d.Disks {
+		d.Disks[i].Path = bound.volumes[i]
+	}
+	created := false
+	if d.Image != nil {
+		d.Image.Base = bound.base
+		created, err = s.makeOverlay(ctx, a, d)
+	}
+	if err == nil && a.Seed != nil {
+		err = s.makeSeedDisk(ctx, a.Seed, d.Local.SeedDisk)
+	}
+	var data []byte
+	if err == nil {
+		data, err = plan.Render(d)
+	}
 	if err == nil {
 		path := filepath.Join(dir, plan.DomainName(a.ID)+".xml")
 		if err = config.WriteFileAtomic(path, data, 0o600); err == nil {
@@ -200,6 +258,9 @@ func (s *Server) define(ctx context.Context, a *DomainArgs) error {
 	}
 	if err != nil {
 		_ = s.removeDisks(a.ID)
+		if created { // an overlay an earlier define made holds the guest's disk
+			_ = os.Remove(d.Local.Overlay)
+		}
 		return err
 	}
 	return nil
@@ -240,6 +301,17 @@ func (s *Server) chTaps(ctx context.Context, req Request) (any, error) {
 	}
 	ip := s.cfg.Helper.IP
 	res := &TapsResult{Taps: []string{}}
+	for _, n := range a.NICs {
+		if n.Address == "" {
+			continue
+		}
+		if !plan.GuestAddress(n.Address) || !macAddr.MatchString(n.MAC) {
+			return nil, refuse(CodeArgs, "address %q with MAC %q (a guest address of 169.254.0.0/16, with its MAC)", n.Address, n.MAC)
+		}
+		if err := s.checkAddress(a.ID, n); err != nil {
+			return nil, err
+		}
+	}
 	for i, n := range a.NICs {
 		tap := TapName(a.ID, i)
 		_, _ = run(ctx, ip, "link", "delete", tap) // a tap of an earlier start
@@ -250,6 +322,13 @@ func (s *Server) chTaps(ctx context.Context, req Request) (any, error) {
 		}
 		for _, args := range steps {
 			if _, err := run(ctx, ip, args...); err != nil {
+				_, _ = run(ctx, ip, "link", "delete", tap)
+				return nil, err
+			}
+		}
+		if n.Address != "" {
+			if err := s.guard(ctx, a.ID, tap, n); err != nil {
+				_ = s.unguard(ctx, tap)
 				_, _ = run(ctx, ip, "link", "delete", tap)
 				return nil, err
 			}
@@ -285,6 +364,13 @@ func (s *Server) chTapsDelete(ctx context.Context, req Request) (any, error) {
 				return nil, err
 			}
 			res.Taps = append(res.Taps, name)
+		}
+	}
+	// The guards of the instance's taps, also of taps a reboot took.
+	records, _ := filepath.Glob(filepath.Join(s.cfg.Helper.StateDir, "taps", prefix+"*.json"))
+	for _, rec := range records {
+		if err := s.unguard(ctx, strings.TrimSuffix(filepath.Base(rec), ".json")); err != nil {
+			return nil, err
 		}
 	}
 	s.log.Info("ch.taps_deleted", "instance", a.ID, "taps", res.Taps)

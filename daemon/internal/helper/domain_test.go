@@ -21,13 +21,15 @@ import (
 )
 
 // fakeBinder stands for the bind mounts: it records, by target, the
-// device and inode of the descriptor bound there.
+// device and inode of the descriptor bound there, and the targets bound
+// read-only.
 type fakeBinder struct {
-	mu    sync.Mutex
-	bound map[string][2]uint64
+	mu       sync.Mutex
+	bound    map[string][2]uint64
+	readOnly map[string]bool
 }
 
-func (b *fakeBinder) Bind(fd int, target string) error {
+func (b *fakeBinder) Bind(fd int, target string, readOnly bool) error {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return err
@@ -35,6 +37,10 @@ func (b *fakeBinder) Bind(fd int, target string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.bound[target] = [2]uint64{st.Dev, st.Ino}
+	if b.readOnly == nil {
+		b.readOnly = map[string]bool{}
+	}
+	b.readOnly[target] = readOnly
 	return nil
 }
 
@@ -313,12 +319,12 @@ func TestTheBindShowsTheCheckedVolume(t *testing.T) {
 	os.Mkdir(vols, 0o700)
 	s := &Server{cfg: &Config{Helper: Settings{VolumeDirs: []string{vols}}}, uid: 0, binder: mountBinder{}}
 	good := writeVolume(t, vols, "data.raw")
-	v, err := s.openVolume(good)
+	v, err := s.openVolume(good, s.cfg.Helper.VolumeDirs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	target := filepath.Join(dir, "vda")
-	err = s.bindAt(v, target)
+	err = s.bindAt(v, target, false)
 	v.close()
 	if err != nil {
 		t.Fatal(err)

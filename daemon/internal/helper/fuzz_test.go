@@ -6,9 +6,12 @@
 // decoded as its operation decodes them, re-encode to themselves; a domain
 // or tap operation's arguments that the helper accepts name only what it
 // allows (the instance's id, instance bridges, the instance's own taps,
-// disks directly under volume_dirs, and of those only the node's regular
-// file opens as a volume); and every other answer is a result or a refusal
-// whose code is in proto/refusals.toml (unknown operations helper-op).
+// guest addresses of the instance network with their MACs, disks directly
+// under volume_dirs and a base image directly under image_dirs, and of
+// those only the node's regular file opens as a volume); and every other
+// answer is a result or a refusal whose code is in proto/refusals.toml
+// (unknown operations helper-op). The operations on a running guest and
+// imds.listen are checked, never run.
 
 package helper
 
@@ -21,6 +24,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"bcd/internal/refusal"
@@ -42,11 +46,13 @@ func fuzzServer(f *testing.F) (*Server, string) {
 	os.WriteFile(good, []byte("a volume"), 0o600)
 	os.Symlink("/etc/hostname", filepath.Join(vols, "link.raw"))
 	none := filepath.Join(dir, "none")
-	cfg := &Config{Helper: Settings{VolumeDirs: []string{vols}, InstanceBridges: []string{"bcbr0", "bcbr1"},
+	images := filepath.Join(dir, "images")
+	os.Mkdir(images, 0o700)
+	cfg := &Config{Helper: Settings{VolumeDirs: []string{vols}, ImageDirs: []string{images}, InstanceBridges: []string{"bcbr0", "bcbr1"},
 		UnitDir: filepath.Join(dir, "units"), StateDir: filepath.Join(dir, "state"), CommandRootsDir: none,
-		NodeConfig: none, Virsh: none, IP: none, Systemctl: none}}
+		NodeConfig: none, Virsh: none, IP: none, Systemctl: none, Nft: none, QemuImg: none, MkfsVfat: none, Mcopy: none}}
 	uid, gid := uint32(os.Getuid()), uint32(os.Getgid())
-	s, err := NewServer(cfg, nil, Options{UID: &uid, GID: &gid, Exes: []string{"/x"}, Binder: refusingBinder{}})
+	s, err := NewServer(cfg, nil, Options{UID: &uid, GID: &gid, Exes: []string{"/x"}, Binder: refusingBinder{}, SysRoot: filepath.Join(dir, "sys")})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -56,17 +62,21 @@ func fuzzServer(f *testing.F) (*Server, string) {
 // refusingBinder binds nothing.
 type refusingBinder struct{}
 
-func (refusingBinder) Bind(int, string) error     { return errors.New("the fuzz target binds nothing") }
+func (refusingBinder) Bind(int, string, bool) error {
+	return errors.New("the fuzz target binds nothing")
+}
 func (refusingBinder) Unbind(string) error        { return nil }
 func (refusingBinder) Bound(string) (bool, error) { return false, nil }
 
 // argsOf is what each operation decodes its arguments into.
 var argsOf = map[string]func() any{
 	OpHostApply: func() any { return &hostArgs{} }, OpHostStart: func() any { return &HostStartArgs{} },
+	OpAccessApply:  func() any { return &hostArgs{} },
 	OpDomainDefine: func() any { return &DomainArgs{} }, OpDomainStart: func() any { return &DomainArgs{} },
 	OpDomainDestroy: func() any { return &DomainArgs{} }, OpDomainUndefine: func() any { return &DomainArgs{} },
 	OpDomainState: func() any { return &DomainArgs{} }, OpChTaps: func() any { return &DomainArgs{} },
 	OpChTapsDelete: func() any { return &DomainArgs{} }, OpUpdatePrepare: func() any { return &prepareArgs{} },
+	OpDomainSetMem: func() any { return &SetMemArgs{} }, OpDomainStats: func() any { return &DomainArgs{} },
 	OpUpdateSwap: func() any { return &update.SwapRequest{} }, OpUpdateConfirm: func() any { return &versionArgs{} },
 	OpUpdateSettle: func() any { return &versionArgs{} },
 }
@@ -86,6 +96,13 @@ func FuzzRequest(f *testing.F) {
 		`{"op":"domain.define","args":{"id":"vm1","vcpus":1,"memory_bytes":1048576,"disks":[{"path":"VOLS/link.raw"},{"path":"VOLS/../../etc/shadow"}]}}`,
 		`{"op":"ch.taps","args":{"id":"vm2","nics":[{"bridge":"bcbr1"},{"bridge":"br-mgmt"}]}}`,
 		`{"op":"ch.taps.delete","args":{"id":"vm2"}}`,
+		`{"op":"domain.define","args":{"id":"vm3","vcpus":1,"memory_bytes":268435456,"memory_floor_bytes":134217728,"accelerator":"tcg",` +
+			`"nics":[{"bridge":"bcbr0","mac":"52:54:00:00:00:03","address":"169.254.10.3"}],"cpus":{"node":0,"host_cpus":[1]},"gpus":[{"index":0,"address":"0000:3b:00.0"}],` +
+			`"image":{"digest":"sha256:` + strings.Repeat("ab", 32) + `","base":"IMAGES/base.raw","format":"raw"},"seed":{"meta_data":"instance-id: vm3\n","network_config":"version: 2\n"}}}`,
+		`{"op":"ch.taps","args":{"id":"vm3","nics":[{"bridge":"bcbr0","mac":"52:54:00:00:00:03","address":"169.254.169.254"}]}}`,
+		`{"op":"domain.setmem","args":{"id":"vm3","memory_bytes":1}}`,
+		`{"op":"domain.stats","args":{"id":"vm3"}}`,
+		`{"op":"imds.listen"}`,
 		`{"op":"host.apply","args":{"spec":{"payloadType":"x","payload":"","signatures":[]}}}`,
 		`{"op":"host.start","args":{"name":"bcd-hugepages.service"}}`,
 		`{"op":"update.swap","args":{"command_id":"c","previous":"0.1.0","confirm_timeout_ms":1000}}`,
@@ -99,6 +116,7 @@ func FuzzRequest(f *testing.F) {
 	peer := &Peer{UID: s.uid, Exe: "/x"}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		data = bytes.ReplaceAll(data, []byte("VOLS"), []byte(vols))
+		data = bytes.ReplaceAll(data, []byte("IMAGES"), []byte(s.cfg.Helper.ImageDirs[0]))
 		req, err := readRequest(bufio.NewReader(bytes.NewReader(data)))
 		if err != nil {
 			wantCode(t, err, CodeArgs)
@@ -148,29 +166,37 @@ func FuzzRequest(f *testing.F) {
 	})
 }
 
-// isInstanceOp says whether op is a domain or tap operation (not run here:
-// their checks are).
+// isInstanceOp says whether op is a domain, guest or tap operation (not
+// run here: their checks are).
 func isInstanceOp(op string) bool {
-	return slices.Contains([]string{OpDomainDefine, OpDomainStart, OpDomainDestroy, OpDomainUndefine, OpDomainState, OpChTaps, OpChTapsDelete}, op)
+	return slices.Contains([]string{OpDomainDefine, OpDomainStart, OpDomainDestroy, OpDomainUndefine, OpDomainState, OpChTaps, OpChTapsDelete,
+		OpDomainSetMem, OpDomainStats, OpImdsListen}, op)
 }
 
 // checkInstanceOp holds a domain or tap operation's accepted arguments to
 // what the helper allows, and opens a define's disks as define does.
 func checkInstanceOp(t *testing.T, s *Server, req Request, good string) {
+	if req.Op == OpImdsListen {
+		return // it takes nothing of the node's
+	}
 	var a DomainArgs
 	if err := decode(req, &a); err != nil {
 		wantCode(t, err, CodeArgs)
 		return
 	}
 	if err := s.checkInstance(&a, req.Op == OpDomainDefine); err != nil {
-		wantCode(t, err, CodeArgs, CodeBridge)
+		wantCode(t, err, CodeArgs, CodeBridge, CodePlan)
 		return
+	}
+	if im := a.Image; im != nil && (req.Op != OpDomainDefine || !plan.DiskUnder(im.Base, s.cfg.Helper.ImageDirs)) {
+		t.Fatalf("accepted the image %+v", im)
 	}
 	if !runtime.IDPattern.MatchString(a.ID) || len(a.NICs) > plan.MaxNICs {
 		t.Fatalf("accepted id %q, %d NICs", a.ID, len(a.NICs))
 	}
 	for i, n := range a.NICs {
-		if !slices.Contains(s.cfg.Helper.InstanceBridges, n.Bridge) || (n.Tap != "" && n.Tap != TapName(a.ID, i)) {
+		if !slices.Contains(s.cfg.Helper.InstanceBridges, n.Bridge) || (n.Tap != "" && n.Tap != TapName(a.ID, i)) ||
+			(n.Address != "" && req.Op == OpDomainDefine && (!plan.GuestAddress(n.Address) || n.MAC == "")) {
 			t.Fatalf("accepted NIC %d %+v", i, n)
 		}
 	}
@@ -181,7 +207,7 @@ func checkInstanceOp(t *testing.T, s *Server, req Request, good string) {
 		if req.Op != OpDomainDefine {
 			continue
 		}
-		v, err := s.openVolume(d.Path)
+		v, err := s.openVolume(d.Path, s.cfg.Helper.VolumeDirs)
 		if err != nil {
 			wantCode(t, err, CodeArgs, CodeDisk)
 			continue

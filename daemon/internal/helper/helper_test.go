@@ -45,11 +45,11 @@ type rig struct {
 	rel                        *updatetest.Release
 	calls                      string // the fake programs' log
 	// vols is a volume directory; volsLink is one too, a symbolic link to
-	// another directory.
-	vols, volsLink string
-	binder         *fakeBinder
-	cancel         context.CancelFunc
-	done           chan error
+	// another directory. images is the image directory, sys the host's /sys.
+	vols, volsLink, images, sys string
+	binder                      *fakeBinder
+	cancel                      context.CancelFunc
+	done                        chan error
 }
 
 func fakeProgram(t *testing.T, path, log, extra string) {
@@ -90,10 +90,17 @@ fi
 fi
 if [ "$1 $2" = "link delete" ]; then exit 1; fi
 `)
+	// qemu-img create and mkfs.vfat -C make their last file; mcopy and nft log.
+	fakeProgram(t, filepath.Join(dir, "qemu-img"), r.calls, "for f; do :; done; : > \"$f\"\n")
+	fakeProgram(t, filepath.Join(dir, "mkfs.vfat"), r.calls, ": > \"$4\"\n")
+	fakeProgram(t, filepath.Join(dir, "mcopy"), r.calls, "")
+	fakeProgram(t, filepath.Join(dir, "nft"), r.calls, "")
 	real, err := filepath.EvalSymlinks(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	r.images, r.sys = filepath.Join(real, "images"), filepath.Join(real, "sys")
+	os.MkdirAll(r.images, 0o700)
 	r.vols, r.volsLink = filepath.Join(real, "volumes"), filepath.Join(real, "linked-volumes")
 	os.MkdirAll(r.vols, 0o700)
 	os.MkdirAll(filepath.Join(real, "elsewhere"), 0o700)
@@ -104,8 +111,10 @@ if [ "$1 $2" = "link delete" ]; then exit 1; fi
 	os.MkdirAll(filepath.Dir(nodeConfig), 0o700)
 	os.WriteFile(nodeConfig, []byte("# The node's config.toml, after its join.\ndata_dir = \"data\"\nnode_id = \"node_1\"\n"), 0o600)
 	toml := "[helper]\nsocket = \"" + r.socket + "\"\nvolume_dirs = [\"" + r.vols + "\", \"" + r.volsLink + "\"]\nnode_config = \"" + nodeConfig + "\"\ninstance_bridges = [\"bcbr0\"]\nunit_dir = \"" + filepath.Join(dir, "units") +
-		"\"\nstate_dir = \"" + filepath.Join(dir, "state") + "\"\ncommand_roots_dir = \"" + roots + "\"\nvirsh = \"" + filepath.Join(dir, "virsh") +
-		"\"\nip = \"" + filepath.Join(dir, "ip") + "\"\nsystemctl = \"" + filepath.Join(dir, "systemctl") + "\"\n\n" + up.String()
+		"\"\naccess_root = \"" + filepath.Join(dir, "access-root") + "\"\nstate_dir = \"" + filepath.Join(dir, "state") + "\"\ncommand_roots_dir = \"" + roots + "\"\nvirsh = \"" + filepath.Join(dir, "virsh") +
+		"\"\nip = \"" + filepath.Join(dir, "ip") + "\"\nsystemctl = \"" + filepath.Join(dir, "systemctl") +
+		"\"\nimage_dirs = [\"" + r.images + "\"]\nguest_kernel = \"/boot/vmlinux\"\nqemu_img = \"" + filepath.Join(dir, "qemu-img") +
+		"\"\nmkfs_vfat = \"" + filepath.Join(dir, "mkfs.vfat") + "\"\nmcopy = \"" + filepath.Join(dir, "mcopy") + "\"\nnft = \"" + filepath.Join(dir, "nft") + "\"\n\n" + up.String()
 	path := filepath.Join(dir, "helper.toml")
 	if err := os.WriteFile(path, []byte(toml), 0o644); err != nil {
 		t.Fatal(err)
@@ -119,7 +128,7 @@ if [ "$1 $2" = "link delete" ]; then exit 1; fi
 		exe, _ := os.Executable()
 		exes = []string{exe}
 	}
-	s, err := NewServer(cfg, slog.New(slog.NewTextHandler(r.log, nil)), Options{UID: &uid, GID: &gid, Exes: exes, Binder: r.binder})
+	s, err := NewServer(cfg, slog.New(slog.NewTextHandler(r.log, nil)), Options{UID: &uid, GID: &gid, Exes: exes, Binder: r.binder, SysRoot: r.sys})
 	if err != nil {
 		t.Fatal(err)
 	}

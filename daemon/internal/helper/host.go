@@ -39,9 +39,7 @@ import (
 
 	"bcd/internal/config"
 	"bcd/internal/pki"
-	"bcd/internal/proto/agentv1"
 	"github.com/BurntSushi/toml"
-	"google.golang.org/protobuf/proto"
 )
 
 // unitName is what host units may be called.
@@ -109,37 +107,11 @@ type HostResult struct {
 }
 
 func (s *Server) hostApply(ctx context.Context, req Request) (any, error) {
-	var a hostArgs
-	if err := decode(req, &a); err != nil {
-		return nil, err
-	}
-	if len(s.roots) == 0 {
-		return nil, refuse(CodeNoRoots, "no command root in %s", s.cfg.Helper.CommandRootsDir)
-	}
-	env, err := pki.ParseEnvelopeJSON(a.Spec)
+	spec, state, nodeID, err := s.signedSpec(req)
 	if err != nil {
 		return nil, err
-	}
-	payload, err := env.Verify(pki.PayloadTypeNodeSpec, s.roots, 1)
-	if err != nil {
-		return nil, err
-	}
-	spec := &agentv1.NodeSpec{}
-	if err := proto.Unmarshal(payload, spec); err != nil {
-		return nil, refuse(CodeArgs, "the spec does not decode: %v", err)
 	}
 	statePath := s.hostStatePath()
-	state, err := s.loadHostState()
-	if err != nil {
-		return nil, err
-	}
-	nodeID, err := s.hostNodeID(state)
-	if err != nil {
-		return nil, err
-	}
-	if spec.GetNodeId() != nodeID {
-		return nil, refuse(pki.CodeSpecWrongNode, "spec for node %q, this host is %q", spec.GetNodeId(), nodeID)
-	}
 	if spec.GetGeneration() < state.Generation {
 		return nil, refuse(CodeGeneration, "generation %d is below the applied %d", spec.GetGeneration(), state.Generation)
 	}

@@ -15,7 +15,10 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // MaxMessage bounds a request or a response.
@@ -26,11 +29,15 @@ const (
 	OpPing           = "ping"
 	OpHostApply      = "host.apply"
 	OpHostStart      = "host.start"
+	OpAccessApply    = "access.apply"
 	OpDomainDefine   = "domain.define"
 	OpDomainStart    = "domain.start"
 	OpDomainDestroy  = "domain.destroy"
 	OpDomainUndefine = "domain.undefine"
 	OpDomainState    = "domain.state"
+	OpDomainSetMem   = "domain.setmem"
+	OpDomainStats    = "domain.stats"
+	OpImdsListen     = "imds.listen"
 	OpChTaps         = "ch.taps"
 	OpChTapsDelete   = "ch.taps.delete"
 	OpUpdateState    = "update.state"
@@ -84,19 +91,33 @@ var ErrTransport = errors.New("bcd helper unreachable")
 // Call sends one request to the helper at socket and decodes the result
 // into result (when not nil).
 func Call(ctx context.Context, socket, op string, args, result any) error {
+	files, err := CallFiles(ctx, socket, op, args, result)
+	for _, f := range files {
+		f.Close()
+	}
+	return err
+}
+
+// maxFiles bounds the descriptors a response may carry.
+const maxFiles = 16
+
+// CallFiles is Call for an operation that answers with open files too
+// (imds.listen): they come with the response (SCM_RIGHTS), in order.
+func CallFiles(ctx context.Context, socket, op string, args, result any) ([]*os.File, error) {
 	req := Request{Op: op}
 	if args != nil {
 		raw, err := json.Marshal(args)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		req.Args = raw
 	}
 	var d net.Dialer
-	conn, err := d.DialContext(ctx, "unix", socket)
+	c, err := d.DialContext(ctx, "unix", socket)
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrTransport, err)
+		return nil, fmt.Errorf("%w: %w", ErrTransport, err)
 	}
+	conn := c.(*net.UnixConn)
 	defer conn.Close()
 	if deadline, ok := ctx.Deadline(); ok {
 		_ = conn.SetDeadline(deadline)
@@ -104,19 +125,50 @@ func Call(ctx context.Context, socket, op string, args, result any) error {
 		_ = conn.SetDeadline(time.Now().Add(2 * time.Minute))
 	}
 	if err := writeMessage(conn, req); err != nil {
-		return fmt.Errorf("%w: %w", ErrTransport, err)
+		return nil, fmt.Errorf("%w: %w", ErrTransport, err)
 	}
+	rights := &rightsReader{conn: conn}
 	resp := Response{}
-	if err := readMessage(bufio.NewReader(conn), &resp); err != nil {
-		return fmt.Errorf("%w: %w", ErrTransport, err)
+	if err := readMessage(bufio.NewReader(rights), &resp); err != nil {
+		closeAll(rights.files)
+		return nil, fmt.Errorf("%w: %w", ErrTransport, err)
 	}
 	if !resp.OK {
-		return &Refusal{Code: resp.Code, Message: resp.Error}
+		closeAll(rights.files)
+		return nil, &Refusal{Code: resp.Code, Message: resp.Error}
 	}
 	if result != nil && len(resp.Result) > 0 {
-		return json.Unmarshal(resp.Result, result)
+		if err := json.Unmarshal(resp.Result, result); err != nil {
+			closeAll(rights.files)
+			return nil, err
+		}
 	}
-	return nil
+	return rights.files, nil
+}
+
+// rightsReader reads a connection and keeps the descriptors that come
+// with its bytes.
+type rightsReader struct {
+	conn  *net.UnixConn
+	files []*os.File
+}
+
+func (r *rightsReader) Read(p []byte) (int, error) {
+	oob := make([]byte, unix.CmsgSpace(4*maxFiles))
+	n, oobn, _, _, err := r.conn.ReadMsgUnix(p, oob)
+	if oobn > 0 {
+		msgs, perr := unix.ParseSocketControlMessage(oob[:oobn])
+		for _, m := range msgs {
+			fds, ferr := unix.ParseUnixRights(&m)
+			if perr != nil || ferr != nil {
+				continue
+			}
+			for _, fd := range fds {
+				r.files = append(r.files, os.NewFile(uintptr(fd), "helper-fd"))
+			}
+		}
+	}
+	return n, err
 }
 
 func writeMessage(w io.Writer, v any) error {

@@ -37,4 +37,6 @@ const (
 	CodeBridge Code = "instance-bridge"
 	// CodeDisk: A disk that is not a regular file of the node's user with one link, reached without a symbolic link (the volume directory included).
 	CodeDisk Code = "instance-disk"
+	// CodePlan: A domain field this host cannot apply: a CPU or NUMA node it lacks, huge pages of a size it has none of, a PCI device that is no GPU to pass through, a balloon below the floor.
+	CodePlan Code = "instance-plan"
 )

@@ -25,6 +25,7 @@ import (
 	"bcd/internal/pki"
 	"bcd/internal/refusal"
 	"bcd/internal/update"
+	"golang.org/x/sys/unix"
 )
 
 // Code is a stable refusal code of the helper (the shared refusal.Code).
@@ -70,6 +71,8 @@ type Server struct {
 	roots    []*pki.PublicKey
 	// binder binds verified volumes at root's paths (disks.go).
 	binder Binder
+	// sysRoot is the host's /sys (guest.go's checks).
+	sysRoot string
 	// mu serializes the operations: one change of the host at a time.
 	mu sync.Mutex
 	// peer reads a connection's caller (SO_PEERCRED; tests replace it).
@@ -85,6 +88,8 @@ type Options struct {
 	// Binder replaces the bind mounts of the domains' disks (tests that
 	// cannot mount).
 	Binder Binder
+	// SysRoot replaces /sys for the host checks of a domain's plan.
+	SysRoot string
 }
 
 // NewServer checks the configuration and loads the pins and roots.
@@ -92,9 +97,12 @@ func NewServer(cfg *Config, log *slog.Logger, opts Options) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, log: log, peer: peerOf, binder: mountBinder{}}
+	s := &Server{cfg: cfg, log: log, peer: peerOf, binder: mountBinder{}, sysRoot: "/sys"}
 	if opts.Binder != nil {
 		s.binder = opts.Binder
+	}
+	if opts.SysRoot != "" {
+		s.sysRoot = opts.SysRoot
 	}
 	if opts.UID != nil && opts.GID != nil {
 		s.uid, s.gid = *opts.UID, *opts.GID
@@ -257,6 +265,11 @@ func (s *Server) handle(ctx context.Context, conn *net.UnixConn) {
 		attrs = append(attrs, "uid", peer.UID, "pid", peer.PID)
 	}
 	resp := Response{OK: err == nil}
+	var files []*os.File
+	if fr, ok := result.(*filesResult); ok {
+		result, files = fr.result, fr.files
+		defer closeAll(files)
+	}
 	if err != nil {
 		resp.Code, resp.Error = codeOf(err), err.Error()
 		s.log.Warn("helper.refused", append(attrs, "code", resp.Code, "err", resp.Error)...)
@@ -271,7 +284,25 @@ func (s *Server) handle(ctx context.Context, conn *net.UnixConn) {
 		resp.Result = raw
 		s.log.Info("helper.done", attrs...)
 	}
-	_ = writeMessage(conn, resp)
+	if len(files) == 0 || !resp.OK {
+		_ = writeMessage(conn, resp)
+		return
+	}
+	_ = writeWithFiles(conn, resp, files)
+}
+
+// writeWithFiles writes a response with open files (SCM_RIGHTS).
+func writeWithFiles(conn *net.UnixConn, resp Response, files []*os.File) error {
+	data, err := json.Marshal(resp)
+	if err != nil {
+		return err
+	}
+	fds := make([]int, len(files))
+	for i, f := range files {
+		fds[i] = int(f.Fd())
+	}
+	_, _, err = conn.WriteMsgUnix(append(data, '\n'), unix.UnixRights(fds...), nil)
+	return err
 }
 
 // readRequest reads the one request of a connection: a JSON line of at
@@ -304,8 +335,16 @@ func (s *Server) do(ctx context.Context, peer *Peer, req Request) (any, error) {
 		return s.hostApply(ctx, req)
 	case OpHostStart:
 		return s.hostStart(ctx, req)
+	case OpAccessApply:
+		return s.accessApply(req)
 	case OpDomainDefine, OpDomainStart, OpDomainDestroy, OpDomainUndefine, OpDomainState:
 		return s.domain(ctx, req)
+	case OpDomainSetMem:
+		return s.setMem(ctx, req)
+	case OpDomainStats:
+		return s.stats(ctx, req)
+	case OpImdsListen:
+		return s.imdsListen(ctx)
 	case OpChTaps:
 		return s.chTaps(ctx, req)
 	case OpChTapsDelete:

@@ -154,6 +154,15 @@ func (c *Client) Installed() (*update.Release, error) {
 	return st.Installed, nil
 }
 
+// Failed is the helper's failed.json.
+func (c *Client) Failed() ([]update.Release, error) {
+	st, err := c.State()
+	if err != nil {
+		return nil, err
+	}
+	return st.Failed, nil
+}
+
 // Prepare asks update.prepare.
 func (c *Client) Prepare(manifest *pki.Envelope) (*update.Release, error) {
 	r := &update.Release{}

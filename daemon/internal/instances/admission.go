@@ -17,6 +17,7 @@ import (
 	"bcd/internal/converge"
 	"bcd/internal/machine"
 	"bcd/internal/proto/agentv1"
+	"bcd/internal/runtime"
 )
 
 // CapacityOf is the host's capacity from its inventory: a vCPU per core,
@@ -27,7 +28,8 @@ func CapacityOf(m machine.Machine) func() (Capacity, error) {
 		if err != nil {
 			return Capacity{}, err
 		}
-		return Capacity{VCPUs: inv.System.GetCpuCores(), MemoryBytes: inv.System.GetMemoryBytes(), NUMA: inv.System.GetNuma()}, nil
+		return Capacity{VCPUs: inv.System.GetCpuCores(), MemoryBytes: inv.System.GetMemoryBytes(), NUMA: inv.System.GetNuma(),
+			GPUs: inv.GPUs.GetGpus()}, nil
 	}
 }
 
@@ -84,6 +86,25 @@ func (p *pass) pinnable(c *agentv1.InstanceCpus) string {
 		}
 	}
 	return ""
+}
+
+// gpus are the host's GPUs an instance passes through, by index: why not
+// (a GPU this host lacks) when one is missing.
+func (p *pass) gpus(w *agentv1.InstanceSpec) ([]runtime.GPU, string) {
+	var out []runtime.GPU
+	for _, index := range w.GetGpuIndexes() {
+		i := slices.IndexFunc(p.capacity.GPUs, func(g *agentv1.Gpu) bool { return g.GetIndex() == index })
+		if i < 0 || p.capacity.GPUs[i].GetPciBusId() == "" {
+			return nil, fmt.Sprintf("%s: instance %s: GPU %d: this host has no GPU %d to pass through", ReasonPlanUnsupported, w.GetId(), index, index)
+		}
+		// NVML says 00000000:3B:00.0; libvirt's domain is 4 hex digits.
+		addr := strings.ToLower(p.capacity.GPUs[i].GetPciBusId())
+		if dom, rest, ok := strings.Cut(addr, ":"); ok && len(dom) == 8 && strings.HasPrefix(dom, "0000") {
+			addr = dom[4:] + ":" + rest
+		}
+		out = append(out, runtime.GPU{Index: index, Address: addr})
+	}
+	return out, ""
 }
 
 // bytes says a size for people.

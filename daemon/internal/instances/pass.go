@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"bcd/internal/broker"
+	"bcd/internal/images"
 	"bcd/internal/proto/agentv1"
 	"bcd/internal/refusal"
 	"bcd/internal/runtime"
@@ -372,6 +373,9 @@ func (p *pass) define(rt runtime.Runtime, w *agentv1.InstanceSpec, dom *runtime.
 	case errors.Is(err, runtime.ErrInvalid):
 		p.settle(w, StateFailed, ReasonInstanceInvalid+": "+strings.TrimPrefix(err.Error(), runtime.ErrInvalid.Error()+": "), true)
 		return false, nil
+	case errors.Is(err, runtime.ErrUnsupported):
+		p.settle(w, StateFailed, ReasonPlanUnsupported+": "+strings.TrimPrefix(err.Error(), runtime.ErrUnsupported.Error()+": "), true)
+		return false, nil
 	case err != nil:
 		p.settle(w, StateFailed, fmt.Sprintf("%s: defining %s: %v", ReasonRuntimeFailed, w.GetId(), err), false)
 		return false, nil
@@ -432,19 +436,38 @@ func (p *pass) start(rt runtime.Runtime, w *agentv1.InstanceSpec, o *observed) e
 	return nil
 }
 
-// domain builds an instance's domain: its NICs and taps, its volumes, its
-// seed (without secret user data, which define fetches). A message says
-// why it cannot be built yet, final when it never will as specified.
+// domain builds an instance's domain: its placement, balloon floor, GPUs,
+// image, NICs (a MAC of its own when the spec names none) and taps, its
+// volumes, its seed (without secret user data, which define fetches). A
+// message says why it cannot be built yet, final when it never will as
+// specified.
 func (p *pass) domain(w *agentv1.InstanceSpec) (*runtime.Domain, string, bool) {
-	d := &runtime.Domain{ID: w.GetId(), VCPUs: w.GetVcpus(), MemoryBytes: w.GetMemoryBytes(), HugePageBytes: w.GetHugepageBytes()}
+	d := &runtime.Domain{ID: w.GetId(), VCPUs: w.GetVcpus(), MemoryBytes: w.GetMemoryBytes(), HugePageBytes: w.GetHugepageBytes(),
+		MemoryFloorBytes: w.GetMemoryFloorBytes(), Accelerator: p.r.cfg.Accelerator}
 	if c := w.GetCpus(); c != nil {
 		if why := p.pinnable(c); why != "" {
 			return nil, fmt.Sprintf("%s: instance %s: %s", ReasonPlacementInvalid, w.GetId(), why), true
 		}
 		d.CPUs = &runtime.Pinning{Node: c.GetNumaNode(), HostCPUs: slices.Clone(c.GetHostCpus())}
 	}
-	for _, n := range w.GetNics() {
-		d.NICs = append(d.NICs, runtime.NIC{Bridge: n.GetBridge(), MAC: n.GetMac()})
+	gpus, why := p.gpus(w)
+	if why != "" {
+		return nil, why, true
+	}
+	d.GPUs = gpus
+	if digest := w.GetImage(); digest != "" {
+		im, msg, final := p.image(w.GetId(), digest)
+		if msg != "" {
+			return nil, msg, final
+		}
+		d.Image = im
+	}
+	for i, n := range w.GetNics() {
+		mac := n.GetMac()
+		if mac == "" {
+			mac = runtime.MACFor(w.GetId(), i)
+		}
+		d.NICs = append(d.NICs, runtime.NIC{Bridge: n.GetBridge(), MAC: mac})
 	}
 	d.WithTaps()
 	for _, a := range w.GetVolumes() {
@@ -466,6 +489,27 @@ func (p *pass) domain(w *agentv1.InstanceSpec) (*runtime.Domain, string, bool) {
 		d.Seed.UserData = w.GetUserData()
 	}
 	return d, "", false
+}
+
+// image finds an instance's image in the store: why not, and whether that
+// is final (a file that does not hash to its digest), or will pass once
+// the image is in the store.
+func (p *pass) image(id, digest string) (*runtime.Image, string, bool) {
+	if p.r.cfg.Images == nil {
+		return nil, fmt.Sprintf("%s: instance %s boots %s: this host has no image store", ReasonPlanUnsupported, id, digest), true
+	}
+	im, err := p.r.cfg.Images.Resolve(digest)
+	switch {
+	case err == nil:
+		return im, "", false
+	case errors.Is(err, images.ErrUnknown):
+		return nil, fmt.Sprintf("%s: instance %s: %v", ReasonImageUnknown, id, err), false
+	case errors.Is(err, images.ErrMismatch):
+		return nil, fmt.Sprintf("%s: instance %s: %v", ReasonImageInvalid, id, err), true
+	case errors.Is(err, runtime.ErrInvalid):
+		return nil, fmt.Sprintf("%s: instance %s: %s", ReasonInstanceInvalid, id, strings.TrimPrefix(err.Error(), runtime.ErrInvalid.Error()+": ")), true
+	}
+	return nil, fmt.Sprintf("%s: instance %s: image %s: %v", ReasonRuntimeFailed, id, digest, err), false
 }
 
 // statusList is the pass's statuses by id.

@@ -14,9 +14,11 @@
 // longer open are destroyed; then each listed instance is defined (only
 // when its fingerprint changed) and, when it should run, admitted and
 // started. The section is FAILED for an instance that cannot converge as
-// specified (RuntimeUnknown, InstanceFailed), PROGRESSING "Retrying" for
-// one that may later (ResourcesExhausted, a secret on its way, a volume
-// busy), with a re-pass requested, and APPLIED otherwise.
+// specified (RuntimeUnknown, InstanceFailed: among them a field of its
+// plan its runtime cannot apply, PlanUnsupported, and never Applied for
+// what was not applied), PROGRESSING "Retrying" for one that may later
+// (ResourcesExhausted, a secret on its way, a volume busy, an image not
+// in the store yet), with a re-pass requested, and APPLIED otherwise.
 package instances
 
 import (
@@ -28,6 +30,7 @@ import (
 	"time"
 
 	"bcd/internal/converge"
+	"bcd/internal/images"
 	"bcd/internal/journal"
 	"bcd/internal/proto/agentv1"
 	"bcd/internal/runtime"
@@ -75,6 +78,8 @@ type Capacity struct {
 	MemoryBytes uint64
 	// NUMA are the host's NUMA nodes (their CPUs), for pinned instances.
 	NUMA []*agentv1.NumaNode
+	// GPUs are the host's GPUs (their PCI addresses), for passed-through ones.
+	GPUs []*agentv1.Gpu
 }
 
 // Config wires a reconciler.
@@ -83,6 +88,11 @@ type Config struct {
 	Runtimes []runtime.Runtime
 	// Volumes is the volume store (nil: none; a listed volume fails).
 	Volumes *volumes.Store
+	// Images is the image store (nil: none; an instance with an image fails).
+	Images *images.Store
+	// Accelerator is what the domains run under: runtime.AccelKVM ("")
+	// or runtime.AccelTCG (config.toml's [instances] accelerator).
+	Accelerator string
 	// Capacity is the host's vCPUs and memory (from the inventory).
 	Capacity func() (Capacity, error)
 	// Secrets fetches secret user data (nil: a secret fails the instance).

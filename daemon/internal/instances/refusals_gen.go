@@ -27,4 +27,10 @@ const (
 	ReasonVolumeShrink = "VolumeShrink"
 	// ReasonPlacementInvalid: Pinned vCPUs that are not all on the named NUMA node of this host, or on its reserved CPUs.
 	ReasonPlacementInvalid = "PlacementInvalid"
+	// ReasonPlanUnsupported: A field of the instance's plan (pinning, huge pages, the balloon floor, GPUs, its image) that this host's runtime cannot apply: the instance fails rather than run without it.
+	ReasonPlanUnsupported = "PlanUnsupported"
+	// ReasonImageUnknown: The image the instance boots from is not in the host's image store (yet); it is tried again on the next pass.
+	ReasonImageUnknown = "ImageUnknown"
+	// ReasonImageInvalid: The host's image store file of the instance's image does not hash to its digest.
+	ReasonImageInvalid = "ImageInvalid"
 )

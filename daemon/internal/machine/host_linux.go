@@ -41,6 +41,7 @@ func systemInventory(hostname string) *agentv1.SystemInventory {
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		s.Kernel = strings.TrimSpace(string(b))
 	}
+	placementInventory(s, "/sys")
 	if b, err := os.ReadFile("/etc/os-release"); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {
 			if v, ok := strings.CutPrefix(line, "PRETTY_NAME="); ok {

@@ -80,6 +80,28 @@ func SliceName(id string) string {
 	return "bcd-alloc-" + strings.ReplaceAll(id, "-", `\x2d`) + ".slice"
 }
 
+// NVML is a machine whose GPUs are read through NVML (fakehw's fake one;
+// a host build has no NVML binding). HasNVML says whether it can be used
+// now.
+type NVML interface {
+	HasNVML() bool
+}
+
+// CapabilityOverride is a machine that replaces the capabilities bcd
+// advertises (fakehw's BCD_FAKEHW_CAPABILITIES: an older bcd's set, say);
+// set says whether it does.
+type CapabilityOverride interface {
+	Capabilities() (list []string, set bool)
+}
+
+// PodRelease is a machine whose Kubernetes pods keep a released
+// Kubernetes hold's devices a while (fakehw's
+// BCD_FAKEHW_KUBE_POD_RELEASE_MS): bcd stops offering them at once and
+// reports the hold released only once the pods let go.
+type PodRelease interface {
+	PodReleaseDelay() time.Duration
+}
+
 // PressureSource is a machine that says how hard it is pressed (Linux's
 // pressure stall information: the share of the last 10 s some task
 // stalled on memory, on CPU).

@@ -28,3 +28,30 @@ type GPUTelemetry interface {
 	// caller's schedule (0 first), so a fake machine can be deterministic.
 	SampleGPUs(n uint64) ([]GPUSample, error)
 }
+
+// HostSample is the host itself at one sample: its CPU time by state, its
+// memory, and each NIC's bytes, all counters since boot but the memory.
+type HostSample struct {
+	// CPUSeconds is the CPU time of all cores by state (user, system,
+	// idle, iowait), cumulative.
+	CPUSeconds map[string]float64
+	// MemoryTotalBytes and MemoryAvailableBytes are the memory and what
+	// of it can be had without swapping (MemAvailable).
+	MemoryTotalBytes, MemoryAvailableBytes uint64
+	// NICs are each network device's counters.
+	NICs []NICSample
+}
+
+// NICSample is one network device's byte counters.
+type NICSample struct {
+	Device           string
+	RxBytes, TxBytes uint64
+}
+
+// HostTelemetry is a machine that samples itself (a host reads /proc; a
+// fakehw machine is synthetic).
+type HostTelemetry interface {
+	// SampleHost samples the host; n counts the samples of the caller's
+	// schedule, as SampleGPUs's.
+	SampleHost(n uint64) (*HostSample, error)
+}

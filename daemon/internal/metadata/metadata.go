@@ -6,10 +6,13 @@
 // WorkloadTokenRequest (internal/broker).
 //
 // A request names its instance the way the transport identifies it: on a
-// host, the tap the guest's packet came through; in fakehw, where the
-// guest is simulated, the endpoint is served on a unix socket under the
-// data dir (<data_dir>/metadata.sock, 0600) and the simulated guest sets
-// the header Bcd-Instance. Tokens and user data are never logged.
+// host, its source address on the instance network (ByAddress: bcd helper
+// lets each instance's tap send from its own address only, and the
+// listeners, bound to each instance bridge, come from the helper:
+// ServeListeners); in fakehw, where the guest is simulated, the endpoint
+// is served on a unix socket under the data dir (<data_dir>/metadata.sock,
+// 0600) and the simulated guest sets the header Bcd-Instance. Tokens and
+// user data are never logged.
 package metadata
 
 import (
@@ -21,6 +24,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
@@ -32,6 +36,9 @@ const SocketName = "metadata.sock"
 
 // InstanceHeader names the instance of a request on the fakehw transport.
 const InstanceHeader = "Bcd-Instance"
+
+// MaxAudience bounds a token request's audience.
+const MaxAudience = 512
 
 // Instances is what the endpoint asks about instances.
 type Instances interface {
@@ -64,6 +71,31 @@ type Config struct {
 // ByHeader identifies the instance by the Bcd-Instance header (fakehw).
 func ByHeader(r *http.Request) string { return r.Header.Get(InstanceHeader) }
 
+// Owners says which instance holds an address on the instance network.
+type Owners interface {
+	Owner(addr string) (string, bool)
+}
+
+// ByAddress identifies the instance by the request's source address (a
+// host): the instance that holds it, or none.
+func ByAddress(owners Owners) func(*http.Request) string {
+	return func(r *http.Request) string {
+		host, _, err := net.SplitHostPort(r.RemoteAddr)
+		if err != nil {
+			return ""
+		}
+		id, _ := owners.Owner(host)
+		return id
+	}
+}
+
+// ServeListeners serves h on each listener until ctx ends.
+func ServeListeners(ctx context.Context, listeners []net.Listener, h http.Handler) {
+	for _, lis := range listeners {
+		serve(ctx, lis, h, func() {})
+	}
+}
+
 // Handler serves GET /v1/token?audience=…, GET /nocloud/user-data and
 // GET /nocloud/meta-data.
 func Handler(cfg Config) http.Handler {
@@ -81,16 +113,24 @@ func Handler(cfg Config) http.Handler {
 		}
 		return id, true
 	}
+	var inFlight sync.Map // instance id → a token request of it on its way
 	mux.HandleFunc("GET /v1/token", func(w http.ResponseWriter, r *http.Request) {
 		id, ok := running(w, r)
 		if !ok {
 			return
 		}
 		audience := r.URL.Query().Get("audience")
-		if audience == "" {
-			http.Error(w, "audience is required", http.StatusBadRequest)
+		if audience == "" || len(audience) > MaxAudience {
+			http.Error(w, fmt.Sprintf("audience is required, at most %d bytes", MaxAudience), http.StatusBadRequest)
 			return
 		}
+		// One token request per instance at a time: a guest cannot queue
+		// up requests on the session.
+		if _, busy := inFlight.LoadOrStore(id, true); busy {
+			http.Error(w, "a token request of this instance is on its way", http.StatusTooManyRequests)
+			return
+		}
+		defer inFlight.Delete(id)
 		ctx, cancel := context.WithTimeout(r.Context(), 15*time.Second)
 		defer cancel()
 		token, err := cfg.Tokens.WorkloadToken(ctx, id, audience)
@@ -146,14 +186,22 @@ func Serve(ctx context.Context, path string, h http.Handler) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	serve(ctx, lis, h, func() { _ = os.Remove(path) })
+	return nil
+}
+
+// serve serves h on lis until ctx ends, then runs after.
+func serve(ctx context.Context, lis net.Listener, h http.Handler, after func()) {
+	// A guest is not trusted: small headers, bounded reads, idle
+	// connections closed.
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		IdleTimeout: time.Minute, MaxHeaderBytes: 16 << 10}
 	// A callback, not a goroutine waiting: a bcd sim process serves one per agent.
 	context.AfterFunc(ctx, func() {
 		shut, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(shut)
-		_ = os.Remove(path)
+		after()
 	})
 	go func() { _ = srv.Serve(lis) }()
-	return nil
 }

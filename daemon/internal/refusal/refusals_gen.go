@@ -85,6 +85,8 @@ const (
 const (
 	// CodeOTLPMalformed: An export that does not decode as an OTLP ExportMetricsServiceRequest (HTTP 400).
 	CodeOTLPMalformed Code = "otlp-malformed"
+	// CodeOTLPUnauthenticated: An export without the headers of its node's telemetry headers_ref, each with that secret's value (HTTP 401).
+	CodeOTLPUnauthenticated Code = "otlp-unauthenticated"
 )
 
 // The codes of domain "reservation": Why the stack refused a node's AllocationBound (devstack reservations.last_refusal).
@@ -99,6 +101,28 @@ const (
 	CodeReservationOverlap Code = "reservation-overlap"
 	// CodeReservationRoom: The node has fewer free vCPUs or less free memory than the reservation books.
 	CodeReservationRoom Code = "reservation-room"
+	// CodeCapabilityMissing: The node does not advertise the capability the request needs (named in the detail: devices.limits, binding.kubernetes, instance.network-policy).
+	CodeCapabilityMissing Code = "capability-missing"
+	// CodeReservationUnplaceable: No node of the pool can take a pool-level reservation now (the detail says why of each).
+	CodeReservationUnplaceable Code = "reservation-unplaceable"
+)
+
+// The codes of domain "fleet": The dev stack's fleet operations: cordon (devstack cordon).
+const (
+	// CodeNodeCordoned: The node is cordoned: it takes no new reservation or instance and keeps what it runs.
+	CodeNodeCordoned Code = "node-cordoned"
+	// CodeCordonReason: A cordon's reason that is empty, longer than 256 bytes or holds control characters.
+	CodeCordonReason Code = "cordon-reason"
+)
+
+// The codes of domain "ssh": The dev stack's SSH certificate authorities: what ssh-cert refuses (devstack ssh_ca).
+const (
+	// CodeSSHTTL: A certificate validity of zero or beyond the CA's maximum.
+	CodeSSHTTL Code = "ssh-ttl"
+	// CodeSSHPrincipal: A principal the node's access section does not allow.
+	CodeSSHPrincipal Code = "ssh-principal"
+	// CodeSSHRequest: An ssh-cert request whose public key or source address does not parse.
+	CodeSSHRequest Code = "ssh-request"
 )
 
 // The codes of domain "instances": The dev stack's instances: placement, the workload issuer, the secret broker (devstack instances, placement, workload, secrets).

@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"errors"
 	"regexp"
+	"slices"
 	"time"
 )
 
@@ -32,6 +33,20 @@ const DriverKind = "runtime"
 // (libvirt would refuse its XML, a NIC is on a bridge that is not an
 // instance network). Its text says why.
 var ErrInvalid = errors.New("invalid domain")
+
+// ErrUnsupported marks a field of a domain that this runtime, or this
+// host, cannot apply (GPUs it lacks, huge pages of a size it has none of,
+// a balloon floor a runtime does not carry): the domain is not defined
+// rather than run without it. Its text says which field and why.
+var ErrUnsupported = errors.New("unsupported by this runtime")
+
+// The accelerators a domain runs under: KVM (the default, and a
+// production host's), or QEMU's TCG emulation where KVM cannot run a
+// guest (a nested host; libvirt's type "qemu").
+const (
+	AccelKVM = "kvm"
+	AccelTCG = "tcg"
+)
 
 // IDPattern is what an instance id may look like (it names files, a
 // libvirt domain bcd-<id> and taps).
@@ -68,6 +83,16 @@ type Domain struct {
 	// HugePageBytes backs its memory with locked huge pages of that size
 	// (2 MiB or 1 GiB), without a balloon (0: ordinary memory).
 	HugePageBytes uint64 `json:"hugepage_bytes,omitempty"`
+	// MemoryFloorBytes is the least its balloon may leave it (0: never
+	// ballooned).
+	MemoryFloorBytes uint64 `json:"memory_floor_bytes,omitempty"`
+	// GPUs are the host's GPUs passed through to it, in order.
+	GPUs []GPU `json:"gpus,omitempty"`
+	// Image is the base disk it boots from, through an overlay of its own
+	// (nil: no boot disk).
+	Image *Image `json:"image,omitempty"`
+	// Accelerator is AccelKVM ("" too) or AccelTCG.
+	Accelerator string `json:"accelerator,omitempty"`
 	// SeedID names the seed's user data without holding it:
 	// "sha256:<hex>" of plain user data, "secret:<reference>" of a secret.
 	SeedID string `json:"seed_id,omitempty"`
@@ -76,6 +101,49 @@ type Domain struct {
 	// domain, removed with it). It is not part of the fingerprint: SeedID
 	// and the meta data are.
 	Seed Seed `json:"-"`
+	// Local is what the runtime chose on this host for the domain: not
+	// part of its definition, so not of its fingerprint.
+	Local Local `json:"local,omitzero"`
+}
+
+// GPU is a host GPU passed through to a guest: its index in the
+// inventory and its PCI address ("0000:3b:00.0").
+type GPU struct {
+	Index   uint32 `json:"index"`
+	Address string `json:"address"`
+}
+
+// Image is the base disk a domain boots from, by digest.
+type Image struct {
+	// Digest is "sha256:<hex>" of the base disk's bytes.
+	Digest string `json:"digest"`
+	// Base is the base disk's file (in the image store); Format is its
+	// format, "raw" or "qcow2". The base is never written: the guest
+	// writes a qcow2 overlay of its own.
+	Base   string `json:"base"`
+	Format string `json:"format"`
+}
+
+// Local is what a runtime chose for a domain on this host: where its
+// overlay, seed disk and console log are, the kernel it boots directly
+// (the host's choice), and each NIC's address on the instance network.
+type Local struct {
+	// Overlay is the boot disk's copy-on-write overlay over Image.Base.
+	Overlay string `json:"overlay,omitempty"`
+	// SeedDisk is the NoCloud seed disk (label CIDATA: meta-data and
+	// network-config), attached read-only.
+	SeedDisk string `json:"seed_disk,omitempty"`
+	// ConsoleLog is where the serial console is written.
+	ConsoleLog string `json:"console_log,omitempty"`
+	// Kernel boots the domain directly (nil: the firmware boots its disk).
+	Kernel *DirectBoot `json:"kernel,omitempty"`
+}
+
+// DirectBoot is a kernel, its initrd and its command line.
+type DirectBoot struct {
+	Kernel  string `json:"kernel"`
+	Initrd  string `json:"initrd,omitempty"`
+	Cmdline string `json:"cmdline,omitempty"`
 }
 
 // Pinning is vCPU i on host CPU HostCPUs[i], every one on NUMA node Node.
@@ -92,6 +160,11 @@ type NIC struct {
 	MAC string `json:"mac,omitempty"`
 	// Tap is the tap device the runtime made for it (set by the runtime).
 	Tap string `json:"tap,omitempty"`
+	// Address is the guest's link-local IPv4 address on the instance
+	// network (169.254.0.0/16), the one its metadata requests come from
+	// and the only one its tap lets through there (the runtime's choice,
+	// like Local: not part of the fingerprint).
+	Address string `json:"address,omitempty"`
 }
 
 // Disk is a volume attached as a virtio disk.
@@ -107,18 +180,27 @@ type Disk struct {
 }
 
 // Seed is the NoCloud seed of an instance. UserData may be a secret: it
-// is never logged, and the runtime writes it 0600.
+// is never logged, and the runtime writes it 0600. NetworkConfig is the
+// runtime's (it says the NICs' addresses).
 type Seed struct {
-	UserData []byte
-	MetaData []byte
+	UserData      []byte
+	MetaData      []byte
+	NetworkConfig []byte
 }
 
 // Fingerprint identifies a domain's definition (everything but the seed's
-// user data, which may be secret: SeedID stands for it): a domain defined
-// with the same fingerprint is not defined again, so a secret is fetched
-// only for a new definition.
+// user data, which may be secret: SeedID stands for it, and but what the
+// runtime chose on this host, Local and the NICs' addresses): a domain
+// defined with the same fingerprint is not defined again, so a secret is
+// fetched only for a new definition.
 func (d *Domain) Fingerprint() string {
-	data, _ := json.Marshal(d)
+	def := *d
+	def.Local = Local{}
+	def.NICs = slices.Clone(d.NICs)
+	for i := range def.NICs {
+		def.NICs[i].Address = ""
+	}
+	data, _ := json.Marshal(&def)
 	sum := sha256.Sum256(append(data, d.Seed.MetaData...))
 	return hex.EncodeToString(sum[:])
 }
@@ -171,6 +253,14 @@ func (d *Domain) WithTaps() *Domain {
 		d.NICs[i].Tap = TapName(d.ID, i)
 	}
 	return d
+}
+
+// MACFor is the MAC address of an instance's i-th NIC when the spec names
+// none: 52:54:00 (QEMU's prefix) and three bytes of SHA-256(id, i), so a
+// redefinition keeps it and the host knows it before the guest runs.
+func MACFor(id string, i int) string {
+	sum := sha256.Sum256([]byte("bcd-mac/v1\x00" + id + "\x00" + itoa(i)))
+	return "52:54:00:" + hex.EncodeToString(sum[0:1]) + ":" + hex.EncodeToString(sum[1:2]) + ":" + hex.EncodeToString(sum[2:3])
 }
 
 // Usage is what a running domain has used since it started: the live

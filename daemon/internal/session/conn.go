@@ -95,7 +95,7 @@ func (c *conn) receive(ctx context.Context) {
 	for {
 		f, err := c.stream.Recv()
 		if err != nil {
-			c.recvErr <- err
+			c.recvErr <- withHint(c.stream, err)
 			return
 		}
 		select {

@@ -363,6 +363,14 @@ func (s *Session) Run(ctx context.Context) error {
 			// grow only once every gateway has failed in a row.
 			wait = s.retryWait(attempt)
 			attempt++
+			if after := hintOf(err); after > 0 {
+				// The gateway said when to come back (hint.go): exactly
+				// then, or, moving to another gateway, up to then.
+				wait = after
+				if s.route.several() {
+					wait = drainJitter(after)
+				}
+			}
 			code := refusal.CodeOfStatus(err)
 			s.setRefused(code)
 			switch code {

@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 )
 
@@ -57,26 +58,30 @@ type Commands struct {
 // Path is the socket of a data dir.
 func Path(dataDir string) string { return filepath.Join(dataDir, SocketName) }
 
-// Serve answers on the socket until ctx ends. A stale socket file (no one
-// listening) is replaced; a live one is an error.
-func Serve(ctx context.Context, path string, current func() *Status) error {
+// Serve answers on the socket until ctx ends or stop is called (stop
+// closes the listener before it returns, so the socket is free for the
+// next bcd at once). A stale socket file (no one listening) is replaced; a
+// live one is an error.
+func Serve(ctx context.Context, path string, current func() *Status) (stop func(), err error) {
 	if conn, err := net.DialTimeout("unix", path, time.Second); err == nil {
 		conn.Close()
-		return fmt.Errorf("%s: another bcd answers there", path)
+		return nil, fmt.Errorf("%s: another bcd answers there", path)
 	}
 	_ = os.Remove(path)
 	restore := privateUmask()
 	lis, err := net.Listen("unix", path)
 	restore()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := os.Chmod(path, 0o600); err != nil {
 		lis.Close()
-		return err
+		return nil, err
 	}
+	var once sync.Once
+	stop = func() { once.Do(func() { lis.Close() }) }
 	// A callback, not a goroutine waiting: a bcd sim process serves one per agent.
-	context.AfterFunc(ctx, func() { lis.Close() })
+	context.AfterFunc(ctx, stop)
 	go func() {
 		for {
 			conn, err := lis.Accept()
@@ -93,7 +98,7 @@ func Serve(ctx context.Context, path string, current func() *Status) error {
 			}()
 		}
 	}()
-	return nil
+	return stop, nil
 }
 
 // Query reads the status of the bcd serving the socket at path.

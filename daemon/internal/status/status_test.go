@@ -23,7 +23,7 @@ func TestServeAndQuery(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	err = Serve(ctx, path, func() *Status {
+	stop, err := Serve(ctx, path, func() *Status {
 		return &Status{NodeID: "node_1", Session: Session{State: "connected", Epoch: 2}}
 	})
 	if err != nil {
@@ -46,7 +46,14 @@ func TestServeAndQuery(t *testing.T) {
 			t.Errorf("no %s in %s", key, data)
 		}
 	}
-	if err := Serve(ctx, path, nil); err == nil {
+	if _, err := Serve(ctx, path, nil); err == nil {
 		t.Fatal("a second server took a live socket")
 	}
+	// Once stop returned, the next bcd (a restart) takes the socket at once.
+	stop()
+	again, err := Serve(ctx, path, func() *Status { return &Status{NodeID: "node_1"} })
+	if err != nil {
+		t.Fatalf("the socket after stop: %v", err)
+	}
+	again()
 }

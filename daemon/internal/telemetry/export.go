@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sort"
 	"time"
 
 	"bcd/internal/instances"
@@ -64,6 +65,13 @@ func (r *Reconciler) Build(s Settings, startedAt time.Time, n uint64) (*metricsv
 			return nil, fmt.Errorf("sampling the GPUs: %w", err)
 		}
 		metrics = append(metrics, gpuMetrics(samples, now)...)
+	}
+	if host, ok := r.cfg.Machine.(machine.HostTelemetry); ok {
+		sample, err := host.SampleHost(n)
+		if err != nil {
+			return nil, fmt.Errorf("sampling the host: %w", err)
+		}
+		metrics = append(metrics, hostMetrics(sample, start, now)...)
 	}
 	if r.cfg.Instances != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), ExportTimeout)
@@ -136,7 +144,9 @@ func instanceMetrics(usage []instances.Usage, start, at uint64) []*metricsv1.Met
 	vcpu, memory := gauge("bcd.instance.vcpu", "{vcpu}", "configured vCPUs"), gauge("bcd.instance.memory", "By", "configured memory")
 	cpu := sum("bcd.instance.cpu.time", "s", "CPU time used")
 	used := gauge("bcd.instance.memory.used", "By", "guest memory in use")
-	disk, net := sum("bcd.instance.io", "By", "block I/O"), sum("bcd.instance.network.io", "By", "network I/O")
+	read, write := sum("bcd.instance.io.read", "By", "block I/O read"), sum("bcd.instance.io.write", "By", "block I/O written")
+	rx, tx := sum("bcd.instance.network.receive", "By", "network bytes received"),
+		sum("bcd.instance.network.transmit", "By", "network bytes sent")
 	for _, u := range usage {
 		from := start
 		if !u.RunningSince.IsZero() {
@@ -150,19 +160,51 @@ func instanceMetrics(usage []instances.Usage, start, at uint64) []*metricsv1.Met
 		now := func() *metricsv1.NumberDataPoint {
 			return &metricsv1.NumberDataPoint{TimeUnixNano: at, Attributes: attrs()}
 		}
-		since := func(extra ...*commonv1.KeyValue) *metricsv1.NumberDataPoint {
-			return &metricsv1.NumberDataPoint{StartTimeUnixNano: from, TimeUnixNano: at, Attributes: attrs(extra...)}
+		since := func() *metricsv1.NumberDataPoint {
+			return &metricsv1.NumberDataPoint{StartTimeUnixNano: from, TimeUnixNano: at, Attributes: attrs()}
 		}
 		add(vcpu, withInt(now(), int64(u.VCPUs)))
 		add(memory, withInt(now(), int64(u.MemoryBytes)))
 		add(cpu, withDouble(since(), u.Live.CPUTime.Seconds()))
 		add(used, withInt(now(), int64(u.Live.MemoryUsedBytes)))
-		add(disk, withInt(since(str("direction", "read")), int64(u.Live.DiskReadBytes)))
-		add(disk, withInt(since(str("direction", "write")), int64(u.Live.DiskWriteBytes)))
-		add(net, withInt(since(str("direction", "receive")), int64(u.Live.NetRxBytes)))
-		add(net, withInt(since(str("direction", "transmit")), int64(u.Live.NetTxBytes)))
+		add(read, withInt(since(), int64(u.Live.DiskReadBytes)))
+		add(write, withInt(since(), int64(u.Live.DiskWriteBytes)))
+		add(rx, withInt(since(), int64(u.Live.NetRxBytes)))
+		add(tx, withInt(since(), int64(u.Live.NetTxBytes)))
 	}
-	return []*metricsv1.Metric{count, vcpu, memory, cpu, used, disk, net}
+	return []*metricsv1.Metric{count, vcpu, memory, cpu, used, read, write, rx, tx}
+}
+
+// hostMetrics are the host's own series: CPU time by state and network
+// bytes by device and direction (cumulative since the schedule began),
+// memory by state and its total.
+func hostMetrics(s *machine.HostSample, start, at uint64) []*metricsv1.Metric {
+	cpu := sum("bcd.host.cpu.time", "s", "CPU time of all cores by state")
+	usage, limit := gauge("bcd.host.memory.usage", "By", "memory by state"), gauge("bcd.host.memory.limit", "By", "memory")
+	net := sum("bcd.host.network.io", "By", "network bytes by device and direction")
+	states := make([]string, 0, len(s.CPUSeconds))
+	for state := range s.CPUSeconds {
+		states = append(states, state)
+	}
+	sort.Strings(states)
+	point := func(kvs ...*commonv1.KeyValue) *metricsv1.NumberDataPoint {
+		return &metricsv1.NumberDataPoint{TimeUnixNano: at, Attributes: kvs}
+	}
+	counter := func(kvs ...*commonv1.KeyValue) *metricsv1.NumberDataPoint {
+		return &metricsv1.NumberDataPoint{StartTimeUnixNano: start, TimeUnixNano: at, Attributes: kvs}
+	}
+	for _, state := range states {
+		add(cpu, withDouble(counter(str("state", state)), s.CPUSeconds[state]))
+	}
+	used := s.MemoryTotalBytes - min(s.MemoryAvailableBytes, s.MemoryTotalBytes)
+	add(usage, withInt(point(str("state", "used")), int64(used)))
+	add(usage, withInt(point(str("state", "available")), int64(s.MemoryAvailableBytes)))
+	add(limit, withInt(point(), int64(s.MemoryTotalBytes)))
+	for _, nic := range s.NICs {
+		add(net, withInt(counter(str("device", nic.Device), str("direction", "receive")), int64(nic.RxBytes)))
+		add(net, withInt(counter(str("device", nic.Device), str("direction", "transmit")), int64(nic.TxBytes)))
+	}
+	return []*metricsv1.Metric{cpu, usage, limit, net}
 }
 
 func gauge(name, unit, description string) *metricsv1.Metric {
@@ -204,12 +246,15 @@ func integer(key string, value int64) *commonv1.KeyValue {
 
 // post sends one export; any answer but 2xx is an error (its status and
 // the start of its body, which is the receiver's and holds no secret).
-func post(ctx context.Context, client *http.Client, endpoint string, body []byte) error {
+func post(ctx context.Context, client *http.Client, endpoint string, headers http.Header, body []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, ExportTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, bytes.NewReader(body))
 	if err != nil {
 		return err
+	}
+	for name, values := range headers {
+		req.Header[name] = values
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := client.Do(req)

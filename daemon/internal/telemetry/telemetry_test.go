@@ -72,7 +72,8 @@ func TestAnExportIsOTLPJSONThatASecondDecoderReads(t *testing.T) {
 		t.Fatalf("resource attributes %s", got)
 	}
 	metrics := rm.GetScopeMetrics()[0].GetMetrics()
-	if count != len(metrics) || count != 12 {
+	// 5 GPU series, 4 host series, 9 instance series.
+	if count != len(metrics) || count != 18 {
 		t.Fatalf("%d metrics (Encode says %d)", len(metrics), count)
 	}
 	byName := map[string]*metricsv1.Metric{}
@@ -95,8 +96,22 @@ func TestAnExportIsOTLPJSONThatASecondDecoderReads(t *testing.T) {
 	if n := byName["bcd.instances"].GetGauge().GetDataPoints()[0].GetAsInt(); n != 1 {
 		t.Fatalf("bcd.instances %d", n)
 	}
-	if io := byName["bcd.instance.network.io"].GetSum().GetDataPoints(); len(io) != 2 || io[1].GetAsInt() != 40 {
-		t.Fatalf("network io %v", io)
+	if tx := byName["bcd.instance.network.transmit"].GetSum().GetDataPoints(); len(tx) != 1 || tx[0].GetAsInt() != 40 {
+		t.Fatalf("network transmit %v", tx)
+	}
+	// The host's own series: fakehw's sample 0 of an hgx-h100 (112 cores).
+	host := map[string]float64{}
+	for _, p := range byName["bcd.host.cpu.time"].GetSum().GetDataPoints() {
+		host[p.GetAttributes()[0].GetValue().GetStringValue()] = p.GetAsDouble()
+	}
+	if host["user"] != 224 || host["system"] != 112 || host["idle"] != 784 {
+		t.Fatalf("host cpu time %v", host)
+	}
+	if limit := byName["bcd.host.memory.limit"].GetGauge().GetDataPoints()[0].GetAsInt(); limit != 2<<40 {
+		t.Fatalf("host memory limit %d", limit)
+	}
+	if net := byName["bcd.host.network.io"].GetSum().GetDataPoints(); len(net) != 2*9 {
+		t.Fatalf("host network points %d (9 NICs, two directions)", len(net))
 	}
 
 	// The JSON itself: lowerCamelCase names, 64-bit integers as strings,
@@ -118,7 +133,7 @@ func TestAnExportIsOTLPJSONThatASecondDecoderReads(t *testing.T) {
 			if p["timeUnixNano"] != "1700000000000000005" {
 				t.Errorf("timeUnixNano is %v", p["timeUnixNano"])
 			}
-		case "bcd.instance.io":
+		case "bcd.instance.io.read":
 			if at := m["sum"].(map[string]any)["aggregationTemporality"]; at != float64(2) {
 				t.Errorf("aggregationTemporality is %v (%T)", at, at)
 			}

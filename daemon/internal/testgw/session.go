@@ -18,6 +18,7 @@ import (
 	"bcd/internal/proto/agentv1"
 	"bcd/internal/refusal"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/proto"
 )
@@ -39,6 +40,10 @@ type Session struct {
 
 // Send sends a frame to the node.
 func (s *Session) Send(f *agentv1.GatewayFrame) error { return s.stream.Send(f) }
+
+// SetTrailer sets the trailer the stream ends with (a retry-after-ms
+// hint, say).
+func (s *Session) SetTrailer(md metadata.MD) { s.stream.SetTrailer(md) }
 
 // End ends the stream with err (nil: a clean end).
 func (s *Session) End(err error) { s.once.Do(func() { s.end <- err }) }

@@ -37,6 +37,9 @@ func (n NotInstalled) Pending() (*Record, error) { return nil, nil }
 // Installed is nothing.
 func (n NotInstalled) Installed() (*Release, error) { return nil, nil }
 
+// Failed is nothing.
+func (n NotInstalled) Failed() ([]Release, error) { return nil, nil }
+
 // Prepare refuses.
 func (n NotInstalled) Prepare(*pki.Envelope) (*Release, error) { return nil, n.refusal() }
 

@@ -57,8 +57,12 @@ type Release struct {
 
 // Record is upgrade.json: a swap waiting for its confirmation.
 type Record struct {
-	// CommandID is the daemon.upgrade command that swapped.
+	// CommandID is the daemon.upgrade command that swapped ("" when the
+	// NodeSpec's daemon section did).
 	CommandID string `json:"command_id"`
+	// Generation is the NodeSpec generation whose daemon section swapped
+	// (0 when a command did).
+	Generation uint64 `json:"generation,omitempty"`
 	// Version and Sequence are the new release's.
 	Version  string `json:"version"`
 	Sequence uint64 `json:"sequence"`
@@ -78,6 +82,15 @@ type Record struct {
 	RolledBack bool `json:"rolled_back,omitempty"`
 }
 
+// Origin names what asked for the upgrade: "command <id>" or "spec
+// generation <n>".
+func (r *Record) Origin() string {
+	if r.CommandID == "" {
+		return fmt.Sprintf("spec generation %d", r.Generation)
+	}
+	return "command " + r.CommandID
+}
+
 // Deadline is when the new binary must have had its first Welcome.
 func (r *Record) Deadline() time.Time {
 	return time.UnixMilli(r.SwappedAtMs + r.ConfirmTimeoutMs)
@@ -85,8 +98,10 @@ func (r *Record) Deadline() time.Time {
 
 // SwapRequest is what a swap needs besides the prepared release.
 type SwapRequest struct {
-	// CommandID is the daemon.upgrade command.
+	// CommandID is the daemon.upgrade command ("" for the daemon section).
 	CommandID string `json:"command_id"`
+	// Generation is the NodeSpec generation of the daemon section (0 for a command).
+	Generation uint64 `json:"generation,omitempty"`
 	// Previous is the running version.
 	Previous string `json:"previous"`
 	// ConfirmTimeoutMs bounds the wait for the new binary's Welcome (0: 60 s).
@@ -105,6 +120,8 @@ type Store interface {
 	// Installed is the confirmed release of the highest sequence (nil
 	// before the first confirmed upgrade).
 	Installed() (*Release, error)
+	// Failed lists the releases recorded as failed (rolled back).
+	Failed() ([]Release, error)
 	// Prepare verifies a signed manifest with the store's pins and the
 	// staged file against its artifact, and records the release as prepared.
 	Prepare(manifest *pki.Envelope) (*Release, error)

@@ -25,7 +25,7 @@ func (s *Slots) Swap(req SwapRequest) (*Record, error) {
 	if pending, err := s.Pending(); err != nil {
 		return nil, err
 	} else if pending != nil {
-		return nil, refuse(CodePending, "upgrade to %s (command %s) waits for its confirmation", pending.Version, pending.CommandID)
+		return nil, refuse(CodePending, "upgrade to %s (%s) waits for its confirmation", pending.Version, pending.Origin())
 	}
 	prepared, err := s.Prepared()
 	if err != nil {
@@ -47,7 +47,7 @@ func (s *Slots) Swap(req SwapRequest) (*Record, error) {
 		timeout = DefaultConfirmTimeout.Milliseconds()
 	}
 	r := &Record{
-		CommandID: req.CommandID, Version: prepared.Version, Sequence: prepared.Sequence, SHA256: prepared.SHA256,
+		CommandID: req.CommandID, Generation: req.Generation, Version: prepared.Version, Sequence: prepared.Sequence, SHA256: prepared.SHA256,
 		Previous: req.Previous, PreviousSlot: current, Slot: slot, SwappedAtMs: s.now().UnixMilli(), ConfirmTimeoutMs: timeout,
 	}
 	if err := writeJSON(s.path(UpgradeFile), r); err != nil {
@@ -61,7 +61,7 @@ func (s *Slots) Swap(req SwapRequest) (*Record, error) {
 		s.log().Warn("update.prepared_not_removed", "err", err)
 	}
 	s.log().Info("update.swapped", "version", r.Version, "sequence", r.Sequence, "slot", slot, "previous_slot", current,
-		"command_id", r.CommandID, "confirm_timeout_ms", r.ConfirmTimeoutMs)
+		"command_id", r.CommandID, "generation", r.Generation, "confirm_timeout_ms", r.ConfirmTimeoutMs)
 	return r, nil
 }
 

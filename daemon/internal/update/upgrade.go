@@ -7,7 +7,9 @@
 // store's prepare and swap; the caller then execs the entrypoint. Resume:
 // the new version waits for its first Welcome (Watch: confirm, or roll back
 // at the deadline); the previous version, started again after a rollback,
-// records the release as failed and reports the command FAILED.
+// records the release as failed and reports the command FAILED (an upgrade
+// the daemon section asked for is reported by the section, section.go).
+// Verify, Fetch and Install are the steps the daemon section shares.
 
 package update
 
@@ -52,6 +54,10 @@ type Updater struct {
 	Now func() time.Time
 	// Log receives update.* lines.
 	Log *slog.Logger
+
+	// mu makes installs (stage, prepare, swap) one at a time: a command's
+	// and the daemon section's share the staged file.
+	mu sync.Mutex
 }
 
 func (u *Updater) now() time.Time {
@@ -114,17 +120,7 @@ func (u *Updater) Upgrade(ctx context.Context, commandID string, params []byte) 
 	if err != nil {
 		return nil, err
 	}
-	policy := u.Policy
-	if installed, err := u.Store.Installed(); err != nil {
-		return nil, err
-	} else if installed != nil {
-		policy.InstalledSequence = installed.Sequence
-	}
-	manifest, err := pki.VerifyManifest(env, policy, u.now())
-	if err != nil {
-		return nil, err
-	}
-	artifact, err := manifest.Artifact(u.platform())
+	manifest, artifact, err := u.Verify(env)
 	if err != nil {
 		return nil, err
 	}
@@ -136,16 +132,69 @@ func (u *Updater) Upgrade(ctx context.Context, commandID string, params []byte) 
 		u.log().Info("update.already_running", "command_id", commandID, "version", u.Version)
 		return &Outcome{Output: Output{Version: u.Version, Sequence: manifest.Sequence, Previous: u.Version, Slot: current}.JSON()}, nil
 	}
-	if pending, err := u.Store.Pending(); err != nil {
+	if err := u.notPending(); err != nil {
 		return nil, err
-	} else if pending != nil {
-		return nil, refuse(CodePending, "upgrade to %s (command %s) waits for its confirmation", pending.Version, pending.CommandID)
 	}
-	data, err := u.download(ctx, artifact)
+	data, err := u.Fetch(ctx, artifact)
 	if err != nil {
 		return nil, err
 	}
-	if err := artifact.Check(data); err != nil {
+	return u.Install(SwapRequest{CommandID: commandID}, env, data)
+}
+
+// Verify checks a signed manifest in pki's order with the pins, the
+// store's highest installed sequence and the wall clock, and picks this
+// platform's artifact.
+func (u *Updater) Verify(env *pki.Envelope) (*pki.Manifest, *pki.Artifact, error) {
+	policy := u.Policy
+	if installed, err := u.Store.Installed(); err != nil {
+		return nil, nil, err
+	} else if installed != nil {
+		policy.InstalledSequence = installed.Sequence
+	}
+	manifest, err := pki.VerifyManifest(env, policy, u.now())
+	if err != nil {
+		return nil, nil, err
+	}
+	artifact, err := manifest.Artifact(u.platform())
+	if err != nil {
+		return nil, nil, err
+	}
+	return manifest, artifact, nil
+}
+
+// notPending refuses while an upgrade waits for its confirmation.
+func (u *Updater) notPending() error {
+	pending, err := u.Store.Pending()
+	if err != nil {
+		return err
+	}
+	if pending != nil {
+		return refuse(CodePending, "upgrade to %s (%s) waits for its confirmation", pending.Version, pending.Origin())
+	}
+	return nil
+}
+
+// Fetch downloads an artifact and checks its size and digest.
+func (u *Updater) Fetch(ctx context.Context, a *pki.Artifact) ([]byte, error) {
+	data, err := u.download(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.Check(data); err != nil {
+		return nil, err
+	}
+	return data, nil
+}
+
+// Install stages data, the verified artifact of env, has the store prepare
+// it and swaps (req names what asked: a command or a spec generation; the
+// running version and the confirmation timeout are the Updater's). One
+// install runs at a time.
+func (u *Updater) Install(req SwapRequest, env *pki.Envelope, data []byte) (*Outcome, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if err := u.notPending(); err != nil {
 		return nil, err
 	}
 	if err := u.stage(data); err != nil {
@@ -159,11 +208,13 @@ func (u *Updater) Upgrade(ctx context.Context, commandID string, params []byte) 
 	if timeout <= 0 {
 		timeout = DefaultConfirmTimeout
 	}
-	rec, err := u.Store.Swap(SwapRequest{CommandID: commandID, Previous: u.Version, ConfirmTimeoutMs: timeout.Milliseconds()})
+	req.Previous, req.ConfirmTimeoutMs = u.Version, timeout.Milliseconds()
+	rec, err := u.Store.Swap(req)
 	if err != nil {
 		return nil, err
 	}
-	u.log().Info("update.exec", "command_id", commandID, "version", rec.Version, "slot", rec.Slot, "entrypoint", u.Store.Entrypoint())
+	u.log().Info("update.exec", "command_id", rec.CommandID, "generation", rec.Generation, "version", rec.Version,
+		"slot", rec.Slot, "entrypoint", u.Store.Entrypoint())
 	return &Outcome{Exec: u.Store.Entrypoint(), Record: rec}, nil
 }
 

@@ -14,4 +14,7 @@ pub struct OtlpExportRow {
     pub encoding: String,
     /// The body exactly as received.
     pub body: Vec<u8>,
+    /// The names of the headers the receiver checked against the node's
+    /// `headers_ref` (lowercase; never their values).
+    pub headers: Vec<String>,
 }

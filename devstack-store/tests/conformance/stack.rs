@@ -51,7 +51,8 @@ fn bodies(store: &Store, node: &str) -> Vec<Vec<u8>> {
 
 pub fn otlp_exports_keep_the_newest_per_node_and_in_bytes(store: &Store) {
     let bounds = Bounds { per_node: 3, total_bytes: 10 };
-    let put = |node: &str, at: i64, body: &[u8]| write(store, |c| otlp::insert(c, node, at, "protobuf", body, bounds));
+    let put =
+        |node: &str, at: i64, body: &[u8]| write(store, |c| otlp::insert(c, node, at, "protobuf", body, &[], bounds));
     for (at, body) in [b"1", b"2", b"3", b"4"].into_iter().enumerate() {
         put("node_a", at as i64, body);
     }
@@ -62,7 +63,7 @@ pub fn otlp_exports_keep_the_newest_per_node_and_in_bytes(store: &Store) {
     put("node_b", 9, b"123456789");
     assert_eq!(bodies(store, "node_a"), [b"4".to_vec()], "10 bytes in all: node_b's 9 and node_a's newest");
     assert_eq!(bodies(store, "node_b"), [b"123456789".to_vec()]);
-    let refused = store.write(|c| otlp::insert(c, "node_a", 10, "xml", b"x", bounds));
+    let refused = store.write(|c| otlp::insert(c, "node_a", 10, "xml", b"x", &[], bounds));
     assert!(refused.is_err(), "an encoding other than json or protobuf: {refused:?}");
 }
 

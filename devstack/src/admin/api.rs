@@ -262,13 +262,20 @@ pub struct CommandView {
     pub deliveries: u32,
 }
 
-/// `POST /v1/reservations`: GPUs to book.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// `POST /v1/reservations`: GPUs to book, on a node or in a pool.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReserveRequest {
-    /// The node (as for commands).
+    /// The node (as for commands); empty with `pool`.
+    #[serde(default)]
     pub node: String,
     /// How many GPUs.
     pub gpus: u32,
+    /// The pool (name or id) whose placement picks the node, instead of `node`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
+    /// How long the reservation lasts before it ends itself (none: until released).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<u64>,
 }
 
 /// A reservation.
@@ -384,3 +391,55 @@ pub enum ConsoleControl {
 pub const CONSOLE_NODE_HEADER: &str = "x-devstack-node-id";
 /// The console route's answer header naming the tunnel.
 pub const CONSOLE_TUNNEL_HEADER: &str = "x-devstack-tunnel-id";
+
+/// `POST /v1/nodes/{node}/cordon`: why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CordonRequest {
+    /// Why the node is cordoned (1 to 256 bytes, no control characters).
+    pub reason: String,
+}
+
+/// A node's cordon, after `cordon` or `uncordon`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CordonView {
+    /// The node.
+    pub node_id: String,
+    /// Whether it is cordoned now.
+    pub cordoned: bool,
+    /// Why (its first reason), when it is.
+    pub reason: Option<String>,
+    /// Whether this request changed it (a second cordon does not).
+    pub changed: bool,
+}
+
+/// `POST /v1/nodes/{node}/ssh-cert`: a user certificate of the break-glass
+/// SSH CA for a public key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SshCertRequestBody {
+    /// The principal it logs in as (one the node's access section allows).
+    pub principal: String,
+    /// Its validity (at most a day).
+    pub ttl_ms: u64,
+    /// The user's public key, an OpenSSH line.
+    pub public_key: String,
+    /// The addresses it may be used from (CIDRs); empty: anywhere.
+    #[serde(default)]
+    pub source_addresses: Vec<String>,
+}
+
+/// An issued SSH certificate.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SshCertView {
+    /// The node.
+    pub node_id: String,
+    /// The certificate, an OpenSSH line.
+    pub certificate: String,
+    /// Its serial.
+    pub serial: u64,
+    /// Its key id.
+    pub key_id: String,
+    /// Valid from (Unix seconds).
+    pub valid_after: u64,
+    /// Valid until (Unix seconds).
+    pub valid_before: u64,
+}

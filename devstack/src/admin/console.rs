@@ -36,6 +36,8 @@ pub const SUBJECT: &str = "devstack-admin";
 const MAX_SIDE: u32 = 10_000;
 /// The longest `term` the route takes.
 const MAX_TERM: usize = 64;
+/// How long the end waits for the client's close before the socket drops.
+const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 pub(super) fn routes() -> Router<super::State> {
     Router::new().route(&format!("{}/nodes/{{node}}/console", api::PREFIX), get(console))
@@ -129,13 +131,25 @@ async fn console(
 /// Pumps both halves until the console ended (the end is sent, then a
 /// close), the client went away, or the endpoint stops; the halves drop
 /// with it, which hangs the console up if it still runs.
+///
+/// After the end the client's side is still read, for at most
+/// [`CLOSE_WAIT`], until its close or its going away: a socket dropped with
+/// the client's last frames unread is reset by the kernel, and a reset can
+/// reach the client before it read the end (it then saw `tunnel-gone`
+/// instead of the shell's status: a piped `echo … | devstack console`
+/// failed so now and then).
 async fn pump(socket: WebSocket, console: Console, stop: watch::Receiver<bool>) {
     let tunnel_id = console.tunnel_id().to_string();
     let (writer, reader) = console.split();
     let (sink, stream) = socket.split();
+    let up = up(stream, &writer);
+    tokio::pin!(up);
     let how = tokio::select! {
-        end = down(reader, sink, stop) => end.map_or("the client went away".to_string(), |e| e.to_string()),
-        () = up(stream, &writer) => "the client hung up".to_string(),
+        end = down(reader, sink, stop) => {
+            let _ = tokio::time::timeout(CLOSE_WAIT, &mut up).await;
+            end.map_or("the client went away".to_string(), |e| e.to_string())
+        }
+        () = &mut up => "the client hung up".to_string(),
     };
     info!(tunnel_id, how, "admin: console ended");
 }

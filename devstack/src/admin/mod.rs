@@ -7,7 +7,7 @@
 //!
 //! Each resource has its own module of routes (`nodes`, `tokens`,
 //! `commands`, `reservations`, `pools`, `instances`, `events`,
-//! `stack_info`, `console`), merged
+//! `stack_info`, `console`, `cordon`, `ssh`), merged
 //! in [`router`]; a feature that adds an admin subcommand adds its module
 //! there and its client call beside the others (the console's is
 //! [`console_client`]). Routes call the in-process API ([`DevStack`]) only.
@@ -34,6 +34,7 @@ pub mod client;
 mod commands;
 mod console;
 pub mod console_client;
+mod cordon;
 pub mod discovery;
 mod events;
 mod instances;
@@ -44,6 +45,7 @@ pub mod query;
 mod refusal;
 pub mod releases;
 mod reservations;
+mod ssh;
 mod stack_info;
 mod tokens;
 
@@ -105,6 +107,8 @@ fn router(state: State, token_sha256: [u8; 32]) -> Router {
         .merge(console::routes())
         .merge(pools::routes())
         .merge(instances::routes())
+        .merge(cordon::routes())
+        .merge(ssh::routes())
         .fallback(|| async { ApiError::not_found(Code::RouteUnknown, "no such admin route") })
         // The token is checked first (a request without it is 401 whatever
         // its Host), then the Host (with the token, a non-loopback one is 421).

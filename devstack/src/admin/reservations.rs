@@ -1,6 +1,7 @@
 //! `POST /v1/reservations`, `GET /v1/reservations[?node=N&state=S]`, `GET /v1/reservations/{id}`, `POST
 //! /v1/reservations/{id}/wait` and `POST /v1/reservations/{id}/release`:
-//! book GPUs of an adopted node as a hold, list them, read one, wait until
+//! book GPUs of an adopted node (or of the node placement picks in a pool,
+//! for a while or until released) as a hold, list them, read one, wait until
 //! the node bound it (or it ended), withdraw its hold (docs/protocol.md,
 //! "Reservations (holds)").
 
@@ -11,6 +12,7 @@ use axum::routing::{get, post};
 
 use super::api::{self, ReservationView, ReserveRequest, WaitRequest};
 use super::{Answer, ApiError, resolve_node};
+use crate::ReservationRequest;
 use crate::store::rows::{ReservationRow, ReservationState};
 use proto::refusal::Code;
 
@@ -43,9 +45,22 @@ fn reservation(s: &super::State, id: &str) -> Result<ReservationView, ApiError> 
         .ok_or_else(|| ApiError::not_found(Code::ReservationUnknown, format!("no reservation {id}")))
 }
 
+/// Books on the node named, or (`pool`) on the node placement picks in
+/// the pool; with `duration_ms` the reservation ends itself then.
 async fn reserve(State(s): State<super::State>, Json(request): Json<ReserveRequest>) -> Answer<ReservationView> {
-    let node = resolve_node(&s.stack, &request.node)?;
-    let id = s.stack.reserve(&node.id, request.gpus).await?;
+    let gpus = ReservationRequest { gpus: request.gpus, ..ReservationRequest::default() };
+    let duration = request.duration_ms.map(std::time::Duration::from_millis);
+    let id = match (&request.pool, request.node.is_empty()) {
+        (Some(pool), true) => s.stack.reserve_in_pool(pool, gpus, duration).await?.0,
+        (None, false) => {
+            let node = resolve_node(&s.stack, &request.node)?;
+            match duration {
+                Some(d) => s.stack.reserve_for(&node.id, gpus, d).await?,
+                None => s.stack.reserve_with(&node.id, gpus).await?,
+            }
+        }
+        _ => return Err(ApiError::bad_request("name either a node or a pool")),
+    };
     Ok(Json(reservation(&s, &id)?))
 }
 

@@ -17,8 +17,46 @@ use super::schedule::FaultKind;
 /// A running `bcd sim`.
 pub struct SimProcess {
     child: Child,
-    control: PathBuf,
+    control: SimControl,
+}
+
+/// The client of a `bcd sim`'s control socket.
+pub struct SimControl {
+    path: PathBuf,
     conn: Option<BufReader<UnixStream>>,
+}
+
+impl SimControl {
+    /// The control socket at `path` (connected on first use).
+    pub fn new(path: &Path) -> SimControl {
+        SimControl { path: path.to_path_buf(), conn: None }
+    }
+
+    /// Strikes agent `i` with a process fault (crash, reboot, journal
+    /// loss); an agent between two lives answers an error ([`ChaosError::Sim`]).
+    pub async fn fault(&mut self, kind: FaultKind, i: u32) -> Result<(), ChaosError> {
+        let name = match kind {
+            FaultKind::Crash => "crash",
+            FaultKind::Reboot => "reboot",
+            FaultKind::JournalLoss => "lose-journal",
+            other => return Err(ChaosError::Sim(format!("{other} is not a fault of bcd sim"))),
+        };
+        if self.conn.is_none() {
+            let stream = UnixStream::connect(&self.path)
+                .await
+                .map_err(|source| ChaosError::Io { what: "connect to bcd sim's control socket", source })?;
+            self.conn = Some(BufReader::new(stream));
+        }
+        let conn = self.conn.as_mut().expect("connected");
+        let io = |source| ChaosError::Io { what: "ask bcd sim's control socket", source };
+        conn.get_mut().write_all(format!("{name} {i}\n").as_bytes()).await.map_err(io)?;
+        let mut answer = String::new();
+        conn.read_line(&mut answer).await.map_err(io)?;
+        match answer.trim() {
+            "ok" => Ok(()),
+            other => Err(ChaosError::Sim(format!("{name} {i}: {other}"))),
+        }
+    }
 }
 
 /// How long the agents get to stop on SIGTERM before SIGKILL.
@@ -53,7 +91,7 @@ impl SimProcess {
         let mut stdin = child.stdin.take().expect("piped");
         stdin.write_all(format!("{token}\n").as_bytes()).await.map_err(io("hand bcd sim the token"))?;
         drop(stdin);
-        Ok(SimProcess { child, control: control.to_path_buf(), conn: None })
+        Ok(SimProcess { child, control: SimControl::new(control) })
     }
 
     /// Whether bcd sim still runs.
@@ -61,29 +99,9 @@ impl SimProcess {
         matches!(self.child.try_wait(), Ok(None))
     }
 
-    /// Strikes agent `i` with a process fault (crash, reboot, journal loss).
-    pub async fn fault(&mut self, kind: FaultKind, i: u32) -> Result<(), ChaosError> {
-        let name = match kind {
-            FaultKind::Crash => "crash",
-            FaultKind::Reboot => "reboot",
-            FaultKind::JournalLoss => "lose-journal",
-            other => return Err(ChaosError::Sim(format!("{other} is not a fault of bcd sim"))),
-        };
-        if self.conn.is_none() {
-            let stream = UnixStream::connect(&self.control)
-                .await
-                .map_err(|source| ChaosError::Io { what: "connect to bcd sim's control socket", source })?;
-            self.conn = Some(BufReader::new(stream));
-        }
-        let conn = self.conn.as_mut().expect("connected");
-        let io = |source| ChaosError::Io { what: "ask bcd sim's control socket", source };
-        conn.get_mut().write_all(format!("{name} {i}\n").as_bytes()).await.map_err(io)?;
-        let mut answer = String::new();
-        conn.read_line(&mut answer).await.map_err(io)?;
-        match answer.trim() {
-            "ok" => Ok(()),
-            other => Err(ChaosError::Sim(format!("{name} {i}: {other}"))),
-        }
+    /// Its control socket's client.
+    pub fn control(&mut self) -> &mut SimControl {
+        &mut self.control
     }
 
     /// Stops bcd sim (SIGTERM, then SIGKILL after a grace) and returns its exit code.

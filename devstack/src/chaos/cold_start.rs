@@ -134,7 +134,7 @@ pub async fn run(
     for (sim, share) in &mut sims {
         for i in 0..*share {
             // An agent between two lives (its last crash, a reboot) is skipped: it starts anew anyway.
-            let _ = sim.fault(FaultKind::Reboot, i).await;
+            let _ = sim.control().fault(FaultKind::Reboot, i).await;
         }
     }
     tokio::time::sleep(spec.down).await;
@@ -184,8 +184,10 @@ async fn await_all(
     let stack = plane.stack().expect("up");
     stack
         .await_until(format!("{nodes} node(s)"), within, |v| {
-            let n = v.nodes().iter().filter(|n| done(n)).count() as u32;
-            v.note(format_args!("{n} so far"));
+            let all = v.nodes();
+            let n = all.iter().filter(|n| done(n)).count() as u32;
+            let missing: Vec<&str> = all.iter().filter(|n| !done(n)).map(|n| n.id.as_str()).take(5).collect();
+            v.note(format_args!("{n} so far; not yet {missing:?}"));
             (n >= nodes).then_some(())
         })
         .await?;

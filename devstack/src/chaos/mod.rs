@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-pub use agents::SimProcess;
+pub use agents::{SimControl, SimProcess};
 pub use proxy::{AgentLinks, FaultProxy, LinkState};
 pub use rng::Stream;
 pub use schedule::{Fault, FaultKind, Level, LinkProfile, Schedule};
@@ -30,17 +30,23 @@ use crate::stack::DevStack;
 mod agents;
 pub mod cold_start;
 mod gateways;
+pub mod live;
 mod plane;
 mod proxy;
 mod rng;
 mod schedule;
 mod settle;
+mod strike;
+
+pub use settle::agent_nodes;
 mod workload;
 
 use plane::Plane;
+use strike::AgentFaults;
 
-/// The Welcome's heartbeat interval of a chaos run's gateways.
-const HEARTBEAT_MS: u32 = 2_000;
+/// The Welcome's heartbeat interval of a chaos run's gateways (the stack's
+/// default: a node is judged silent after three).
+const HEARTBEAT_MS: u32 = 5_000;
 /// A chaos run's usage window (short: a run lasts minutes).
 const USAGE_WINDOW: Duration = Duration::from_secs(10);
 
@@ -279,7 +285,7 @@ impl Fleet {
         let (control, log) = (dir.join("sim.sock"), dir.join("bcd-sim.log"));
         let sim = SimProcess::start(bcd, &base.config, spec.nodes, FAKEHW_SEED, &token, &control, &log, Duration::ZERO)
             .await?;
-        let deadline = Duration::from_secs(60) + Duration::from_millis(50) * spec.nodes;
+        let deadline = Duration::from_secs(60) + Duration::from_millis(200) * spec.nodes;
         let nodes = settle::adopted(stack, &pool, &data, spec.nodes, deadline).await?;
         Ok(Fleet { proxy, sim, nodes, data })
     }
@@ -301,16 +307,8 @@ async fn drive(
 ) -> Result<u64, ChaosError> {
     let start = Instant::now();
     let at = |ms: u64| start + Duration::from_millis(ms);
-    // Each fault's start, and the end of each that lasts.
-    let mut timeline: Vec<(u64, bool, Fault)> = Vec::new();
-    for f in &schedule.faults {
-        timeline.push((f.at_ms, true, *f));
-        if f.for_ms > 0 {
-            timeline.push((f.at_ms + f.for_ms, false, *f));
-        }
-    }
-    timeline.sort_by_key(|(ms, starts, _)| (*ms, !*starts));
-    let mut events = timeline.into_iter().peekable();
+    let mut events = schedule.timeline().into_iter().peekable();
+    let mut agents = AgentFaults::new(plane.gateway_addrs().len());
     let (mut step, mut skipped) = (0u64, 0u64);
     let end = duration.as_millis() as u64;
     loop {
@@ -320,7 +318,7 @@ async fn drive(
             Some(ms) if ms < next_work && ms < end => {
                 tokio::time::sleep_until(at(ms)).await;
                 let (_, starts, f) = events.next().expect("peeked");
-                let applied = plane::apply(plane, sim, proxy, &f, starts).await?;
+                let applied = plane::apply(plane, &mut agents, sim, proxy, &f, starts).await?;
                 skipped += u64::from(!applied);
                 log_line(
                     log,

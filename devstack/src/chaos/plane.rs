@@ -4,10 +4,8 @@
 //! file and ports. With several it is as many `devstack gateway` processes
 //! on a throwaway PostgreSQL cluster (killed, stalled, revived), and the
 //! stack in process drives the workload from the same store, unlisted (no
-//! node dials it). The faults on the agents' links are counted per agent,
-//! so that two faults of one kind that overlap end when the later one does.
+//! node dials it). What a fault does to an agent is [`super::strike`]'s.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
@@ -17,8 +15,9 @@ use devstack_store::cluster::Cluster;
 use super::ChaosError;
 use super::agents::SimProcess;
 use super::gateways::GatewayChild;
-use super::proxy::{FaultProxy, LinkState};
+use super::proxy::FaultProxy;
 use super::schedule::{Fault, FaultKind};
+use super::strike::AgentFaults;
 use crate::options::DevStackOptions;
 use crate::stack::DevStack;
 use crate::store::StoreLocation;
@@ -26,22 +25,12 @@ use crate::store::StoreLocation;
 /// How long a revival waits for the old listeners' ports.
 const REBIND: Duration = Duration::from_secs(30);
 
-/// The link faults an agent is under, each counted.
-#[derive(Clone, Copy, Debug, Default)]
-struct Under {
-    partition: u32,
-    isolate: u32,
-    half_open: u32,
-    stall: u32,
-}
-
-/// The stack, the gateway processes, and the link faults under way.
+/// The stack and the gateway processes.
 pub struct Plane {
     stack: Option<DevStack>,
     options: DevStackOptions,
     gateways: Vec<GatewayChild>,
     cluster: Option<Cluster>,
-    under: HashMap<u32, Under>,
 }
 
 impl Plane {
@@ -56,7 +45,7 @@ impl Plane {
         };
         let stack = DevStack::start(options).await?;
         let options = stack.restart_options();
-        Ok(Plane { stack: Some(stack), options, gateways: Vec::new(), cluster: None, under: HashMap::new() })
+        Ok(Plane { stack: Some(stack), options, gateways: Vec::new(), cluster: None })
     }
 
     /// `n` gateway processes of `exe` (a devstack binary) on a throwaway
@@ -82,7 +71,7 @@ impl Plane {
         for k in 1..=n {
             gateways.push(GatewayChild::start(exe, &url, &format!("g{k}"), heartbeat_ms).await?);
         }
-        Ok(Plane { stack: Some(stack), options, gateways, cluster: Some(cluster), under: HashMap::new() })
+        Ok(Plane { stack: Some(stack), options, gateways, cluster: Some(cluster) })
     }
 
     /// The stack (the workload's way in), unless it is killed now.
@@ -160,70 +149,29 @@ impl Plane {
 /// the one gateway in process).
 pub async fn apply(
     plane: &mut Plane,
+    agents: &mut AgentFaults,
     sim: &mut SimProcess,
     proxy: &FaultProxy,
     fault: &Fault,
     starts: bool,
 ) -> Result<bool, ChaosError> {
-    let links = proxy.agent(fault.target.min(proxy.agents().len().saturating_sub(1) as u32));
-    match fault.kind {
-        FaultKind::Crash | FaultKind::Reboot | FaultKind::JournalLoss => {
-            let done = match sim.fault(fault.kind, fault.target).await {
-                Ok(()) => true,
-                Err(ChaosError::Sim(_)) => false,
-                Err(e) => return Err(e),
-            };
-            // What the dead process held is reset by its kernel.
-            links.update(|s| s.resets += 1);
-            Ok(done)
-        }
-        FaultKind::Reset => {
-            links.update(|s| s.resets += 1);
-            Ok(true)
-        }
-        FaultKind::GatewayKill if starts => {
+    if let Some(done) = agents.apply(sim.control(), proxy, fault, starts).await? {
+        return Ok(done);
+    }
+    match (fault.kind, plane.gateways.get_mut(fault.target as usize)) {
+        (FaultKind::GatewayKill, _) if starts => {
             plane.kill(fault.target).await;
             Ok(true)
         }
-        FaultKind::GatewayKill => plane.revive(fault.target).await.map(|()| true),
-        FaultKind::GatewayStall => match plane.gateways.get_mut(fault.target as usize) {
-            Some(g) if starts => {
-                g.stall();
-                Ok(true)
-            }
-            Some(g) => {
-                g.resume();
-                Ok(true)
-            }
-            None => Ok(false),
-        },
-        FaultKind::Partition | FaultKind::Isolate | FaultKind::HalfOpen | FaultKind::Stall => {
-            let home = fault.target as usize % plane.gateway_addrs().len().max(1);
-            let under = plane.under.entry(fault.target).or_default();
-            let count = match fault.kind {
-                FaultKind::Partition => &mut under.partition,
-                FaultKind::Isolate => &mut under.isolate,
-                FaultKind::HalfOpen => &mut under.half_open,
-                _ => &mut under.stall,
-            };
-            *count = if starts { *count + 1 } else { count.saturating_sub(1) };
-            let u = *under;
-            links.update(|s| {
-                *s = LinkState {
-                    // A partition cuts the node from its home gateway; isolation from all.
-                    cut: if u.isolate > 0 {
-                        u64::MAX
-                    } else if u.partition > 0 {
-                        1 << home.min(63)
-                    } else {
-                        0
-                    },
-                    up_held: u.half_open > 0,
-                    down_held: u.stall > 0,
-                    resets: s.resets,
-                }
-            });
+        (FaultKind::GatewayKill, _) => plane.revive(fault.target).await.map(|()| true),
+        (_, Some(g)) if starts => {
+            g.stall();
             Ok(true)
         }
+        (_, Some(g)) => {
+            g.resume();
+            Ok(true)
+        }
+        (_, None) => Ok(false),
     }
 }

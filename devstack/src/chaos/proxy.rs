@@ -211,12 +211,29 @@ impl Link {
             let upward = self.pump(cr, sw, true, up);
             let downward = self.pump(sr, cw, false, down);
             let reset = state.wait_for(|s| s.resets != resets);
-            tokio::select! {
-                (a, b) = async { tokio::join!(upward, downward) } => {
-                    if matches!(a, End::Reset) || matches!(b, End::Reset) { End::Reset } else { End::Closed }
+            tokio::pin!(upward, downward, reset);
+            // A reset of either direction resets the connection at once; a
+            // direction that ended (its reader's end) waits for the other.
+            let (mut up_done, mut down_done) = (false, false);
+            loop {
+                let ended = tokio::select! {
+                    end = &mut upward, if !up_done => {
+                        up_done = true;
+                        end
+                    }
+                    end = &mut downward, if !down_done => {
+                        down_done = true;
+                        end
+                    }
+                    _ = &mut reset => End::Reset,
+                    _ = stop.changed() => End::Closed,
+                };
+                if matches!(ended, End::Reset) || *stop.borrow() {
+                    break ended;
                 }
-                _ = reset => End::Reset,
-                _ = stop.changed() => End::Closed,
+                if up_done && down_done {
+                    break End::Closed;
+                }
             }
         };
         if matches!(end, End::Reset) {
@@ -324,6 +341,18 @@ mod tests {
         proxy.agent(0).update(|l| l.resets += 1);
         let mut rest = Vec::new();
         let read = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut rest)).await.unwrap();
+        assert!(read.is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset), "a reset is a RST");
+    }
+
+    #[tokio::test]
+    async fn a_chunk_that_draws_a_reset_resets_the_whole_connection_at_once() {
+        let always = LinkProfile { reset_per_chunk: 1.0, ..profile(0) };
+        let proxy = FaultProxy::start(1, &[echo().await], always, &Stream::root("t")).await.unwrap();
+        let mut s = TcpStream::connect(proxy.agent(0).addresses()[0]).await.unwrap();
+        s.write_all(b"x").await.unwrap();
+        let mut rest = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut rest)).await;
+        let read = read.expect("the connection ends: a reset one way never leaves the other hanging");
         assert!(read.is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset), "a reset is a RST");
     }
 

@@ -209,10 +209,23 @@ impl Schedule {
     /// Draws the schedule of `level` over `duration` for `nodes` nodes and
     /// `gateways` gateways from `root`.
     pub fn draw(root: &Stream, level: Level, nodes: u32, gateways: u32, duration: Duration) -> Schedule {
+        let (every, _) = level.faults();
+        let ticks = (duration.as_millis() / every.as_millis().max(1)) as u64;
+        Schedule::draw_ticks(root, level, nodes, gateways, 1..=ticks)
+    }
+
+    /// Draws the faults of `ticks` (a live run draws an hour at a time: the
+    /// faults of a tick are the same whatever else was drawn).
+    pub fn draw_ticks(
+        root: &Stream,
+        level: Level,
+        nodes: u32,
+        gateways: u32,
+        ticks: std::ops::RangeInclusive<u64>,
+    ) -> Schedule {
         let (every, kinds) = level.faults();
-        let ticks = duration.as_millis() / every.as_millis().max(1);
         let mut faults = Vec::new();
-        for tick in 1..=ticks as u64 {
+        for tick in ticks {
             for &(kind, p) in kinds {
                 if kind == FaultKind::GatewayStall && gateways < 2 {
                     continue; // the one gateway runs in process: nothing to stop
@@ -233,6 +246,20 @@ impl Schedule {
             }
         }
         Schedule { faults }
+    }
+
+    /// Each fault's start and, for one that lasts, its end, in time order
+    /// (an end before a start at the same time).
+    pub fn timeline(&self) -> Vec<(u64, bool, Fault)> {
+        let mut timeline: Vec<(u64, bool, Fault)> = Vec::new();
+        for f in &self.faults {
+            timeline.push((f.at_ms, true, *f));
+            if f.for_ms > 0 {
+                timeline.push((f.at_ms + f.for_ms, false, *f));
+            }
+        }
+        timeline.sort_by_key(|(ms, starts, _)| (*ms, *starts));
+        timeline
     }
 
     /// SHA-256 (hex) of the schedule, one line per fault.

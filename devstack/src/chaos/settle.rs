@@ -31,21 +31,29 @@ pub async fn adopted(
             (adopted as u32 >= nodes).then_some(())
         })
         .await?;
-    let mut ids = Vec::with_capacity(nodes as usize);
-    for i in 0..nodes {
-        let path = data.join("sim").join(i.to_string()).join("config.toml");
-        let text = std::fs::read_to_string(&path)
-            .map_err(|source| ChaosError::Io { what: "read an agent's config.toml", source })?;
-        let id = text
-            .lines()
-            .find_map(|l| {
-                l.split_once('=').filter(|(k, _)| k.trim() == "node_id").map(|(_, v)| v.trim().trim_matches('"'))
-            })
-            .filter(|id| !id.is_empty())
-            .ok_or_else(|| ChaosError::Sim(format!("agent {i} has no node id in {}", path.display())))?;
-        ids.push(id.to_string());
+    let ids = agent_nodes(data, nodes);
+    if ids.len() < nodes as usize {
+        return Err(ChaosError::Sim(format!("{} of {nodes} agent(s) have a node id in their config.toml", ids.len())));
     }
-    Ok(ids)
+    Ok(ids.into_iter().map(|(_, id)| id).collect())
+}
+
+/// The node id of each of `agents` agents under `data/sim/<i>` that joined,
+/// by agent index.
+pub fn agent_nodes(data: &Path, agents: u32) -> Vec<(u32, String)> {
+    (0..agents)
+        .filter_map(|i| {
+            let text = std::fs::read_to_string(data.join("sim").join(i.to_string()).join("config.toml")).ok()?;
+            let id = text
+                .lines()
+                .take_while(|l| !l.trim_start().starts_with('['))
+                .find_map(|l| {
+                    l.split_once('=').filter(|(k, _)| k.trim() == "node_id").map(|(_, v)| v.trim().trim_matches('"'))
+                })
+                .filter(|id| !id.is_empty())?;
+            Some((i, id.to_string()))
+        })
+        .collect()
 }
 
 /// Waits until the fleet settled, at most `within`; whether it did.
@@ -63,7 +71,11 @@ pub async fn settled(stack: &DevStack, nodes: &[String], within: Duration) -> bo
 }
 
 fn is_settled(stack: &DevStack, nodes: &[String]) -> bool {
-    if !nodes.iter().all(|n| stack.live_epoch(n).is_some()) {
+    // Connected to any gateway of the store: the session the store has open
+    // (the stack in process holds none when gateway processes serve).
+    let open: std::collections::HashSet<String> =
+        stack.view(|v| v.open_sessions().into_iter().map(|s| s.node_id).collect()).unwrap_or_default();
+    if !nodes.iter().all(|n| open.contains(n)) {
         return false;
     }
     let Ok(facts) = stack.fleet_facts() else { return false };

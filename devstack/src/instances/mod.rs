@@ -70,6 +70,17 @@ pub struct InstanceRequest {
     /// The floor its host may balloon it down to under memory pressure (0:
     /// never ballooned; below its memory, and no huge pages).
     pub memory_floor_bytes: u64,
+    /// The image it boots from, by digest (`sha256:<64 lowercase hex>`, a
+    /// base disk in its host's image store); none: no boot disk.
+    pub image: Option<String>,
+}
+
+/// Whether `image` is an image digest an instance may name:
+/// `sha256:` and 64 lowercase hex digits.
+pub fn is_image_digest(image: &str) -> bool {
+    image
+        .strip_prefix("sha256:")
+        .is_some_and(|hex| hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
 }
 
 /// A node's `instances` section: its instances and volumes that are not
@@ -129,6 +140,7 @@ fn request<'a>(pool: &'a crate::store::rows::PoolRow, row: &'a InstanceRow) -> R
         volumes: row.spec.volumes.iter().map(|v| v.volume_id.clone()).collect(),
         pinned: row.pinned_node.as_deref(),
         pin_cpus: row.spec.cpus.is_some(),
+        capabilities: vec![],
     }
 }
 
@@ -208,6 +220,14 @@ fn check(c: &Db<'_>, request: &InstanceRequest) -> Result<()> {
             if request.hugepage_bytes != 0 { " backed by huge pages" } else { "" }
         ));
     }
+    if let Some(image) = &request.image
+        && !is_image_digest(image)
+    {
+        return invalid(format!(
+            "{}: image {image:?} is not a digest (sha256:<64 lowercase hex>)",
+            proto::refusal::Code::InstanceInvalid
+        ));
+    }
     if request.state == InstanceDesired::Deleted {
         return invalid("an instance is created running or stopped".into());
     }
@@ -253,6 +273,7 @@ pub fn create(shared: &Shared, pool_id: &str, request: InstanceRequest) -> Resul
                 volumes: request.volumes.clone(),
                 hugepage_bytes: request.hugepage_bytes,
                 memory_floor_bytes: request.memory_floor_bytes,
+                image: request.image.clone().unwrap_or_default(),
                 // Placement chooses the CPUs (an empty pinning asks for one).
                 cpus: request.pin_cpus.then(proto::InstanceCpus::default),
                 ..proto::InstanceSpec::default()

@@ -5,7 +5,9 @@
 //! whose every resource names that node in `bcd.node.id` (another node is
 //! `node-mismatch`), checked against the metrics model and bounded in what
 //! it decodes to (`validate`), then decoded with the `opentelemetry-proto`
-//! crate's own types, never by hand.
+//! crate's own types, never by hand. A node whose telemetry section names
+//! a `headers_ref` must send that secret's headers (`headers`:
+//! `otlp-unauthenticated` otherwise, before the body is read).
 //!
 //! Every export that decodes is kept in the store as the bytes received
 //! (the newest `NodeLimits::otlp_exports_per_node` of a node, the newest
@@ -39,6 +41,7 @@ use crate::store::rows::OtlpExportRow;
 use crate::tls::PeerInfo;
 use crate::view::StackView;
 
+mod headers;
 mod validate;
 
 /// The receiver's path (OTLP/HTTP's default for metrics).
@@ -68,6 +71,9 @@ pub struct OtlpExport {
     pub encoding: Encoding,
     /// The body exactly as received (for a second, independent decoder).
     pub body: Vec<u8>,
+    /// The names of the headers it carried for its node's `headers_ref`
+    /// (lowercase; empty without one). Their values are never kept.
+    pub headers: Vec<String>,
     /// The decoded request.
     pub request: ExportMetricsServiceRequest,
 }
@@ -151,7 +157,14 @@ fn decoded(row: OtlpExportRow) -> Result<OtlpExport> {
     let encoding = if row.encoding == "protobuf" { Encoding::Protobuf } else { Encoding::Json };
     let request = decode(encoding, &row.body)
         .map_err(|m| crate::store::Error::corrupt("otlp_exports", "body", row.seq.to_string(), m.log))?;
-    Ok(OtlpExport { node_id: row.node_id, received_at_ms: row.received_at_ms, encoding, body: row.body, request })
+    Ok(OtlpExport {
+        node_id: row.node_id,
+        received_at_ms: row.received_at_ms,
+        encoding,
+        body: row.body,
+        headers: row.headers,
+        request,
+    })
 }
 
 impl StackView<'_> {
@@ -271,7 +284,7 @@ pub async fn refuse_unauthenticated() -> Response {
 pub async fn receive(
     State(shared): State<Arc<Shared>>,
     ConnectInfo(peer): ConnectInfo<PeerInfo>,
-    headers: HeaderMap,
+    request_headers: HeaderMap,
     body: Body,
 ) -> Response {
     let node = match auth::authenticate_peer(&shared, Some(&peer)) {
@@ -281,7 +294,11 @@ pub async fn receive(
             return refusal(http_status(&status), status.message().to_string());
         }
     };
-    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let header_names = match authenticated(&shared, &node.node_id, &request_headers) {
+        Ok(names) => names,
+        Err((status, message)) => return refusal(status, message),
+    };
+    let content_type = request_headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
     let encoding = match content_type.split(';').next().unwrap_or("").trim() {
         "application/json" => Encoding::Json,
         "application/x-protobuf" => Encoding::Protobuf,
@@ -312,7 +329,9 @@ pub async fn receive(
     info!(node_id = %node_id, size = bytes.len(), metrics, ?encoding, "otlp: export received");
     let limits = &shared.settings.options.limits;
     let bounds = otlp::Bounds { per_node: limits.otlp_exports_per_node, total_bytes: limits.otlp_total_bytes };
-    let kept = shared.ledger.write(|c| Ok(otlp::insert(c, &node_id, now_ms(), encoding.as_str(), &bytes, bounds)?));
+    let kept = shared
+        .ledger
+        .write(|c| Ok(otlp::insert(c, &node_id, now_ms(), encoding.as_str(), &bytes, &header_names, bounds)?));
     if let Err(e) = kept {
         warn!(error = %e, "otlp: the export could not be kept");
         return (StatusCode::SERVICE_UNAVAILABLE, "the export could not be kept").into_response();
@@ -324,6 +343,28 @@ pub async fn receive(
             ([(header::CONTENT_TYPE, "application/x-protobuf")], reply.encode_to_vec()).into_response()
         }
     }
+}
+
+/// The names of the headers an export of `node_id` carried for its
+/// `headers_ref`, or the refusal's status and message
+/// (`otlp-unauthenticated`, or 503 when the store cannot say).
+fn authenticated(
+    shared: &Shared,
+    node_id: &str,
+    sent: &HeaderMap,
+) -> std::result::Result<Vec<String>, (StatusCode, String)> {
+    let checked = match headers::required(shared, node_id) {
+        Ok(None) => return Ok(Vec::new()),
+        Ok(Some(required)) => required.and_then(|required| headers::check(&required, sent)),
+        Err(e) => {
+            warn!(node_id = %node_id, error = %e, "otlp: the node's headers_ref could not be read");
+            return Err((StatusCode::SERVICE_UNAVAILABLE, "the export could not be checked".to_string()));
+        }
+    };
+    checked.map_err(|why| {
+        warn!(node_id = %node_id, code = %Code::OtlpUnauthenticated, why = %why.0, "otlp: export refused");
+        (StatusCode::UNAUTHORIZED, format!("{}: {}", Code::OtlpUnauthenticated, why.0))
+    })
 }
 
 /// Waits for an export of `node_id` for which `matches` holds (the first
@@ -368,6 +409,7 @@ mod tests {
             received_at_ms: 0,
             encoding: Encoding::Json,
             body: EXPORT.as_bytes().to_vec(),
+            headers: Vec::new(),
             request,
         };
         assert_eq!(export.metric_names(), ["bcd.gpu.utilization", "bcd.gpu.memory.used", "bcd.instance.cpu.time"]);

@@ -9,6 +9,7 @@
 //! read with `capture-pane`) against `devstack serve --signed-intent --sim 1`.
 
 mod bugs;
+mod fleet;
 mod output;
 mod sim;
 mod support;

@@ -202,3 +202,30 @@ fn nodes_watch_and_events_follow_a_revocation_on_a_terminal() {
     drop(tmux);
     assert!(serve.stop().0.success());
 }
+
+#[test]
+fn simulated_nodes_under_chaos_are_struck_keep_the_invariants_and_find_the_stack_again_without_it() {
+    let name = "simulated_nodes_under_chaos_are_struck_keep_the_invariants_and_find_the_stack_again_without_it";
+    if !require_go(name) {
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let (data, admin) = (home.path().join("data"), home.path().join("admin.json"));
+    let data = data.to_str().unwrap();
+    let mut serve = Serve::start(&["--data", data, "--sim", "3", "--chaos", "heavy", "--sim-seed", "7"], &admin);
+    serve.await_data_dir();
+    await_line(&serve.stderr, &mut serve.logged, FIRST_START, |l| l == "3 simulated node(s) adopted");
+    // Heavy chaos draws every 5 s: the first fault that strikes is printed.
+    await_line(&serve.stderr, &mut serve.logged, DEADLINE, |l| l.starts_with("chaos: "));
+    let (status, _) = serve.stop();
+    assert!(status.success(), "{:#?}", serve.logged);
+    assert!(serve.logged.iter().any(|l| l.starts_with("Chaos stopped after ")), "{:#?}", serve.logged);
+    assert!(serve.logged.iter().any(|l| l == "Fleet invariants: every one held"), "{:#?}", serve.logged);
+
+    // Without --chaos the agents are pointed back at the stack: the proxy is gone.
+    let mut again = Serve::start(&["--data", data, "--sim", "3"], &admin);
+    again.await_data_dir();
+    await_line(&again.stderr, &mut again.logged, DEADLINE, |l| l == "3 simulated node(s) adopted");
+    assert_eq!(connected(&again), 3, "{:#?}", again.logged);
+    assert!(again.stop().0.success());
+}

@@ -23,7 +23,7 @@ async fn report(session: &mut Session, report: proto::StatusReport) {
     session.await_ack(seq).await;
 }
 
-async fn secret_answer(
+pub(crate) async fn secret_answer(
     session: &mut Session,
     node: &TestNode,
     secret_ref: &str,
@@ -77,8 +77,12 @@ async fn an_instance_is_placed_run_given_its_secret_and_token_and_deleted() {
         .await
         .unwrap();
     session.expect_desired_state().await;
+    // Its Hello's runtime and capability (the test node advertises diag.nvml).
     let labels = stack.node_labels(&node.id).unwrap();
-    assert_eq!(labels.iter().map(|l| l.label.as_str()).collect::<Vec<_>>(), ["bc.dev/driver.libvirt-kvm"]);
+    assert_eq!(
+        labels.iter().map(|l| l.label.as_str()).collect::<Vec<_>>(),
+        ["bc.dev/cap.diag.nvml", "bc.dev/driver.libvirt-kvm"]
+    );
     let inventory = vec![system_section(8, 16 << 30)];
     report(
         &mut session,
@@ -88,19 +92,28 @@ async fn an_instance_is_placed_run_given_its_secret_and_token_and_deleted() {
 
     let secret = stack.put_secret(b"#cloud-config\npassword: s3cr3t-value\n").await.unwrap();
     let other = stack.put_secret(b"someone else's").await.unwrap();
+    let image = format!("sha256:{}", "ab".repeat(32));
     let request = InstanceRequest {
         runtime: "libvirt-kvm".into(),
         vcpus: 2,
         memory_bytes: 2 << 30,
         user_data_secret: Some(secret.clone()),
+        image: Some(image.clone()),
         ..InstanceRequest::default()
     };
+    // An image that is no digest is refused before anything is stored.
+    for bad in ["sha256:AB", "ab".repeat(32).as_str(), "sha256:../../etc/passwd"] {
+        let err = stack.create_instance(&pool, InstanceRequest { image: Some(bad.into()), ..request.clone() }).await;
+        let err = err.expect_err(bad).to_string();
+        assert!(err.contains(proto::refusal::Code::InstanceInvalid.as_str()), "{bad}: {err}");
+    }
     let id = stack.create_instance(&pool, request.clone()).await.unwrap();
     let (spec, env) = session.expect_desired_state().await;
     assert!(!env.signatures.is_empty(), "the spec is signed");
     let section = spec.instances.clone().unwrap();
     assert_eq!((section.instances.len(), section.instances[0].id.as_str()), (1, id.as_str()));
     assert_eq!(section.instances[0].state, "running");
+    assert_eq!(section.instances[0].image, image, "the spec names the image it boots");
 
     // Too big for the room left: unschedulable, the room filter named.
     let big = stack.create_instance(&pool, InstanceRequest { vcpus: 8, ..request.clone() }).await.unwrap();

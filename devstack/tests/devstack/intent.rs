@@ -81,8 +81,10 @@ async fn a_published_spec_rotates_the_trust_bundle() {
     assert_eq!(pki::dsse::Envelope::from_proto(&carried), rotation);
 
     // An unsigned generation keeps the trust section and changes access.
-    let access =
-        proto::AccessSection { ssh_authorized_keys: vec!["ssh-ed25519 AAAA test".into()], ..Default::default() };
+    let access = proto::AccessSection {
+        accounts: vec![proto::SshAccount { name: "ops".into(), principals: vec!["ops".into()], ..Default::default() }],
+        ..Default::default()
+    };
     let update = SpecUpdate { access: Some(access.clone()), unsigned: true, ..SpecUpdate::default() };
     assert_eq!(stack.publish_spec(&node.id, update).await.unwrap(), 3);
     let (spec, env) = session.expect_desired_state().await;

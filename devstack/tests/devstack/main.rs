@@ -17,6 +17,7 @@ mod restart;
 mod sections;
 mod serve;
 mod session;
+mod telemetry;
 mod tls;
 mod tpm;
 mod tunnels;

@@ -131,3 +131,26 @@ async fn only_an_adopted_node_takes_a_reservation_and_a_renewed_key_still_signs(
     stack.await_reservation(&id, ReservationState::Active, WAIT).await.unwrap();
     stack.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_hold_withdrawn_before_the_node_bound_it_is_released_once_the_node_applied_past_it() {
+    let options = DevStackOptions { signed_intent: true, ..DevStackOptions::memory() };
+    let (stack, _pool, token) = stack_with_pool(options, None).await;
+    let (node, mut session) = node::adopted(&stack, &token, 4).await;
+    report(&mut session, proto::StatusReport { inventory: vec![gpus_section(4)], ..Default::default() }).await;
+    // Booked in generation 2 and withdrawn in 3 before the node saw 2: a
+    // node that takes the newest spec never holds it, and so never reports
+    // it released.
+    let id = stack.reserve(&node.id, 2).await.unwrap();
+    stack.release(&id).await.unwrap();
+    let row = stack.reservation(&id).unwrap().unwrap();
+    assert_eq!((row.state, row.release_generation), (ReservationState::Releasing, Some(3)));
+    report(&mut session, proto::StatusReport { applied_generation: 2, ..Default::default() }).await;
+    assert_eq!(stack.reservation(&id).unwrap().unwrap().state, ReservationState::Releasing, "2 still holds it");
+    report(&mut session, proto::StatusReport { applied_generation: 3, ..Default::default() }).await;
+    let released = stack.await_reservation(&id, ReservationState::Released, WAIT).await.unwrap();
+    assert!(released.released_at_ms.is_some() && released.bound_generation.is_none());
+    // Its GPUs are free again.
+    let next = stack.reserve(&node.id, 4).await.unwrap();
+    assert_eq!(stack.reservation(&next).unwrap().unwrap().gpu_indexes, [0, 1, 2, 3]);
+}

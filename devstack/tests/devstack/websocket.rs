@@ -18,7 +18,7 @@ use crate::stack_with_pool;
 type Socket = tokio_tungstenite::WebSocketStream<tokio_rustls::client::TlsStream<TcpStream>>;
 
 /// A TLS connection to the HTTPS listener (ALPN `http/1.1`).
-async fn tls(stack: &DevStack, cert: Option<&ClientCert>) -> tokio_rustls::client::TlsStream<TcpStream> {
+pub(crate) async fn tls(stack: &DevStack, cert: Option<&ClientCert>) -> tokio_rustls::client::TlsStream<TcpStream> {
     let connector = tokio_rustls::TlsConnector::from(client_config(stack, cert, &[b"http/1.1"]));
     let tcp = TcpStream::connect(stack.https_addr()).await.unwrap();
     let name = rustls::pki_types::ServerName::try_from(devstack::SERVER_NAME).unwrap();
@@ -106,13 +106,26 @@ async fn refusals_are_close_frames_with_their_code() {
 
 /// One HTTP/1.1 request over `io`; the status and the body.
 async fn http<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
-    mut io: S,
+    io: S,
     path: &str,
     content_type: &str,
     body: &[u8],
 ) -> (u16, Vec<u8>) {
+    http_with(io, path, content_type, &[], body).await
+}
+
+/// One HTTP/1.1 request over `io` with `headers` besides its own; the
+/// status and the body.
+pub(crate) async fn http_with<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+    mut io: S,
+    path: &str,
+    content_type: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> (u16, Vec<u8>) {
+    let extra: String = headers.iter().map(|(name, value)| format!("{name}: {value}\r\n")).collect();
     let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "POST {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: {content_type}\r\n{extra}Content-Length: {}\r\nConnection: close\r\n\r\n",
         devstack::SERVER_NAME,
         body.len()
     );
@@ -162,7 +175,7 @@ async fn renewal_over_https_answers_a_renew_reply_or_a_refusal() {
 
 /// An export of `node_id` with one point of `bcd.gpu.temperature` whose
 /// data point is `point`.
-fn temperature(node_id: &str, point: &str) -> String {
+pub(crate) fn temperature(node_id: &str, point: &str) -> String {
     format!(
         r#"{{"resourceMetrics":[{{"resource":{{"attributes":[{{"key":"bcd.node.id","value":{{"stringValue":"{node_id}"}}}}]}},
         "scopeMetrics":[{{"metrics":[{{"name":"bcd.gpu.temperature","gauge":{{"dataPoints":[{point}]}}}}]}}]}}]}}"#

@@ -355,6 +355,11 @@ pub struct InstanceSpec {
     /// the host's GPUs passed through to the guest
     #[prost(uint32, repeated, tag = "13")]
     pub gpu_indexes: ::prost::alloc::vec::Vec<u32>,
+    /// The image it boots from: "sha256:\<64 lowercase hex>", the digest of a
+    /// base disk in the host's image store; the host boots a copy-on-write
+    /// overlay of its own over it (empty: no boot disk).
+    #[prost(string, tag = "14")]
+    pub image: ::prost::alloc::string::String,
 }
 /// Pinned vCPUs: vCPU i runs on host_cpus\[i\], every one of them on
 /// numa_node, whose memory the guest's memory comes from (strictly).
@@ -396,6 +401,11 @@ pub struct VolumeSpec {
     #[prost(uint64, tag = "2")]
     pub size_bytes: u64,
 }
+/// The telemetry section (docs/protocol.md, "Telemetry"). headers_ref names
+/// a secret of the secret broker whose value is the export's HTTP headers,
+/// "name=value,name=value" as OTEL_EXPORTER_OTLP_HEADERS spells them (values
+/// percent-encoded): an authenticated export. bcd fetches it sealed to the
+/// node and never logs it.
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct TelemetrySection {
@@ -405,6 +415,8 @@ pub struct TelemetrySection {
     pub export_interval_ms: u32,
     #[prost(message, repeated, tag = "3")]
     pub resource_attributes: ::prost::alloc::vec::Vec<Attribute>,
+    #[prost(string, tag = "4")]
+    pub headers_ref: ::prost::alloc::string::String,
 }
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
@@ -414,21 +426,68 @@ pub struct Attribute {
     #[prost(string, tag = "2")]
     pub value: ::prost::alloc::string::String,
 }
+/// The daemon section (docs/protocol.md, "Self-update"): the release bcd
+/// converges to, by the slots, swap and confirmation of daemon.upgrade. The
+/// manifest is that release's signed manifest (a DSSE envelope of payload
+/// type application/vnd.bc.release+json), verified with bcd's \[update\] pins
+/// as for the command; its version and sequence must be the section's.
 #[allow(clippy::all)]
-#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+#[derive(Clone, PartialEq, ::prost::Message)]
 pub struct DaemonSection {
     #[prost(string, tag = "1")]
     pub version: ::prost::alloc::string::String,
     #[prost(uint64, tag = "2")]
     pub sequence: u64,
+    #[prost(message, optional, tag = "3")]
+    pub manifest: ::core::option::Option<Envelope>,
 }
+/// The access section (docs/protocol.md, "Access"): who may log in to the
+/// node over SSH, as its sshd reads it. Keys are OpenSSH public key lines
+/// ("ssh-ed25519 AAAA… comment"). Under signedSpecs = "access" a spec that
+/// changes it must be signed.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct AccessSection {
+    /// the local accounts SSH logs in as
+    #[prost(message, repeated, tag = "3")]
+    pub accounts: ::prost::alloc::vec::Vec<SshAccount>,
+    /// the user CAs sshd trusts (TrustedUserCAKeys): the break-glass CA
+    #[prost(string, repeated, tag = "4")]
+    pub trusted_user_ca_keys: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+    /// keys revoked in the KRL (RevokedKeys), their certificates with them
+    #[prost(string, repeated, tag = "5")]
+    pub revoked_keys: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+    /// certificates revoked by serial, per CA
+    #[prost(message, repeated, tag = "6")]
+    pub revoked_serials: ::prost::alloc::vec::Vec<RevokedSerials>,
+    /// the sandbox CA: what the node's sandboxes trust, never its own sshd
+    #[prost(string, repeated, tag = "7")]
+    pub sandbox_user_ca_keys: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+}
+/// A local account: the keys that log in as it (its authorized keys) and
+/// the certificate principals that do (its AuthorizedPrincipalsFile).
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
-pub struct AccessSection {
-    #[prost(string, repeated, tag = "1")]
-    pub ssh_authorized_keys: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+pub struct SshAccount {
+    /// \[a-z\_\]\[a-z0-9\_-\]{0,31}
+    #[prost(string, tag = "1")]
+    pub name: ::prost::alloc::string::String,
+    /// public keys, without options
     #[prost(string, repeated, tag = "2")]
-    pub console_users: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+    pub authorized_keys: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+    /// principals of a trusted CA's certificates
+    #[prost(string, repeated, tag = "3")]
+    pub principals: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+}
+/// Certificates of one CA revoked by serial.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct RevokedSerials {
+    /// the CA's public key
+    #[prost(string, tag = "1")]
+    pub ca_key: ::prost::alloc::string::String,
+    #[prost(uint64, repeated, tag = "2")]
+    pub serials: ::prost::alloc::vec::Vec<u64>,
 }
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, ::prost::Message)]

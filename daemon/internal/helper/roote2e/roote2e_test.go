@@ -10,12 +10,15 @@
 // request as the bcd user from the installed slot (`bcd helper call`, a
 // helpere2e build): the peer check, host units (host.apply, host.start
 // against a fake systemctl, and the host build's reconciler through them,
-// `bcd helper host-pass`), libvirt against a fake virsh, real taps, an unprivileged bcd as a VPS host (vps_test.go), and
-// self-update of the root-owned slots.
+// `bcd helper host-pass`), libvirt for real (its own libvirtd and
+// virtlogd in these namespaces, TCG domains), real taps, an unprivileged
+// bcd as a VPS host (vps_test.go), and self-update of the root-owned slots.
 //
 // Inputs (environment): BCD_HELPER_E2E_BCD (the helpere2e build of bcd),
-// BCD_HELPER_E2E_SCRIPT (the rendered install script) and
-// BCD_HELPER_E2E_TESTDATA (the repository's testdata/).
+// BCD_HELPER_E2E_SCRIPT (the rendered install script),
+// BCD_HELPER_E2E_TESTDATA (the repository's testdata/) and, optionally,
+// BCD_HELPER_E2E_LIBVIRT_CAPS (a directory kept across runs for libvirt's
+// cache of QEMU's capabilities).
 package roote2e
 
 import (
@@ -245,11 +248,11 @@ func TestHelperAsRoot(t *testing.T) {
 	// The bridges: bcbr0 is an instance bridge, br-mgmt is not.
 	run(t, "ip", "link", "add", "bcbr0", "type", "bridge")
 	run(t, "ip", "link", "add", "br-mgmt", "type", "bridge")
-	// A fake virsh on the helper's PATH, logging its arguments and keeping
-	// each domain's state (vps.go).
+	// libvirt, for real: virtlogd and libvirtd of this namespace
+	// (vps_test.go), which the helper's virsh reaches at qemu:///system.
+	stopLibvirt := startLibvirt(t)
+	defer stopLibvirt()
 	fakebin := t.TempDir()
-	virshLog := filepath.Join(fakebin, "virsh.log")
-	fakeVirsh(t, fakebin, virshLog)
 	// A fake systemctl: start runs the unit's ExecStart= (one command, no
 	// shell) as systemctl start does a Type=oneshot unit's.
 	systemctlLog := filepath.Join(fakebin, "systemctl.log")
@@ -427,17 +430,21 @@ fi
 		if !strings.Contains(msg, `domain: bridge "br-mgmt" is not an instance network`) {
 			t.Fatalf("refusal %q", msg)
 		}
-		if _, err := os.Stat(virshLog); !os.IsNotExist(err) {
-			t.Fatal("virsh ran for a refused domain")
+		if got := domains(t); len(got) != 0 {
+			t.Fatalf("a refused domain is defined: %v", got)
 		}
-		vm := helper.DomainArgs{ID: "vm1", VCPUs: 2, MemoryBytes: 1 << 30, NICs: []helper.NIC{{Bridge: "bcbr0", MAC: "52:54:00:00:00:01"}}}
+		vm := helper.DomainArgs{ID: "vm1", VCPUs: 2, MemoryBytes: 256 << 20, Accelerator: "tcg", NICs: []helper.NIC{{Bridge: "bcbr0", MAC: "52:54:00:00:00:01"}}}
+		want := map[string]string{helper.OpDomainDefine: "shut off", helper.OpDomainStart: "running", helper.OpDomainDestroy: "shut off"}
 		for _, op := range []string{helper.OpDomainDefine, helper.OpDomainStart, helper.OpDomainDestroy, helper.OpDomainUndefine} {
 			n.ok(op, vm, nil)
+			if w := want[op]; w != "" {
+				if got := strings.TrimSpace(virsh(t, "domstate", "bcd-vm1")); got != w {
+					t.Fatalf("after %s: %s, want %s", op, got, w)
+				}
+			}
 		}
-		calls, _ := os.ReadFile(virshLog)
-		want := "define /var/lib/bcd-helper/domains/bcd-vm1.xml\nstart bcd-vm1\ndestroy bcd-vm1\nundefine bcd-vm1\n"
-		if string(calls) != want {
-			t.Fatalf("virsh calls:\n%s\nwant:\n%s", calls, want)
+		if got := domains(t); len(got) != 0 {
+			t.Fatalf("undefined, yet libvirt has %v", got)
 		}
 	})
 
@@ -469,7 +476,7 @@ fi
 	})
 
 	t.Run("vps host", func(t *testing.T) {
-		vpsHost(t, &node{t: t, uid: uid, gid: gid, bin: n.bin}, virshLog)
+		vpsHost(t, &node{t: t, uid: uid, gid: gid, bin: n.bin})
 	})
 
 	t.Run("self-update", func(t *testing.T) {

@@ -52,9 +52,19 @@ func runNodeSpec(in *input) (Outcome, error) {
 	spec, err := withEnvelope(text, func(env *pki.Envelope) (*agentv1.NodeSpec, error) {
 		return pki.VerifySpec(env, roots, node, policy, applied)
 	})
-	return result(spec, err, func(s *agentv1.NodeSpec) map[string]any {
-		return map[string]any{"nodeId": s.GetNodeId(), "generation": s.GetGeneration()}
-	})
+	return result(spec, err, DescribeSpec)
+}
+
+// DescribeSpec is what a node-spec case reports of an accepted spec: its
+// node, its generation and its daemon section (the release, and its
+// manifest's payload type and signatures as carried).
+func DescribeSpec(s *agentv1.NodeSpec) map[string]any {
+	var daemon any
+	if d := s.GetDaemon(); d != nil {
+		daemon = map[string]any{"version": d.GetVersion(), "sequence": d.GetSequence(),
+			"manifestPayloadType": d.GetManifest().GetPayloadType(), "manifestSignatures": len(d.GetManifest().GetSignatures())}
+	}
+	return map[string]any{"nodeId": s.GetNodeId(), "generation": s.GetGeneration(), "daemon": daemon}
 }
 
 func runTrustBundle(in *input) (Outcome, error) {

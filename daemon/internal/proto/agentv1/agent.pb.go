@@ -1677,8 +1677,12 @@ type InstanceSpec struct {
 	HugepageBytes    uint64                 `protobuf:"varint,11,opt,name=hugepage_bytes,json=hugepageBytes,proto3" json:"hugepage_bytes,omitempty"`            // memory backed by huge pages of this size (2 MiB or 1 GiB; 0: none)
 	MemoryFloorBytes uint64                 `protobuf:"varint,12,opt,name=memory_floor_bytes,json=memoryFloorBytes,proto3" json:"memory_floor_bytes,omitempty"` // the balloon's floor under memory pressure (0: no ballooning)
 	GpuIndexes       []uint32               `protobuf:"varint,13,rep,packed,name=gpu_indexes,json=gpuIndexes,proto3" json:"gpu_indexes,omitempty"`              // the host's GPUs passed through to the guest
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The image it boots from: "sha256:<64 lowercase hex>", the digest of a
+	// base disk in the host's image store; the host boots a copy-on-write
+	// overlay of its own over it (empty: no boot disk).
+	Image         string `protobuf:"bytes,14,opt,name=image,proto3" json:"image,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InstanceSpec) Reset() {
@@ -1800,6 +1804,13 @@ func (x *InstanceSpec) GetGpuIndexes() []uint32 {
 		return x.GpuIndexes
 	}
 	return nil
+}
+
+func (x *InstanceSpec) GetImage() string {
+	if x != nil {
+		return x.Image
+	}
+	return ""
 }
 
 // Pinned vCPUs: vCPU i runs on host_cpus[i], every one of them on
@@ -2024,11 +2035,17 @@ func (x *VolumeSpec) GetSizeBytes() uint64 {
 	return 0
 }
 
+// The telemetry section (docs/protocol.md, "Telemetry"). headers_ref names
+// a secret of the secret broker whose value is the export's HTTP headers,
+// "name=value,name=value" as OTEL_EXPORTER_OTLP_HEADERS spells them (values
+// percent-encoded): an authenticated export. bcd fetches it sealed to the
+// node and never logs it.
 type TelemetrySection struct {
 	state              protoimpl.MessageState `protogen:"open.v1"`
 	OtlpEndpoint       string                 `protobuf:"bytes,1,opt,name=otlp_endpoint,json=otlpEndpoint,proto3" json:"otlp_endpoint,omitempty"`
 	ExportIntervalMs   uint32                 `protobuf:"varint,2,opt,name=export_interval_ms,json=exportIntervalMs,proto3" json:"export_interval_ms,omitempty"`
 	ResourceAttributes []*Attribute           `protobuf:"bytes,3,rep,name=resource_attributes,json=resourceAttributes,proto3" json:"resource_attributes,omitempty"`
+	HeadersRef         string                 `protobuf:"bytes,4,opt,name=headers_ref,json=headersRef,proto3" json:"headers_ref,omitempty"`
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
@@ -2084,6 +2101,13 @@ func (x *TelemetrySection) GetResourceAttributes() []*Attribute {
 	return nil
 }
 
+func (x *TelemetrySection) GetHeadersRef() string {
+	if x != nil {
+		return x.HeadersRef
+	}
+	return ""
+}
+
 type Attribute struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -2136,10 +2160,16 @@ func (x *Attribute) GetValue() string {
 	return ""
 }
 
+// The daemon section (docs/protocol.md, "Self-update"): the release bcd
+// converges to, by the slots, swap and confirmation of daemon.upgrade. The
+// manifest is that release's signed manifest (a DSSE envelope of payload
+// type application/vnd.bc.release+json), verified with bcd's [update] pins
+// as for the command; its version and sequence must be the section's.
 type DaemonSection struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Version       string                 `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
 	Sequence      uint64                 `protobuf:"varint,2,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	Manifest      *Envelope              `protobuf:"bytes,3,opt,name=manifest,proto3" json:"manifest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2188,10 +2218,24 @@ func (x *DaemonSection) GetSequence() uint64 {
 	return 0
 }
 
+func (x *DaemonSection) GetManifest() *Envelope {
+	if x != nil {
+		return x.Manifest
+	}
+	return nil
+}
+
+// The access section (docs/protocol.md, "Access"): who may log in to the
+// node over SSH, as its sshd reads it. Keys are OpenSSH public key lines
+// ("ssh-ed25519 AAAA… comment"). Under signedSpecs = "access" a spec that
+// changes it must be signed.
 type AccessSection struct {
 	state             protoimpl.MessageState `protogen:"open.v1"`
-	SshAuthorizedKeys []string               `protobuf:"bytes,1,rep,name=ssh_authorized_keys,json=sshAuthorizedKeys,proto3" json:"ssh_authorized_keys,omitempty"`
-	ConsoleUsers      []string               `protobuf:"bytes,2,rep,name=console_users,json=consoleUsers,proto3" json:"console_users,omitempty"`
+	Accounts          []*SshAccount          `protobuf:"bytes,3,rep,name=accounts,proto3" json:"accounts,omitempty"`                                                // the local accounts SSH logs in as
+	TrustedUserCaKeys []string               `protobuf:"bytes,4,rep,name=trusted_user_ca_keys,json=trustedUserCaKeys,proto3" json:"trusted_user_ca_keys,omitempty"` // the user CAs sshd trusts (TrustedUserCAKeys): the break-glass CA
+	RevokedKeys       []string               `protobuf:"bytes,5,rep,name=revoked_keys,json=revokedKeys,proto3" json:"revoked_keys,omitempty"`                       // keys revoked in the KRL (RevokedKeys), their certificates with them
+	RevokedSerials    []*RevokedSerials      `protobuf:"bytes,6,rep,name=revoked_serials,json=revokedSerials,proto3" json:"revoked_serials,omitempty"`              // certificates revoked by serial, per CA
+	SandboxUserCaKeys []string               `protobuf:"bytes,7,rep,name=sandbox_user_ca_keys,json=sandboxUserCaKeys,proto3" json:"sandbox_user_ca_keys,omitempty"` // the sandbox CA: what the node's sandboxes trust, never its own sshd
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
@@ -2226,16 +2270,152 @@ func (*AccessSection) Descriptor() ([]byte, []int) {
 	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
-func (x *AccessSection) GetSshAuthorizedKeys() []string {
+func (x *AccessSection) GetAccounts() []*SshAccount {
 	if x != nil {
-		return x.SshAuthorizedKeys
+		return x.Accounts
 	}
 	return nil
 }
 
-func (x *AccessSection) GetConsoleUsers() []string {
+func (x *AccessSection) GetTrustedUserCaKeys() []string {
 	if x != nil {
-		return x.ConsoleUsers
+		return x.TrustedUserCaKeys
+	}
+	return nil
+}
+
+func (x *AccessSection) GetRevokedKeys() []string {
+	if x != nil {
+		return x.RevokedKeys
+	}
+	return nil
+}
+
+func (x *AccessSection) GetRevokedSerials() []*RevokedSerials {
+	if x != nil {
+		return x.RevokedSerials
+	}
+	return nil
+}
+
+func (x *AccessSection) GetSandboxUserCaKeys() []string {
+	if x != nil {
+		return x.SandboxUserCaKeys
+	}
+	return nil
+}
+
+// A local account: the keys that log in as it (its authorized keys) and
+// the certificate principals that do (its AuthorizedPrincipalsFile).
+type SshAccount struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Name           string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`                                           // [a-z_][a-z0-9_-]{0,31}
+	AuthorizedKeys []string               `protobuf:"bytes,2,rep,name=authorized_keys,json=authorizedKeys,proto3" json:"authorized_keys,omitempty"` // public keys, without options
+	Principals     []string               `protobuf:"bytes,3,rep,name=principals,proto3" json:"principals,omitempty"`                               // principals of a trusted CA's certificates
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *SshAccount) Reset() {
+	*x = SshAccount{}
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SshAccount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SshAccount) ProtoMessage() {}
+
+func (x *SshAccount) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SshAccount.ProtoReflect.Descriptor instead.
+func (*SshAccount) Descriptor() ([]byte, []int) {
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *SshAccount) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SshAccount) GetAuthorizedKeys() []string {
+	if x != nil {
+		return x.AuthorizedKeys
+	}
+	return nil
+}
+
+func (x *SshAccount) GetPrincipals() []string {
+	if x != nil {
+		return x.Principals
+	}
+	return nil
+}
+
+// Certificates of one CA revoked by serial.
+type RevokedSerials struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	CaKey         string                 `protobuf:"bytes,1,opt,name=ca_key,json=caKey,proto3" json:"ca_key,omitempty"` // the CA's public key
+	Serials       []uint64               `protobuf:"varint,2,rep,packed,name=serials,proto3" json:"serials,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokedSerials) Reset() {
+	*x = RevokedSerials{}
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokedSerials) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokedSerials) ProtoMessage() {}
+
+func (x *RevokedSerials) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokedSerials.ProtoReflect.Descriptor instead.
+func (*RevokedSerials) Descriptor() ([]byte, []int) {
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *RevokedSerials) GetCaKey() string {
+	if x != nil {
+		return x.CaKey
+	}
+	return ""
+}
+
+func (x *RevokedSerials) GetSerials() []uint64 {
+	if x != nil {
+		return x.Serials
 	}
 	return nil
 }
@@ -2249,7 +2429,7 @@ type TrustSection struct {
 
 func (x *TrustSection) Reset() {
 	*x = TrustSection{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2261,7 +2441,7 @@ func (x *TrustSection) String() string {
 func (*TrustSection) ProtoMessage() {}
 
 func (x *TrustSection) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2274,7 +2454,7 @@ func (x *TrustSection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrustSection.ProtoReflect.Descriptor instead.
 func (*TrustSection) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *TrustSection) GetTrustBundle() *Envelope {
@@ -2298,7 +2478,7 @@ type TrustBundle struct {
 
 func (x *TrustBundle) Reset() {
 	*x = TrustBundle{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2310,7 +2490,7 @@ func (x *TrustBundle) String() string {
 func (*TrustBundle) ProtoMessage() {}
 
 func (x *TrustBundle) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2323,7 +2503,7 @@ func (x *TrustBundle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrustBundle.ProtoReflect.Descriptor instead.
 func (*TrustBundle) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *TrustBundle) GetTrustDomain() string {
@@ -2380,7 +2560,7 @@ type Quorum struct {
 
 func (x *Quorum) Reset() {
 	*x = Quorum{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[32]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2392,7 +2572,7 @@ func (x *Quorum) String() string {
 func (*Quorum) ProtoMessage() {}
 
 func (x *Quorum) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[32]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2405,7 +2585,7 @@ func (x *Quorum) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Quorum.ProtoReflect.Descriptor instead.
 func (*Quorum) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Quorum) GetApprovers() []*PublicKey {
@@ -2447,7 +2627,7 @@ type QuorumTier struct {
 
 func (x *QuorumTier) Reset() {
 	*x = QuorumTier{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[33]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2459,7 +2639,7 @@ func (x *QuorumTier) String() string {
 func (*QuorumTier) ProtoMessage() {}
 
 func (x *QuorumTier) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[33]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2472,7 +2652,7 @@ func (x *QuorumTier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QuorumTier.ProtoReflect.Descriptor instead.
 func (*QuorumTier) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *QuorumTier) GetMinCommands() uint32 {
@@ -2503,7 +2683,7 @@ type BatchApproval struct {
 
 func (x *BatchApproval) Reset() {
 	*x = BatchApproval{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[34]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2515,7 +2695,7 @@ func (x *BatchApproval) String() string {
 func (*BatchApproval) ProtoMessage() {}
 
 func (x *BatchApproval) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[34]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2528,7 +2708,7 @@ func (x *BatchApproval) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchApproval.ProtoReflect.Descriptor instead.
 func (*BatchApproval) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *BatchApproval) GetBatchId() string {
@@ -2576,7 +2756,7 @@ type NodeStatement struct {
 
 func (x *NodeStatement) Reset() {
 	*x = NodeStatement{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[35]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2588,7 +2768,7 @@ func (x *NodeStatement) String() string {
 func (*NodeStatement) ProtoMessage() {}
 
 func (x *NodeStatement) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[35]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2601,7 +2781,7 @@ func (x *NodeStatement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatement.ProtoReflect.Descriptor instead.
 func (*NodeStatement) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *NodeStatement) GetNodeId() string {
@@ -2694,7 +2874,7 @@ type CommandResult struct {
 
 func (x *CommandResult) Reset() {
 	*x = CommandResult{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[36]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2706,7 +2886,7 @@ func (x *CommandResult) String() string {
 func (*CommandResult) ProtoMessage() {}
 
 func (x *CommandResult) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[36]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2719,7 +2899,7 @@ func (x *CommandResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandResult.ProtoReflect.Descriptor instead.
 func (*CommandResult) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{36}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CommandResult) GetCommandId() string {
@@ -2773,7 +2953,7 @@ type AllocationBound struct {
 
 func (x *AllocationBound) Reset() {
 	*x = AllocationBound{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[37]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2785,7 +2965,7 @@ func (x *AllocationBound) String() string {
 func (*AllocationBound) ProtoMessage() {}
 
 func (x *AllocationBound) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[37]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2798,7 +2978,7 @@ func (x *AllocationBound) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocationBound.ProtoReflect.Descriptor instead.
 func (*AllocationBound) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{37}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *AllocationBound) GetAllocationId() string {
@@ -2869,7 +3049,7 @@ type SecretRequest struct {
 
 func (x *SecretRequest) Reset() {
 	*x = SecretRequest{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[38]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2881,7 +3061,7 @@ func (x *SecretRequest) String() string {
 func (*SecretRequest) ProtoMessage() {}
 
 func (x *SecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[38]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2894,7 +3074,7 @@ func (x *SecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretRequest.ProtoReflect.Descriptor instead.
 func (*SecretRequest) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{38}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SecretRequest) GetRequestId() string {
@@ -2939,7 +3119,7 @@ type NodeFrame struct {
 
 func (x *NodeFrame) Reset() {
 	*x = NodeFrame{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[39]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2951,7 +3131,7 @@ func (x *NodeFrame) String() string {
 func (*NodeFrame) ProtoMessage() {}
 
 func (x *NodeFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[39]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2964,7 +3144,7 @@ func (x *NodeFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeFrame.ProtoReflect.Descriptor instead.
 func (*NodeFrame) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{39}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *NodeFrame) GetSeq() uint64 {
@@ -3143,7 +3323,7 @@ type GatewayFrame struct {
 
 func (x *GatewayFrame) Reset() {
 	*x = GatewayFrame{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[40]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3155,7 +3335,7 @@ func (x *GatewayFrame) String() string {
 func (*GatewayFrame) ProtoMessage() {}
 
 func (x *GatewayFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[40]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3168,7 +3348,7 @@ func (x *GatewayFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatewayFrame.ProtoReflect.Descriptor instead.
 func (*GatewayFrame) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{40}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GatewayFrame) GetSeq() uint64 {
@@ -3371,7 +3551,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[41]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3383,7 +3563,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[41]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3396,7 +3576,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{41}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Hello) GetNodeId() string {
@@ -3473,7 +3653,7 @@ type DriverManifest struct {
 
 func (x *DriverManifest) Reset() {
 	*x = DriverManifest{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[42]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3485,7 +3665,7 @@ func (x *DriverManifest) String() string {
 func (*DriverManifest) ProtoMessage() {}
 
 func (x *DriverManifest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[42]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3498,7 +3678,7 @@ func (x *DriverManifest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DriverManifest.ProtoReflect.Descriptor instead.
 func (*DriverManifest) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{42}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *DriverManifest) GetName() string {
@@ -3535,7 +3715,7 @@ type Welcome struct {
 
 func (x *Welcome) Reset() {
 	*x = Welcome{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[43]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3547,7 +3727,7 @@ func (x *Welcome) String() string {
 func (*Welcome) ProtoMessage() {}
 
 func (x *Welcome) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[43]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3560,7 +3740,7 @@ func (x *Welcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Welcome.ProtoReflect.Descriptor instead.
 func (*Welcome) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{43}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Welcome) GetSessionEpoch() uint64 {
@@ -3608,7 +3788,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[44]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3620,7 +3800,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[44]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3633,7 +3813,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{44}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Heartbeat) GetAtMs() int64 {
@@ -3660,7 +3840,7 @@ type Ping struct {
 
 func (x *Ping) Reset() {
 	*x = Ping{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[45]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3672,7 +3852,7 @@ func (x *Ping) String() string {
 func (*Ping) ProtoMessage() {}
 
 func (x *Ping) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[45]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3685,7 +3865,7 @@ func (x *Ping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ping.ProtoReflect.Descriptor instead.
 func (*Ping) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{45}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *Ping) GetNonce() uint64 {
@@ -3711,7 +3891,7 @@ type Pong struct {
 
 func (x *Pong) Reset() {
 	*x = Pong{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[46]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3723,7 +3903,7 @@ func (x *Pong) String() string {
 func (*Pong) ProtoMessage() {}
 
 func (x *Pong) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[46]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3736,7 +3916,7 @@ func (x *Pong) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pong.ProtoReflect.Descriptor instead.
 func (*Pong) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{46}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *Pong) GetNonce() uint64 {
@@ -3756,7 +3936,7 @@ type CommandDelivery struct {
 
 func (x *CommandDelivery) Reset() {
 	*x = CommandDelivery{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[47]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3768,7 +3948,7 @@ func (x *CommandDelivery) String() string {
 func (*CommandDelivery) ProtoMessage() {}
 
 func (x *CommandDelivery) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[47]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3781,7 +3961,7 @@ func (x *CommandDelivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandDelivery.ProtoReflect.Descriptor instead.
 func (*CommandDelivery) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{47}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *CommandDelivery) GetCommand() *Envelope {
@@ -3811,7 +3991,7 @@ type CommandUpdate struct {
 
 func (x *CommandUpdate) Reset() {
 	*x = CommandUpdate{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[48]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3823,7 +4003,7 @@ func (x *CommandUpdate) String() string {
 func (*CommandUpdate) ProtoMessage() {}
 
 func (x *CommandUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[48]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3836,7 +4016,7 @@ func (x *CommandUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandUpdate.ProtoReflect.Descriptor instead.
 func (*CommandUpdate) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{48}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *CommandUpdate) GetCommandId() string {
@@ -3892,7 +4072,7 @@ type StatusReport struct {
 
 func (x *StatusReport) Reset() {
 	*x = StatusReport{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[49]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3904,7 +4084,7 @@ func (x *StatusReport) String() string {
 func (*StatusReport) ProtoMessage() {}
 
 func (x *StatusReport) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[49]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3917,7 +4097,7 @@ func (x *StatusReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusReport.ProtoReflect.Descriptor instead.
 func (*StatusReport) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{49}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *StatusReport) GetInventory() []*InventorySection {
@@ -4006,7 +4186,7 @@ type SectionStatus struct {
 
 func (x *SectionStatus) Reset() {
 	*x = SectionStatus{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[50]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4018,7 +4198,7 @@ func (x *SectionStatus) String() string {
 func (*SectionStatus) ProtoMessage() {}
 
 func (x *SectionStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[50]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4031,7 +4211,7 @@ func (x *SectionStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SectionStatus.ProtoReflect.Descriptor instead.
 func (*SectionStatus) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{50}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *SectionStatus) GetSection() string {
@@ -4081,7 +4261,7 @@ type InventorySection struct {
 
 func (x *InventorySection) Reset() {
 	*x = InventorySection{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[51]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4093,7 +4273,7 @@ func (x *InventorySection) String() string {
 func (*InventorySection) ProtoMessage() {}
 
 func (x *InventorySection) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[51]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4106,7 +4286,7 @@ func (x *InventorySection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventorySection.ProtoReflect.Descriptor instead.
 func (*InventorySection) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{51}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *InventorySection) GetName() string {
@@ -4153,7 +4333,7 @@ type SystemInventory struct {
 
 func (x *SystemInventory) Reset() {
 	*x = SystemInventory{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[52]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4165,7 +4345,7 @@ func (x *SystemInventory) String() string {
 func (*SystemInventory) ProtoMessage() {}
 
 func (x *SystemInventory) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[52]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4178,7 +4358,7 @@ func (x *SystemInventory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SystemInventory.ProtoReflect.Descriptor instead.
 func (*SystemInventory) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{52}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *SystemInventory) GetHostname() string {
@@ -4280,7 +4460,7 @@ type NumaNode struct {
 
 func (x *NumaNode) Reset() {
 	*x = NumaNode{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[53]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4292,7 +4472,7 @@ func (x *NumaNode) String() string {
 func (*NumaNode) ProtoMessage() {}
 
 func (x *NumaNode) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[53]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4305,7 +4485,7 @@ func (x *NumaNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NumaNode.ProtoReflect.Descriptor instead.
 func (*NumaNode) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{53}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *NumaNode) GetId() uint32 {
@@ -4355,7 +4535,7 @@ type GpuInventory struct {
 
 func (x *GpuInventory) Reset() {
 	*x = GpuInventory{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[54]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4367,7 +4547,7 @@ func (x *GpuInventory) String() string {
 func (*GpuInventory) ProtoMessage() {}
 
 func (x *GpuInventory) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[54]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4380,7 +4560,7 @@ func (x *GpuInventory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GpuInventory.ProtoReflect.Descriptor instead.
 func (*GpuInventory) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{54}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *GpuInventory) GetDriverVersion() string {
@@ -4426,7 +4606,7 @@ type Gpu struct {
 
 func (x *Gpu) Reset() {
 	*x = Gpu{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[55]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4438,7 +4618,7 @@ func (x *Gpu) String() string {
 func (*Gpu) ProtoMessage() {}
 
 func (x *Gpu) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[55]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4451,7 +4631,7 @@ func (x *Gpu) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Gpu.ProtoReflect.Descriptor instead.
 func (*Gpu) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{55}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *Gpu) GetIndex() uint32 {
@@ -4512,7 +4692,7 @@ type NetworkInventory struct {
 
 func (x *NetworkInventory) Reset() {
 	*x = NetworkInventory{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[56]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4524,7 +4704,7 @@ func (x *NetworkInventory) String() string {
 func (*NetworkInventory) ProtoMessage() {}
 
 func (x *NetworkInventory) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[56]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4537,7 +4717,7 @@ func (x *NetworkInventory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkInventory.ProtoReflect.Descriptor instead.
 func (*NetworkInventory) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{56}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *NetworkInventory) GetNics() []*Nic {
@@ -4559,7 +4739,7 @@ type Nic struct {
 
 func (x *Nic) Reset() {
 	*x = Nic{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[57]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4571,7 +4751,7 @@ func (x *Nic) String() string {
 func (*Nic) ProtoMessage() {}
 
 func (x *Nic) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[57]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4584,7 +4764,7 @@ func (x *Nic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Nic.ProtoReflect.Descriptor instead.
 func (*Nic) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{57}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *Nic) GetName() string {
@@ -4624,7 +4804,7 @@ type AllocationReleased struct {
 
 func (x *AllocationReleased) Reset() {
 	*x = AllocationReleased{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[58]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4636,7 +4816,7 @@ func (x *AllocationReleased) String() string {
 func (*AllocationReleased) ProtoMessage() {}
 
 func (x *AllocationReleased) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[58]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4649,7 +4829,7 @@ func (x *AllocationReleased) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocationReleased.ProtoReflect.Descriptor instead.
 func (*AllocationReleased) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{58}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *AllocationReleased) GetAllocationId() string {
@@ -4669,7 +4849,7 @@ type AllocationFailed struct {
 
 func (x *AllocationFailed) Reset() {
 	*x = AllocationFailed{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[59]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4681,7 +4861,7 @@ func (x *AllocationFailed) String() string {
 func (*AllocationFailed) ProtoMessage() {}
 
 func (x *AllocationFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[59]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4694,7 +4874,7 @@ func (x *AllocationFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocationFailed.ProtoReflect.Descriptor instead.
 func (*AllocationFailed) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{59}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *AllocationFailed) GetAllocationId() string {
@@ -4731,7 +4911,7 @@ type InstanceStatus struct {
 
 func (x *InstanceStatus) Reset() {
 	*x = InstanceStatus{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[60]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4743,7 +4923,7 @@ func (x *InstanceStatus) String() string {
 func (*InstanceStatus) ProtoMessage() {}
 
 func (x *InstanceStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[60]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4756,7 +4936,7 @@ func (x *InstanceStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceStatus.ProtoReflect.Descriptor instead.
 func (*InstanceStatus) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{60}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *InstanceStatus) GetId() string {
@@ -4827,7 +5007,7 @@ type HostPressure struct {
 
 func (x *HostPressure) Reset() {
 	*x = HostPressure{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[61]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4839,7 +5019,7 @@ func (x *HostPressure) String() string {
 func (*HostPressure) ProtoMessage() {}
 
 func (x *HostPressure) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[61]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4852,7 +5032,7 @@ func (x *HostPressure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostPressure.ProtoReflect.Descriptor instead.
 func (*HostPressure) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{61}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *HostPressure) GetMemoryPercent() uint32 {
@@ -4884,7 +5064,7 @@ type VolumeStatus struct {
 
 func (x *VolumeStatus) Reset() {
 	*x = VolumeStatus{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[62]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4896,7 +5076,7 @@ func (x *VolumeStatus) String() string {
 func (*VolumeStatus) ProtoMessage() {}
 
 func (x *VolumeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[62]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4909,7 +5089,7 @@ func (x *VolumeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeStatus.ProtoReflect.Descriptor instead.
 func (*VolumeStatus) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{62}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *VolumeStatus) GetId() string {
@@ -4955,7 +5135,7 @@ type VolumeStorage struct {
 
 func (x *VolumeStorage) Reset() {
 	*x = VolumeStorage{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[63]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4967,7 +5147,7 @@ func (x *VolumeStorage) String() string {
 func (*VolumeStorage) ProtoMessage() {}
 
 func (x *VolumeStorage) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[63]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4980,7 +5160,7 @@ func (x *VolumeStorage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeStorage.ProtoReflect.Descriptor instead.
 func (*VolumeStorage) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{63}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *VolumeStorage) GetTotalBytes() uint64 {
@@ -5020,7 +5200,7 @@ type SpecRequest struct {
 
 func (x *SpecRequest) Reset() {
 	*x = SpecRequest{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[64]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5032,7 +5212,7 @@ func (x *SpecRequest) String() string {
 func (*SpecRequest) ProtoMessage() {}
 
 func (x *SpecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[64]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5045,7 +5225,7 @@ func (x *SpecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpecRequest.ProtoReflect.Descriptor instead.
 func (*SpecRequest) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{64}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *SpecRequest) GetMinGeneration() uint64 {
@@ -5066,7 +5246,7 @@ type WorkloadTokenRequest struct {
 
 func (x *WorkloadTokenRequest) Reset() {
 	*x = WorkloadTokenRequest{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[65]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5078,7 +5258,7 @@ func (x *WorkloadTokenRequest) String() string {
 func (*WorkloadTokenRequest) ProtoMessage() {}
 
 func (x *WorkloadTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[65]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5091,7 +5271,7 @@ func (x *WorkloadTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkloadTokenRequest.ProtoReflect.Descriptor instead.
 func (*WorkloadTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{65}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *WorkloadTokenRequest) GetRequestId() string {
@@ -5124,7 +5304,7 @@ type EventAck struct {
 
 func (x *EventAck) Reset() {
 	*x = EventAck{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[66]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5136,7 +5316,7 @@ func (x *EventAck) String() string {
 func (*EventAck) ProtoMessage() {}
 
 func (x *EventAck) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[66]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5149,7 +5329,7 @@ func (x *EventAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventAck.ProtoReflect.Descriptor instead.
 func (*EventAck) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{66}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *EventAck) GetUpToSeq() uint64 {
@@ -5168,7 +5348,7 @@ type DesiredState struct {
 
 func (x *DesiredState) Reset() {
 	*x = DesiredState{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[67]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5180,7 +5360,7 @@ func (x *DesiredState) String() string {
 func (*DesiredState) ProtoMessage() {}
 
 func (x *DesiredState) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[67]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5193,7 +5373,7 @@ func (x *DesiredState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DesiredState.ProtoReflect.Descriptor instead.
 func (*DesiredState) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{67}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *DesiredState) GetSpec() *Envelope {
@@ -5213,7 +5393,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[68]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5225,7 +5405,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[68]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5238,7 +5418,7 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{68}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *Drain) GetReason() string {
@@ -5264,7 +5444,7 @@ type RevocationNotice struct {
 
 func (x *RevocationNotice) Reset() {
 	*x = RevocationNotice{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[69]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5276,7 +5456,7 @@ func (x *RevocationNotice) String() string {
 func (*RevocationNotice) ProtoMessage() {}
 
 func (x *RevocationNotice) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[69]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5289,7 +5469,7 @@ func (x *RevocationNotice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevocationNotice.ProtoReflect.Descriptor instead.
 func (*RevocationNotice) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{69}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *RevocationNotice) GetReason() string {
@@ -5308,7 +5488,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[70]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5320,7 +5500,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[70]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5333,7 +5513,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{70}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *Cancel) GetCommandId() string {
@@ -5354,7 +5534,7 @@ type SecretResponse struct {
 
 func (x *SecretResponse) Reset() {
 	*x = SecretResponse{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[71]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5366,7 +5546,7 @@ func (x *SecretResponse) String() string {
 func (*SecretResponse) ProtoMessage() {}
 
 func (x *SecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[71]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5379,7 +5559,7 @@ func (x *SecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretResponse.ProtoReflect.Descriptor instead.
 func (*SecretResponse) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{71}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *SecretResponse) GetRequestId() string {
@@ -5414,7 +5594,7 @@ type WorkloadTokenResponse struct {
 
 func (x *WorkloadTokenResponse) Reset() {
 	*x = WorkloadTokenResponse{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[72]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5426,7 +5606,7 @@ func (x *WorkloadTokenResponse) String() string {
 func (*WorkloadTokenResponse) ProtoMessage() {}
 
 func (x *WorkloadTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[72]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5439,7 +5619,7 @@ func (x *WorkloadTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkloadTokenResponse.ProtoReflect.Descriptor instead.
 func (*WorkloadTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{72}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *WorkloadTokenResponse) GetRequestId() string {
@@ -5475,7 +5655,7 @@ type OpenTunnel struct {
 
 func (x *OpenTunnel) Reset() {
 	*x = OpenTunnel{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[73]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5487,7 +5667,7 @@ func (x *OpenTunnel) String() string {
 func (*OpenTunnel) ProtoMessage() {}
 
 func (x *OpenTunnel) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[73]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5500,7 +5680,7 @@ func (x *OpenTunnel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenTunnel.ProtoReflect.Descriptor instead.
 func (*OpenTunnel) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{73}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *OpenTunnel) GetTunnelId() string {
@@ -5541,7 +5721,7 @@ type RenewRequest struct {
 
 func (x *RenewRequest) Reset() {
 	*x = RenewRequest{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[74]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5553,7 +5733,7 @@ func (x *RenewRequest) String() string {
 func (*RenewRequest) ProtoMessage() {}
 
 func (x *RenewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[74]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5566,7 +5746,7 @@ func (x *RenewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
 func (*RenewRequest) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{74}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *RenewRequest) GetCsrDer() []byte {
@@ -5592,7 +5772,7 @@ type RenewReply struct {
 
 func (x *RenewReply) Reset() {
 	*x = RenewReply{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[75]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5604,7 +5784,7 @@ func (x *RenewReply) String() string {
 func (*RenewReply) ProtoMessage() {}
 
 func (x *RenewReply) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[75]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5617,7 +5797,7 @@ func (x *RenewReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewReply.ProtoReflect.Descriptor instead.
 func (*RenewReply) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{75}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *RenewReply) GetResponse() *Envelope {
@@ -5644,7 +5824,7 @@ type TunnelFrame struct {
 
 func (x *TunnelFrame) Reset() {
 	*x = TunnelFrame{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[76]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5656,7 +5836,7 @@ func (x *TunnelFrame) String() string {
 func (*TunnelFrame) ProtoMessage() {}
 
 func (x *TunnelFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[76]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5669,7 +5849,7 @@ func (x *TunnelFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelFrame.ProtoReflect.Descriptor instead.
 func (*TunnelFrame) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{76}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *TunnelFrame) GetTunnelId() string {
@@ -5775,7 +5955,7 @@ type TerminalSize struct {
 
 func (x *TerminalSize) Reset() {
 	*x = TerminalSize{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[77]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5787,7 +5967,7 @@ func (x *TerminalSize) String() string {
 func (*TerminalSize) ProtoMessage() {}
 
 func (x *TerminalSize) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[77]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5800,7 +5980,7 @@ func (x *TerminalSize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminalSize.ProtoReflect.Descriptor instead.
 func (*TerminalSize) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{77}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *TerminalSize) GetRows() uint32 {
@@ -5948,7 +6128,7 @@ const file_bc_agent_v1_agent_proto_rawDesc = "" +
 	"\acontent\x18\x02 \x01(\fR\acontent\"~\n" +
 	"\x10InstancesSection\x127\n" +
 	"\tinstances\x18\x01 \x03(\v2\x19.bc.agent.v1.InstanceSpecR\tinstances\x121\n" +
-	"\avolumes\x18\x02 \x03(\v2\x17.bc.agent.v1.VolumeSpecR\avolumes\"\xda\x03\n" +
+	"\avolumes\x18\x02 \x03(\v2\x17.bc.agent.v1.VolumeSpecR\avolumes\"\xf0\x03\n" +
 	"\fInstanceSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aruntime\x18\x02 \x01(\tR\aruntime\x12\x14\n" +
@@ -5964,7 +6144,8 @@ const file_bc_agent_v1_agent_proto_rawDesc = "" +
 	"\x0ehugepage_bytes\x18\v \x01(\x04R\rhugepageBytes\x12,\n" +
 	"\x12memory_floor_bytes\x18\f \x01(\x04R\x10memoryFloorBytes\x12\x1f\n" +
 	"\vgpu_indexes\x18\r \x03(\rR\n" +
-	"gpuIndexes\"H\n" +
+	"gpuIndexes\x12\x14\n" +
+	"\x05image\x18\x0e \x01(\tR\x05image\"H\n" +
 	"\fInstanceCpus\x12\x1b\n" +
 	"\tnuma_node\x18\x01 \x01(\rR\bnumaNode\x12\x1b\n" +
 	"\thost_cpus\x18\x02 \x03(\rR\bhostCpus\"7\n" +
@@ -5979,20 +6160,36 @@ const file_bc_agent_v1_agent_proto_rawDesc = "" +
 	"VolumeSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
-	"size_bytes\x18\x02 \x01(\x04R\tsizeBytes\"\xae\x01\n" +
+	"size_bytes\x18\x02 \x01(\x04R\tsizeBytes\"\xcf\x01\n" +
 	"\x10TelemetrySection\x12#\n" +
 	"\rotlp_endpoint\x18\x01 \x01(\tR\fotlpEndpoint\x12,\n" +
 	"\x12export_interval_ms\x18\x02 \x01(\rR\x10exportIntervalMs\x12G\n" +
-	"\x13resource_attributes\x18\x03 \x03(\v2\x16.bc.agent.v1.AttributeR\x12resourceAttributes\"3\n" +
+	"\x13resource_attributes\x18\x03 \x03(\v2\x16.bc.agent.v1.AttributeR\x12resourceAttributes\x12\x1f\n" +
+	"\vheaders_ref\x18\x04 \x01(\tR\n" +
+	"headersRef\"3\n" +
 	"\tAttribute\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"E\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"x\n" +
 	"\rDaemonSection\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x1a\n" +
-	"\bsequence\x18\x02 \x01(\x04R\bsequence\"d\n" +
-	"\rAccessSection\x12.\n" +
-	"\x13ssh_authorized_keys\x18\x01 \x03(\tR\x11sshAuthorizedKeys\x12#\n" +
-	"\rconsole_users\x18\x02 \x03(\tR\fconsoleUsers\"H\n" +
+	"\bsequence\x18\x02 \x01(\x04R\bsequence\x121\n" +
+	"\bmanifest\x18\x03 \x01(\v2\x15.bc.agent.v1.EnvelopeR\bmanifest\"\xbf\x02\n" +
+	"\rAccessSection\x123\n" +
+	"\baccounts\x18\x03 \x03(\v2\x17.bc.agent.v1.SshAccountR\baccounts\x12/\n" +
+	"\x14trusted_user_ca_keys\x18\x04 \x03(\tR\x11trustedUserCaKeys\x12!\n" +
+	"\frevoked_keys\x18\x05 \x03(\tR\vrevokedKeys\x12D\n" +
+	"\x0frevoked_serials\x18\x06 \x03(\v2\x1b.bc.agent.v1.RevokedSerialsR\x0erevokedSerials\x12/\n" +
+	"\x14sandbox_user_ca_keys\x18\a \x03(\tR\x11sandboxUserCaKeysJ\x04\b\x01\x10\x02J\x04\b\x02\x10\x03R\x13ssh_authorized_keysR\rconsole_users\"i\n" +
+	"\n" +
+	"SshAccount\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12'\n" +
+	"\x0fauthorized_keys\x18\x02 \x03(\tR\x0eauthorizedKeys\x12\x1e\n" +
+	"\n" +
+	"principals\x18\x03 \x03(\tR\n" +
+	"principals\"A\n" +
+	"\x0eRevokedSerials\x12\x15\n" +
+	"\x06ca_key\x18\x01 \x01(\tR\x05caKey\x12\x18\n" +
+	"\aserials\x18\x02 \x03(\x04R\aserials\"H\n" +
 	"\fTrustSection\x128\n" +
 	"\ftrust_bundle\x18\x01 \x01(\v2\x15.bc.agent.v1.EnvelopeR\vtrustBundle\"\xb6\x02\n" +
 	"\vTrustBundle\x12!\n" +
@@ -6309,7 +6506,7 @@ func file_bc_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_bc_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_bc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 78)
+var file_bc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 80)
 var file_bc_agent_v1_agent_proto_goTypes = []any{
 	(CommandState)(0),             // 0: bc.agent.v1.CommandState
 	(SectionState)(0),             // 1: bc.agent.v1.SectionState
@@ -6343,54 +6540,56 @@ var file_bc_agent_v1_agent_proto_goTypes = []any{
 	(*Attribute)(nil),             // 29: bc.agent.v1.Attribute
 	(*DaemonSection)(nil),         // 30: bc.agent.v1.DaemonSection
 	(*AccessSection)(nil),         // 31: bc.agent.v1.AccessSection
-	(*TrustSection)(nil),          // 32: bc.agent.v1.TrustSection
-	(*TrustBundle)(nil),           // 33: bc.agent.v1.TrustBundle
-	(*Quorum)(nil),                // 34: bc.agent.v1.Quorum
-	(*QuorumTier)(nil),            // 35: bc.agent.v1.QuorumTier
-	(*BatchApproval)(nil),         // 36: bc.agent.v1.BatchApproval
-	(*NodeStatement)(nil),         // 37: bc.agent.v1.NodeStatement
-	(*CommandResult)(nil),         // 38: bc.agent.v1.CommandResult
-	(*AllocationBound)(nil),       // 39: bc.agent.v1.AllocationBound
-	(*SecretRequest)(nil),         // 40: bc.agent.v1.SecretRequest
-	(*NodeFrame)(nil),             // 41: bc.agent.v1.NodeFrame
-	(*GatewayFrame)(nil),          // 42: bc.agent.v1.GatewayFrame
-	(*Hello)(nil),                 // 43: bc.agent.v1.Hello
-	(*DriverManifest)(nil),        // 44: bc.agent.v1.DriverManifest
-	(*Welcome)(nil),               // 45: bc.agent.v1.Welcome
-	(*Heartbeat)(nil),             // 46: bc.agent.v1.Heartbeat
-	(*Ping)(nil),                  // 47: bc.agent.v1.Ping
-	(*Pong)(nil),                  // 48: bc.agent.v1.Pong
-	(*CommandDelivery)(nil),       // 49: bc.agent.v1.CommandDelivery
-	(*CommandUpdate)(nil),         // 50: bc.agent.v1.CommandUpdate
-	(*StatusReport)(nil),          // 51: bc.agent.v1.StatusReport
-	(*SectionStatus)(nil),         // 52: bc.agent.v1.SectionStatus
-	(*InventorySection)(nil),      // 53: bc.agent.v1.InventorySection
-	(*SystemInventory)(nil),       // 54: bc.agent.v1.SystemInventory
-	(*NumaNode)(nil),              // 55: bc.agent.v1.NumaNode
-	(*GpuInventory)(nil),          // 56: bc.agent.v1.GpuInventory
-	(*Gpu)(nil),                   // 57: bc.agent.v1.Gpu
-	(*NetworkInventory)(nil),      // 58: bc.agent.v1.NetworkInventory
-	(*Nic)(nil),                   // 59: bc.agent.v1.Nic
-	(*AllocationReleased)(nil),    // 60: bc.agent.v1.AllocationReleased
-	(*AllocationFailed)(nil),      // 61: bc.agent.v1.AllocationFailed
-	(*InstanceStatus)(nil),        // 62: bc.agent.v1.InstanceStatus
-	(*HostPressure)(nil),          // 63: bc.agent.v1.HostPressure
-	(*VolumeStatus)(nil),          // 64: bc.agent.v1.VolumeStatus
-	(*VolumeStorage)(nil),         // 65: bc.agent.v1.VolumeStorage
-	(*SpecRequest)(nil),           // 66: bc.agent.v1.SpecRequest
-	(*WorkloadTokenRequest)(nil),  // 67: bc.agent.v1.WorkloadTokenRequest
-	(*EventAck)(nil),              // 68: bc.agent.v1.EventAck
-	(*DesiredState)(nil),          // 69: bc.agent.v1.DesiredState
-	(*Drain)(nil),                 // 70: bc.agent.v1.Drain
-	(*RevocationNotice)(nil),      // 71: bc.agent.v1.RevocationNotice
-	(*Cancel)(nil),                // 72: bc.agent.v1.Cancel
-	(*SecretResponse)(nil),        // 73: bc.agent.v1.SecretResponse
-	(*WorkloadTokenResponse)(nil), // 74: bc.agent.v1.WorkloadTokenResponse
-	(*OpenTunnel)(nil),            // 75: bc.agent.v1.OpenTunnel
-	(*RenewRequest)(nil),          // 76: bc.agent.v1.RenewRequest
-	(*RenewReply)(nil),            // 77: bc.agent.v1.RenewReply
-	(*TunnelFrame)(nil),           // 78: bc.agent.v1.TunnelFrame
-	(*TerminalSize)(nil),          // 79: bc.agent.v1.TerminalSize
+	(*SshAccount)(nil),            // 32: bc.agent.v1.SshAccount
+	(*RevokedSerials)(nil),        // 33: bc.agent.v1.RevokedSerials
+	(*TrustSection)(nil),          // 34: bc.agent.v1.TrustSection
+	(*TrustBundle)(nil),           // 35: bc.agent.v1.TrustBundle
+	(*Quorum)(nil),                // 36: bc.agent.v1.Quorum
+	(*QuorumTier)(nil),            // 37: bc.agent.v1.QuorumTier
+	(*BatchApproval)(nil),         // 38: bc.agent.v1.BatchApproval
+	(*NodeStatement)(nil),         // 39: bc.agent.v1.NodeStatement
+	(*CommandResult)(nil),         // 40: bc.agent.v1.CommandResult
+	(*AllocationBound)(nil),       // 41: bc.agent.v1.AllocationBound
+	(*SecretRequest)(nil),         // 42: bc.agent.v1.SecretRequest
+	(*NodeFrame)(nil),             // 43: bc.agent.v1.NodeFrame
+	(*GatewayFrame)(nil),          // 44: bc.agent.v1.GatewayFrame
+	(*Hello)(nil),                 // 45: bc.agent.v1.Hello
+	(*DriverManifest)(nil),        // 46: bc.agent.v1.DriverManifest
+	(*Welcome)(nil),               // 47: bc.agent.v1.Welcome
+	(*Heartbeat)(nil),             // 48: bc.agent.v1.Heartbeat
+	(*Ping)(nil),                  // 49: bc.agent.v1.Ping
+	(*Pong)(nil),                  // 50: bc.agent.v1.Pong
+	(*CommandDelivery)(nil),       // 51: bc.agent.v1.CommandDelivery
+	(*CommandUpdate)(nil),         // 52: bc.agent.v1.CommandUpdate
+	(*StatusReport)(nil),          // 53: bc.agent.v1.StatusReport
+	(*SectionStatus)(nil),         // 54: bc.agent.v1.SectionStatus
+	(*InventorySection)(nil),      // 55: bc.agent.v1.InventorySection
+	(*SystemInventory)(nil),       // 56: bc.agent.v1.SystemInventory
+	(*NumaNode)(nil),              // 57: bc.agent.v1.NumaNode
+	(*GpuInventory)(nil),          // 58: bc.agent.v1.GpuInventory
+	(*Gpu)(nil),                   // 59: bc.agent.v1.Gpu
+	(*NetworkInventory)(nil),      // 60: bc.agent.v1.NetworkInventory
+	(*Nic)(nil),                   // 61: bc.agent.v1.Nic
+	(*AllocationReleased)(nil),    // 62: bc.agent.v1.AllocationReleased
+	(*AllocationFailed)(nil),      // 63: bc.agent.v1.AllocationFailed
+	(*InstanceStatus)(nil),        // 64: bc.agent.v1.InstanceStatus
+	(*HostPressure)(nil),          // 65: bc.agent.v1.HostPressure
+	(*VolumeStatus)(nil),          // 66: bc.agent.v1.VolumeStatus
+	(*VolumeStorage)(nil),         // 67: bc.agent.v1.VolumeStorage
+	(*SpecRequest)(nil),           // 68: bc.agent.v1.SpecRequest
+	(*WorkloadTokenRequest)(nil),  // 69: bc.agent.v1.WorkloadTokenRequest
+	(*EventAck)(nil),              // 70: bc.agent.v1.EventAck
+	(*DesiredState)(nil),          // 71: bc.agent.v1.DesiredState
+	(*Drain)(nil),                 // 72: bc.agent.v1.Drain
+	(*RevocationNotice)(nil),      // 73: bc.agent.v1.RevocationNotice
+	(*Cancel)(nil),                // 74: bc.agent.v1.Cancel
+	(*SecretResponse)(nil),        // 75: bc.agent.v1.SecretResponse
+	(*WorkloadTokenResponse)(nil), // 76: bc.agent.v1.WorkloadTokenResponse
+	(*OpenTunnel)(nil),            // 77: bc.agent.v1.OpenTunnel
+	(*RenewRequest)(nil),          // 78: bc.agent.v1.RenewRequest
+	(*RenewReply)(nil),            // 79: bc.agent.v1.RenewReply
+	(*TunnelFrame)(nil),           // 80: bc.agent.v1.TunnelFrame
+	(*TerminalSize)(nil),          // 81: bc.agent.v1.TerminalSize
 }
 var file_bc_agent_v1_agent_proto_depIdxs = []int32{
 	3,  // 0: bc.agent.v1.Envelope.signatures:type_name -> bc.agent.v1.Signature
@@ -6412,7 +6611,7 @@ var file_bc_agent_v1_agent_proto_depIdxs = []int32{
 	28, // 16: bc.agent.v1.NodeSpec.telemetry:type_name -> bc.agent.v1.TelemetrySection
 	30, // 17: bc.agent.v1.NodeSpec.daemon:type_name -> bc.agent.v1.DaemonSection
 	31, // 18: bc.agent.v1.NodeSpec.access:type_name -> bc.agent.v1.AccessSection
-	32, // 19: bc.agent.v1.NodeSpec.trust:type_name -> bc.agent.v1.TrustSection
+	34, // 19: bc.agent.v1.NodeSpec.trust:type_name -> bc.agent.v1.TrustSection
 	21, // 20: bc.agent.v1.HostSection.units:type_name -> bc.agent.v1.HostUnit
 	23, // 21: bc.agent.v1.InstancesSection.instances:type_name -> bc.agent.v1.InstanceSpec
 	27, // 22: bc.agent.v1.InstancesSection.volumes:type_name -> bc.agent.v1.VolumeSpec
@@ -6420,73 +6619,76 @@ var file_bc_agent_v1_agent_proto_depIdxs = []int32{
 	26, // 24: bc.agent.v1.InstanceSpec.volumes:type_name -> bc.agent.v1.VolumeAttachment
 	24, // 25: bc.agent.v1.InstanceSpec.cpus:type_name -> bc.agent.v1.InstanceCpus
 	29, // 26: bc.agent.v1.TelemetrySection.resource_attributes:type_name -> bc.agent.v1.Attribute
-	2,  // 27: bc.agent.v1.TrustSection.trust_bundle:type_name -> bc.agent.v1.Envelope
-	4,  // 28: bc.agent.v1.TrustBundle.command_roots:type_name -> bc.agent.v1.PublicKey
-	34, // 29: bc.agent.v1.TrustBundle.quorum:type_name -> bc.agent.v1.Quorum
-	4,  // 30: bc.agent.v1.TrustBundle.tunnels_issuer:type_name -> bc.agent.v1.PublicKey
-	4,  // 31: bc.agent.v1.TrustBundle.workload_issuer:type_name -> bc.agent.v1.PublicKey
-	4,  // 32: bc.agent.v1.Quorum.approvers:type_name -> bc.agent.v1.PublicKey
-	35, // 33: bc.agent.v1.Quorum.tiers:type_name -> bc.agent.v1.QuorumTier
-	38, // 34: bc.agent.v1.NodeStatement.command_result:type_name -> bc.agent.v1.CommandResult
-	39, // 35: bc.agent.v1.NodeStatement.allocation_bound:type_name -> bc.agent.v1.AllocationBound
-	40, // 36: bc.agent.v1.NodeStatement.secret_request:type_name -> bc.agent.v1.SecretRequest
-	0,  // 37: bc.agent.v1.CommandResult.state:type_name -> bc.agent.v1.CommandState
-	43, // 38: bc.agent.v1.NodeFrame.hello:type_name -> bc.agent.v1.Hello
-	46, // 39: bc.agent.v1.NodeFrame.heartbeat:type_name -> bc.agent.v1.Heartbeat
-	50, // 40: bc.agent.v1.NodeFrame.command_update:type_name -> bc.agent.v1.CommandUpdate
-	51, // 41: bc.agent.v1.NodeFrame.status_report:type_name -> bc.agent.v1.StatusReport
-	66, // 42: bc.agent.v1.NodeFrame.spec_request:type_name -> bc.agent.v1.SpecRequest
-	2,  // 43: bc.agent.v1.NodeFrame.secret_request:type_name -> bc.agent.v1.Envelope
-	67, // 44: bc.agent.v1.NodeFrame.workload_token_request:type_name -> bc.agent.v1.WorkloadTokenRequest
-	68, // 45: bc.agent.v1.NodeFrame.event_ack:type_name -> bc.agent.v1.EventAck
-	48, // 46: bc.agent.v1.NodeFrame.pong:type_name -> bc.agent.v1.Pong
-	45, // 47: bc.agent.v1.GatewayFrame.welcome:type_name -> bc.agent.v1.Welcome
-	49, // 48: bc.agent.v1.GatewayFrame.command:type_name -> bc.agent.v1.CommandDelivery
-	69, // 49: bc.agent.v1.GatewayFrame.desired_state:type_name -> bc.agent.v1.DesiredState
-	47, // 50: bc.agent.v1.GatewayFrame.ping:type_name -> bc.agent.v1.Ping
-	70, // 51: bc.agent.v1.GatewayFrame.drain:type_name -> bc.agent.v1.Drain
-	71, // 52: bc.agent.v1.GatewayFrame.revocation_notice:type_name -> bc.agent.v1.RevocationNotice
-	72, // 53: bc.agent.v1.GatewayFrame.cancel:type_name -> bc.agent.v1.Cancel
-	73, // 54: bc.agent.v1.GatewayFrame.secret_response:type_name -> bc.agent.v1.SecretResponse
-	74, // 55: bc.agent.v1.GatewayFrame.workload_token_response:type_name -> bc.agent.v1.WorkloadTokenResponse
-	75, // 56: bc.agent.v1.GatewayFrame.open_tunnel:type_name -> bc.agent.v1.OpenTunnel
-	68, // 57: bc.agent.v1.GatewayFrame.event_ack:type_name -> bc.agent.v1.EventAck
-	44, // 58: bc.agent.v1.Hello.drivers:type_name -> bc.agent.v1.DriverManifest
-	2,  // 59: bc.agent.v1.CommandDelivery.command:type_name -> bc.agent.v1.Envelope
-	2,  // 60: bc.agent.v1.CommandDelivery.batch_approval:type_name -> bc.agent.v1.Envelope
-	0,  // 61: bc.agent.v1.CommandUpdate.state:type_name -> bc.agent.v1.CommandState
-	2,  // 62: bc.agent.v1.CommandUpdate.result:type_name -> bc.agent.v1.Envelope
-	53, // 63: bc.agent.v1.StatusReport.inventory:type_name -> bc.agent.v1.InventorySection
-	2,  // 64: bc.agent.v1.StatusReport.allocations:type_name -> bc.agent.v1.Envelope
-	60, // 65: bc.agent.v1.StatusReport.released:type_name -> bc.agent.v1.AllocationReleased
-	61, // 66: bc.agent.v1.StatusReport.failed:type_name -> bc.agent.v1.AllocationFailed
-	62, // 67: bc.agent.v1.StatusReport.instances:type_name -> bc.agent.v1.InstanceStatus
-	63, // 68: bc.agent.v1.StatusReport.pressure:type_name -> bc.agent.v1.HostPressure
-	65, // 69: bc.agent.v1.StatusReport.volume_storage:type_name -> bc.agent.v1.VolumeStorage
-	52, // 70: bc.agent.v1.StatusReport.sections:type_name -> bc.agent.v1.SectionStatus
-	64, // 71: bc.agent.v1.StatusReport.volumes:type_name -> bc.agent.v1.VolumeStatus
-	1,  // 72: bc.agent.v1.SectionStatus.state:type_name -> bc.agent.v1.SectionState
-	55, // 73: bc.agent.v1.SystemInventory.numa:type_name -> bc.agent.v1.NumaNode
-	57, // 74: bc.agent.v1.GpuInventory.gpus:type_name -> bc.agent.v1.Gpu
-	59, // 75: bc.agent.v1.NetworkInventory.nics:type_name -> bc.agent.v1.Nic
-	2,  // 76: bc.agent.v1.DesiredState.spec:type_name -> bc.agent.v1.Envelope
-	79, // 77: bc.agent.v1.OpenTunnel.size:type_name -> bc.agent.v1.TerminalSize
-	12, // 78: bc.agent.v1.RenewRequest.node_key:type_name -> bc.agent.v1.TpmCertification
-	2,  // 79: bc.agent.v1.RenewReply.response:type_name -> bc.agent.v1.Envelope
-	79, // 80: bc.agent.v1.TunnelFrame.resize:type_name -> bc.agent.v1.TerminalSize
-	5,  // 81: bc.agent.v1.Join.Join:input_type -> bc.agent.v1.JoinRequest
-	41, // 82: bc.agent.v1.Gateway.Session:input_type -> bc.agent.v1.NodeFrame
-	76, // 83: bc.agent.v1.Gateway.Renew:input_type -> bc.agent.v1.RenewRequest
-	78, // 84: bc.agent.v1.Gateway.Tunnel:input_type -> bc.agent.v1.TunnelFrame
-	13, // 85: bc.agent.v1.Join.Join:output_type -> bc.agent.v1.JoinReply
-	42, // 86: bc.agent.v1.Gateway.Session:output_type -> bc.agent.v1.GatewayFrame
-	77, // 87: bc.agent.v1.Gateway.Renew:output_type -> bc.agent.v1.RenewReply
-	78, // 88: bc.agent.v1.Gateway.Tunnel:output_type -> bc.agent.v1.TunnelFrame
-	85, // [85:89] is the sub-list for method output_type
-	81, // [81:85] is the sub-list for method input_type
-	81, // [81:81] is the sub-list for extension type_name
-	81, // [81:81] is the sub-list for extension extendee
-	0,  // [0:81] is the sub-list for field type_name
+	2,  // 27: bc.agent.v1.DaemonSection.manifest:type_name -> bc.agent.v1.Envelope
+	32, // 28: bc.agent.v1.AccessSection.accounts:type_name -> bc.agent.v1.SshAccount
+	33, // 29: bc.agent.v1.AccessSection.revoked_serials:type_name -> bc.agent.v1.RevokedSerials
+	2,  // 30: bc.agent.v1.TrustSection.trust_bundle:type_name -> bc.agent.v1.Envelope
+	4,  // 31: bc.agent.v1.TrustBundle.command_roots:type_name -> bc.agent.v1.PublicKey
+	36, // 32: bc.agent.v1.TrustBundle.quorum:type_name -> bc.agent.v1.Quorum
+	4,  // 33: bc.agent.v1.TrustBundle.tunnels_issuer:type_name -> bc.agent.v1.PublicKey
+	4,  // 34: bc.agent.v1.TrustBundle.workload_issuer:type_name -> bc.agent.v1.PublicKey
+	4,  // 35: bc.agent.v1.Quorum.approvers:type_name -> bc.agent.v1.PublicKey
+	37, // 36: bc.agent.v1.Quorum.tiers:type_name -> bc.agent.v1.QuorumTier
+	40, // 37: bc.agent.v1.NodeStatement.command_result:type_name -> bc.agent.v1.CommandResult
+	41, // 38: bc.agent.v1.NodeStatement.allocation_bound:type_name -> bc.agent.v1.AllocationBound
+	42, // 39: bc.agent.v1.NodeStatement.secret_request:type_name -> bc.agent.v1.SecretRequest
+	0,  // 40: bc.agent.v1.CommandResult.state:type_name -> bc.agent.v1.CommandState
+	45, // 41: bc.agent.v1.NodeFrame.hello:type_name -> bc.agent.v1.Hello
+	48, // 42: bc.agent.v1.NodeFrame.heartbeat:type_name -> bc.agent.v1.Heartbeat
+	52, // 43: bc.agent.v1.NodeFrame.command_update:type_name -> bc.agent.v1.CommandUpdate
+	53, // 44: bc.agent.v1.NodeFrame.status_report:type_name -> bc.agent.v1.StatusReport
+	68, // 45: bc.agent.v1.NodeFrame.spec_request:type_name -> bc.agent.v1.SpecRequest
+	2,  // 46: bc.agent.v1.NodeFrame.secret_request:type_name -> bc.agent.v1.Envelope
+	69, // 47: bc.agent.v1.NodeFrame.workload_token_request:type_name -> bc.agent.v1.WorkloadTokenRequest
+	70, // 48: bc.agent.v1.NodeFrame.event_ack:type_name -> bc.agent.v1.EventAck
+	50, // 49: bc.agent.v1.NodeFrame.pong:type_name -> bc.agent.v1.Pong
+	47, // 50: bc.agent.v1.GatewayFrame.welcome:type_name -> bc.agent.v1.Welcome
+	51, // 51: bc.agent.v1.GatewayFrame.command:type_name -> bc.agent.v1.CommandDelivery
+	71, // 52: bc.agent.v1.GatewayFrame.desired_state:type_name -> bc.agent.v1.DesiredState
+	49, // 53: bc.agent.v1.GatewayFrame.ping:type_name -> bc.agent.v1.Ping
+	72, // 54: bc.agent.v1.GatewayFrame.drain:type_name -> bc.agent.v1.Drain
+	73, // 55: bc.agent.v1.GatewayFrame.revocation_notice:type_name -> bc.agent.v1.RevocationNotice
+	74, // 56: bc.agent.v1.GatewayFrame.cancel:type_name -> bc.agent.v1.Cancel
+	75, // 57: bc.agent.v1.GatewayFrame.secret_response:type_name -> bc.agent.v1.SecretResponse
+	76, // 58: bc.agent.v1.GatewayFrame.workload_token_response:type_name -> bc.agent.v1.WorkloadTokenResponse
+	77, // 59: bc.agent.v1.GatewayFrame.open_tunnel:type_name -> bc.agent.v1.OpenTunnel
+	70, // 60: bc.agent.v1.GatewayFrame.event_ack:type_name -> bc.agent.v1.EventAck
+	46, // 61: bc.agent.v1.Hello.drivers:type_name -> bc.agent.v1.DriverManifest
+	2,  // 62: bc.agent.v1.CommandDelivery.command:type_name -> bc.agent.v1.Envelope
+	2,  // 63: bc.agent.v1.CommandDelivery.batch_approval:type_name -> bc.agent.v1.Envelope
+	0,  // 64: bc.agent.v1.CommandUpdate.state:type_name -> bc.agent.v1.CommandState
+	2,  // 65: bc.agent.v1.CommandUpdate.result:type_name -> bc.agent.v1.Envelope
+	55, // 66: bc.agent.v1.StatusReport.inventory:type_name -> bc.agent.v1.InventorySection
+	2,  // 67: bc.agent.v1.StatusReport.allocations:type_name -> bc.agent.v1.Envelope
+	62, // 68: bc.agent.v1.StatusReport.released:type_name -> bc.agent.v1.AllocationReleased
+	63, // 69: bc.agent.v1.StatusReport.failed:type_name -> bc.agent.v1.AllocationFailed
+	64, // 70: bc.agent.v1.StatusReport.instances:type_name -> bc.agent.v1.InstanceStatus
+	65, // 71: bc.agent.v1.StatusReport.pressure:type_name -> bc.agent.v1.HostPressure
+	67, // 72: bc.agent.v1.StatusReport.volume_storage:type_name -> bc.agent.v1.VolumeStorage
+	54, // 73: bc.agent.v1.StatusReport.sections:type_name -> bc.agent.v1.SectionStatus
+	66, // 74: bc.agent.v1.StatusReport.volumes:type_name -> bc.agent.v1.VolumeStatus
+	1,  // 75: bc.agent.v1.SectionStatus.state:type_name -> bc.agent.v1.SectionState
+	57, // 76: bc.agent.v1.SystemInventory.numa:type_name -> bc.agent.v1.NumaNode
+	59, // 77: bc.agent.v1.GpuInventory.gpus:type_name -> bc.agent.v1.Gpu
+	61, // 78: bc.agent.v1.NetworkInventory.nics:type_name -> bc.agent.v1.Nic
+	2,  // 79: bc.agent.v1.DesiredState.spec:type_name -> bc.agent.v1.Envelope
+	81, // 80: bc.agent.v1.OpenTunnel.size:type_name -> bc.agent.v1.TerminalSize
+	12, // 81: bc.agent.v1.RenewRequest.node_key:type_name -> bc.agent.v1.TpmCertification
+	2,  // 82: bc.agent.v1.RenewReply.response:type_name -> bc.agent.v1.Envelope
+	81, // 83: bc.agent.v1.TunnelFrame.resize:type_name -> bc.agent.v1.TerminalSize
+	5,  // 84: bc.agent.v1.Join.Join:input_type -> bc.agent.v1.JoinRequest
+	43, // 85: bc.agent.v1.Gateway.Session:input_type -> bc.agent.v1.NodeFrame
+	78, // 86: bc.agent.v1.Gateway.Renew:input_type -> bc.agent.v1.RenewRequest
+	80, // 87: bc.agent.v1.Gateway.Tunnel:input_type -> bc.agent.v1.TunnelFrame
+	13, // 88: bc.agent.v1.Join.Join:output_type -> bc.agent.v1.JoinReply
+	44, // 89: bc.agent.v1.Gateway.Session:output_type -> bc.agent.v1.GatewayFrame
+	79, // 90: bc.agent.v1.Gateway.Renew:output_type -> bc.agent.v1.RenewReply
+	80, // 91: bc.agent.v1.Gateway.Tunnel:output_type -> bc.agent.v1.TunnelFrame
+	88, // [88:92] is the sub-list for method output_type
+	84, // [84:88] is the sub-list for method input_type
+	84, // [84:84] is the sub-list for extension type_name
+	84, // [84:84] is the sub-list for extension extendee
+	0,  // [0:84] is the sub-list for field type_name
 }
 
 func init() { file_bc_agent_v1_agent_proto_init() }
@@ -6503,12 +6705,12 @@ func file_bc_agent_v1_agent_proto_init() {
 		(*JoinReply_Challenge)(nil),
 		(*JoinReply_Response)(nil),
 	}
-	file_bc_agent_v1_agent_proto_msgTypes[35].OneofWrappers = []any{
+	file_bc_agent_v1_agent_proto_msgTypes[37].OneofWrappers = []any{
 		(*NodeStatement_CommandResult)(nil),
 		(*NodeStatement_AllocationBound)(nil),
 		(*NodeStatement_SecretRequest)(nil),
 	}
-	file_bc_agent_v1_agent_proto_msgTypes[39].OneofWrappers = []any{
+	file_bc_agent_v1_agent_proto_msgTypes[41].OneofWrappers = []any{
 		(*NodeFrame_Hello)(nil),
 		(*NodeFrame_Heartbeat)(nil),
 		(*NodeFrame_CommandUpdate)(nil),
@@ -6519,7 +6721,7 @@ func file_bc_agent_v1_agent_proto_init() {
 		(*NodeFrame_EventAck)(nil),
 		(*NodeFrame_Pong)(nil),
 	}
-	file_bc_agent_v1_agent_proto_msgTypes[40].OneofWrappers = []any{
+	file_bc_agent_v1_agent_proto_msgTypes[42].OneofWrappers = []any{
 		(*GatewayFrame_Welcome)(nil),
 		(*GatewayFrame_Command)(nil),
 		(*GatewayFrame_DesiredState)(nil),
@@ -6532,7 +6734,7 @@ func file_bc_agent_v1_agent_proto_init() {
 		(*GatewayFrame_OpenTunnel)(nil),
 		(*GatewayFrame_EventAck)(nil),
 	}
-	file_bc_agent_v1_agent_proto_msgTypes[76].OneofWrappers = []any{
+	file_bc_agent_v1_agent_proto_msgTypes[78].OneofWrappers = []any{
 		(*TunnelFrame_Ticket)(nil),
 		(*TunnelFrame_Data)(nil),
 		(*TunnelFrame_Resize)(nil),
@@ -6545,7 +6747,7 @@ func file_bc_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bc_agent_v1_agent_proto_rawDesc), len(file_bc_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   78,
+			NumMessages:   80,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

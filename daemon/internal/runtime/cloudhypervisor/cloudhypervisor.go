@@ -5,7 +5,13 @@
 // their bridge; ch.taps.delete removes them). A domain is its record and
 // seed (runtime/hostfiles); it runs while the process of its pid file is
 // that cloud-hypervisor. The guest finds its NoCloud seed through the
-// SMBIOS serial, as in a libvirt domain (runtime/plan.SeedURL).
+// SMBIOS serial, as in a libvirt domain (runtime/plan.SeedURL). Its NICs
+// have their addresses on the instance network, guarded by the helper as
+// a libvirt domain's are. What this runtime does not carry yet (pinning,
+// huge pages, a balloon floor, GPUs, a boot image, TCG) it refuses with
+// runtime.ErrUnsupported rather than run the guest without it; and a host
+// whose cloud-hypervisor binary or working KVM is missing does not have
+// the runtime at all (Available).
 package cloudhypervisor
 
 import (
@@ -23,6 +29,7 @@ import (
 	"bcd/internal/config"
 	"bcd/internal/helper"
 	"bcd/internal/runtime"
+	"bcd/internal/runtime/guestnet"
 	"bcd/internal/runtime/hostfiles"
 	"bcd/internal/runtime/libvirt"
 	"bcd/internal/runtime/plan"
@@ -77,27 +84,53 @@ func (r *Runtime) Define(ctx context.Context, d *runtime.Domain) error {
 	if err := plan.Check(d, bridges); err != nil {
 		return err
 	}
+	if why := unsupported(d); why != "" {
+		return fmt.Errorf("%w: cloud-hypervisor: domain %s: %s", runtime.ErrUnsupported, d.ID, why)
+	}
 	d.WithTaps()
+	if err := hostfiles.Addresses(r.opts.StateDir).AssignAll(d); err != nil {
+		return err
+	}
 	if err := r.taps(ctx, d); err != nil {
 		if errors.Is(err, helper.CodeBridge) || errors.Is(err, helper.CodeArgs) {
 			return fmt.Errorf("%w: %s", runtime.ErrInvalid, err)
 		}
 		return err
 	}
+	d.Seed.NetworkConfig = guestnet.NetworkConfig(d)
 	if err := r.files.WriteSeed(d); err != nil {
 		return err
 	}
 	return r.files.Write(d)
 }
 
-// taps has the helper make the domain's taps.
+// unsupported says which field of d this runtime does not carry ("": none).
+func unsupported(d *runtime.Domain) string {
+	switch {
+	case d.CPUs != nil:
+		return "pinned vCPUs are not carried by this runtime"
+	case d.HugePageBytes != 0:
+		return "huge-page backing is not carried by this runtime"
+	case d.MemoryFloorBytes != 0:
+		return "a balloon floor is not carried by this runtime (it does not balloon)"
+	case len(d.GPUs) > 0:
+		return "GPU passthrough is not carried by this runtime"
+	case d.Image != nil:
+		return "a boot image is not carried by this runtime"
+	case d.Accelerator == runtime.AccelTCG:
+		return "it runs on KVM only, and this host's accelerator is tcg"
+	}
+	return ""
+}
+
+// taps has the helper make the domain's taps, each NIC held to its address.
 func (r *Runtime) taps(ctx context.Context, d *runtime.Domain) error {
 	if len(d.NICs) == 0 {
 		return nil
 	}
 	a := helper.DomainArgs{ID: d.ID}
 	for _, n := range d.NICs {
-		a.NICs = append(a.NICs, helper.NIC{Bridge: n.Bridge, MAC: n.MAC})
+		a.NICs = append(a.NICs, helper.NIC{Bridge: n.Bridge, MAC: n.MAC, Address: n.Address})
 	}
 	return r.opts.Call(ctx, r.opts.Socket, helper.OpChTaps, a, nil)
 }
@@ -220,6 +253,9 @@ func (r *Runtime) Destroy(ctx context.Context, id string) error {
 		return err
 	}
 	if err := r.opts.Call(ctx, r.opts.Socket, helper.OpChTapsDelete, helper.DomainArgs{ID: id}, nil); err != nil {
+		return err
+	}
+	if err := hostfiles.Addresses(r.opts.StateDir).Release(id); err != nil {
 		return err
 	}
 	for _, ext := range []string{".sock", ".pid", ".log"} {

@@ -6,6 +6,7 @@ package cloudhypervisor
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -65,5 +66,36 @@ func TestDomainsAreCloudHypervisorProcesses(t *testing.T) {
 	}
 	if !slices.Equal(ops, []string{"ch.taps vm1", "ch.taps vm1", "ch.taps.delete vm1"}) {
 		t.Fatalf("ops %v", ops)
+	}
+}
+
+func TestWhatItDoesNotCarryIsRefusedAndAHostWithoutItLacksIt(t *testing.T) {
+	dir := t.TempDir()
+	r := New(Options{Socket: "unused", StateDir: dir, Binary: "/nowhere/cloud-hypervisor", Call: func(context.Context, string, string, any, any) error {
+		t.Fatal("the helper was asked for a refused domain")
+		return nil
+	}})
+	base := func() *runtime.Domain { return &runtime.Domain{ID: "vm1", VCPUs: 1, MemoryBytes: 1 << 30} }
+	for name, edit := range map[string]func(*runtime.Domain){
+		"pinning":    func(d *runtime.Domain) { d.CPUs = &runtime.Pinning{HostCPUs: []uint32{1}} },
+		"huge pages": func(d *runtime.Domain) { d.HugePageBytes = 2 << 20 },
+		"a floor":    func(d *runtime.Domain) { d.MemoryFloorBytes = 512 << 20 },
+		"a GPU":      func(d *runtime.Domain) { d.GPUs = []runtime.GPU{{Index: 0, Address: "0000:3b:00.0"}} },
+		"tcg":        func(d *runtime.Domain) { d.Accelerator = runtime.AccelTCG },
+	} {
+		d := base()
+		edit(d)
+		if err := r.Define(context.Background(), d); !errors.Is(err, runtime.ErrUnsupported) {
+			t.Errorf("%s: %v, want ErrUnsupported", name, err)
+		}
+	}
+	if ids, _ := r.List(context.Background()); len(ids) != 0 {
+		t.Fatalf("refused domains are recorded: %v", ids)
+	}
+	if ok, why := Available("/nowhere/cloud-hypervisor", runtime.AccelKVM); ok || !strings.Contains(why, "no /nowhere/cloud-hypervisor binary") {
+		t.Fatalf("%v %q", ok, why)
+	}
+	if ok, why := Available("/bin/sh", runtime.AccelTCG); ok || !strings.Contains(why, "tcg") {
+		t.Fatalf("%v %q", ok, why)
 	}
 }

@@ -9,6 +9,12 @@
 //     seed (user-data 0600: it may be a secret);
 //   - <root>/run/bcd/taps/<tap>: the taps of its NICs (run/ is cleared by
 //     a reboot, as a real host loses its taps; Start makes them again);
+//   - <root>/var/lib/bcd/addresses/<address>: its NICs' addresses on the
+//     instance network (runtime/guestnet), given back with the domain;
+//   - <root>/var/lib/bcd/overlays/<id>.qcow2: the overlay of a domain that
+//     boots an image, simulated (a JSON note of its base: no QEMU here),
+//     and its seed disk named in the plan beside the seed's files
+//     (seeds/<id>/cidata.img, not written: nothing boots here);
 //   - <data_dir>/fakehw-plans/<id>.xml: the libvirt domain XML a real host
 //     would define (runtime/plan, the renderer bcd helper uses), or
 //     <id>.error with the reason when libvirt would refuse the domain;
@@ -32,6 +38,7 @@ import (
 
 	"bcd/internal/config"
 	"bcd/internal/runtime"
+	"bcd/internal/runtime/guestnet"
 	"bcd/internal/runtime/plan"
 )
 
@@ -100,6 +107,47 @@ func (r *Runtime) DomainsDir() string {
 func (r *Runtime) SeedsDir() string { return filepath.Join(r.opts.Root, "var", "lib", "bcd", "seeds") }
 func (r *Runtime) TapsDir() string  { return filepath.Join(r.opts.Root, "run", "bcd", "taps") }
 
+// OverlaysDir holds the simulated overlays.
+func (r *Runtime) OverlaysDir() string {
+	return filepath.Join(r.opts.Root, "var", "lib", "bcd", "overlays")
+}
+
+// Addresses are the instances' addresses on the instance network.
+func (r *Runtime) Addresses() guestnet.Addresses {
+	return guestnet.Addresses{Dir: filepath.Join(r.opts.Root, "var", "lib", "bcd", "addresses")}
+}
+
+// local is what the runtime chooses for a domain: its NICs' addresses,
+// and for a domain that boots an image its overlay and seed disk.
+func (r *Runtime) local(d *runtime.Domain) error {
+	if err := r.Addresses().AssignAll(d); err != nil {
+		return err
+	}
+	d.Seed.NetworkConfig = guestnet.NetworkConfig(d)
+	if d.Image != nil {
+		d.Local.Overlay = filepath.Join(r.OverlaysDir(), d.ID+".qcow2")
+		d.Local.SeedDisk = filepath.Join(r.SeedsDir(), d.ID, "cidata.img")
+	}
+	return nil
+}
+
+// writeOverlay writes the simulated overlay of a domain that boots an
+// image (a note of its base), or removes one it no longer has.
+func (r *Runtime) writeOverlay(d *runtime.Domain) error {
+	path := filepath.Join(r.OverlaysDir(), d.ID+".qcow2")
+	if d.Image == nil {
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	note, _ := json.Marshal(map[string]string{"simulated": "qcow2 overlay", "backing": d.Image.Base, "backing_format": d.Image.Format, "digest": d.Image.Digest})
+	if err := os.MkdirAll(r.OverlaysDir(), 0o755); err != nil {
+		return err
+	}
+	return config.WriteFileAtomic(path, append(note, '\n'), 0o600)
+}
+
 func (r *Runtime) recordPath(id string) string { return filepath.Join(r.DomainsDir(), id+".json") }
 
 // PlanPath and ErrorPath are a domain's plan and its refusal.
@@ -128,7 +176,14 @@ func (r *Runtime) write(rec *Record) error {
 func (r *Runtime) Define(_ context.Context, d *runtime.Domain) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err := plan.Check(d, r.opts.Bridges); err != nil {
+	err := r.local(d)
+	if err == nil {
+		err = plan.Check(d, r.opts.Bridges)
+	}
+	if err != nil {
+		if old, _ := r.Read(d.ID); old == nil && runtime.IDPattern.MatchString(d.ID) {
+			_ = r.Addresses().Release(d.ID)
+		}
 		if runtime.IDPattern.MatchString(d.ID) {
 			_ = os.Remove(r.PlanPath(d.ID))
 			if werr := r.writePlanFile(r.ErrorPath(d.ID), []byte(err.Error()+"\n")); werr != nil {
@@ -148,6 +203,9 @@ func (r *Runtime) Define(_ context.Context, d *runtime.Domain) error {
 		return err
 	}
 	fp := d.Fingerprint()
+	if err := r.writeOverlay(d); err != nil {
+		return err
+	}
 	if rec != nil && rec.Fingerprint == fp {
 		return nil
 	}
@@ -183,6 +241,9 @@ func (r *Runtime) writeSeed(d *runtime.Domain) error {
 		return err
 	}
 	if err := config.WriteFileAtomic(filepath.Join(dir, "user-data"), d.Seed.UserData, 0o600); err != nil {
+		return err
+	}
+	if err := config.WriteFileAtomic(filepath.Join(dir, "network-config"), d.Seed.NetworkConfig, 0o644); err != nil {
 		return err
 	}
 	return config.WriteFileAtomic(filepath.Join(dir, "meta-data"), d.Seed.MetaData, 0o644)
@@ -252,11 +313,14 @@ func (r *Runtime) Destroy(_ context.Context, id string) error {
 	if err := r.dropBalloon(id); err != nil {
 		return err
 	}
-	paths := append(taps, r.PlanPath(id), r.ErrorPath(id), r.recordPath(id))
+	paths := append(taps, r.PlanPath(id), r.ErrorPath(id), r.recordPath(id), filepath.Join(r.OverlaysDir(), id+".qcow2"))
 	for _, p := range paths {
 		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
+	}
+	if err := r.Addresses().Release(id); err != nil {
+		return err
 	}
 	return os.RemoveAll(filepath.Join(r.SeedsDir(), id))
 }

@@ -1,8 +1,10 @@
 // Package hostfiles is what the host runtimes (runtime/libvirt,
 // runtime/cloudhypervisor) keep on bcd's side: one record per domain
 // (<state>/<runtime>/<id>.json: its definition and fingerprint, which is
-// how List and Inspect know what bcd defined) and its NoCloud seed
-// (<state>/seeds/<id>/{user-data,meta-data}, user-data 0600).
+// how List and Inspect know what bcd defined), its NoCloud seed
+// (<state>/seeds/<id>/{user-data,meta-data,network-config}, user-data
+// 0600), and the instance network's addresses the runtimes share
+// (<state>/addresses, runtime/guestnet).
 package hostfiles
 
 import (
@@ -14,6 +16,7 @@ import (
 
 	"bcd/internal/config"
 	"bcd/internal/runtime"
+	"bcd/internal/runtime/guestnet"
 )
 
 // Record is a domain bcd defined.
@@ -40,6 +43,11 @@ func (f *Files) SeedDir(id string) string { return filepath.Join(f.seeds, id) }
 // Dir is the runtime's own directory (records, sockets, logs).
 func (f *Files) Dir() string { return f.dir }
 
+// Addresses are the instance network's addresses held under state.
+func Addresses(state string) guestnet.Addresses {
+	return guestnet.Addresses{Dir: filepath.Join(state, "addresses")}
+}
+
 // Read returns a record (nil when there is none).
 func (f *Files) Read(id string) (*Record, error) {
 	return runtime.ReadRecord[Record](f.path(id), "domain record "+id)
@@ -64,6 +72,9 @@ func (f *Files) WriteSeed(d *runtime.Domain) error {
 		return err
 	}
 	if err := config.WriteFileAtomic(filepath.Join(dir, "user-data"), d.Seed.UserData, 0o600); err != nil {
+		return err
+	}
+	if err := config.WriteFileAtomic(filepath.Join(dir, "network-config"), d.Seed.NetworkConfig, 0o600); err != nil {
 		return err
 	}
 	return config.WriteFileAtomic(filepath.Join(dir, "meta-data"), d.Seed.MetaData, 0o600)

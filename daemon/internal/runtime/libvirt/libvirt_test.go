@@ -12,20 +12,36 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"bcd/internal/helper"
 	"bcd/internal/runtime"
+	"bcd/internal/runtime/hostfiles"
 )
 
-// fakeHelper answers like bcd helper with a libvirt that keeps states.
+// fakeHelper answers like bcd helper with a libvirt that keeps states; it
+// refuses GPUs as a host without them does, and keeps the last define.
 type fakeHelper struct {
-	ops    []string
-	states map[string]string
+	ops     []string
+	states  map[string]string
+	defined helper.DomainArgs
+	setmem  uint64
 }
 
 func (f *fakeHelper) call(_ context.Context, _ string, op string, args, result any) error {
+	switch op {
+	case helper.OpDomainSetMem:
+		f.setmem = args.(helper.SetMemArgs).MemoryBytes
+		return nil
+	case helper.OpDomainStats:
+		*result.(*helper.StatsResult) = *helper.ParseDomstats("cpu.time=2000000000\nballoon.current=524288\nballoon.available=400000\nballoon.unused=100000\n")
+		return nil
+	}
 	a := args.(helper.DomainArgs)
 	f.ops = append(f.ops, op+" "+a.ID)
+	if op == helper.OpDomainDefine && len(a.GPUs) > 0 {
+		return &helper.Refusal{Code: string(helper.CodePlan), Message: "instance-plan: GPU 0: no PCI device 0000:3b:00.0 on this host"}
+	}
 	for _, n := range a.NICs {
 		if n.Bridge != "bcbr0" {
 			return &helper.Refusal{Code: string(helper.CodeBridge), Message: fmt.Sprintf("instance-bridge: domain: bridge %q is not an instance network", n.Bridge)}
@@ -33,7 +49,7 @@ func (f *fakeHelper) call(_ context.Context, _ string, op string, args, result a
 	}
 	switch op {
 	case helper.OpDomainDefine:
-		f.states[a.ID] = "defined"
+		f.states[a.ID], f.defined = "defined", a
 	case helper.OpDomainStart:
 		f.states[a.ID] = "running"
 	case helper.OpDomainDestroy:
@@ -91,5 +107,49 @@ func TestDomainsGoThroughTheHelper(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "seeds", "vm2")); !os.IsNotExist(err) {
 		t.Fatal("a refused domain left its seed")
+	}
+}
+
+func TestEveryPlanFieldGoesToTheHelperOrIsRefused(t *testing.T) {
+	f := &fakeHelper{states: map[string]string{}}
+	dir := t.TempDir()
+	r := New(Options{Socket: "unused", StateDir: dir, Call: f.call})
+	ctx := context.Background()
+	d := &runtime.Domain{ID: "vm1", VCPUs: 1, MemoryBytes: 1 << 30, MemoryFloorBytes: 256 << 20, HugePageBytes: 0, Accelerator: runtime.AccelTCG,
+		CPUs: &runtime.Pinning{Node: 0, HostCPUs: []uint32{1}}, NICs: []runtime.NIC{{Bridge: "bcbr0", MAC: "52:54:00:00:00:01"}},
+		Image: &runtime.Image{Digest: "sha256:" + strings.Repeat("ab", 32), Base: "/var/lib/bcd/images/x.raw", Format: "raw"},
+		Seed:  runtime.Seed{MetaData: []byte("instance-id: vm1\n")}}
+	if err := r.Define(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	a := f.defined
+	if a.CPUs == nil || a.MemoryFloorBytes != 256<<20 || a.Accelerator != "tcg" || a.Image == nil || a.Seed == nil ||
+		a.NICs[0].Address == "" || !strings.Contains(a.Seed.NetworkConfig, a.NICs[0].Address+"/16") || a.Seed.MetaData != "instance-id: vm1\n" {
+		t.Fatalf("the helper got %+v (seed %+v)", a, a.Seed)
+	}
+	if owner, _ := hostfiles.Addresses(dir).Owner(a.NICs[0].Address); owner != "vm1" {
+		t.Fatalf("the address %s is %q's", a.NICs[0].Address, owner)
+	}
+	// The running guest: ballooned through domain.setmem, its usage from domain.stats.
+	if err := r.SetBalloon(ctx, "vm1", 256<<20); err != nil || f.setmem != 256<<20 {
+		t.Fatalf("%v %d", err, f.setmem)
+	}
+	if b, _ := r.Balloon(ctx, "vm1"); b != 512<<20 {
+		t.Fatalf("balloon %d", b)
+	}
+	if u, _ := r.Usage(ctx, "vm1"); u.CPUTime != 2*time.Second || u.MemoryUsedBytes != 300000<<10 {
+		t.Fatalf("usage %+v", u)
+	}
+	// A field the host cannot apply: unsupported, nothing left behind.
+	gpu := &runtime.Domain{ID: "vm2", VCPUs: 1, MemoryBytes: 1 << 30, NICs: []runtime.NIC{{Bridge: "bcbr0", MAC: "52:54:00:00:00:02"}},
+		GPUs: []runtime.GPU{{Index: 0, Address: "0000:3b:00.0"}}}
+	if err := r.Define(ctx, gpu); !errors.Is(err, runtime.ErrUnsupported) || !strings.Contains(err.Error(), "instance-plan") {
+		t.Fatalf("%v", err)
+	}
+	if ids, _ := r.List(ctx); len(ids) != 1 {
+		t.Fatalf("the refused domain is recorded: %v", ids)
+	}
+	if held, _ := os.ReadDir(filepath.Join(dir, "addresses")); len(held) != 1 {
+		t.Fatalf("the refused domain holds an address: %v", held)
 	}
 }

@@ -1,11 +1,14 @@
 // Native fuzz target of the domain plan: a runtime.Domain (its JSON) that
-// Check and CheckDisks accept renders, the same bytes every time, to
-// well-formed XML (read back token by token, strictly, and into the
-// elements it is made of) that says exactly what was checked: its name,
-// memory, vCPUs and pins, each disk's source (directly under the allowed
-// directories, no ".." element), device, serial and read-only flag, each
-// NIC's bridge (an allowed one), MAC and tap (the instance's own), and no
-// file attribute anywhere but the disks'. A domain refused is refused with
+// Check, CheckDisks and CheckImage accept renders, the same bytes every
+// time, to well-formed XML (read back token by token, strictly, and into
+// the elements it is made of) that says exactly what was checked: its
+// type, name, memory, vCPUs and pins, the boot disk (its overlay, and its
+// base directly under the image directories, ending the chain), each
+// volume's source (directly under the allowed directories, no ".."
+// element), device, serial and read-only flag, the seed disk (read-only,
+// last), each NIC's bridge (an allowed one), MAC and tap (the instance's
+// own), each GPU's PCI address, and no file attribute anywhere but the
+// disks' and the console log's. A domain refused is refused with
 // runtime.ErrInvalid. The seed corpus is also what
 // TestLibvirtSchemaAcceptsThePlan validates with virt-xml-validate.
 
@@ -31,8 +34,9 @@ import (
 
 // What the fuzzed plans may name.
 var (
-	fuzzBridges = []string{"bcbr0", "bcbr1"}
-	fuzzDirs    = []string{"/var/lib/bcd/volumes", "/srv/bcd volumes"}
+	fuzzBridges   = []string{"bcbr0", "bcbr1"}
+	fuzzDirs      = []string{"/var/lib/bcd/volumes", "/srv/bcd volumes"}
+	fuzzImageDirs = []string{"/var/lib/bcd/images"}
 )
 
 // seedDomains are the seed corpus: the plans of plan_test.go and the
@@ -50,7 +54,7 @@ func seedDomains() []*runtime.Domain {
 	big.WithTaps()
 	bridged := &runtime.Domain{ID: "bridged", VCPUs: 1, MemoryBytes: MinMemory, NICs: []runtime.NIC{{Bridge: "bcbr1"}, {Bridge: "bcbr0", MAC: "02:00:00:00:00:01"}},
 		Disks: []runtime.Disk{{Path: "/var/lib/bcd/volumes/é & <x>.raw", Serial: ""}}}
-	return []*runtime.Domain{domain(), placed(), {ID: "bare", VCPUs: 1, MemoryBytes: 1 << 28}, big, bridged}
+	return []*runtime.Domain{domain(), placed(), booted(), {ID: "bare", VCPUs: 1, MemoryBytes: 1 << 28}, big, bridged}
 }
 
 // seedCorpus is the JSON of seedDomains and every input under
@@ -98,7 +102,7 @@ func readCorpusFile(path string) ([]byte, error) {
 // accepted is the domain of data if Check and CheckDisks take it.
 func accepted(data []byte) (*runtime.Domain, bool) {
 	d := &runtime.Domain{}
-	if json.Unmarshal(data, d) != nil || Check(d, fuzzBridges) != nil || CheckDisks(d, fuzzDirs) != nil {
+	if json.Unmarshal(data, d) != nil || Check(d, fuzzBridges) != nil || CheckDisks(d, fuzzDirs) != nil || CheckImage(d, fuzzImageDirs) != nil {
 		return nil, false
 	}
 	return d, true
@@ -120,6 +124,9 @@ func FuzzPlan(f *testing.F) {
 		err := Check(d, fuzzBridges)
 		if err == nil {
 			err = CheckDisks(d, fuzzDirs)
+		}
+		if err == nil {
+			err = CheckImage(d, fuzzImageDirs)
 		}
 		if err != nil {
 			if !errors.Is(err, runtime.ErrInvalid) {
@@ -149,16 +156,34 @@ type parsed struct {
 		VCPU   string `xml:"vcpu,attr"`
 		CPUSet string `xml:"cpuset,attr"`
 	} `xml:"cputune>vcpupin"`
-	Disks []struct {
+	Kernel string `xml:"os>kernel"`
+	Disks  []struct {
 		Source struct {
 			File string `xml:"file,attr"`
 		} `xml:"source"`
+		Backing *struct {
+			Format struct {
+				Type string `xml:"type,attr"`
+			} `xml:"format"`
+			Source struct {
+				File string `xml:"file,attr"`
+			} `xml:"source"`
+			End *struct{} `xml:"backingStore"`
+		} `xml:"backingStore"`
 		Target struct {
 			Dev string `xml:"dev,attr"`
 		} `xml:"target"`
 		Serial   string    `xml:"serial"`
 		ReadOnly *struct{} `xml:"readonly"`
 	} `xml:"devices>disk"`
+	Hostdevs []struct {
+		Address struct {
+			Domain   string `xml:"domain,attr"`
+			Bus      string `xml:"bus,attr"`
+			Slot     string `xml:"slot,attr"`
+			Function string `xml:"function,attr"`
+		} `xml:"source>address"`
+	} `xml:"devices>hostdev"`
 	NICs []struct {
 		Type   string `xml:"type,attr"`
 		Source *struct {
@@ -194,10 +219,24 @@ func saysWhatWasChecked(t *testing.T, d *runtime.Domain, out []byte) {
 		}
 	}
 	// encoding/xml escapes a quote in text, so file=" is an attribute.
-	if n := bytes.Count(out, []byte(` file="`)); n != len(d.Disks) || len(p.Disks) != len(d.Disks) {
-		t.Fatalf("%d file attributes and %d disks in the XML, the domain has %d disks", n, len(p.Disks), len(d.Disks))
+	boot, files, disks := 0, len(d.Disks), len(d.Disks)
+	if d.Image != nil {
+		boot, files, disks = 1, files+2, disks+1
 	}
-	if p.Type != "kvm" || p.Name != DomainName(d.ID) || p.Memory != fmt.Sprint(d.MemoryBytes/1024) || p.VCPU != fmt.Sprint(d.VCPUs) {
+	if d.Local.SeedDisk != "" {
+		files, disks = files+1, disks+1
+	}
+	if d.Local.ConsoleLog != "" {
+		files++
+	}
+	if n := bytes.Count(out, []byte(` file="`)); n != files || len(p.Disks) != disks {
+		t.Fatalf("%d file attributes and %d disks in the XML, the domain has %d and %d", n, len(p.Disks), files, disks)
+	}
+	wantType := "kvm"
+	if d.Accelerator == runtime.AccelTCG {
+		wantType = "qemu"
+	}
+	if p.Type != wantType || p.Name != DomainName(d.ID) || p.Memory != fmt.Sprint(d.MemoryBytes/1024) || p.VCPU != fmt.Sprint(d.VCPUs) {
 		t.Fatalf("domain %+v reads back as %q %q, %s KiB, %s vCPUs", d, p.Type, p.Name, p.Memory, p.VCPU)
 	}
 	var pins []string
@@ -215,11 +254,36 @@ func saysWhatWasChecked(t *testing.T, d *runtime.Domain, out []byte) {
 		}
 	}
 	for i, disk := range p.Disks {
-		w := d.Disks[i]
-		if disk.Source.File != w.Path || !DiskUnder(disk.Source.File, fuzzDirs) || !plainPath(disk.Source.File) ||
-			disk.Target.Dev != DiskDev(i) || disk.Serial != w.Serial || (disk.ReadOnly != nil) != w.ReadOnly {
-			t.Fatalf("disk %d reads back as %+v, want %+v", i, disk, w)
+		switch {
+		case i < boot:
+			b := disk.Backing
+			if disk.Source.File != d.Local.Overlay || b == nil || b.Source.File != d.Image.Base || !DiskUnder(b.Source.File, fuzzImageDirs) ||
+				b.Format.Type != d.Image.Format || b.End == nil || disk.Target.Dev != DiskDev(i) || disk.ReadOnly != nil {
+				t.Fatalf("the boot disk reads back as %+v, want %+v over %+v", disk, d.Local.Overlay, d.Image)
+			}
+		case i < boot+len(d.Disks):
+			w := d.Disks[i-boot]
+			if disk.Source.File != w.Path || !DiskUnder(disk.Source.File, fuzzDirs) || !plainPath(disk.Source.File) || disk.Backing != nil ||
+				disk.Target.Dev != DiskDev(i) || disk.Serial != w.Serial || (disk.ReadOnly != nil) != w.ReadOnly {
+				t.Fatalf("disk %d reads back as %+v, want %+v", i, disk, w)
+			}
+		default:
+			if disk.Source.File != d.Local.SeedDisk || disk.ReadOnly == nil || disk.Target.Dev != DiskDev(i) || disk.Backing != nil {
+				t.Fatalf("the seed disk reads back as %+v, want %q", disk, d.Local.SeedDisk)
+			}
 		}
+	}
+	if len(p.Hostdevs) != len(d.GPUs) {
+		t.Fatalf("%d hostdevs, want %d", len(p.Hostdevs), len(d.GPUs))
+	}
+	for i, h := range p.Hostdevs {
+		a := h.Address
+		if got := fmt.Sprintf("%s:%s:%s.%s", strings.TrimPrefix(a.Domain, "0x"), strings.TrimPrefix(a.Bus, "0x"), strings.TrimPrefix(a.Slot, "0x"), strings.TrimPrefix(a.Function, "0x")); got != d.GPUs[i].Address {
+			t.Fatalf("hostdev %d is %s, want %s", i, got, d.GPUs[i].Address)
+		}
+	}
+	if (d.Local.Kernel == nil) != (p.Kernel == "") || (d.Local.Kernel != nil && p.Kernel != d.Local.Kernel.Kernel) {
+		t.Fatalf("kernel %q, want %+v", p.Kernel, d.Local.Kernel)
 	}
 	if len(p.NICs) != len(d.NICs) {
 		t.Fatalf("%d interfaces, want %d", len(p.NICs), len(d.NICs))

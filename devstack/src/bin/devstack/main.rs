@@ -26,6 +26,7 @@ mod console;
 mod console_gate;
 mod events;
 mod exit;
+mod fleet;
 mod gateway;
 mod hint;
 mod instances;
@@ -37,6 +38,7 @@ mod reservations;
 mod revoke;
 mod serve;
 mod sim;
+mod ssh_cert;
 mod status;
 mod store_args;
 mod table;
@@ -112,8 +114,14 @@ actions! {
     Command(commands::CommandArgs),
     /// List the commands (of a node, in a state), or show one.
     Commands(commands::Commands),
-    /// Book GPUs of an adopted node as a hold.
+    /// Book GPUs of an adopted node (or, with --pool, of the node placement picks) as a hold.
     Reserve(reservations::Reserve),
+    /// Cordon a node: it takes no new reservation or instance and keeps what it runs.
+    Cordon(fleet::Cordon),
+    /// Lift a node's cordon.
+    Uncordon(fleet::Uncordon),
+    /// A user certificate of the stack's break-glass SSH CA for a principal the node allows.
+    SshCert(ssh_cert::SshCert),
     /// Withdraw a reservation's hold.
     Release(reservations::Release),
     /// List the reservations, or show one.

@@ -1,4 +1,5 @@
-//! `devstack reserve NODE --gpus N [--wait]` (book GPUs as a hold),
+//! `devstack reserve NODE --gpus N [--wait]` (book GPUs as a hold; `--pool
+//! P [--duration D]` on the node placement picks, for a while),
 //! `devstack release ID` (withdraw it) and `devstack reservations [ID]`
 //! (list them, of a node, in a state; or show one).
 
@@ -7,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::Args;
-use devstack::admin::api::{ReservationView, ReserveRequest, WaitRequest};
+use devstack::admin::api::{ReservationView, WaitRequest};
 use devstack::admin::query::encode;
 
 use crate::nodes::{api, route};
@@ -46,11 +47,15 @@ fn print_one(out: &Output, view: &ReservationView) -> Result<()> {
     out.one(view, |v, wide| Ok(out!("{}", table(std::slice::from_ref(v), wide).render())?))
 }
 
-/// `devstack reserve NODE --gpus N [--wait]`.
+/// `devstack reserve NODE --gpus N [--wait]`, or `--pool P [--duration D]`
+/// (crate::fleet).
 #[derive(Args)]
 pub struct Reserve {
     /// The node: its id, a unique prefix of it, or its hostname.
-    node: String,
+    #[arg(required_unless_present = "pool")]
+    node: Option<String>,
+    #[command(flatten)]
+    pool: crate::fleet::PoolForm,
     /// How many GPUs to book.
     #[arg(long, value_name = "N")]
     gpus: u32,
@@ -66,10 +71,11 @@ pub struct Reserve {
 
 impl Reserve {
     pub async fn run(self, ctx: &crate::Context) -> Result<ExitCode> {
-        route("nodes", "node", &self.node, "")?;
+        if let Some(node) = &self.node {
+            route("nodes", "node", node, "")?;
+        }
         let c = ctx.client()?;
-        let mut view: ReservationView =
-            c.post(&api("/reservations"), &ReserveRequest { node: self.node, gpus: self.gpus }).await?;
+        let mut view: ReservationView = c.post(&api("/reservations"), &self.pool.request(self.node, self.gpus)).await?;
         if self.wait {
             let wait = WaitRequest { timeout_ms: self.timeout.as_millis() as u64 };
             view = c.post(&route("reservations", "reservation", &view.id, "/wait")?, &wait).await?;

@@ -96,9 +96,16 @@ pub struct Serve {
     /// 8: never adopted), l40s (4 GPUs), cpu (no GPU).
     #[arg(long, value_enum, value_name = "V", default_value = "hgx-h100")]
     sim_variant: Variant,
-    /// The first simulated node's fakehw seed (node i gets S+i).
+    /// The first simulated node's fakehw seed (node i gets S+i); also the
+    /// seed of --chaos's draws.
     #[arg(long, value_name = "S", default_value = "41")]
     sim_seed: String,
+    /// Run the simulated nodes under chaos: none, light or heavy (their
+    /// links through a fault proxy; crashes, reboots, partitions, resets,
+    /// stalls drawn from --sim-seed, each printed as it strikes; the fleet
+    /// invariants checked at the stop). You are the workload.
+    #[arg(long, value_name = "LEVEL", requires = "sim", value_parser = parse_level)]
+    chaos: Option<devstack::chaos::Level>,
     /// A TPM attestor trusting the committed EK root (testdata/tpm/ek-root.der),
     /// admitting every EK it certifies into the default pool: `bcd join
     /// --attestor tpm` works by hand.
@@ -291,7 +298,13 @@ async fn run_until_stopped(
         crate::term::print("devstack: stopping");
         return Ok(ExitCode::SUCCESS);
     };
-    let spec = SimSpec { nodes, variant: args.sim_variant, seed: args.sim_seed.clone(), expect_gpus: args.expect_gpus };
+    let spec = SimSpec {
+        nodes,
+        variant: args.sim_variant,
+        seed: args.sim_seed.clone(),
+        expect_gpus: args.expect_gpus,
+        chaos: args.chaos,
+    };
     let mut sim = tokio::select! {
         sim = Sim::start(stack, dir, &spec) => sim?,
         _ = stopped(stop) => {
@@ -306,9 +319,13 @@ async fn run_until_stopped(
         stopped(stop).await;
     }
     crate::term::print("devstack: stopping bcd sim, then the stack");
-    let status = sim.stop().await?;
+    let status = sim.stop(stack).await?;
     crate::term::print(&format!("devstack: bcd sim stopped: {}", crate::sim::explain(status)));
     Ok(if watched.is_ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+fn parse_level(s: &str) -> Result<devstack::chaos::Level, String> {
+    s.parse()
 }
 
 /// Without --sim: a line for each node rejected (one at a time, as nodes

@@ -17,6 +17,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use bcd_build::{BuildOptions, StderrProgress};
+use devstack::chaos::Level;
+use devstack::chaos::live::{self, Live};
 use devstack::{DevStack, NodeState, PoolSpec, StackView};
 use tokio::io::AsyncWriteExt as _;
 use tokio::process::{Child, Command};
@@ -77,6 +79,8 @@ pub struct SimSpec {
     pub seed: String,
     /// The GPU count the pool expects, instead of the variant's.
     pub expect_gpus: Option<u32>,
+    /// The chaos the agents run under, if any (`--chaos`).
+    pub chaos: Option<Level>,
 }
 
 /// A running `bcd sim`.
@@ -86,6 +90,8 @@ pub struct Sim {
     nodes: u32,
     variant: Variant,
     log: PathBuf,
+    /// With --chaos: the faults striking, and the agents' data dir.
+    chaos: Option<(Live, PathBuf)>,
 }
 
 /// Waits until `stop` turns true.
@@ -136,6 +142,15 @@ impl Sim {
         let sim_dir = dir.join("sim");
         let paths = stack.write_bcd_config(&sim_dir, &sim_dir.join("data")).await?;
         let token = stack.mint_join_token(&pool_id, spec.nodes, Duration::from_secs(3600)).await?;
+        let data = sim_dir.join("data");
+        let control = sim_dir.join("sim.sock");
+        let links = match spec.chaos {
+            Some(level) => Some(live::links(stack, spec.nodes, level, &spec.seed, &data).await?),
+            None => {
+                live::unproxied(stack, spec.nodes, &data)?;
+                None
+            }
+        };
         let log = sim_dir.join("bcd-sim.log");
         let out = std::fs::File::create(&log).with_context(|| format!("create {}", log.display()))?;
         let mut cmd = Command::new(&bcd);
@@ -144,6 +159,7 @@ impl Sim {
             .arg(&paths.config)
             .args(["--nodes", &spec.nodes.to_string(), "--seed", &spec.seed])
             .env("BCD_FAKEHW_VARIANT", spec.variant.as_str())
+            .args(links.as_ref().map(|_| ["--control".as_ref(), control.as_os_str()]).into_iter().flatten())
             .stdin(Stdio::piped())
             .stdout(out.try_clone()?)
             .stderr(out)
@@ -162,7 +178,11 @@ impl Sim {
             spec.variant.as_str(),
             log.display()
         ));
-        Ok(Sim { child, pool_id, nodes: spec.nodes, variant: spec.variant, log })
+        let chaos = links.zip(spec.chaos).map(|(links, level)| {
+            term::print(&format!("Chaos: {level}; each fault is printed as it strikes"));
+            (Live::start(links, control, level, &spec.seed, spec.nodes, |line| term::print(&line)), data)
+        });
+        Ok(Sim { child, pool_id, nodes: spec.nodes, variant: spec.variant, log, chaos })
     }
 
     /// Reports joins, then adoption, on standard error until every node is
@@ -218,6 +238,13 @@ impl Sim {
             done += &format!("; {count} {} rejected: {reason}", if count == 1 { "node" } else { "nodes" });
         }
         term::print(&done);
+        // Each rejected node, named with why (the first few).
+        for (node, reason) in now.rejected.iter().take(REJECTED_NAMED) {
+            term::print(&format!("  rejected {node}: {reason}"));
+        }
+        if now.rejected.len() > REJECTED_NAMED {
+            term::print(&format!("  and {} more rejected", now.rejected.len() - REJECTED_NAMED));
+        }
     }
 
     fn ended(&self, status: std::io::Result<ExitStatus>) -> anyhow::Error {
@@ -233,8 +260,21 @@ impl Sim {
     }
 
     /// Stops the agents: SIGTERM to their process group, their exit awaited
-    /// (SIGKILL after [`STOP_GRACE`]).
-    pub async fn stop(mut self) -> Result<ExitStatus> {
+    /// (SIGKILL after [`STOP_GRACE`]); under chaos, the faults stop first and
+    /// the fleet invariants are checked after.
+    pub async fn stop(mut self, stack: &DevStack) -> Result<ExitStatus> {
+        if let Some((mut live, data)) = self.chaos.take() {
+            let struck = live.stop().await?;
+            let total: u64 = struck.values().sum();
+            term::print(&format!("Chaos stopped after {total} fault(s); every link healed"));
+            let status = self.stop_agents().await;
+            check_invariants(stack, &live, &data, self.nodes);
+            return status;
+        }
+        self.stop_agents().await
+    }
+
+    async fn stop_agents(&mut self) -> Result<ExitStatus> {
         if let Some(status) = self.child.try_wait()? {
             return Ok(status);
         }
@@ -253,10 +293,31 @@ impl Sim {
     }
 }
 
+/// Checks the fleet invariants once a chaos run's agents stopped, and says
+/// what they found (docs/harness.md, "Fleet invariants").
+fn check_invariants(stack: &DevStack, live: &Live, data: &Path, nodes: u32) {
+    let mut agents = devstack::invariants::AgentFacts::default();
+    if let Err(e) = agents.add_sim(data) {
+        term::print(&format!("Fleet invariants not checked: the agents' fake hardware: {e}"));
+        return;
+    }
+    let heard = live.heard(&devstack::chaos::agent_nodes(data, nodes));
+    match stack.check_invariants(agents, heard) {
+        Ok(violations) if violations.is_empty() => term::print("Fleet invariants: every one held"),
+        Ok(violations) => {
+            term::print(&format!("Fleet invariants: {} violation(s) (invariant-violated):", violations.len()));
+            for v in violations.iter().take(20) {
+                term::print(&format!("  {v}"));
+            }
+        }
+        Err(e) => term::print(&format!("Fleet invariants not checked: {e}")),
+    }
+}
+
 /// Rejection reasons and how many nodes each, in order of first sight.
-fn grouped(reasons: &[String]) -> Vec<(&str, usize)> {
+fn grouped(rejected: &[(String, String)]) -> Vec<(&str, usize)> {
     let mut groups: Vec<(&str, usize)> = Vec::new();
-    for reason in reasons {
+    for (_, reason) in rejected {
         match groups.iter_mut().find(|(r, _)| r == reason) {
             Some((_, n)) => *n += 1,
             None => groups.push((reason, 1)),
@@ -279,6 +340,9 @@ pub fn explain(status: ExitStatus) -> String {
     }
 }
 
+/// How many rejected nodes the last progress line names.
+const REJECTED_NAMED: usize = 10;
+
 /// How far the simulated nodes got, as this stack observes them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct Progress {
@@ -288,8 +352,8 @@ struct Progress {
     connected: usize,
     /// Adopted, running generation 1 or later, with a live session here.
     adopted: usize,
-    /// The rejection reasons of those rejected with a live session here.
-    rejected: Vec<String>,
+    /// The rejected nodes (`<id> (<hostname>)`) and why.
+    rejected: Vec<(String, String)>,
 }
 
 impl Progress {
@@ -300,7 +364,11 @@ impl Progress {
             joined: nodes.len(),
             connected: live.len(),
             adopted: live.iter().filter(|n| n.state == NodeState::Adopted && n.applied_generation >= 1).count(),
-            rejected: live.iter().filter(|n| n.state == NodeState::Rejected).map(|n| n.reason.clone()).collect(),
+            rejected: live
+                .iter()
+                .filter(|n| n.state == NodeState::Rejected)
+                .map(|n| (format!("{} ({})", n.id, n.hostname), n.reason.clone()))
+                .collect(),
         }
     }
 
@@ -326,8 +394,8 @@ mod tests {
     #[test]
     fn rejections_are_grouped_and_statuses_explained() {
         use std::os::unix::process::ExitStatusExt as _;
-        let reasons = ["a".to_string(), "b".into(), "a".into()];
-        assert_eq!(grouped(&reasons), [("a", 2), ("b", 1)]);
+        let rejected = [("n1".to_string(), "a".to_string()), ("n2".into(), "b".into()), ("n3".into(), "a".into())];
+        assert_eq!(grouped(&rejected), [("a", 2), ("b", 1)]);
         assert!(explain(ExitStatus::from_raw(3 << 8)).contains("revoked"));
         assert_eq!(explain(ExitStatus::from_raw(0)), "exit status 0");
         assert_eq!(explain(ExitStatus::from_raw(9)), "killed by signal 9");
