@@ -1,5 +1,5 @@
-// TLS session resumption with the gateway (docs/protocol.md, "TLS session
-// resumption"): each identity keeps the TLS sessions its dials to the
+// TLS session resumption with the gateway (docs/protocol.md, "Services and
+// transport"): each identity keeps the TLS sessions its dials to the
 // gateway began, so that a reconnection (after a gateway restart, a Drain,
 // a failover to another gateway of the same store) resumes one: no
 // certificate to verify and no signature on either side, only the key
