@@ -167,4 +167,76 @@ func TestAResumedConnectionIsCheckedAgainstThePinLikeAFullOne(t *testing.T) {
 	if _, err := dial(t, second, id, secondPin); !errors.Is(err, ErrServingPin) {
 		t.Fatalf("got %v, want %v", err, ErrServingPin)
 	}
+	// Forgotten at once (it can never resume under this pin): the next
+	// dial is a full handshake that holds.
+	if d, err := dial(t, second, id, secondPin); err != nil || d.resumed {
+		t.Fatalf("after the refused resumption: %v (resumed %v)", err, d.resumed)
+	}
+}
+
+// cut runs one handshake as id against a server that reads the client's
+// first bytes and closes the connection, as a stopping gateway cuts one.
+func cut(t *testing.T, id *Identity, pin string) error {
+	t.Helper()
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer listener.Close()
+	go func() {
+		conn, err := listener.Accept()
+		if err != nil {
+			return
+		}
+		_, _ = conn.Read(make([]byte, 64))
+		_ = conn.Close()
+	}()
+	clientConn, err := net.Dial("tcp", listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer clientConn.Close()
+	cfg := ClientTLS(pin, "localhost", nil)
+	id.Resumable(cfg, pin, "localhost")
+	return tls.Client(clientConn, cfg).Handshake()
+}
+
+func TestASessionOutlivesOneCutHandshakeAndIsForgottenAtTheSecondInARow(t *testing.T) {
+	server, pin := ticketServer(t, "s")
+	id := clientIdentity(t, "node_1")
+	resumed := func() bool {
+		t.Helper()
+		d, err := dial(t, server, id, pin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.resumed
+	}
+	if resumed() {
+		t.Fatal("the first dial cannot resume")
+	}
+	// A gateway that stops cuts the handshake: crypto/tls forgets the
+	// session it offered; bcd keeps it for one more try.
+	if err := cut(t, id, pin); err == nil {
+		t.Fatal("a cut handshake succeeded")
+	}
+	if !resumed() {
+		t.Fatal("after one cut handshake the session resumes")
+	}
+	// Resumed: trusted again, so one more cut keeps it too.
+	if err := cut(t, id, pin); err == nil {
+		t.Fatal("a cut handshake succeeded")
+	}
+	if !resumed() {
+		t.Fatal("after a resumption and one more cut the session resumes")
+	}
+	// Two failures in a row: forgotten, a full handshake.
+	for range 2 {
+		if err := cut(t, id, pin); err == nil {
+			t.Fatal("a cut handshake succeeded")
+		}
+	}
+	if resumed() {
+		t.Fatal("a session that failed twice in a row is forgotten")
+	}
 }
