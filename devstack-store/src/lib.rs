@@ -19,7 +19,7 @@
 //! imports nothing of `devstack`, and its types are plain rows.
 
 use std::path::PathBuf;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, TryLockError};
 
 pub use error::{Error, Result, StoreFailure};
 
@@ -146,6 +146,17 @@ impl Store {
         match self.backend {
             Backend::Sqlite(_) => "sqlite",
             Backend::Postgres(_) => "postgres",
+        }
+    }
+
+    /// Whether a call made now would wait instead of compute: on SQLite
+    /// while another call holds the connection, on PostgreSQL always (each
+    /// statement is a round trip to the server). An async caller makes such
+    /// a call where its wait holds up no other task.
+    pub fn would_wait(&self) -> bool {
+        match &self.backend {
+            Backend::Sqlite(conn) => matches!(conn.try_lock(), Err(TryLockError::WouldBlock)),
+            Backend::Postgres(_) => true,
         }
     }
 

@@ -9,6 +9,15 @@
 //! nothing. No call site publishes or bumps by hand, so "an event is
 //! published only after its change committed" and "every change wakes the
 //! waits" hold by construction.
+//!
+//! The store is synchronous and the stack's tasks are not: a call that
+//! would wait (SQLite's connection held by another call, any PostgreSQL
+//! round trip) gives its runtime worker up for the wait
+//! ([`tokio::task::block_in_place`]), so TLS handshakes, pings and every
+//! session that needs no store go on meanwhile. A blocked worker stalls
+//! every task queued on it: with SQLite's one connection busy under a
+//! fleet's cold start, a 2-core stack ran on one core and its sessions
+//! fell 15 s silent.
 
 use std::cell::RefCell;
 use std::ops::Deref;
@@ -56,7 +65,7 @@ impl Ledger {
 
     /// One consistent read of the store.
     pub fn read<T, E: Into<Error>>(&self, f: impl FnOnce(&Db<'_>) -> Result<T, E>) -> Result<T> {
-        self.store.read(|db| f(db).map_err(Into::into))
+        self.waiting_aside(|| self.store.read(|db| f(db).map_err(Into::into)))
     }
 
     /// A transaction, committed when `f` returns `Ok`; then its events are
@@ -64,24 +73,35 @@ impl Ledger {
     /// (a PostgreSQL transaction that lost a race is run again).
     pub fn write<T>(&self, mut f: impl FnMut(&Tx<'_>) -> Result<T>) -> Result<T> {
         let events = RefCell::new(Vec::new());
-        self.store.write_then(
-            |db| {
-                // A transaction run again (it lost a race on PostgreSQL)
-                // publishes what its last run queued, not what each did.
-                events.borrow_mut().clear();
-                f(&Tx { db, events: &events })
-            },
-            |changed| {
-                let events = events.take();
-                let announce = changed || !events.is_empty();
-                for event in events {
-                    self.events.publish(event);
-                }
-                if announce {
-                    self.changes.bump();
-                }
-            },
-        )
+        self.waiting_aside(|| {
+            self.store.write_then(
+                |db| {
+                    // A transaction run again (it lost a race on PostgreSQL)
+                    // publishes what its last run queued, not what each did.
+                    events.borrow_mut().clear();
+                    f(&Tx { db, events: &events })
+                },
+                |changed| {
+                    let events = events.take();
+                    let announce = changed || !events.is_empty();
+                    for event in events {
+                        self.events.publish(event);
+                    }
+                    if announce {
+                        self.changes.bump();
+                    }
+                },
+            )
+        })
+    }
+
+    /// Runs a store call, off the runtime's worker when it would wait (on a
+    /// multi-threaded runtime; a single-threaded one has no other worker to
+    /// hand its tasks to).
+    fn waiting_aside<T>(&self, call: impl FnOnce() -> T) -> T {
+        let multi_threaded = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        if multi_threaded && self.store.would_wait() { tokio::task::block_in_place(call) } else { call() }
     }
 
     /// Announces a change outside the store (a session registered with the
