@@ -115,6 +115,7 @@ async fn beat(shared: Weak<Shared>, mut stop: watch::Receiver<Phase>) {
         None => return,
     };
     let mut tick = tokio::time::interval(interval.max(Duration::from_millis(100)));
+    let serving_since = std::time::Instant::now();
     loop {
         tokio::select! {
             _ = tick.tick() => {}
@@ -125,7 +126,8 @@ async fn beat(shared: Weak<Shared>, mut stop: watch::Receiver<Phase>) {
             return;
         }
         // Off the runtime's workers: a beat writes every session it holds.
-        let beat = tokio::task::spawn_blocking(move || once(&shared)).await;
+        let judges = serving_since.elapsed() >= shared.settings.options.liveness_timeout;
+        let beat = tokio::task::spawn_blocking(move || once(&shared, judges)).await;
         match beat {
             Ok(Ok(())) => {}
             Ok(Err(e)) => warn!(error = %e, "cluster: the gateway's beat failed (the next one tries again)"),
@@ -135,8 +137,15 @@ async fn beat(shared: Weak<Shared>, mut stop: watch::Receiver<Phase>) {
 }
 
 /// One beat: the gateway's, its sessions' heard ages, the unreachable
-/// marks, the usage meter, and the wakes of the sweep.
-fn once(shared: &Shared) -> Result<()> {
+/// marks (once `judges`), the usage meter, and the wakes of the sweep.
+///
+/// A gateway judges liveness only once it has served for the liveness
+/// timeout: a node can be heard only by a gateway that listens, so after
+/// the whole control plane was down (a restart, a power cut) every node
+/// gets the full timeout to come back before it counts as unreachable. A
+/// gateway that joins others that were serving leaves the judging to them
+/// meanwhile.
+fn once(shared: &Shared, judges: bool) -> Result<()> {
     let id = &shared.settings.options.gateway_id;
     let heard = shared.hub.heard();
     let timeout = shared.settings.options.liveness_timeout;
@@ -152,14 +161,16 @@ fn once(shared: &Shared) -> Result<()> {
         }
         Ok(())
     })?;
-    shared.ledger.write(|c| {
-        let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
-        for node_id in nodes::mark_unreachable(c, timeout_ms)? {
-            warn!(node_id = %node_id, timeout_ms, "cluster: node unreachable: no gateway heard from it");
-            c.publish(StackEvent::Unreachable { node_id });
-        }
-        Ok(())
-    })?;
+    if judges {
+        shared.ledger.write(|c| {
+            let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+            for node_id in nodes::mark_unreachable(c, timeout_ms)? {
+                warn!(node_id = %node_id, timeout_ms, "cluster: node unreachable: no gateway heard from it");
+                c.publish(StackEvent::Unreachable { node_id });
+            }
+            Ok(())
+        })?;
+    }
     let window = i64::try_from(shared.settings.options.usage_window.as_millis()).unwrap_or(i64::MAX);
     shared.ledger.write(|c| Ok(usage::meter(c, window)?))?;
     let waiting = shared.ledger.read(commands::nodes_with_pending)?;

@@ -130,16 +130,22 @@ pub async fn run(
     progress(&format!("ready after {ready_ms} ms; power cycle: the stack down for {:?}", spec.down));
 
     let epochs: BTreeMap<String, u64> = stack.nodes()?.into_iter().map(|n| (n.id, n.session_epoch)).collect();
+    let killed = Instant::now();
     plane.kill(0).await;
-    for (sim, share) in &mut sims {
+    progress(&format!("the stack killed in {} ms", killed.elapsed().as_millis()));
+    let cycling = Instant::now();
+    futures_util::future::join_all(sims.iter_mut().map(|(sim, share)| async move {
         for i in 0..*share {
             // An agent between two lives (its last crash, a reboot) is skipped: it starts anew anyway.
             let _ = sim.control().fault(FaultKind::Reboot, i).await;
         }
-    }
-    tokio::time::sleep(spec.down).await;
+    }))
+    .await;
+    progress(&format!("{} agent(s) power cycled in {} ms", spec.nodes, cycling.elapsed().as_millis()));
+    tokio::time::sleep_until(killed + spec.down).await;
     plane.revive(0).await?;
     let revived = Instant::now();
+    progress(&format!("the stack up again {} ms after it was killed", killed.elapsed().as_millis()));
     let revived_ms = crate::clock::now_ms();
     await_all(&plane, spec.nodes, spec.limit, |n| epochs.get(&n.id).is_some_and(|e| n.session_epoch > *e)).await?;
     let back_ms = revived.elapsed().as_millis() as u64;

@@ -118,6 +118,36 @@ async fn a_silent_node_is_marked_unreachable_and_cleared_when_heard(store: Store
     stack.shutdown().await.unwrap();
 }
 
+/// A control plane that was down longer than the liveness timeout marks
+/// no node unreachable before it has listened for that long itself: the
+/// nodes could not be heard while nothing listened, so each gets the full
+/// timeout back (then a node that stays silent is marked).
+#[tokio::test]
+async fn a_restarted_stack_gives_its_nodes_the_whole_liveness_timeout_before_judging() {
+    let dir = tempfile::tempdir().unwrap();
+    let timeout = Duration::from_millis(1500);
+    let options = DevStackOptions {
+        store: StoreLocation::File(dir.path().join("devstack.sqlite")),
+        heartbeat_interval_ms: 100,
+        liveness_timeout: timeout,
+        ..DevStackOptions::default()
+    };
+    let stack = DevStack::start(options.clone()).await.unwrap();
+    let (node, session) = adopted_on(&stack, &stack).await;
+    drop(session);
+    stack.shutdown().await.unwrap();
+    // The outage outlasts the timeout: the node was last heard longer ago
+    // than that when the stack comes back. (The passage of time is what
+    // this waits for.)
+    tokio::time::sleep(timeout + Duration::from_millis(200)).await;
+    let back = tokio::time::Instant::now();
+    let stack = DevStack::start(options).await.unwrap();
+    stack.await_until("the silent node marked", WAIT, |v| v.node(&node.id)?.unreachable_since_ms).await.unwrap();
+    let judged_after = back.elapsed();
+    assert!(judged_after >= timeout, "marked {judged_after:?} after the stack came back, within its {timeout:?}");
+    stack.shutdown().await.unwrap();
+}
+
 /// The next event named `name`, within the test's deadline.
 async fn wait_for_event(events: &mut devstack::EventSubscription, name: &str) -> devstack::StackEvent {
     let deadline = tokio::time::Instant::now() + WAIT;

@@ -201,10 +201,13 @@ impl Session {
         hello: &proto::Hello,
         out: Outbound,
     ) -> Result<Session, Status> {
-        let now = now_ms();
-        let (row, acked) = shared
+        let (row, acked, now) = shared
             .ledger
             .write(|c| {
+                // Heard when its session is recorded, not when this task
+                // began to wait for the store: a mark the beat committed
+                // meanwhile came before the Hello, not after it.
+                let now = now_ms();
                 let previous = sessions::last_journal(c, &node.node_id)?;
                 let row = sessions::open(
                     c,
@@ -225,7 +228,7 @@ impl Session {
                     hook.on_hello(&opening)?;
                 }
                 let acked = events::acked_seq(c, &node.node_id, &hello.journal_id)?;
-                Ok((row, acked))
+                Ok((row, acked, now))
             })
             .map_err(Status::from)?;
         let (control, heard) = shared.hub.register(&node.node_id, row.epoch, transport);
