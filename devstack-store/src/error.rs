@@ -99,6 +99,13 @@ impl Error {
         matches!(self, Error::Statement { source, .. } if source.is_retryable())
     }
 
+    /// Whether the store could not take the call now, and the same call
+    /// may succeed later: a transaction that kept losing races, or a
+    /// server that does not answer.
+    pub fn is_busy(&self) -> bool {
+        self.is_retryable() || matches!(self, Error::Unavailable { .. })
+    }
+
     /// A stored value that does not read back.
     pub fn corrupt(table: &'static str, column: &'static str, key: impl Into<String>, reason: impl ToString) -> Error {
         Error::Corrupt { table, column, key: key.into(), reason: reason.to_string() }

@@ -108,12 +108,6 @@ impl JoinService {
                 envelope
             }
             Recorded::Again { node_id, response } => return answered_again(&token_row, &node_id, &response),
-            Recorded::Exhausted => {
-                return Err(refuse(
-                    Code::TokenExhausted,
-                    format!("join token {} has no use left ({} allowed)", token_row.id, token_row.max_uses),
-                ));
-            }
         };
         Ok(proto::JoinReply { reply: Some(proto::join_reply::Reply::Response(envelope.to_proto())) })
     }
@@ -151,14 +145,12 @@ enum Recorded {
     Joined,
     /// The same request was answered before: this node and response.
     Again { node_id: String, response: String },
-    /// The token had no use left; nothing written.
-    Exhausted,
 }
 
 /// Creates the node of a token join, its certificate and join rows, in one
 /// transaction with the token's use, unless the same request was answered
-/// before (then nothing is written and no use is spent) or the token has no
-/// use left.
+/// before (then nothing is written and no use is spent); a token with no
+/// use left writes nothing and is refused `token-exhausted`.
 fn record_join(
     shared: &Shared,
     token: &JoinTokenRow,
@@ -168,12 +160,13 @@ fn record_join(
     claims: &proto::NodeClaims,
     now: i64,
 ) -> Result<Recorded, Error> {
+    let exhausted = || Error::Refused {
+        code: Code::TokenExhausted,
+        detail: format!("join token {} has no use left ({} allowed)", token.id, token.max_uses),
+    };
     shared.ledger.write(|c| {
         if let Some((node_id, response)) = join_requests::get(c, &request.sha256)? {
             return Ok(Recorded::Again { node_id, response });
-        }
-        if !tokens::use_once(c, &token.id, now)? {
-            return Ok(Recorded::Exhausted);
         }
         nodes::insert(
             c,
@@ -200,6 +193,13 @@ fn record_join(
             },
         )?;
         join_requests::insert(c, &request.sha256, node_id, &request.response, now)?;
+        // The token's use last: its row is the one every join of the token
+        // writes, and on PostgreSQL a write holds it until the commit, so
+        // the other joins wait (and run again) for the shortest time. No
+        // use left rolls the whole join back.
+        if !tokens::use_once(c, &token.id, now)? {
+            return Err(exhausted());
+        }
         c.publish(StackEvent::Joined {
             node_id: node_id.to_string(),
             pool_id: token.pool_id.clone(),

@@ -35,6 +35,10 @@ impl From<Error> for Status {
                 let detail = format!("session {epoch} of node {node_id} was taken over by session {current}");
                 return refuse(Code::SessionFenced, detail);
             }
+            Error::Store(store) if store.is_busy() => {
+                tracing::warn!(error = %e, "refused: the store is busy");
+                return store_busy(store);
+            }
             Error::Store(store) => {
                 if let Some(why) = store.out_of_range() {
                     let status = refuse(Code::MessageMalformed, format!("a number out of range ({why})"));
@@ -49,6 +53,22 @@ impl From<Error> for Status {
     }
 }
 
+/// How long a caller refused `store-busy` is told to wait before it tries
+/// again (`retry-after-ms`); bcd adds its own jitter.
+pub const STORE_BUSY_RETRY_AFTER: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// A store that could not take the call now, as the caller's cue to try
+/// again later (never `internal`: nothing is wrong, and nothing was
+/// written).
+fn store_busy(e: &crate::store::Error) -> Status {
+    let ms = STORE_BUSY_RETRY_AFTER.as_millis() as u64;
+    let mut status = refuse(Code::StoreBusy, format!("{e}; retry after {ms} ms"));
+    if let Ok(value) = ms.to_string().parse() {
+        status.metadata_mut().insert(crate::connections::RETRY_AFTER_MS, value);
+    }
+    status
+}
+
 /// The stable code at the start of a status message (for logs and tests).
 pub fn code_of(status: &Status) -> &str {
     status.message().split(':').next().unwrap_or_default()
@@ -57,6 +77,14 @@ pub fn code_of(status: &Status) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_store_that_cannot_take_the_call_now_is_unavailable_with_a_hint_not_internal() {
+        let busy = crate::store::Error::Unavailable { location: "postgres://h/db".into(), reason: "no answer".into() };
+        let status = Status::from(Error::Store(busy));
+        assert_eq!((status.code(), code_of(&status)), (tonic::Code::Unavailable, "store-busy"), "{status:?}");
+        assert_eq!(status.metadata().get(crate::connections::RETRY_AFTER_MS).unwrap(), "500");
+    }
 
     #[test]
     fn refusals_carry_their_code_first_and_its_status() {

@@ -55,6 +55,8 @@ const (
 	CodeJournalLost Code = "journal-lost"
 	// CodeConnectionLimit: The gateway holds as many connections as it allows: this one is answered only with this refusal (and a retry-after-ms hint) and closed.
 	CodeConnectionLimit Code = "connection-limit"
+	// CodeStoreBusy: The stack's store could not take the change now (on PostgreSQL its transaction lost its races with other gateways' as often as it tries, or the server does not answer): nothing was written; try again after the retry-after-ms hint.
+	CodeStoreBusy Code = "store-busy"
 	// CodeRequestTimeout: A request that did not arrive whole and get its answer within the gateway's request deadline (30 s by default).
 	CodeRequestTimeout Code = "request-timeout"
 	// CodeTunnelUnknown: A Tunnel call for no tunnel the stack asked this node to open (an unknown or another node's tunnel id, or a first frame with neither ticket nor close reason).

@@ -102,6 +102,7 @@ var entries = []Entry{
 	{Code: "draining", Domain: "gateway", GRPC: codes.Unavailable, Meaning: "The stack is shutting down and opens no session."},
 	{Code: "journal-lost", Domain: "gateway", GRPC: codes.Aborted, Meaning: "A command delivered to a node that came back with another journal, not retry_safe: it may have run, so it ends FAILED instead of being delivered again."},
 	{Code: "connection-limit", Domain: "gateway", GRPC: codes.Unavailable, Meaning: "The gateway holds as many connections as it allows: this one is answered only with this refusal (and a retry-after-ms hint) and closed."},
+	{Code: "store-busy", Domain: "gateway", GRPC: codes.Unavailable, Meaning: "The stack's store could not take the change now (on PostgreSQL its transaction lost its races with other gateways' as often as it tries, or the server does not answer): nothing was written; try again after the retry-after-ms hint."},
 	{Code: "request-timeout", Domain: "gateway", GRPC: codes.DeadlineExceeded, Meaning: "A request that did not arrive whole and get its answer within the gateway's request deadline (30 s by default)."},
 	{Code: "tunnel-unknown", Domain: "gateway", GRPC: codes.NotFound, Meaning: "A Tunnel call for no tunnel the stack asked this node to open (an unknown or another node's tunnel id, or a first frame with neither ticket nor close reason)."},
 	{Code: "tunnel-ticket", Domain: "gateway", GRPC: codes.PermissionDenied, Meaning: "The node's first Tunnel frame carries another ticket than the one minted for that tunnel."},

@@ -35,12 +35,7 @@ impl SimControl {
     /// Strikes agent `i` with a process fault (crash, reboot, journal
     /// loss); an agent between two lives answers an error ([`ChaosError::Sim`]).
     pub async fn fault(&mut self, kind: FaultKind, i: u32) -> Result<(), ChaosError> {
-        let name = match kind {
-            FaultKind::Crash => "crash",
-            FaultKind::Reboot => "reboot",
-            FaultKind::JournalLoss => "lose-journal",
-            other => return Err(ChaosError::Sim(format!("{other} is not a fault of bcd sim"))),
-        };
+        let name = fault_name(kind)?;
         if self.conn.is_none() {
             let stream = UnixStream::connect(&self.path)
                 .await
@@ -56,6 +51,48 @@ impl SimControl {
             "ok" => Ok(()),
             other => Err(ChaosError::Sim(format!("{name} {i}: {other}"))),
         }
+    }
+
+    /// Strikes agents `0..n` with one fault at once (a fleet's power
+    /// cycle): the requests go out on a connection of their own without
+    /// waiting for each answer (one at a time, 10,000 reboots took 25 s
+    /// while the rebooted agents kept the sim busy); returns how many
+    /// were struck (an agent between two lives is not).
+    pub async fn fault_all(&self, kind: FaultKind, n: u32) -> Result<u32, ChaosError> {
+        let name = fault_name(kind)?;
+        let stream = UnixStream::connect(&self.path)
+            .await
+            .map_err(|source| ChaosError::Io { what: "connect to bcd sim's control socket", source })?;
+        let (reader, mut writer) = stream.into_split();
+        let io = |source| ChaosError::Io { what: "ask bcd sim's control socket", source };
+        let send = async move {
+            let requests: String = (0..n).map(|i| format!("{name} {i}\n")).collect();
+            writer.write_all(requests.as_bytes()).await.map_err(io)
+        };
+        let answers = async {
+            let mut lines = BufReader::new(reader).lines();
+            let mut struck = 0;
+            for _ in 0..n {
+                match lines.next_line().await.map_err(io)? {
+                    Some(answer) if answer.trim() == "ok" => struck += 1,
+                    Some(_) => {}
+                    None => return Err(ChaosError::Sim(format!("{name}: the control socket closed"))),
+                }
+            }
+            Ok(struck)
+        };
+        let ((), struck) = tokio::try_join!(send, answers)?;
+        Ok(struck)
+    }
+}
+
+/// A process fault's name on bcd sim's control socket.
+fn fault_name(kind: FaultKind) -> Result<&'static str, ChaosError> {
+    match kind {
+        FaultKind::Crash => Ok("crash"),
+        FaultKind::Reboot => Ok("reboot"),
+        FaultKind::JournalLoss => Ok("lose-journal"),
+        other => Err(ChaosError::Sim(format!("{other} is not a fault of bcd sim"))),
     }
 }
 

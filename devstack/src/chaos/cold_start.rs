@@ -134,14 +134,13 @@ pub async fn run(
     plane.kill(0).await;
     progress(&format!("the stack killed in {} ms", killed.elapsed().as_millis()));
     let cycling = Instant::now();
-    futures_util::future::join_all(sims.iter_mut().map(|(sim, share)| async move {
-        for i in 0..*share {
-            // An agent between two lives (its last crash, a reboot) is skipped: it starts anew anyway.
-            let _ = sim.control().fault(FaultKind::Reboot, i).await;
-        }
-    }))
-    .await;
-    progress(&format!("{} agent(s) power cycled in {} ms", spec.nodes, cycling.elapsed().as_millis()));
+    // An agent between two lives (its last crash, a reboot) is not struck: it starts anew anyway.
+    let struck = futures_util::future::try_join_all(
+        sims.iter_mut().map(|(sim, share)| sim.control().fault_all(FaultKind::Reboot, *share)),
+    )
+    .await?;
+    let struck: u32 = struck.iter().sum();
+    progress(&format!("{struck} agent(s) power cycled in {} ms", cycling.elapsed().as_millis()));
     tokio::time::sleep_until(killed + spec.down).await;
     plane.revive(0).await?;
     let revived = Instant::now();

@@ -335,6 +335,8 @@ pub enum Code {
     JournalLost,
     /// `connection-limit` (gateway, Unavailable): The gateway holds as many connections as it allows: this one is answered only with this refusal (and a retry-after-ms hint) and closed.
     ConnectionLimit,
+    /// `store-busy` (gateway, Unavailable): The stack's store could not take the change now (on PostgreSQL its transaction lost its races with other gateways' as often as it tries, or the server does not answer): nothing was written; try again after the retry-after-ms hint.
+    StoreBusy,
     /// `request-timeout` (gateway, DeadlineExceeded): A request that did not arrive whole and get its answer within the gateway's request deadline (30 s by default).
     RequestTimeout,
     /// `tunnel-unknown` (gateway, NotFound): A Tunnel call for no tunnel the stack asked this node to open (an unknown or another node's tunnel id, or a first frame with neither ticket nor close reason).
@@ -674,6 +676,7 @@ impl Code {
             Code::Draining => "draining",
             Code::JournalLost => "journal-lost",
             Code::ConnectionLimit => "connection-limit",
+            Code::StoreBusy => "store-busy",
             Code::RequestTimeout => "request-timeout",
             Code::TunnelUnknown => "tunnel-unknown",
             Code::TunnelTicket => "tunnel-ticket",
@@ -894,6 +897,7 @@ impl Code {
             Code::Draining => Domain::Gateway,
             Code::JournalLost => Domain::Gateway,
             Code::ConnectionLimit => Domain::Gateway,
+            Code::StoreBusy => Domain::Gateway,
             Code::RequestTimeout => Domain::Gateway,
             Code::TunnelUnknown => Domain::Gateway,
             Code::TunnelTicket => Domain::Gateway,
@@ -1114,6 +1118,7 @@ impl Code {
             Code::Draining => Grpc::Unavailable,
             Code::JournalLost => Grpc::Aborted,
             Code::ConnectionLimit => Grpc::Unavailable,
+            Code::StoreBusy => Grpc::Unavailable,
             Code::RequestTimeout => Grpc::DeadlineExceeded,
             Code::TunnelUnknown => Grpc::NotFound,
             Code::TunnelTicket => Grpc::PermissionDenied,
@@ -1334,6 +1339,7 @@ impl Code {
             Code::Draining => "The stack is shutting down and opens no session.",
             Code::JournalLost => "A command delivered to a node that came back with another journal, not retry_safe: it may have run, so it ends FAILED instead of being delivered again.",
             Code::ConnectionLimit => "The gateway holds as many connections as it allows: this one is answered only with this refusal (and a retry-after-ms hint) and closed.",
+            Code::StoreBusy => "The stack's store could not take the change now (on PostgreSQL its transaction lost its races with other gateways' as often as it tries, or the server does not answer): nothing was written; try again after the retry-after-ms hint.",
             Code::RequestTimeout => "A request that did not arrive whole and get its answer within the gateway's request deadline (30 s by default).",
             Code::TunnelUnknown => "A Tunnel call for no tunnel the stack asked this node to open (an unknown or another node's tunnel id, or a first frame with neither ticket nor close reason).",
             Code::TunnelTicket => "The node's first Tunnel frame carries another ticket than the one minted for that tunnel.",
@@ -1554,6 +1560,7 @@ impl Code {
             "draining" => Some(Code::Draining),
             "journal-lost" => Some(Code::JournalLost),
             "connection-limit" => Some(Code::ConnectionLimit),
+            "store-busy" => Some(Code::StoreBusy),
             "request-timeout" => Some(Code::RequestTimeout),
             "tunnel-unknown" => Some(Code::TunnelUnknown),
             "tunnel-ticket" => Some(Code::TunnelTicket),
@@ -1775,6 +1782,7 @@ pub const TABLE: &[Code] = &[
     Code::Draining,
     Code::JournalLost,
     Code::ConnectionLimit,
+    Code::StoreBusy,
     Code::RequestTimeout,
     Code::TunnelUnknown,
     Code::TunnelTicket,
