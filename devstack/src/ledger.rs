@@ -128,3 +128,50 @@ impl Ledger {
         &self.changes
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::store::StoreLocation;
+
+    /// A store call waiting for the connection gives its worker up: with
+    /// both workers of a 2-worker runtime in store calls (one holding the
+    /// connection, one waiting for it), a task that needs no store still
+    /// runs. Without that, the holder here waits for that task in vain.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_store_call_that_waits_leaves_the_runtime_to_the_other_tasks() {
+        let ledger = Arc::new(Ledger::new(Store::open(&StoreLocation::Memory).unwrap(), Changes::default()));
+        let (holding_tx, holding_rx) = tokio::sync::oneshot::channel();
+        let (release_tx, release_rx) = mpsc::channel::<()>();
+        let holder = tokio::spawn({
+            let ledger = ledger.clone();
+            async move {
+                let mut holding = Some(holding_tx);
+                ledger.write(|_| {
+                    if let Some(tx) = holding.take() {
+                        let _ = tx.send(());
+                    }
+                    Ok(release_rx.recv_timeout(Duration::from_secs(10)).is_ok())
+                })
+            }
+        });
+        holding_rx.await.unwrap();
+        let (waiting_tx, waiting_rx) = tokio::sync::oneshot::channel();
+        let waiter = tokio::spawn({
+            let ledger = ledger.clone();
+            async move {
+                let _ = waiting_tx.send(());
+                ledger.read(|_| Ok::<_, Error>(()))
+            }
+        });
+        waiting_rx.await.unwrap();
+        // Needs a worker: both are in store calls.
+        tokio::spawn(async move { release_tx.send(()) });
+        assert!(holder.await.unwrap().unwrap(), "the task that needs no store never ran");
+        waiter.await.unwrap().unwrap();
+    }
+}
