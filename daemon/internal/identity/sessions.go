@@ -22,10 +22,25 @@ package identity
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"sync"
 	"time"
+
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
 )
+
+// DidResume says whether the TLS connection of a gRPC call or stream (its
+// peer in ctx) resumed a session: either side logs it so.
+func DidResume(ctx context.Context) bool {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return false
+	}
+	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	return ok && info.State.DidResume
+}
 
 // sessionCache holds an identity's TLS sessions by Go's session key (the
 // gateway's server name), each with the leaf certificate it began with.

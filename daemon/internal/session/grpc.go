@@ -16,8 +16,6 @@ import (
 	"bcd/internal/proto/agentv1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/peer"
 )
 
 // DialOptions tune GRPCDialer.
@@ -52,7 +50,7 @@ func GRPCDialer(c *config.Config, id *identity.Identity, opts DialOptions) Diale
 			conn.Close()
 			return nil, nil, err
 		}
-		return grpcStream{Gateway_SessionClient: stream, resumed: didResume(stream.Context())}, func() { conn.Close() }, nil
+		return grpcStream{Gateway_SessionClient: stream, resumed: identity.DidResume(stream.Context())}, func() { conn.Close() }, nil
 	}
 }
 
@@ -66,17 +64,6 @@ type grpcStream struct {
 func (grpcStream) Transport() string { return "grpc" }
 
 func (s grpcStream) Resumed() bool { return s.resumed }
-
-// didResume says whether the TLS connection under a stream's context
-// resumed a session (false for h2c).
-func didResume(ctx context.Context) bool {
-	p, ok := peer.FromContext(ctx)
-	if !ok {
-		return false
-	}
-	info, ok := p.AuthInfo.(credentials.TLSInfo)
-	return ok && info.State.DidResume
-}
 
 // awaitReady connects conn and waits until it is ready; it fails when the
 // first attempt fails (TRANSIENT_FAILURE) or after timeout.

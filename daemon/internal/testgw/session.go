@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"bcd/internal/identity"
 	"bcd/internal/pki"
 	"bcd/internal/proto/agentv1"
 	"bcd/internal/refusal"
@@ -81,18 +82,6 @@ func (g *Gateway) authenticate(ctx context.Context) (string, *pki.PublicKey, err
 	return nodeID, key, nil
 }
 
-// resumed says whether the TLS connection of a call resumed a session
-// (crypto/tls issues tickets by default, and keeps the client certificate
-// in them).
-func resumed(ctx context.Context) bool {
-	p, ok := peer.FromContext(ctx)
-	if !ok {
-		return false
-	}
-	info, ok := p.AuthInfo.(credentials.TLSInfo)
-	return ok && info.State.DidResume
-}
-
 // Session authenticates the client certificate and hands the stream over.
 // The first frame must be a Hello naming the certificate's node
 // (hello-expected, node-mismatch), and no frame may be above
@@ -103,7 +92,7 @@ func (g *Gateway) Session(stream agentv1.Gateway_SessionServer) error {
 	if err != nil {
 		return err
 	}
-	s := &Session{NodeID: nodeID, NodeKey: key, Resumed: resumed(stream.Context()), Frames: make(chan *agentv1.NodeFrame, 256),
+	s := &Session{NodeID: nodeID, NodeKey: key, Resumed: identity.DidResume(stream.Context()), Frames: make(chan *agentv1.NodeFrame, 256),
 		stream: stream, end: make(chan error, 1)}
 	go func() {
 		defer close(s.Frames)
