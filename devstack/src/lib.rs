@@ -72,7 +72,6 @@ mod workload;
 pub use clock::set_offset_ms as set_clock_offset_ms;
 pub use commands::{Batch, BatchCommand, BatchSpec, CommandOptions, CommandOutcome, Signing};
 pub use config::BcdConfigPaths;
-pub use connections::RETRY_AFTER_MS;
 pub use error::{Error, Result};
 pub use events::{EventSubscription, Published, RECENT, Received, StackEvent};
 pub use gateway::limit::MAX_MESSAGE_BYTES;
@@ -97,6 +96,7 @@ pub use reservations::{ALLOCATION_GENERATION, ALLOCATION_MISMATCH, Binding, Rese
 pub use spec::SpecUpdate;
 pub use ssh_ca::{SshCert, SshCertRequest};
 pub use stack::DevStack;
+pub use status::RETRY_AFTER_MS;
 pub use store::StoreLocation;
 pub use store::cordons::CordonRow;
 pub use store::rows::{CommandFact, FleetFacts, LivenessMark, ReservationFact, SessionFact, SpecDelivery, UsageWindow};

@@ -53,6 +53,10 @@ impl From<Error> for Status {
     }
 }
 
+/// The metadata key of a refusal's retry-after hint (milliseconds):
+/// `connection-limit`'s and `store-busy`'s.
+pub const RETRY_AFTER_MS: &str = "retry-after-ms";
+
 /// How long a caller refused `store-busy` is told to wait before it tries
 /// again (`retry-after-ms`); bcd adds its own jitter.
 pub const STORE_BUSY_RETRY_AFTER: std::time::Duration = std::time::Duration::from_millis(500);
@@ -64,7 +68,7 @@ fn store_busy(e: &crate::store::Error) -> Status {
     let ms = STORE_BUSY_RETRY_AFTER.as_millis() as u64;
     let mut status = refuse(Code::StoreBusy, format!("{e}; retry after {ms} ms"));
     if let Ok(value) = ms.to_string().parse() {
-        status.metadata_mut().insert(crate::connections::RETRY_AFTER_MS, value);
+        status.metadata_mut().insert(RETRY_AFTER_MS, value);
     }
     status
 }
@@ -83,7 +87,7 @@ mod tests {
         let busy = crate::store::Error::Unavailable { location: "postgres://h/db".into(), reason: "no answer".into() };
         let status = Status::from(Error::Store(busy));
         assert_eq!((status.code(), code_of(&status)), (tonic::Code::Unavailable, "store-busy"), "{status:?}");
-        assert_eq!(status.metadata().get(crate::connections::RETRY_AFTER_MS).unwrap(), "500");
+        assert_eq!(status.metadata().get(RETRY_AFTER_MS).unwrap(), "500");
     }
 
     #[test]
