@@ -59,18 +59,24 @@ pub const RETRY_AFTER_MS: &str = "retry-after-ms";
 
 /// How long a caller refused `store-busy` is told to wait before it tries
 /// again (`retry-after-ms`); bcd adds its own jitter.
-pub const STORE_BUSY_RETRY_AFTER: std::time::Duration = std::time::Duration::from_millis(500);
+const STORE_BUSY_RETRY_AFTER: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// A refusal that tells the caller when to try again: `detail`, then
+/// "retry after N ms", and the hint under [`RETRY_AFTER_MS`].
+pub fn refuse_with_retry(code: Code, detail: impl std::fmt::Display, retry_after: std::time::Duration) -> Status {
+    let ms = retry_after.as_millis() as u64;
+    let mut status = refuse(code, format!("{detail}; retry after {ms} ms"));
+    if let Ok(value) = ms.to_string().parse() {
+        status.metadata_mut().insert(RETRY_AFTER_MS, value);
+    }
+    status
+}
 
 /// A store that could not take the call now, as the caller's cue to try
 /// again later (never `internal`: nothing is wrong, and nothing was
 /// written).
 fn store_busy(e: &crate::store::Error) -> Status {
-    let ms = STORE_BUSY_RETRY_AFTER.as_millis() as u64;
-    let mut status = refuse(Code::StoreBusy, format!("{e}; retry after {ms} ms"));
-    if let Ok(value) = ms.to_string().parse() {
-        status.metadata_mut().insert(RETRY_AFTER_MS, value);
-    }
-    status
+    refuse_with_retry(Code::StoreBusy, e, STORE_BUSY_RETRY_AFTER)
 }
 
 /// The stable code at the start of a status message (for logs and tests).

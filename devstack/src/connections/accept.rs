@@ -24,9 +24,9 @@ use tracing::{debug, warn};
 
 use super::serve::{self, Protocol, Serving};
 use super::track::{Open, TrackLayer};
-use super::{HANDSHAKE_SLOT_HOLD, Phase, RETRY_AFTER_MS, SHED_LIFETIME, SHUTDOWN_GRACE};
+use super::{HANDSHAKE_SLOT_HOLD, Phase, SHED_LIFETIME, SHUTDOWN_GRACE};
 use crate::options::ConnectionOptions;
-use crate::status::{Code, refuse};
+use crate::status::{Code, refuse, refuse_with_retry};
 use crate::tls::{Alpn, PeerInfo};
 
 /// What one listener serves.
@@ -245,15 +245,7 @@ fn serving<S>(l: &Listener<S>, peer: SocketAddr, open: watch::Receiver<usize>, f
 
 /// The refusal of a request on a shed connection.
 fn connection_limit(retry_after: Duration) -> tonic::Status {
-    let ms = retry_after.as_millis() as u64;
-    let mut status = refuse(
-        Code::ConnectionLimit,
-        format!("the gateway holds as many connections as it allows; retry after {ms} ms"),
-    );
-    if let Ok(value) = ms.to_string().parse() {
-        status.metadata_mut().insert(RETRY_AFTER_MS, value);
-    }
-    status
+    refuse_with_retry(Code::ConnectionLimit, "the gateway holds as many connections as it allows", retry_after)
 }
 
 /// The HTTP sides' answer to a request not answered within `request_timeout`.

@@ -44,4 +44,3 @@ pub(crate) const SHED_LIFETIME: Duration = Duration::from_secs(5);
 /// at most; past it the handshake goes on without one, so a peer that sends
 /// a byte and stalls keeps the others waiting no longer than this.
 pub(crate) const HANDSHAKE_SLOT_HOLD: Duration = Duration::from_secs(2);
-pub(crate) use crate::status::RETRY_AFTER_MS;
