@@ -3,9 +3,11 @@
 //! a restart of bcd (and cloud-hypervisor, configured, not advertised on a
 //! host without its binary or a working KVM); two guests, each with its own metadata only; a pinned
 //! huge-page guest and flavors the host cannot honour; a guest ballooned
-//! to its floor under memory pressure and back.
+//! to its floor under memory pressure and back; a guest under a network
+//! policy, each flow it allows passing and one it does not stopped, both
+//! ways.
 
-use devstack::{InstanceState, SectionState, SpecUpdate};
+use devstack::{InstanceRequest, InstanceState, SectionState, SpecUpdate};
 
 use crate::common::DEADLINE;
 use crate::guests::{GuestWorld, must_prove_identity};
@@ -283,4 +285,95 @@ impl Drop for HugePages {
     fn drop(&mut self) {
         let _ = std::fs::write(NR_HUGEPAGES, self.before.to_string());
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_real_guest_under_a_network_policy_passes_only_the_flows_it_allows_and_their_replies() {
+    let scenario = "a_real_guest_under_a_network_policy_passes_only_the_flows_it_allows_and_their_replies";
+    let Some(world) = GuestWorld::start(scenario).await else { return };
+    let labels = world.env.stack.node_labels(&world.node_id).unwrap();
+    assert!(
+        labels.iter().any(|l| l.label == "bc.dev/cap.instance.network-policy"),
+        "a VPS host advertises it: {labels:?}"
+    );
+    // The host listens on 8001 and 8002 (on every address, so the metadata
+    // address too); the guest may open 8001 only, and a peer of the
+    // instance network may open the guest's 7001 only. Both ends of each
+    // blocked flow listen: what stops it is the policy.
+    let mut listeners: Vec<std::process::Child> = ["8001", "8002"]
+        .into_iter()
+        .map(|port| {
+            let answer = format!("host-{port}");
+            world
+                .host
+                .command("busybox", &["nc", "-ll", "-p", port, "-e", "/bin/busybox", "echo", &answer])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    // Nothing to await from the kernel: a short poll with a deadline.
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let ss = world.host.run("ss", &["-ltn"]).unwrap_or_default();
+        if ss.contains(":8001 ") && ss.contains(":8002 ") {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the host's listeners:\n{ss}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let rule = |protocol: &str, cidr: &str, port: u32| proto::NetworkRule {
+        protocol: protocol.into(),
+        cidr: cidr.into(),
+        port_min: port,
+        port_max: port,
+    };
+    let policy = proto::NetworkPolicy {
+        ingress: vec![rule("tcp", "169.254.0.0/16", 7001)],
+        egress: vec![rule("tcp", "169.254.169.254/32", 8001)],
+    };
+    let script = "#!/bin/sh\n\
+        for p in 7001 7002; do nc -ll -p $p -e /bin/busybox echo guest-$p >/dev/null 2>&1 & done\n\
+        for p in 8001 8002; do\n\
+          out=$(timeout 5 nc 169.254.169.254 $p </dev/null)\n\
+          if [ -n \"$out\" ]; then echo \"egress $p $out\"; else echo \"egress $p blocked\"; fi\n\
+        done\n\
+        echo listening\n";
+    let req = InstanceRequest { network_policy: Some(policy), ..world.request(256, script.as_bytes()) };
+    let id = world.env.stack.create_instance(&world.pool, req).await.unwrap();
+    world.env.stack.await_instance_state(&id, InstanceState::Running, DEADLINE).await.expect("it runs");
+    let console =
+        world.await_console(&id, "its flows tried", |c| c.lines.iter().any(|l| l == "user-data: listening")).await;
+    // Its metadata still comes (the policy always passes it).
+    must_prove_identity(&world, &console, &id, script.as_bytes());
+    let said = |line: &str| console.lines.iter().any(|l| l == line);
+    assert!(said("user-data: egress 8001 host-8001"), "the allowed flow and its reply: {console:?}");
+    assert!(said("user-data: egress 8002 blocked"), "the flow no rule allows: {console:?}\n{}", world.network_state());
+    let addr = world.address_of(&id);
+    let dial = |port: &str| {
+        let out = world
+            .host
+            .command("timeout", &["5", "busybox", "nc", &addr, port])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(dial("7001"), "guest-7001", "a peer opens what the ingress rule allows:\n{}", world.network_state());
+    assert_eq!(dial("7002"), "", "and nothing else");
+
+    // The rules are the tap's, in its guard table; they go with the instance.
+    let tap = world.taps().pop().expect("its tap");
+    let table = world.host.run("nft", &["list", "table", "bridge", &format!("bcd_{tap}")]).unwrap();
+    assert!(table.contains("chain ingress") && table.contains("hook output"), "{table}");
+    world.env.stack.delete_instance(&id).await.unwrap();
+    world.env.stack.await_instance_state(&id, InstanceState::Deleted, DEADLINE).await.unwrap();
+    assert!(world.taps().is_empty(), "its tap remains");
+    assert!(!world.host.run("nft", &["list", "tables"]).unwrap().contains("bcd_"), "its guard table remains");
+    for l in &mut listeners {
+        let _ = l.kill();
+        let _ = l.wait();
+    }
+    world.stop().await;
 }

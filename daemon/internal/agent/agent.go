@@ -404,7 +404,7 @@ func (a *Agent) Hello() *agentv1.Hello {
 		NodeId:            a.id.NodeID,
 		BootId:            a.opts.Machine.BootID(),
 		DaemonVersion:     a.opts.Version,
-		Capabilities:      CapabilitiesOf(a.opts.Machine),
+		Capabilities:      CapabilitiesWith(a.opts.Machine, a.instances != nil && a.instances.EnforcesNetworkPolicy()),
 		AppliedGeneration: a.converger.AppliedGeneration(),
 	}
 	if a.instances != nil {

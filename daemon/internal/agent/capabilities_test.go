@@ -1,6 +1,7 @@
 // Tests of what a bcd advertises: a fakehw machine everything it supports,
-// the knob an older bcd's set, and a machine without slices or NVML
-// neither devices.limits nor nvml.
+// the knob an older bcd's set, a machine without slices or NVML neither
+// devices.limits nor nvml, and instance.network-policy only with a runtime
+// that enforces policies (and not under the knob).
 
 package agent
 
@@ -34,6 +35,12 @@ func TestCapabilitiesFollowTheMachine(t *testing.T) {
 			return ""
 		}
 	}
+	if got := CapabilitiesWith(m, true); !slices.Equal(got, append(want, CapNetworkPolicy)) {
+		t.Fatalf("with a runtime that enforces policies: %v", got)
+	}
+	if got := CapabilitiesWith(m, false); !slices.Equal(got, want) {
+		t.Fatalf("without one: %v", got)
+	}
 	for knob, want := range map[string][]string{"events.v1, cdi,signed-intent": Capabilities, "-": {}} {
 		f, bad := fakehw.FaultsFromEnv(getenv(knob))
 		if len(bad) > 0 {
@@ -42,6 +49,9 @@ func TestCapabilitiesFollowTheMachine(t *testing.T) {
 		m.SetFaults(f)
 		if got := CapabilitiesOf(m); !slices.Equal(got, want) {
 			t.Fatalf("knob %q: %v, want %v", knob, got, want)
+		}
+		if got := CapabilitiesWith(m, true); !slices.Equal(got, want) {
+			t.Fatalf("knob %q with a runtime that enforces policies: %v, want %v", knob, got, want)
 		}
 	}
 	m.SetFaults(fakehw.Faults{NVMLInitFails: true})

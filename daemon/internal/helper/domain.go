@@ -81,6 +81,12 @@ type DomainArgs struct {
 	Seed *SeedArgs `json:"seed,omitempty"`
 	// Accelerator is "kvm" ("") or "tcg" (domain.define).
 	Accelerator string `json:"accelerator,omitempty"`
+	// NetworkPolicy holds the NICs to the flows it allows (ch.taps adds
+	// it to each tap's guard, netguard.go; nil: no policy). Checked again
+	// here (runtime.NetworkPolicy.Parse) and rendered from the parsed
+	// values only; with one, every NIC must have an address on the
+	// instance network (and, for domain.define, its own tap).
+	NetworkPolicy *runtime.NetworkPolicy `json:"network_policy,omitempty"`
 }
 
 // SeedArgs are the NoCloud seed disk's files.
@@ -101,7 +107,8 @@ type StateResult struct {
 // (with what the helper chooses itself, Local, from localOf).
 func domainOf(a *DomainArgs) *runtime.Domain {
 	d := &runtime.Domain{ID: a.ID, VCPUs: a.VCPUs, MemoryBytes: a.MemoryBytes, CPUs: a.CPUs, HugePageBytes: a.HugePageBytes,
-		MemoryFloorBytes: a.MemoryFloorBytes, GPUs: a.GPUs, Image: a.Image, Accelerator: a.Accelerator}
+		MemoryFloorBytes: a.MemoryFloorBytes, GPUs: a.GPUs, Image: a.Image, Accelerator: a.Accelerator,
+		NetworkPolicy: a.NetworkPolicy}
 	for _, n := range a.NICs {
 		d.NICs = append(d.NICs, runtime.NIC{Bridge: n.Bridge, MAC: n.MAC, Tap: n.Tap, Address: n.Address})
 	}
@@ -137,6 +144,12 @@ func (s *Server) checkInstance(a *DomainArgs, define bool) error {
 			return refuse(CodeArgs, "disk %q is not a file under [helper] volume_dirs %v", disk.Path, s.cfg.Helper.VolumeDirs)
 		}
 	}
+	if _, err := policyOf(a); err != nil {
+		return err
+	}
+	if err := runtime.CheckPolicyGuarded(domainOf(a), define); err != nil {
+		return refuse(CodePlan, "%s", strings.TrimPrefix(err.Error(), runtime.ErrUnsupported.Error()+": "))
+	}
 	if !define {
 		return nil
 	}
@@ -156,6 +169,16 @@ func (s *Server) checkInstance(a *DomainArgs, define bool) error {
 // one of the volume directories (lexically: openVolume opens it).
 func (s *Server) volumePath(path string) bool {
 	return plan.DiskUnder(path, s.cfg.Helper.VolumeDirs)
+}
+
+// policyOf is the arguments' network policy parsed (nil: none), or the
+// CodeArgs refusal of it.
+func policyOf(a *DomainArgs) (*runtime.Policy, error) {
+	pol, err := a.NetworkPolicy.Parse()
+	if err != nil {
+		return nil, refuse(CodeArgs, "%s", strings.TrimPrefix(err.Error(), runtime.ErrInvalid.Error()+": "))
+	}
+	return pol, nil
 }
 
 // macAddr is a unicast MAC address.
@@ -299,6 +322,10 @@ func (s *Server) chTaps(ctx context.Context, req Request) (any, error) {
 	if err := s.checkInstance(&a, false); err != nil {
 		return nil, err
 	}
+	pol, err := policyOf(&a)
+	if err != nil {
+		return nil, err
+	}
 	ip := s.cfg.Helper.IP
 	res := &TapsResult{Taps: []string{}}
 	for _, n := range a.NICs {
@@ -327,7 +354,7 @@ func (s *Server) chTaps(ctx context.Context, req Request) (any, error) {
 			}
 		}
 		if n.Address != "" {
-			if err := s.guard(ctx, a.ID, tap, n); err != nil {
+			if err := s.guard(ctx, a.ID, tap, n, a.NetworkPolicy, pol); err != nil {
 				_ = s.unguard(ctx, tap)
 				_, _ = run(ctx, ip, "link", "delete", tap)
 				return nil, err

@@ -8,7 +8,9 @@
 // allows (the instance's id, instance bridges, the instance's own taps,
 // guest addresses of the instance network with their MACs, disks directly
 // under volume_dirs and a base image directly under image_dirs, and of
-// those only the node's regular file opens as a volume); and every other
+// those only the node's regular file opens as a volume, and a network
+// policy that parses, whose guard's rules are each of the fixed grammar
+// of policyLine); and every other
 // answer is a result or a refusal whose code is in proto/refusals.toml
 // (unknown operations helper-op). The operations on a running guest and
 // imds.listen are checked, never run.
@@ -23,6 +25,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -100,6 +103,11 @@ func FuzzRequest(f *testing.F) {
 			`"nics":[{"bridge":"bcbr0","mac":"52:54:00:00:00:03","address":"169.254.10.3"}],"cpus":{"node":0,"host_cpus":[1]},"gpus":[{"index":0,"address":"0000:3b:00.0"}],` +
 			`"image":{"digest":"sha256:` + strings.Repeat("ab", 32) + `","base":"IMAGES/base.raw","format":"raw"},"seed":{"meta_data":"instance-id: vm3\n","network_config":"version: 2\n"}}}`,
 		`{"op":"ch.taps","args":{"id":"vm3","nics":[{"bridge":"bcbr0","mac":"52:54:00:00:00:03","address":"169.254.169.254"}]}}`,
+		`{"op":"ch.taps","args":{"id":"vm4","nics":[{"bridge":"bcbr0","mac":"52:54:00:00:00:04","address":"169.254.10.4"}],"network_policy":` +
+			`{"ingress":[{"protocol":"tcp","cidr":"0.0.0.0/0","port_min":22,"port_max":22}],"egress":[{"protocol":"icmp","cidr":"10.0.0.0/8"},` +
+			`{"protocol":"udp","cidr":"10.1.2.3/32","port_min":53,"port_max":54}]}}}`,
+		`{"op":"ch.taps","args":{"id":"vm4","nics":[{"bridge":"bcbr0","mac":"52:54:00:00:00:04","address":"169.254.10.4"}],"network_policy":` +
+			`{"egress":[{"protocol":"tcp; flush ruleset","cidr":"10.0.0.0/8 }","port_min":1,"port_max":1}]}}}`,
 		`{"op":"domain.setmem","args":{"id":"vm3","memory_bytes":1}}`,
 		`{"op":"domain.stats","args":{"id":"vm3"}}`,
 		`{"op":"imds.listen"}`,
@@ -166,6 +174,12 @@ func FuzzRequest(f *testing.F) {
 	})
 }
 
+// policyLine is every line a policy's chains may have.
+var policyLine = regexp.MustCompile(`^\t(chain (egress|ingress) \{|\})$|^\t\t(ether type arp accept|drop|` +
+	`ip [ds]addr \d{1,3}(\.\d{1,3}){3}(/\d{1,2})? (` +
+	`(tcp|udp) [ds]port \d{1,5}(-\d{1,5})?( tcp flags & \(syn \| ack\) != syn)?|` +
+	`icmp type (echo-request|echo-reply|\{ echo-reply, destination-unreachable, time-exceeded \})) accept)$`)
+
 // isInstanceOp says whether op is a domain, guest or tap operation (not
 // run here: their checks are).
 func isInstanceOp(op string) bool {
@@ -187,6 +201,19 @@ func checkInstanceOp(t *testing.T, s *Server, req Request, good string) {
 	if err := s.checkInstance(&a, req.Op == OpDomainDefine); err != nil {
 		wantCode(t, err, CodeArgs, CodeBridge, CodePlan)
 		return
+	}
+	pol, err := a.NetworkPolicy.Parse()
+	if err != nil {
+		t.Fatalf("accepted a policy that does not parse: %v", err)
+	}
+	if pol != nil {
+		script := guardScript(TapName(a.ID, 0), "52:54:00:00:00:01", "169.254.10.2", pol)
+		rules := script[strings.Index(script, "\tchain egress {\n"):strings.Index(script, "\tchain input")]
+		for _, line := range strings.Split(strings.TrimSuffix(rules, "\n"), "\n") {
+			if !policyLine.MatchString(line) {
+				t.Fatalf("the guard of an accepted policy has the line %q", line)
+			}
+		}
 	}
 	if im := a.Image; im != nil && (req.Op != OpDomainDefine || !plan.DiskUnder(im.Base, s.cfg.Helper.ImageDirs)) {
 		t.Fatalf("accepted the image %+v", im)

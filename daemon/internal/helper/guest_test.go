@@ -172,7 +172,7 @@ func TestATapIsGuardedOnTheInstanceNetwork(t *testing.T) {
 			t.Fatalf("calls lack %q:\n%s", want, r.callLog(t))
 		}
 	}
-	script := guardScript(tap, nic.MAC, nic.Address)
+	script := guardScript(tap, nic.MAC, nic.Address, nil)
 	for _, want := range []string{"table bridge bcd_" + tap, "ether saddr != 52:54:00:00:00:01 drop",
 		"ip saddr != 169.254.10.2 ip saddr 169.254.0.0/16 drop", "arp saddr ip != 169.254.10.2 arp saddr ip 169.254.0.0/16 drop",
 		`iifname "` + tap + `" jump guard`} {

@@ -11,6 +11,19 @@
 // table, the route and the neighbour entry with the tap (tap records,
 // <state_dir>/taps/<tap>.json).
 //
+// A NIC of an instance with a network policy (DomainArgs.NetworkPolicy)
+// gets two more chains in its table: egress, for the frames from the tap
+// (on the input and forward hooks, after the guard), and ingress, for the
+// frames to it (on the forward hook, and on an output hook for the host's
+// own frames, the metadata endpoint's answers among them). Each passes
+// ARP, the metadata requests (169.254.169.254:80) or their answers, the
+// flows the rules allow and their replies, and drops the rest (IPv6 and
+// other ethertypes too). The bridge family has no conntrack here, so the
+// rules are stateless: a reply is known by its ports, and a TCP reply may
+// not be a bare SYN (it may not open a connection). The rules are rendered
+// from the parsed policy only (runtime.Policy: a protocol of three,
+// netip.Prefix, numbers), never from the strings bcd sent.
+//
 // imds.listen hands bcd the metadata endpoint's listeners: for each
 // instance bridge that exists, 169.254.169.254/32 on it and a TCP socket
 // bound to 169.254.169.254:80 on that device (SO_BINDTODEVICE), passed
@@ -28,9 +41,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"bcd/internal/config"
+	"bcd/internal/runtime"
 	"bcd/internal/runtime/plan"
 	"golang.org/x/sys/unix"
 )
@@ -41,6 +57,8 @@ type tapRecord struct {
 	Bridge   string `json:"bridge"`
 	Address  string `json:"address"`
 	MAC      string `json:"mac"`
+	// NetworkPolicy is the policy its guard holds it to (nil: none).
+	NetworkPolicy *runtime.NetworkPolicy `json:"network_policy,omitempty"`
 }
 
 func (s *Server) tapRecordPath(tap string) string {
@@ -51,21 +69,97 @@ func (s *Server) tapRecordPath(tap string) string {
 func nftTable(tap string) string { return "bcd_" + tap }
 
 // guardScript is the nft script that (re)makes a tap's guard table in one
-// transaction (the add makes the delete safe when there is none).
-func guardScript(tap, mac, addr string) string {
-	t := nftTable(tap)
-	return fmt.Sprintf(`add table bridge %[1]s
+// transaction (the add makes the delete safe when there is none), with
+// the chains of its network policy when it has one (pol; nil: none, and
+// the script is what it was before policies were).
+func guardScript(tap, mac, addr string, pol *runtime.Policy) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, `add table bridge %[1]s
 delete table bridge %[1]s
 table bridge %[1]s {
 	chain guard {
-		ether saddr != %[3]s drop
-		ether type arp arp saddr ip != %[4]s arp saddr ip 169.254.0.0/16 drop
-		ether type ip ip saddr != %[4]s ip saddr 169.254.0.0/16 drop
+		ether saddr != %[2]s drop
+		ether type arp arp saddr ip != %[3]s arp saddr ip 169.254.0.0/16 drop
+		ether type ip ip saddr != %[3]s ip saddr 169.254.0.0/16 drop
 	}
-	chain input { type filter hook input priority 0; policy accept; iifname "%[2]s" jump guard; }
-	chain forward { type filter hook forward priority 0; policy accept; iifname "%[2]s" jump guard; }
+`, nftTable(tap), mac, addr)
+	if pol == nil {
+		fmt.Fprintf(&b, `	chain input { type filter hook input priority 0; policy accept; iifname "%[1]s" jump guard; }
+	chain forward { type filter hook forward priority 0; policy accept; iifname "%[1]s" jump guard; }
 }
-`, t, tap, mac, addr)
+`, tap)
+		return b.String()
+	}
+	fmt.Fprintf(&b, `	chain egress {
+		ether type arp accept
+		ip daddr %s tcp dport 80 accept
+`, plan.MetadataAddress)
+	for _, r := range pol.Egress {
+		b.WriteString("\t\t" + openRule("daddr", r) + "\n")
+	}
+	for _, r := range pol.Ingress {
+		b.WriteString("\t\t" + replyRule("daddr", r, false) + "\n")
+	}
+	fmt.Fprintf(&b, `		drop
+	}
+	chain ingress {
+		ether type arp accept
+		ip saddr %s tcp sport 80 tcp flags & (syn | ack) != syn accept
+`, plan.MetadataAddress)
+	for _, r := range pol.Ingress {
+		b.WriteString("\t\t" + openRule("saddr", r) + "\n")
+	}
+	for _, r := range pol.Egress {
+		b.WriteString("\t\t" + replyRule("saddr", r, true) + "\n")
+	}
+	fmt.Fprintf(&b, `		drop
+	}
+	chain input { type filter hook input priority 0; policy accept; iifname "%[1]s" jump guard; iifname "%[1]s" jump egress; }
+	chain forward { type filter hook forward priority 0; policy accept; iifname "%[1]s" jump guard; iifname "%[1]s" jump egress; oifname "%[1]s" jump ingress; }
+	chain output { type filter hook output priority 0; policy accept; oifname "%[1]s" jump ingress; }
+}
+`, tap)
+	return b.String()
+}
+
+// openRule passes a flow the rule allows one side to open: peer (the
+// peer's address field, "daddr" or "saddr") in the rule's network, to the
+// rule's ports (an ICMP echo request).
+func openRule(peer string, r runtime.Rule) string {
+	net := "ip " + peer + " " + r.Peer.Masked().String() + " "
+	switch r.Protocol {
+	case runtime.ProtocolTCP:
+		return net + "tcp dport " + ports(r) + " accept"
+	case runtime.ProtocolUDP:
+		return net + "udp dport " + ports(r) + " accept"
+	}
+	return net + "icmp type echo-request accept"
+}
+
+// replyRule passes the replies of a flow the rule allows the other side
+// to open: from the rule's ports, a TCP segment that is not a bare SYN;
+// an ICMP echo reply, and to the guest (toGuest) the errors its echo may
+// meet on the way too.
+func replyRule(peer string, r runtime.Rule, toGuest bool) string {
+	net := "ip " + peer + " " + r.Peer.Masked().String() + " "
+	switch r.Protocol {
+	case runtime.ProtocolTCP:
+		return net + "tcp sport " + ports(r) + " tcp flags & (syn | ack) != syn accept"
+	case runtime.ProtocolUDP:
+		return net + "udp sport " + ports(r) + " accept"
+	}
+	if toGuest {
+		return net + "icmp type { echo-reply, destination-unreachable, time-exceeded } accept"
+	}
+	return net + "icmp type echo-reply accept"
+}
+
+// ports is a rule's ports: "443", or "8000-8100".
+func ports(r runtime.Rule) string {
+	if r.PortMin == r.PortMax {
+		return strconv.FormatUint(uint64(r.PortMin), 10)
+	}
+	return strconv.FormatUint(uint64(r.PortMin), 10) + "-" + strconv.FormatUint(uint64(r.PortMax), 10)
 }
 
 // checkAddress refuses an address another instance's tap holds.
@@ -92,18 +186,19 @@ func (s *Server) readTapRecord(path string) (*tapRecord, error) {
 	return rec, json.Unmarshal(data, rec)
 }
 
-// guard makes a tap's guard, route and neighbour entry, and records them.
-func (s *Server) guard(ctx context.Context, id, tap string, n NIC) error {
+// guard makes a tap's guard (with the chains of pol, the parsed policy,
+// when it has one), route and neighbour entry, and records them.
+func (s *Server) guard(ctx context.Context, id, tap string, n NIC, policy *runtime.NetworkPolicy, pol *runtime.Policy) error {
 	dir := filepath.Join(s.cfg.Helper.StateDir, "taps")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	rec, _ := json.Marshal(tapRecord{Instance: id, Bridge: n.Bridge, Address: n.Address, MAC: n.MAC})
+	rec, _ := json.Marshal(tapRecord{Instance: id, Bridge: n.Bridge, Address: n.Address, MAC: n.MAC, NetworkPolicy: policy})
 	if err := config.WriteFileAtomic(s.tapRecordPath(tap), rec, 0o600); err != nil {
 		return err
 	}
 	script := filepath.Join(dir, tap+".nft")
-	if err := os.WriteFile(script, []byte(guardScript(tap, n.MAC, n.Address)), 0o600); err != nil {
+	if err := os.WriteFile(script, []byte(guardScript(tap, n.MAC, n.Address, pol)), 0o600); err != nil {
 		return err
 	}
 	defer os.Remove(script)

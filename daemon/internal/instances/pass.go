@@ -263,6 +263,15 @@ func (p *pass) hold(w *agentv1.InstanceSpec) {
 	}
 }
 
+// unhold takes back what hold counted of an instance stopped in the pass.
+func (p *pass) unhold(w *agentv1.InstanceSpec) {
+	p.held.VCPUs -= w.GetVcpus()
+	p.held.MemoryBytes -= w.GetMemoryBytes()
+	for _, a := range w.GetVolumes() {
+		p.opens[a.GetVolumeId()] = slices.DeleteFunc(p.opens[a.GetVolumeId()], func(o volumes.Open) bool { return o.Instance == w.GetId() })
+	}
+}
+
 // destroyVolumes removes the volumes no longer listed that no listed
 // instance attaches and no running domain has open.
 func (p *pass) destroyVolumes() {
@@ -314,7 +323,24 @@ func (p *pass) converge(id string) error {
 		p.settle(w, StatePending, msg, final)
 		return nil
 	}
+	if err := runtime.CheckPolicy(rt, dom); err != nil {
+		// Never run, nor reported applied, without its policy.
+		p.settle(w, StateFailed, ReasonPlanUnsupported+": "+strings.TrimPrefix(err.Error(), runtime.ErrUnsupported.Error()+": "), true)
+		return nil
+	}
 	o := p.domainOf(id)
+	if o != nil && o.fp != dom.Fingerprint() && o.state == runtime.Running {
+		// A changed definition (a new policy, a new size) is defined only
+		// powered off, then started: defining makes its taps anew, which a
+		// running guest would lose, and it would keep running the old one.
+		if err := rt.Stop(p.ctx, id); err != nil {
+			p.again(id, fmt.Sprintf("%s: stopping %s to define it again: %v", ReasonRuntimeFailed, id, err))
+			return nil
+		}
+		o.state = runtime.Defined
+		p.unhold(w)
+		p.r.log.Info("instances.redefining", "instance", id, "runtime", rt.Name())
+	}
 	if o == nil || o.fp != dom.Fingerprint() {
 		ok, err := p.define(rt, w, dom)
 		if !ok || err != nil {
@@ -436,14 +462,17 @@ func (p *pass) start(rt runtime.Runtime, w *agentv1.InstanceSpec, o *observed) e
 	return nil
 }
 
-// domain builds an instance's domain: its placement, balloon floor, GPUs,
-// image, NICs (a MAC of its own when the spec names none) and taps, its
-// volumes, its seed (without secret user data, which define fetches). A
-// message says why it cannot be built yet, final when it never will as
-// specified.
+// domain builds an instance's domain: its network policy (checked),
+// placement, balloon floor, GPUs, image, NICs (a MAC of its own when the
+// spec names none) and taps, its volumes, its seed (without secret user
+// data, which define fetches). A message says why it cannot be built yet,
+// final when it never will as specified.
 func (p *pass) domain(w *agentv1.InstanceSpec) (*runtime.Domain, string, bool) {
 	d := &runtime.Domain{ID: w.GetId(), VCPUs: w.GetVcpus(), MemoryBytes: w.GetMemoryBytes(), HugePageBytes: w.GetHugepageBytes(),
-		MemoryFloorBytes: w.GetMemoryFloorBytes(), Accelerator: p.r.cfg.Accelerator}
+		MemoryFloorBytes: w.GetMemoryFloorBytes(), Accelerator: p.r.cfg.Accelerator, NetworkPolicy: networkPolicy(w.GetNetworkPolicy())}
+	if err := d.NetworkPolicy.Validate(); err != nil {
+		return nil, fmt.Sprintf("%s: instance %s: %s", ReasonInstanceInvalid, w.GetId(), strings.TrimPrefix(err.Error(), runtime.ErrInvalid.Error()+": ")), true
+	}
 	if c := w.GetCpus(); c != nil {
 		if why := p.pinnable(c); why != "" {
 			return nil, fmt.Sprintf("%s: instance %s: %s", ReasonPlacementInvalid, w.GetId(), why), true
@@ -489,6 +518,22 @@ func (p *pass) domain(w *agentv1.InstanceSpec) (*runtime.Domain, string, bool) {
 		d.Seed.UserData = w.GetUserData()
 	}
 	return d, "", false
+}
+
+// networkPolicy is the spec's network policy as the runtimes take it (nil:
+// none; an empty one allows no flow).
+func networkPolicy(np *agentv1.NetworkPolicy) *runtime.NetworkPolicy {
+	if np == nil {
+		return nil
+	}
+	rules := func(in []*agentv1.NetworkRule) []runtime.NetworkRule {
+		var out []runtime.NetworkRule
+		for _, r := range in {
+			out = append(out, runtime.NetworkRule{Protocol: r.GetProtocol(), CIDR: r.GetCidr(), PortMin: r.GetPortMin(), PortMax: r.GetPortMax()})
+		}
+		return out
+	}
+	return &runtime.NetworkPolicy{Ingress: rules(np.GetIngress()), Egress: rules(np.GetEgress())}
 }
 
 // image finds an instance's image in the store: why not, and whether that

@@ -15,7 +15,8 @@
 // when its fingerprint changed) and, when it should run, admitted and
 // started. The section is FAILED for an instance that cannot converge as
 // specified (RuntimeUnknown, InstanceFailed: among them a field of its
-// plan its runtime cannot apply, PlanUnsupported, and never Applied for
+// plan its runtime cannot apply, PlanUnsupported, a network policy on a
+// runtime that does not enforce one among them, and never Applied for
 // what was not applied), PROGRESSING "Retrying" for one that may later
 // (ResourcesExhausted, a secret on its way, a volume busy, an image not
 // in the store yet), with a re-pass requested, and APPLIED otherwise.
@@ -171,6 +172,18 @@ func New(cfg Config) (*Reconciler, error) {
 		}
 	}
 	return r, nil
+}
+
+// EnforcesNetworkPolicy says whether a runtime of this bcd enforces an
+// instance's network policy (runtime.PolicyEnforcer): bcd then advertises
+// instance.network-policy.
+func (r *Reconciler) EnforcesNetworkPolicy() bool {
+	for _, rt := range r.cfg.Runtimes {
+		if runtime.EnforcesPolicy(rt) {
+			return true
+		}
+	}
+	return false
 }
 
 // Section is "instances".

@@ -96,6 +96,11 @@ type Domain struct {
 	// SeedID names the seed's user data without holding it:
 	// "sha256:<hex>" of plain user data, "secret:<reference>" of a secret.
 	SeedID string `json:"seed_id,omitempty"`
+	// NetworkPolicy holds its NICs to the flows it allows (nil: no
+	// policy, every flow passes). Only a runtime that enforces it
+	// (PolicyEnforcer) defines a domain with one; a changed policy is a
+	// changed fingerprint, so the domain is defined again.
+	NetworkPolicy *NetworkPolicy `json:"network_policy,omitempty"`
 	// Seed is the instance's NoCloud seed: what its metadata endpoint
 	// serves as user-data and meta-data (written by the runtime with the
 	// domain, removed with it). It is not part of the fingerprint: SeedID
@@ -192,7 +197,8 @@ type Seed struct {
 // user data, which may be secret: SeedID stands for it, and but what the
 // runtime chose on this host, Local and the NICs' addresses): a domain
 // defined with the same fingerprint is not defined again, so a secret is
-// fetched only for a new definition.
+// fetched only for a new definition. A domain without a network policy
+// has the fingerprint it had before policies were (the field is omitted).
 func (d *Domain) Fingerprint() string {
 	def := *d
 	def.Local = Local{}

@@ -14,6 +14,7 @@
 //! once the host confirms the domain gone (a report at or after the
 //! generation without it, no longer listing it).
 
+pub mod network_policy;
 mod report;
 pub(crate) mod volumes;
 
@@ -73,6 +74,9 @@ pub struct InstanceRequest {
     /// The image it boots from, by digest (`sha256:<64 lowercase hex>`, a
     /// base disk in its host's image store); none: no boot disk.
     pub image: Option<String>,
+    /// Its network policy (none: its NICs pass everything): only a host
+    /// advertising `instance.network-policy` takes it.
+    pub network_policy: Option<proto::NetworkPolicy>,
 }
 
 /// Whether `image` is an image digest an instance may name:
@@ -140,7 +144,7 @@ fn request<'a>(pool: &'a crate::store::rows::PoolRow, row: &'a InstanceRow) -> R
         volumes: row.spec.volumes.iter().map(|v| v.volume_id.clone()).collect(),
         pinned: row.pinned_node.as_deref(),
         pin_cpus: row.spec.cpus.is_some(),
-        capabilities: vec![],
+        capabilities: row.spec.network_policy.as_ref().map(|_| network_policy::CAPABILITY).into_iter().collect(),
     }
 }
 
@@ -228,6 +232,11 @@ fn check(c: &Db<'_>, request: &InstanceRequest) -> Result<()> {
             proto::refusal::Code::InstanceInvalid
         ));
     }
+    if let Some(policy) = &request.network_policy
+        && let Err(why) = network_policy::check(policy)
+    {
+        return invalid(format!("{}: network policy: {why}", proto::refusal::Code::InstanceInvalid));
+    }
     if request.state == InstanceDesired::Deleted {
         return invalid("an instance is created running or stopped".into());
     }
@@ -274,6 +283,7 @@ pub fn create(shared: &Shared, pool_id: &str, request: InstanceRequest) -> Resul
                 hugepage_bytes: request.hugepage_bytes,
                 memory_floor_bytes: request.memory_floor_bytes,
                 image: request.image.clone().unwrap_or_default(),
+                network_policy: request.network_policy.clone(),
                 // Placement chooses the CPUs (an empty pinning asks for one).
                 cpus: request.pin_cpus.then(proto::InstanceCpus::default),
                 ..proto::InstanceSpec::default()

@@ -176,3 +176,71 @@ async fn an_instance_is_placed_run_given_its_secret_and_token_and_deleted() {
     assert!(!logs.contains("s3cr3t-value") && !logs.contains(&minted.token), "a secret or a token reached the log");
     stack.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn an_instance_with_a_network_policy_waits_for_a_host_that_enforces_one_and_a_bad_policy_is_refused() {
+    let stack = devstack::DevStack::start(DevStackOptions::memory()).await.unwrap();
+    let spec =
+        PoolSpec { name: "vps".into(), acceptance: Acceptance::None, kind: PoolKind::VpsHost, ..PoolSpec::default() };
+    let pool = stack.create_pool(spec).await.unwrap();
+    let token = stack.mint_join_token(&pool, 1, std::time::Duration::from_secs(60)).await.unwrap();
+    let node = TestNode::join(&stack, &token).await.unwrap();
+    let libvirt =
+        || vec![proto::DriverManifest { name: "libvirt-kvm".into(), kind: "runtime".into(), version: "10".into() }];
+    let mut session = node.connect_as(&stack, 0, |h| h.drivers = libvirt()).await.unwrap();
+    session.expect_desired_state().await;
+    let inventory = vec![system_section(8, 16 << 30)];
+    let rooted = proto::StatusReport { inventory: inventory.clone(), applied_generation: 1, ..Default::default() };
+    report(&mut session, rooted.clone()).await;
+
+    let rule = |protocol: &str, cidr: &str, min: u32, max: u32| proto::NetworkRule {
+        protocol: protocol.into(),
+        cidr: cidr.into(),
+        port_min: min,
+        port_max: max,
+    };
+    let policy = proto::NetworkPolicy {
+        ingress: vec![rule("tcp", "10.0.0.0/8", 22, 22)],
+        egress: vec![rule("udp", "0.0.0.0/0", 53, 53), rule("icmp", "0.0.0.0/0", 0, 0)],
+    };
+    let request = InstanceRequest {
+        runtime: "libvirt-kvm".into(),
+        vcpus: 1,
+        memory_bytes: 1 << 30,
+        network_policy: Some(policy.clone()),
+        ..InstanceRequest::default()
+    };
+    // A bad rule is refused before anything is stored, the rule named.
+    let bad = proto::NetworkPolicy { egress: vec![rule("tcp", "10.0.0.1/8", 443, 443)], ..policy.clone() };
+    let err = stack
+        .create_instance(&pool, InstanceRequest { network_policy: Some(bad), ..request.clone() })
+        .await
+        .expect_err("a peer with host bits")
+        .to_string();
+    assert!(err.contains("instance-invalid: network policy: egress rule 0: peer \"10.0.0.1/8\""), "{err}");
+    assert!(stack.instances().unwrap().is_empty(), "nothing stored");
+
+    // The host does not advertise the capability: the instance waits, the label named.
+    let id = stack.create_instance(&pool, request).await.unwrap();
+    let row = stack.instance(&id).unwrap().unwrap();
+    assert_eq!(row.state, InstanceState::Unschedulable);
+    assert!(row.reason.contains("do not advertise instance.network-policy"), "{row:?}");
+
+    // Back with it: placed at its next report, the policy in the spec it gets.
+    drop(session);
+    let mut session = node
+        .connect_as(&stack, 0, |h| {
+            h.drivers = libvirt();
+            h.capabilities.push("instance.network-policy".into());
+        })
+        .await
+        .unwrap();
+    session.expect_desired_state().await;
+    report(&mut session, rooted).await;
+    let (spec, _) = session.expect_desired_state().await;
+    let instances = spec.instances.unwrap().instances;
+    assert_eq!((instances.len(), instances[0].id.as_str()), (1, id.as_str()));
+    assert_eq!(instances[0].network_policy.as_ref(), Some(&policy));
+    assert_eq!(stack.instance(&id).unwrap().unwrap().state, InstanceState::Pending);
+    stack.shutdown().await.unwrap();
+}

@@ -360,6 +360,44 @@ pub struct InstanceSpec {
     /// overlay of its own over it (empty: no boot disk).
     #[prost(string, tag = "14")]
     pub image: ::prost::alloc::string::String,
+    /// Its network policy (absent: its NICs pass everything; docs/protocol.md,
+    /// "Instances"). Only a host advertising instance.network-policy
+    /// takes an instance that has one; a changed policy redefines the instance.
+    #[prost(message, optional, tag = "15")]
+    pub network_policy: ::core::option::Option<NetworkPolicy>,
+}
+/// A guest's network policy on the instance network: its NICs pass ARP,
+/// its metadata requests (169.254.169.254:80) and their answers, the flows
+/// the rules allow and those flows' replies, and nothing else (IPv6 and
+/// other ethertypes neither). The rules are stateless: a flow's replies are
+/// known by its ports, and a TCP reply may not open a connection (a bare
+/// SYN is not a reply). At most 64 rules in each direction.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct NetworkPolicy {
+    /// flows a peer opens to the guest
+    #[prost(message, repeated, tag = "1")]
+    pub ingress: ::prost::alloc::vec::Vec<NetworkRule>,
+    /// flows the guest opens to a peer
+    #[prost(message, repeated, tag = "2")]
+    pub egress: ::prost::alloc::vec::Vec<NetworkRule>,
+}
+/// One allowed flow: protocol "tcp", "udp" or "icmp" (echo, and its
+/// replies); the peer's IPv4 network ("10.0.0.0/8", "0.0.0.0/0", its
+/// address bits beyond the prefix zero); the guest's ports for ingress,
+/// the peer's for egress (1 to 65535, port_min \<= port_max; both 0 for
+/// icmp).
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct NetworkRule {
+    #[prost(string, tag = "1")]
+    pub protocol: ::prost::alloc::string::String,
+    #[prost(string, tag = "2")]
+    pub cidr: ::prost::alloc::string::String,
+    #[prost(uint32, tag = "3")]
+    pub port_min: u32,
+    #[prost(uint32, tag = "4")]
+    pub port_max: u32,
 }
 /// Pinned vCPUs: vCPU i runs on host_cpus\[i\], every one of them on
 /// numa_node, whose memory the guest's memory comes from (strictly).

@@ -1680,7 +1680,11 @@ type InstanceSpec struct {
 	// The image it boots from: "sha256:<64 lowercase hex>", the digest of a
 	// base disk in the host's image store; the host boots a copy-on-write
 	// overlay of its own over it (empty: no boot disk).
-	Image         string `protobuf:"bytes,14,opt,name=image,proto3" json:"image,omitempty"`
+	Image string `protobuf:"bytes,14,opt,name=image,proto3" json:"image,omitempty"`
+	// Its network policy (absent: its NICs pass everything; docs/protocol.md,
+	// "Instances"). Only a host advertising instance.network-policy
+	// takes an instance that has one; a changed policy redefines the instance.
+	NetworkPolicy *NetworkPolicy `protobuf:"bytes,15,opt,name=network_policy,json=networkPolicy,proto3" json:"network_policy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1813,6 +1817,144 @@ func (x *InstanceSpec) GetImage() string {
 	return ""
 }
 
+func (x *InstanceSpec) GetNetworkPolicy() *NetworkPolicy {
+	if x != nil {
+		return x.NetworkPolicy
+	}
+	return nil
+}
+
+// A guest's network policy on the instance network: its NICs pass ARP,
+// its metadata requests (169.254.169.254:80) and their answers, the flows
+// the rules allow and those flows' replies, and nothing else (IPv6 and
+// other ethertypes neither). The rules are stateless: a flow's replies are
+// known by its ports, and a TCP reply may not open a connection (a bare
+// SYN is not a reply). At most 64 rules in each direction.
+type NetworkPolicy struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ingress       []*NetworkRule         `protobuf:"bytes,1,rep,name=ingress,proto3" json:"ingress,omitempty"` // flows a peer opens to the guest
+	Egress        []*NetworkRule         `protobuf:"bytes,2,rep,name=egress,proto3" json:"egress,omitempty"`   // flows the guest opens to a peer
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NetworkPolicy) Reset() {
+	*x = NetworkPolicy{}
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NetworkPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NetworkPolicy) ProtoMessage() {}
+
+func (x *NetworkPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NetworkPolicy.ProtoReflect.Descriptor instead.
+func (*NetworkPolicy) Descriptor() ([]byte, []int) {
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *NetworkPolicy) GetIngress() []*NetworkRule {
+	if x != nil {
+		return x.Ingress
+	}
+	return nil
+}
+
+func (x *NetworkPolicy) GetEgress() []*NetworkRule {
+	if x != nil {
+		return x.Egress
+	}
+	return nil
+}
+
+// One allowed flow: protocol "tcp", "udp" or "icmp" (echo, and its
+// replies); the peer's IPv4 network ("10.0.0.0/8", "0.0.0.0/0", its
+// address bits beyond the prefix zero); the guest's ports for ingress,
+// the peer's for egress (1 to 65535, port_min <= port_max; both 0 for
+// icmp).
+type NetworkRule struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Protocol      string                 `protobuf:"bytes,1,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	Cidr          string                 `protobuf:"bytes,2,opt,name=cidr,proto3" json:"cidr,omitempty"`
+	PortMin       uint32                 `protobuf:"varint,3,opt,name=port_min,json=portMin,proto3" json:"port_min,omitempty"`
+	PortMax       uint32                 `protobuf:"varint,4,opt,name=port_max,json=portMax,proto3" json:"port_max,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NetworkRule) Reset() {
+	*x = NetworkRule{}
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NetworkRule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NetworkRule) ProtoMessage() {}
+
+func (x *NetworkRule) ProtoReflect() protoreflect.Message {
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NetworkRule.ProtoReflect.Descriptor instead.
+func (*NetworkRule) Descriptor() ([]byte, []int) {
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *NetworkRule) GetProtocol() string {
+	if x != nil {
+		return x.Protocol
+	}
+	return ""
+}
+
+func (x *NetworkRule) GetCidr() string {
+	if x != nil {
+		return x.Cidr
+	}
+	return ""
+}
+
+func (x *NetworkRule) GetPortMin() uint32 {
+	if x != nil {
+		return x.PortMin
+	}
+	return 0
+}
+
+func (x *NetworkRule) GetPortMax() uint32 {
+	if x != nil {
+		return x.PortMax
+	}
+	return 0
+}
+
 // Pinned vCPUs: vCPU i runs on host_cpus[i], every one of them on
 // numa_node, whose memory the guest's memory comes from (strictly).
 type InstanceCpus struct {
@@ -1825,7 +1967,7 @@ type InstanceCpus struct {
 
 func (x *InstanceCpus) Reset() {
 	*x = InstanceCpus{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1837,7 +1979,7 @@ func (x *InstanceCpus) String() string {
 func (*InstanceCpus) ProtoMessage() {}
 
 func (x *InstanceCpus) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1850,7 +1992,7 @@ func (x *InstanceCpus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceCpus.ProtoReflect.Descriptor instead.
 func (*InstanceCpus) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *InstanceCpus) GetNumaNode() uint32 {
@@ -1878,7 +2020,7 @@ type InstanceNic struct {
 
 func (x *InstanceNic) Reset() {
 	*x = InstanceNic{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1890,7 +2032,7 @@ func (x *InstanceNic) String() string {
 func (*InstanceNic) ProtoMessage() {}
 
 func (x *InstanceNic) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1903,7 +2045,7 @@ func (x *InstanceNic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceNic.ProtoReflect.Descriptor instead.
 func (*InstanceNic) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *InstanceNic) GetBridge() string {
@@ -1932,7 +2074,7 @@ type VolumeAttachment struct {
 
 func (x *VolumeAttachment) Reset() {
 	*x = VolumeAttachment{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1944,7 +2086,7 @@ func (x *VolumeAttachment) String() string {
 func (*VolumeAttachment) ProtoMessage() {}
 
 func (x *VolumeAttachment) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1957,7 +2099,7 @@ func (x *VolumeAttachment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeAttachment.ProtoReflect.Descriptor instead.
 func (*VolumeAttachment) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *VolumeAttachment) GetVolumeId() string {
@@ -1993,7 +2135,7 @@ type VolumeSpec struct {
 
 func (x *VolumeSpec) Reset() {
 	*x = VolumeSpec{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2005,7 +2147,7 @@ func (x *VolumeSpec) String() string {
 func (*VolumeSpec) ProtoMessage() {}
 
 func (x *VolumeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2018,7 +2160,7 @@ func (x *VolumeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSpec.ProtoReflect.Descriptor instead.
 func (*VolumeSpec) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *VolumeSpec) GetId() string {
@@ -2052,7 +2194,7 @@ type TelemetrySection struct {
 
 func (x *TelemetrySection) Reset() {
 	*x = TelemetrySection{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2064,7 +2206,7 @@ func (x *TelemetrySection) String() string {
 func (*TelemetrySection) ProtoMessage() {}
 
 func (x *TelemetrySection) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2077,7 +2219,7 @@ func (x *TelemetrySection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TelemetrySection.ProtoReflect.Descriptor instead.
 func (*TelemetrySection) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *TelemetrySection) GetOtlpEndpoint() string {
@@ -2118,7 +2260,7 @@ type Attribute struct {
 
 func (x *Attribute) Reset() {
 	*x = Attribute{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2130,7 +2272,7 @@ func (x *Attribute) String() string {
 func (*Attribute) ProtoMessage() {}
 
 func (x *Attribute) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2143,7 +2285,7 @@ func (x *Attribute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attribute.ProtoReflect.Descriptor instead.
 func (*Attribute) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Attribute) GetKey() string {
@@ -2176,7 +2318,7 @@ type DaemonSection struct {
 
 func (x *DaemonSection) Reset() {
 	*x = DaemonSection{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2188,7 +2330,7 @@ func (x *DaemonSection) String() string {
 func (*DaemonSection) ProtoMessage() {}
 
 func (x *DaemonSection) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2201,7 +2343,7 @@ func (x *DaemonSection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DaemonSection.ProtoReflect.Descriptor instead.
 func (*DaemonSection) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DaemonSection) GetVersion() string {
@@ -2242,7 +2384,7 @@ type AccessSection struct {
 
 func (x *AccessSection) Reset() {
 	*x = AccessSection{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2254,7 +2396,7 @@ func (x *AccessSection) String() string {
 func (*AccessSection) ProtoMessage() {}
 
 func (x *AccessSection) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2267,7 +2409,7 @@ func (x *AccessSection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AccessSection.ProtoReflect.Descriptor instead.
 func (*AccessSection) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AccessSection) GetAccounts() []*SshAccount {
@@ -2318,7 +2460,7 @@ type SshAccount struct {
 
 func (x *SshAccount) Reset() {
 	*x = SshAccount{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2330,7 +2472,7 @@ func (x *SshAccount) String() string {
 func (*SshAccount) ProtoMessage() {}
 
 func (x *SshAccount) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2343,7 +2485,7 @@ func (x *SshAccount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SshAccount.ProtoReflect.Descriptor instead.
 func (*SshAccount) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SshAccount) GetName() string {
@@ -2378,7 +2520,7 @@ type RevokedSerials struct {
 
 func (x *RevokedSerials) Reset() {
 	*x = RevokedSerials{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2390,7 +2532,7 @@ func (x *RevokedSerials) String() string {
 func (*RevokedSerials) ProtoMessage() {}
 
 func (x *RevokedSerials) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2403,7 +2545,7 @@ func (x *RevokedSerials) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokedSerials.ProtoReflect.Descriptor instead.
 func (*RevokedSerials) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RevokedSerials) GetCaKey() string {
@@ -2429,7 +2571,7 @@ type TrustSection struct {
 
 func (x *TrustSection) Reset() {
 	*x = TrustSection{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[32]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2441,7 +2583,7 @@ func (x *TrustSection) String() string {
 func (*TrustSection) ProtoMessage() {}
 
 func (x *TrustSection) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[32]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2454,7 +2596,7 @@ func (x *TrustSection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrustSection.ProtoReflect.Descriptor instead.
 func (*TrustSection) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *TrustSection) GetTrustBundle() *Envelope {
@@ -2478,7 +2620,7 @@ type TrustBundle struct {
 
 func (x *TrustBundle) Reset() {
 	*x = TrustBundle{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[33]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2490,7 +2632,7 @@ func (x *TrustBundle) String() string {
 func (*TrustBundle) ProtoMessage() {}
 
 func (x *TrustBundle) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[33]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2503,7 +2645,7 @@ func (x *TrustBundle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrustBundle.ProtoReflect.Descriptor instead.
 func (*TrustBundle) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *TrustBundle) GetTrustDomain() string {
@@ -2560,7 +2702,7 @@ type Quorum struct {
 
 func (x *Quorum) Reset() {
 	*x = Quorum{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[34]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2572,7 +2714,7 @@ func (x *Quorum) String() string {
 func (*Quorum) ProtoMessage() {}
 
 func (x *Quorum) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[34]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2585,7 +2727,7 @@ func (x *Quorum) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Quorum.ProtoReflect.Descriptor instead.
 func (*Quorum) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Quorum) GetApprovers() []*PublicKey {
@@ -2627,7 +2769,7 @@ type QuorumTier struct {
 
 func (x *QuorumTier) Reset() {
 	*x = QuorumTier{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[35]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2639,7 +2781,7 @@ func (x *QuorumTier) String() string {
 func (*QuorumTier) ProtoMessage() {}
 
 func (x *QuorumTier) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[35]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2652,7 +2794,7 @@ func (x *QuorumTier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QuorumTier.ProtoReflect.Descriptor instead.
 func (*QuorumTier) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *QuorumTier) GetMinCommands() uint32 {
@@ -2683,7 +2825,7 @@ type BatchApproval struct {
 
 func (x *BatchApproval) Reset() {
 	*x = BatchApproval{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[36]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2695,7 +2837,7 @@ func (x *BatchApproval) String() string {
 func (*BatchApproval) ProtoMessage() {}
 
 func (x *BatchApproval) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[36]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2708,7 +2850,7 @@ func (x *BatchApproval) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchApproval.ProtoReflect.Descriptor instead.
 func (*BatchApproval) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{36}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *BatchApproval) GetBatchId() string {
@@ -2756,7 +2898,7 @@ type NodeStatement struct {
 
 func (x *NodeStatement) Reset() {
 	*x = NodeStatement{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[37]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2768,7 +2910,7 @@ func (x *NodeStatement) String() string {
 func (*NodeStatement) ProtoMessage() {}
 
 func (x *NodeStatement) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[37]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2781,7 +2923,7 @@ func (x *NodeStatement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatement.ProtoReflect.Descriptor instead.
 func (*NodeStatement) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{37}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *NodeStatement) GetNodeId() string {
@@ -2874,7 +3016,7 @@ type CommandResult struct {
 
 func (x *CommandResult) Reset() {
 	*x = CommandResult{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[38]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2886,7 +3028,7 @@ func (x *CommandResult) String() string {
 func (*CommandResult) ProtoMessage() {}
 
 func (x *CommandResult) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[38]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2899,7 +3041,7 @@ func (x *CommandResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandResult.ProtoReflect.Descriptor instead.
 func (*CommandResult) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{38}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *CommandResult) GetCommandId() string {
@@ -2953,7 +3095,7 @@ type AllocationBound struct {
 
 func (x *AllocationBound) Reset() {
 	*x = AllocationBound{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[39]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2965,7 +3107,7 @@ func (x *AllocationBound) String() string {
 func (*AllocationBound) ProtoMessage() {}
 
 func (x *AllocationBound) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[39]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2978,7 +3120,7 @@ func (x *AllocationBound) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocationBound.ProtoReflect.Descriptor instead.
 func (*AllocationBound) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{39}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *AllocationBound) GetAllocationId() string {
@@ -3049,7 +3191,7 @@ type SecretRequest struct {
 
 func (x *SecretRequest) Reset() {
 	*x = SecretRequest{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[40]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3061,7 +3203,7 @@ func (x *SecretRequest) String() string {
 func (*SecretRequest) ProtoMessage() {}
 
 func (x *SecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[40]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3074,7 +3216,7 @@ func (x *SecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretRequest.ProtoReflect.Descriptor instead.
 func (*SecretRequest) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{40}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *SecretRequest) GetRequestId() string {
@@ -3119,7 +3261,7 @@ type NodeFrame struct {
 
 func (x *NodeFrame) Reset() {
 	*x = NodeFrame{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[41]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3131,7 +3273,7 @@ func (x *NodeFrame) String() string {
 func (*NodeFrame) ProtoMessage() {}
 
 func (x *NodeFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[41]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3144,7 +3286,7 @@ func (x *NodeFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeFrame.ProtoReflect.Descriptor instead.
 func (*NodeFrame) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{41}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *NodeFrame) GetSeq() uint64 {
@@ -3323,7 +3465,7 @@ type GatewayFrame struct {
 
 func (x *GatewayFrame) Reset() {
 	*x = GatewayFrame{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[42]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3335,7 +3477,7 @@ func (x *GatewayFrame) String() string {
 func (*GatewayFrame) ProtoMessage() {}
 
 func (x *GatewayFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[42]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3348,7 +3490,7 @@ func (x *GatewayFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatewayFrame.ProtoReflect.Descriptor instead.
 func (*GatewayFrame) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{42}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *GatewayFrame) GetSeq() uint64 {
@@ -3551,7 +3693,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[43]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3563,7 +3705,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[43]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3576,7 +3718,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{43}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Hello) GetNodeId() string {
@@ -3653,7 +3795,7 @@ type DriverManifest struct {
 
 func (x *DriverManifest) Reset() {
 	*x = DriverManifest{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[44]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3665,7 +3807,7 @@ func (x *DriverManifest) String() string {
 func (*DriverManifest) ProtoMessage() {}
 
 func (x *DriverManifest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[44]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3678,7 +3820,7 @@ func (x *DriverManifest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DriverManifest.ProtoReflect.Descriptor instead.
 func (*DriverManifest) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{44}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DriverManifest) GetName() string {
@@ -3715,7 +3857,7 @@ type Welcome struct {
 
 func (x *Welcome) Reset() {
 	*x = Welcome{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[45]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3727,7 +3869,7 @@ func (x *Welcome) String() string {
 func (*Welcome) ProtoMessage() {}
 
 func (x *Welcome) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[45]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3740,7 +3882,7 @@ func (x *Welcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Welcome.ProtoReflect.Descriptor instead.
 func (*Welcome) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{45}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *Welcome) GetSessionEpoch() uint64 {
@@ -3788,7 +3930,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[46]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3800,7 +3942,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[46]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3813,7 +3955,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{46}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *Heartbeat) GetAtMs() int64 {
@@ -3840,7 +3982,7 @@ type Ping struct {
 
 func (x *Ping) Reset() {
 	*x = Ping{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[47]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3852,7 +3994,7 @@ func (x *Ping) String() string {
 func (*Ping) ProtoMessage() {}
 
 func (x *Ping) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[47]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3865,7 +4007,7 @@ func (x *Ping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ping.ProtoReflect.Descriptor instead.
 func (*Ping) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{47}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *Ping) GetNonce() uint64 {
@@ -3891,7 +4033,7 @@ type Pong struct {
 
 func (x *Pong) Reset() {
 	*x = Pong{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[48]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3903,7 +4045,7 @@ func (x *Pong) String() string {
 func (*Pong) ProtoMessage() {}
 
 func (x *Pong) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[48]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3916,7 +4058,7 @@ func (x *Pong) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pong.ProtoReflect.Descriptor instead.
 func (*Pong) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{48}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *Pong) GetNonce() uint64 {
@@ -3936,7 +4078,7 @@ type CommandDelivery struct {
 
 func (x *CommandDelivery) Reset() {
 	*x = CommandDelivery{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[49]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3948,7 +4090,7 @@ func (x *CommandDelivery) String() string {
 func (*CommandDelivery) ProtoMessage() {}
 
 func (x *CommandDelivery) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[49]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3961,7 +4103,7 @@ func (x *CommandDelivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandDelivery.ProtoReflect.Descriptor instead.
 func (*CommandDelivery) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{49}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *CommandDelivery) GetCommand() *Envelope {
@@ -3991,7 +4133,7 @@ type CommandUpdate struct {
 
 func (x *CommandUpdate) Reset() {
 	*x = CommandUpdate{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[50]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4003,7 +4145,7 @@ func (x *CommandUpdate) String() string {
 func (*CommandUpdate) ProtoMessage() {}
 
 func (x *CommandUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[50]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4016,7 +4158,7 @@ func (x *CommandUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandUpdate.ProtoReflect.Descriptor instead.
 func (*CommandUpdate) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{50}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *CommandUpdate) GetCommandId() string {
@@ -4072,7 +4214,7 @@ type StatusReport struct {
 
 func (x *StatusReport) Reset() {
 	*x = StatusReport{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[51]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4084,7 +4226,7 @@ func (x *StatusReport) String() string {
 func (*StatusReport) ProtoMessage() {}
 
 func (x *StatusReport) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[51]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4097,7 +4239,7 @@ func (x *StatusReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusReport.ProtoReflect.Descriptor instead.
 func (*StatusReport) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{51}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *StatusReport) GetInventory() []*InventorySection {
@@ -4186,7 +4328,7 @@ type SectionStatus struct {
 
 func (x *SectionStatus) Reset() {
 	*x = SectionStatus{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[52]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4198,7 +4340,7 @@ func (x *SectionStatus) String() string {
 func (*SectionStatus) ProtoMessage() {}
 
 func (x *SectionStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[52]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4211,7 +4353,7 @@ func (x *SectionStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SectionStatus.ProtoReflect.Descriptor instead.
 func (*SectionStatus) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{52}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *SectionStatus) GetSection() string {
@@ -4261,7 +4403,7 @@ type InventorySection struct {
 
 func (x *InventorySection) Reset() {
 	*x = InventorySection{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[53]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4273,7 +4415,7 @@ func (x *InventorySection) String() string {
 func (*InventorySection) ProtoMessage() {}
 
 func (x *InventorySection) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[53]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4286,7 +4428,7 @@ func (x *InventorySection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventorySection.ProtoReflect.Descriptor instead.
 func (*InventorySection) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{53}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *InventorySection) GetName() string {
@@ -4333,7 +4475,7 @@ type SystemInventory struct {
 
 func (x *SystemInventory) Reset() {
 	*x = SystemInventory{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[54]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4345,7 +4487,7 @@ func (x *SystemInventory) String() string {
 func (*SystemInventory) ProtoMessage() {}
 
 func (x *SystemInventory) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[54]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4358,7 +4500,7 @@ func (x *SystemInventory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SystemInventory.ProtoReflect.Descriptor instead.
 func (*SystemInventory) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{54}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SystemInventory) GetHostname() string {
@@ -4460,7 +4602,7 @@ type NumaNode struct {
 
 func (x *NumaNode) Reset() {
 	*x = NumaNode{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[55]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4472,7 +4614,7 @@ func (x *NumaNode) String() string {
 func (*NumaNode) ProtoMessage() {}
 
 func (x *NumaNode) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[55]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4485,7 +4627,7 @@ func (x *NumaNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NumaNode.ProtoReflect.Descriptor instead.
 func (*NumaNode) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{55}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *NumaNode) GetId() uint32 {
@@ -4535,7 +4677,7 @@ type GpuInventory struct {
 
 func (x *GpuInventory) Reset() {
 	*x = GpuInventory{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[56]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4547,7 +4689,7 @@ func (x *GpuInventory) String() string {
 func (*GpuInventory) ProtoMessage() {}
 
 func (x *GpuInventory) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[56]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4560,7 +4702,7 @@ func (x *GpuInventory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GpuInventory.ProtoReflect.Descriptor instead.
 func (*GpuInventory) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{56}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *GpuInventory) GetDriverVersion() string {
@@ -4606,7 +4748,7 @@ type Gpu struct {
 
 func (x *Gpu) Reset() {
 	*x = Gpu{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[57]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4618,7 +4760,7 @@ func (x *Gpu) String() string {
 func (*Gpu) ProtoMessage() {}
 
 func (x *Gpu) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[57]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4631,7 +4773,7 @@ func (x *Gpu) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Gpu.ProtoReflect.Descriptor instead.
 func (*Gpu) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{57}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *Gpu) GetIndex() uint32 {
@@ -4692,7 +4834,7 @@ type NetworkInventory struct {
 
 func (x *NetworkInventory) Reset() {
 	*x = NetworkInventory{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[58]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4704,7 +4846,7 @@ func (x *NetworkInventory) String() string {
 func (*NetworkInventory) ProtoMessage() {}
 
 func (x *NetworkInventory) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[58]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4717,7 +4859,7 @@ func (x *NetworkInventory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkInventory.ProtoReflect.Descriptor instead.
 func (*NetworkInventory) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{58}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *NetworkInventory) GetNics() []*Nic {
@@ -4739,7 +4881,7 @@ type Nic struct {
 
 func (x *Nic) Reset() {
 	*x = Nic{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[59]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4751,7 +4893,7 @@ func (x *Nic) String() string {
 func (*Nic) ProtoMessage() {}
 
 func (x *Nic) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[59]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4764,7 +4906,7 @@ func (x *Nic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Nic.ProtoReflect.Descriptor instead.
 func (*Nic) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{59}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *Nic) GetName() string {
@@ -4804,7 +4946,7 @@ type AllocationReleased struct {
 
 func (x *AllocationReleased) Reset() {
 	*x = AllocationReleased{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[60]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4816,7 +4958,7 @@ func (x *AllocationReleased) String() string {
 func (*AllocationReleased) ProtoMessage() {}
 
 func (x *AllocationReleased) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[60]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4829,7 +4971,7 @@ func (x *AllocationReleased) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocationReleased.ProtoReflect.Descriptor instead.
 func (*AllocationReleased) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{60}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *AllocationReleased) GetAllocationId() string {
@@ -4849,7 +4991,7 @@ type AllocationFailed struct {
 
 func (x *AllocationFailed) Reset() {
 	*x = AllocationFailed{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[61]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4861,7 +5003,7 @@ func (x *AllocationFailed) String() string {
 func (*AllocationFailed) ProtoMessage() {}
 
 func (x *AllocationFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[61]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4874,7 +5016,7 @@ func (x *AllocationFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocationFailed.ProtoReflect.Descriptor instead.
 func (*AllocationFailed) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{61}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *AllocationFailed) GetAllocationId() string {
@@ -4911,7 +5053,7 @@ type InstanceStatus struct {
 
 func (x *InstanceStatus) Reset() {
 	*x = InstanceStatus{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[62]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4923,7 +5065,7 @@ func (x *InstanceStatus) String() string {
 func (*InstanceStatus) ProtoMessage() {}
 
 func (x *InstanceStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[62]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4936,7 +5078,7 @@ func (x *InstanceStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceStatus.ProtoReflect.Descriptor instead.
 func (*InstanceStatus) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{62}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *InstanceStatus) GetId() string {
@@ -5007,7 +5149,7 @@ type HostPressure struct {
 
 func (x *HostPressure) Reset() {
 	*x = HostPressure{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[63]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5019,7 +5161,7 @@ func (x *HostPressure) String() string {
 func (*HostPressure) ProtoMessage() {}
 
 func (x *HostPressure) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[63]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5032,7 +5174,7 @@ func (x *HostPressure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostPressure.ProtoReflect.Descriptor instead.
 func (*HostPressure) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{63}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *HostPressure) GetMemoryPercent() uint32 {
@@ -5064,7 +5206,7 @@ type VolumeStatus struct {
 
 func (x *VolumeStatus) Reset() {
 	*x = VolumeStatus{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[64]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5076,7 +5218,7 @@ func (x *VolumeStatus) String() string {
 func (*VolumeStatus) ProtoMessage() {}
 
 func (x *VolumeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[64]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5089,7 +5231,7 @@ func (x *VolumeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeStatus.ProtoReflect.Descriptor instead.
 func (*VolumeStatus) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{64}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *VolumeStatus) GetId() string {
@@ -5135,7 +5277,7 @@ type VolumeStorage struct {
 
 func (x *VolumeStorage) Reset() {
 	*x = VolumeStorage{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[65]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5147,7 +5289,7 @@ func (x *VolumeStorage) String() string {
 func (*VolumeStorage) ProtoMessage() {}
 
 func (x *VolumeStorage) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[65]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5160,7 +5302,7 @@ func (x *VolumeStorage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeStorage.ProtoReflect.Descriptor instead.
 func (*VolumeStorage) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{65}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *VolumeStorage) GetTotalBytes() uint64 {
@@ -5200,7 +5342,7 @@ type SpecRequest struct {
 
 func (x *SpecRequest) Reset() {
 	*x = SpecRequest{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[66]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5212,7 +5354,7 @@ func (x *SpecRequest) String() string {
 func (*SpecRequest) ProtoMessage() {}
 
 func (x *SpecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[66]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5225,7 +5367,7 @@ func (x *SpecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpecRequest.ProtoReflect.Descriptor instead.
 func (*SpecRequest) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{66}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *SpecRequest) GetMinGeneration() uint64 {
@@ -5246,7 +5388,7 @@ type WorkloadTokenRequest struct {
 
 func (x *WorkloadTokenRequest) Reset() {
 	*x = WorkloadTokenRequest{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[67]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5258,7 +5400,7 @@ func (x *WorkloadTokenRequest) String() string {
 func (*WorkloadTokenRequest) ProtoMessage() {}
 
 func (x *WorkloadTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[67]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5271,7 +5413,7 @@ func (x *WorkloadTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkloadTokenRequest.ProtoReflect.Descriptor instead.
 func (*WorkloadTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{67}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *WorkloadTokenRequest) GetRequestId() string {
@@ -5304,7 +5446,7 @@ type EventAck struct {
 
 func (x *EventAck) Reset() {
 	*x = EventAck{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[68]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5316,7 +5458,7 @@ func (x *EventAck) String() string {
 func (*EventAck) ProtoMessage() {}
 
 func (x *EventAck) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[68]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5329,7 +5471,7 @@ func (x *EventAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventAck.ProtoReflect.Descriptor instead.
 func (*EventAck) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{68}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *EventAck) GetUpToSeq() uint64 {
@@ -5348,7 +5490,7 @@ type DesiredState struct {
 
 func (x *DesiredState) Reset() {
 	*x = DesiredState{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[69]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5360,7 +5502,7 @@ func (x *DesiredState) String() string {
 func (*DesiredState) ProtoMessage() {}
 
 func (x *DesiredState) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[69]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5373,7 +5515,7 @@ func (x *DesiredState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DesiredState.ProtoReflect.Descriptor instead.
 func (*DesiredState) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{69}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *DesiredState) GetSpec() *Envelope {
@@ -5393,7 +5535,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[70]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5405,7 +5547,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[70]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5418,7 +5560,7 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{70}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *Drain) GetReason() string {
@@ -5444,7 +5586,7 @@ type RevocationNotice struct {
 
 func (x *RevocationNotice) Reset() {
 	*x = RevocationNotice{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[71]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5456,7 +5598,7 @@ func (x *RevocationNotice) String() string {
 func (*RevocationNotice) ProtoMessage() {}
 
 func (x *RevocationNotice) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[71]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5469,7 +5611,7 @@ func (x *RevocationNotice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevocationNotice.ProtoReflect.Descriptor instead.
 func (*RevocationNotice) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{71}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *RevocationNotice) GetReason() string {
@@ -5488,7 +5630,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[72]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5500,7 +5642,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[72]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5513,7 +5655,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{72}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *Cancel) GetCommandId() string {
@@ -5534,7 +5676,7 @@ type SecretResponse struct {
 
 func (x *SecretResponse) Reset() {
 	*x = SecretResponse{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[73]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5546,7 +5688,7 @@ func (x *SecretResponse) String() string {
 func (*SecretResponse) ProtoMessage() {}
 
 func (x *SecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[73]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5559,7 +5701,7 @@ func (x *SecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretResponse.ProtoReflect.Descriptor instead.
 func (*SecretResponse) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{73}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *SecretResponse) GetRequestId() string {
@@ -5594,7 +5736,7 @@ type WorkloadTokenResponse struct {
 
 func (x *WorkloadTokenResponse) Reset() {
 	*x = WorkloadTokenResponse{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[74]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5606,7 +5748,7 @@ func (x *WorkloadTokenResponse) String() string {
 func (*WorkloadTokenResponse) ProtoMessage() {}
 
 func (x *WorkloadTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[74]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5619,7 +5761,7 @@ func (x *WorkloadTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkloadTokenResponse.ProtoReflect.Descriptor instead.
 func (*WorkloadTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{74}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *WorkloadTokenResponse) GetRequestId() string {
@@ -5655,7 +5797,7 @@ type OpenTunnel struct {
 
 func (x *OpenTunnel) Reset() {
 	*x = OpenTunnel{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[75]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5667,7 +5809,7 @@ func (x *OpenTunnel) String() string {
 func (*OpenTunnel) ProtoMessage() {}
 
 func (x *OpenTunnel) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[75]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5680,7 +5822,7 @@ func (x *OpenTunnel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenTunnel.ProtoReflect.Descriptor instead.
 func (*OpenTunnel) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{75}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *OpenTunnel) GetTunnelId() string {
@@ -5721,7 +5863,7 @@ type RenewRequest struct {
 
 func (x *RenewRequest) Reset() {
 	*x = RenewRequest{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[76]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5733,7 +5875,7 @@ func (x *RenewRequest) String() string {
 func (*RenewRequest) ProtoMessage() {}
 
 func (x *RenewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[76]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5746,7 +5888,7 @@ func (x *RenewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
 func (*RenewRequest) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{76}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *RenewRequest) GetCsrDer() []byte {
@@ -5772,7 +5914,7 @@ type RenewReply struct {
 
 func (x *RenewReply) Reset() {
 	*x = RenewReply{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[77]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5784,7 +5926,7 @@ func (x *RenewReply) String() string {
 func (*RenewReply) ProtoMessage() {}
 
 func (x *RenewReply) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[77]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5797,7 +5939,7 @@ func (x *RenewReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewReply.ProtoReflect.Descriptor instead.
 func (*RenewReply) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{77}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *RenewReply) GetResponse() *Envelope {
@@ -5824,7 +5966,7 @@ type TunnelFrame struct {
 
 func (x *TunnelFrame) Reset() {
 	*x = TunnelFrame{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[78]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5836,7 +5978,7 @@ func (x *TunnelFrame) String() string {
 func (*TunnelFrame) ProtoMessage() {}
 
 func (x *TunnelFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[78]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5849,7 +5991,7 @@ func (x *TunnelFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelFrame.ProtoReflect.Descriptor instead.
 func (*TunnelFrame) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{78}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *TunnelFrame) GetTunnelId() string {
@@ -5955,7 +6097,7 @@ type TerminalSize struct {
 
 func (x *TerminalSize) Reset() {
 	*x = TerminalSize{}
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[79]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5967,7 +6109,7 @@ func (x *TerminalSize) String() string {
 func (*TerminalSize) ProtoMessage() {}
 
 func (x *TerminalSize) ProtoReflect() protoreflect.Message {
-	mi := &file_bc_agent_v1_agent_proto_msgTypes[79]
+	mi := &file_bc_agent_v1_agent_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5980,7 +6122,7 @@ func (x *TerminalSize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminalSize.ProtoReflect.Descriptor instead.
 func (*TerminalSize) Descriptor() ([]byte, []int) {
-	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{79}
+	return file_bc_agent_v1_agent_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *TerminalSize) GetRows() uint32 {
@@ -6128,7 +6270,7 @@ const file_bc_agent_v1_agent_proto_rawDesc = "" +
 	"\acontent\x18\x02 \x01(\fR\acontent\"~\n" +
 	"\x10InstancesSection\x127\n" +
 	"\tinstances\x18\x01 \x03(\v2\x19.bc.agent.v1.InstanceSpecR\tinstances\x121\n" +
-	"\avolumes\x18\x02 \x03(\v2\x17.bc.agent.v1.VolumeSpecR\avolumes\"\xf0\x03\n" +
+	"\avolumes\x18\x02 \x03(\v2\x17.bc.agent.v1.VolumeSpecR\avolumes\"\xb3\x04\n" +
 	"\fInstanceSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aruntime\x18\x02 \x01(\tR\aruntime\x12\x14\n" +
@@ -6145,7 +6287,16 @@ const file_bc_agent_v1_agent_proto_rawDesc = "" +
 	"\x12memory_floor_bytes\x18\f \x01(\x04R\x10memoryFloorBytes\x12\x1f\n" +
 	"\vgpu_indexes\x18\r \x03(\rR\n" +
 	"gpuIndexes\x12\x14\n" +
-	"\x05image\x18\x0e \x01(\tR\x05image\"H\n" +
+	"\x05image\x18\x0e \x01(\tR\x05image\x12A\n" +
+	"\x0enetwork_policy\x18\x0f \x01(\v2\x1a.bc.agent.v1.NetworkPolicyR\rnetworkPolicy\"u\n" +
+	"\rNetworkPolicy\x122\n" +
+	"\aingress\x18\x01 \x03(\v2\x18.bc.agent.v1.NetworkRuleR\aingress\x120\n" +
+	"\x06egress\x18\x02 \x03(\v2\x18.bc.agent.v1.NetworkRuleR\x06egress\"s\n" +
+	"\vNetworkRule\x12\x1a\n" +
+	"\bprotocol\x18\x01 \x01(\tR\bprotocol\x12\x12\n" +
+	"\x04cidr\x18\x02 \x01(\tR\x04cidr\x12\x19\n" +
+	"\bport_min\x18\x03 \x01(\rR\aportMin\x12\x19\n" +
+	"\bport_max\x18\x04 \x01(\rR\aportMax\"H\n" +
 	"\fInstanceCpus\x12\x1b\n" +
 	"\tnuma_node\x18\x01 \x01(\rR\bnumaNode\x12\x1b\n" +
 	"\thost_cpus\x18\x02 \x03(\rR\bhostCpus\"7\n" +
@@ -6506,7 +6657,7 @@ func file_bc_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_bc_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_bc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 80)
+var file_bc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 82)
 var file_bc_agent_v1_agent_proto_goTypes = []any{
 	(CommandState)(0),             // 0: bc.agent.v1.CommandState
 	(SectionState)(0),             // 1: bc.agent.v1.SectionState
@@ -6532,64 +6683,66 @@ var file_bc_agent_v1_agent_proto_goTypes = []any{
 	(*HostUnit)(nil),              // 21: bc.agent.v1.HostUnit
 	(*InstancesSection)(nil),      // 22: bc.agent.v1.InstancesSection
 	(*InstanceSpec)(nil),          // 23: bc.agent.v1.InstanceSpec
-	(*InstanceCpus)(nil),          // 24: bc.agent.v1.InstanceCpus
-	(*InstanceNic)(nil),           // 25: bc.agent.v1.InstanceNic
-	(*VolumeAttachment)(nil),      // 26: bc.agent.v1.VolumeAttachment
-	(*VolumeSpec)(nil),            // 27: bc.agent.v1.VolumeSpec
-	(*TelemetrySection)(nil),      // 28: bc.agent.v1.TelemetrySection
-	(*Attribute)(nil),             // 29: bc.agent.v1.Attribute
-	(*DaemonSection)(nil),         // 30: bc.agent.v1.DaemonSection
-	(*AccessSection)(nil),         // 31: bc.agent.v1.AccessSection
-	(*SshAccount)(nil),            // 32: bc.agent.v1.SshAccount
-	(*RevokedSerials)(nil),        // 33: bc.agent.v1.RevokedSerials
-	(*TrustSection)(nil),          // 34: bc.agent.v1.TrustSection
-	(*TrustBundle)(nil),           // 35: bc.agent.v1.TrustBundle
-	(*Quorum)(nil),                // 36: bc.agent.v1.Quorum
-	(*QuorumTier)(nil),            // 37: bc.agent.v1.QuorumTier
-	(*BatchApproval)(nil),         // 38: bc.agent.v1.BatchApproval
-	(*NodeStatement)(nil),         // 39: bc.agent.v1.NodeStatement
-	(*CommandResult)(nil),         // 40: bc.agent.v1.CommandResult
-	(*AllocationBound)(nil),       // 41: bc.agent.v1.AllocationBound
-	(*SecretRequest)(nil),         // 42: bc.agent.v1.SecretRequest
-	(*NodeFrame)(nil),             // 43: bc.agent.v1.NodeFrame
-	(*GatewayFrame)(nil),          // 44: bc.agent.v1.GatewayFrame
-	(*Hello)(nil),                 // 45: bc.agent.v1.Hello
-	(*DriverManifest)(nil),        // 46: bc.agent.v1.DriverManifest
-	(*Welcome)(nil),               // 47: bc.agent.v1.Welcome
-	(*Heartbeat)(nil),             // 48: bc.agent.v1.Heartbeat
-	(*Ping)(nil),                  // 49: bc.agent.v1.Ping
-	(*Pong)(nil),                  // 50: bc.agent.v1.Pong
-	(*CommandDelivery)(nil),       // 51: bc.agent.v1.CommandDelivery
-	(*CommandUpdate)(nil),         // 52: bc.agent.v1.CommandUpdate
-	(*StatusReport)(nil),          // 53: bc.agent.v1.StatusReport
-	(*SectionStatus)(nil),         // 54: bc.agent.v1.SectionStatus
-	(*InventorySection)(nil),      // 55: bc.agent.v1.InventorySection
-	(*SystemInventory)(nil),       // 56: bc.agent.v1.SystemInventory
-	(*NumaNode)(nil),              // 57: bc.agent.v1.NumaNode
-	(*GpuInventory)(nil),          // 58: bc.agent.v1.GpuInventory
-	(*Gpu)(nil),                   // 59: bc.agent.v1.Gpu
-	(*NetworkInventory)(nil),      // 60: bc.agent.v1.NetworkInventory
-	(*Nic)(nil),                   // 61: bc.agent.v1.Nic
-	(*AllocationReleased)(nil),    // 62: bc.agent.v1.AllocationReleased
-	(*AllocationFailed)(nil),      // 63: bc.agent.v1.AllocationFailed
-	(*InstanceStatus)(nil),        // 64: bc.agent.v1.InstanceStatus
-	(*HostPressure)(nil),          // 65: bc.agent.v1.HostPressure
-	(*VolumeStatus)(nil),          // 66: bc.agent.v1.VolumeStatus
-	(*VolumeStorage)(nil),         // 67: bc.agent.v1.VolumeStorage
-	(*SpecRequest)(nil),           // 68: bc.agent.v1.SpecRequest
-	(*WorkloadTokenRequest)(nil),  // 69: bc.agent.v1.WorkloadTokenRequest
-	(*EventAck)(nil),              // 70: bc.agent.v1.EventAck
-	(*DesiredState)(nil),          // 71: bc.agent.v1.DesiredState
-	(*Drain)(nil),                 // 72: bc.agent.v1.Drain
-	(*RevocationNotice)(nil),      // 73: bc.agent.v1.RevocationNotice
-	(*Cancel)(nil),                // 74: bc.agent.v1.Cancel
-	(*SecretResponse)(nil),        // 75: bc.agent.v1.SecretResponse
-	(*WorkloadTokenResponse)(nil), // 76: bc.agent.v1.WorkloadTokenResponse
-	(*OpenTunnel)(nil),            // 77: bc.agent.v1.OpenTunnel
-	(*RenewRequest)(nil),          // 78: bc.agent.v1.RenewRequest
-	(*RenewReply)(nil),            // 79: bc.agent.v1.RenewReply
-	(*TunnelFrame)(nil),           // 80: bc.agent.v1.TunnelFrame
-	(*TerminalSize)(nil),          // 81: bc.agent.v1.TerminalSize
+	(*NetworkPolicy)(nil),         // 24: bc.agent.v1.NetworkPolicy
+	(*NetworkRule)(nil),           // 25: bc.agent.v1.NetworkRule
+	(*InstanceCpus)(nil),          // 26: bc.agent.v1.InstanceCpus
+	(*InstanceNic)(nil),           // 27: bc.agent.v1.InstanceNic
+	(*VolumeAttachment)(nil),      // 28: bc.agent.v1.VolumeAttachment
+	(*VolumeSpec)(nil),            // 29: bc.agent.v1.VolumeSpec
+	(*TelemetrySection)(nil),      // 30: bc.agent.v1.TelemetrySection
+	(*Attribute)(nil),             // 31: bc.agent.v1.Attribute
+	(*DaemonSection)(nil),         // 32: bc.agent.v1.DaemonSection
+	(*AccessSection)(nil),         // 33: bc.agent.v1.AccessSection
+	(*SshAccount)(nil),            // 34: bc.agent.v1.SshAccount
+	(*RevokedSerials)(nil),        // 35: bc.agent.v1.RevokedSerials
+	(*TrustSection)(nil),          // 36: bc.agent.v1.TrustSection
+	(*TrustBundle)(nil),           // 37: bc.agent.v1.TrustBundle
+	(*Quorum)(nil),                // 38: bc.agent.v1.Quorum
+	(*QuorumTier)(nil),            // 39: bc.agent.v1.QuorumTier
+	(*BatchApproval)(nil),         // 40: bc.agent.v1.BatchApproval
+	(*NodeStatement)(nil),         // 41: bc.agent.v1.NodeStatement
+	(*CommandResult)(nil),         // 42: bc.agent.v1.CommandResult
+	(*AllocationBound)(nil),       // 43: bc.agent.v1.AllocationBound
+	(*SecretRequest)(nil),         // 44: bc.agent.v1.SecretRequest
+	(*NodeFrame)(nil),             // 45: bc.agent.v1.NodeFrame
+	(*GatewayFrame)(nil),          // 46: bc.agent.v1.GatewayFrame
+	(*Hello)(nil),                 // 47: bc.agent.v1.Hello
+	(*DriverManifest)(nil),        // 48: bc.agent.v1.DriverManifest
+	(*Welcome)(nil),               // 49: bc.agent.v1.Welcome
+	(*Heartbeat)(nil),             // 50: bc.agent.v1.Heartbeat
+	(*Ping)(nil),                  // 51: bc.agent.v1.Ping
+	(*Pong)(nil),                  // 52: bc.agent.v1.Pong
+	(*CommandDelivery)(nil),       // 53: bc.agent.v1.CommandDelivery
+	(*CommandUpdate)(nil),         // 54: bc.agent.v1.CommandUpdate
+	(*StatusReport)(nil),          // 55: bc.agent.v1.StatusReport
+	(*SectionStatus)(nil),         // 56: bc.agent.v1.SectionStatus
+	(*InventorySection)(nil),      // 57: bc.agent.v1.InventorySection
+	(*SystemInventory)(nil),       // 58: bc.agent.v1.SystemInventory
+	(*NumaNode)(nil),              // 59: bc.agent.v1.NumaNode
+	(*GpuInventory)(nil),          // 60: bc.agent.v1.GpuInventory
+	(*Gpu)(nil),                   // 61: bc.agent.v1.Gpu
+	(*NetworkInventory)(nil),      // 62: bc.agent.v1.NetworkInventory
+	(*Nic)(nil),                   // 63: bc.agent.v1.Nic
+	(*AllocationReleased)(nil),    // 64: bc.agent.v1.AllocationReleased
+	(*AllocationFailed)(nil),      // 65: bc.agent.v1.AllocationFailed
+	(*InstanceStatus)(nil),        // 66: bc.agent.v1.InstanceStatus
+	(*HostPressure)(nil),          // 67: bc.agent.v1.HostPressure
+	(*VolumeStatus)(nil),          // 68: bc.agent.v1.VolumeStatus
+	(*VolumeStorage)(nil),         // 69: bc.agent.v1.VolumeStorage
+	(*SpecRequest)(nil),           // 70: bc.agent.v1.SpecRequest
+	(*WorkloadTokenRequest)(nil),  // 71: bc.agent.v1.WorkloadTokenRequest
+	(*EventAck)(nil),              // 72: bc.agent.v1.EventAck
+	(*DesiredState)(nil),          // 73: bc.agent.v1.DesiredState
+	(*Drain)(nil),                 // 74: bc.agent.v1.Drain
+	(*RevocationNotice)(nil),      // 75: bc.agent.v1.RevocationNotice
+	(*Cancel)(nil),                // 76: bc.agent.v1.Cancel
+	(*SecretResponse)(nil),        // 77: bc.agent.v1.SecretResponse
+	(*WorkloadTokenResponse)(nil), // 78: bc.agent.v1.WorkloadTokenResponse
+	(*OpenTunnel)(nil),            // 79: bc.agent.v1.OpenTunnel
+	(*RenewRequest)(nil),          // 80: bc.agent.v1.RenewRequest
+	(*RenewReply)(nil),            // 81: bc.agent.v1.RenewReply
+	(*TunnelFrame)(nil),           // 82: bc.agent.v1.TunnelFrame
+	(*TerminalSize)(nil),          // 83: bc.agent.v1.TerminalSize
 }
 var file_bc_agent_v1_agent_proto_depIdxs = []int32{
 	3,  // 0: bc.agent.v1.Envelope.signatures:type_name -> bc.agent.v1.Signature
@@ -6608,87 +6761,90 @@ var file_bc_agent_v1_agent_proto_depIdxs = []int32{
 	19, // 13: bc.agent.v1.NodeSpec.holds:type_name -> bc.agent.v1.Hold
 	20, // 14: bc.agent.v1.NodeSpec.host:type_name -> bc.agent.v1.HostSection
 	22, // 15: bc.agent.v1.NodeSpec.instances:type_name -> bc.agent.v1.InstancesSection
-	28, // 16: bc.agent.v1.NodeSpec.telemetry:type_name -> bc.agent.v1.TelemetrySection
-	30, // 17: bc.agent.v1.NodeSpec.daemon:type_name -> bc.agent.v1.DaemonSection
-	31, // 18: bc.agent.v1.NodeSpec.access:type_name -> bc.agent.v1.AccessSection
-	34, // 19: bc.agent.v1.NodeSpec.trust:type_name -> bc.agent.v1.TrustSection
+	30, // 16: bc.agent.v1.NodeSpec.telemetry:type_name -> bc.agent.v1.TelemetrySection
+	32, // 17: bc.agent.v1.NodeSpec.daemon:type_name -> bc.agent.v1.DaemonSection
+	33, // 18: bc.agent.v1.NodeSpec.access:type_name -> bc.agent.v1.AccessSection
+	36, // 19: bc.agent.v1.NodeSpec.trust:type_name -> bc.agent.v1.TrustSection
 	21, // 20: bc.agent.v1.HostSection.units:type_name -> bc.agent.v1.HostUnit
 	23, // 21: bc.agent.v1.InstancesSection.instances:type_name -> bc.agent.v1.InstanceSpec
-	27, // 22: bc.agent.v1.InstancesSection.volumes:type_name -> bc.agent.v1.VolumeSpec
-	25, // 23: bc.agent.v1.InstanceSpec.nics:type_name -> bc.agent.v1.InstanceNic
-	26, // 24: bc.agent.v1.InstanceSpec.volumes:type_name -> bc.agent.v1.VolumeAttachment
-	24, // 25: bc.agent.v1.InstanceSpec.cpus:type_name -> bc.agent.v1.InstanceCpus
-	29, // 26: bc.agent.v1.TelemetrySection.resource_attributes:type_name -> bc.agent.v1.Attribute
-	2,  // 27: bc.agent.v1.DaemonSection.manifest:type_name -> bc.agent.v1.Envelope
-	32, // 28: bc.agent.v1.AccessSection.accounts:type_name -> bc.agent.v1.SshAccount
-	33, // 29: bc.agent.v1.AccessSection.revoked_serials:type_name -> bc.agent.v1.RevokedSerials
-	2,  // 30: bc.agent.v1.TrustSection.trust_bundle:type_name -> bc.agent.v1.Envelope
-	4,  // 31: bc.agent.v1.TrustBundle.command_roots:type_name -> bc.agent.v1.PublicKey
-	36, // 32: bc.agent.v1.TrustBundle.quorum:type_name -> bc.agent.v1.Quorum
-	4,  // 33: bc.agent.v1.TrustBundle.tunnels_issuer:type_name -> bc.agent.v1.PublicKey
-	4,  // 34: bc.agent.v1.TrustBundle.workload_issuer:type_name -> bc.agent.v1.PublicKey
-	4,  // 35: bc.agent.v1.Quorum.approvers:type_name -> bc.agent.v1.PublicKey
-	37, // 36: bc.agent.v1.Quorum.tiers:type_name -> bc.agent.v1.QuorumTier
-	40, // 37: bc.agent.v1.NodeStatement.command_result:type_name -> bc.agent.v1.CommandResult
-	41, // 38: bc.agent.v1.NodeStatement.allocation_bound:type_name -> bc.agent.v1.AllocationBound
-	42, // 39: bc.agent.v1.NodeStatement.secret_request:type_name -> bc.agent.v1.SecretRequest
-	0,  // 40: bc.agent.v1.CommandResult.state:type_name -> bc.agent.v1.CommandState
-	45, // 41: bc.agent.v1.NodeFrame.hello:type_name -> bc.agent.v1.Hello
-	48, // 42: bc.agent.v1.NodeFrame.heartbeat:type_name -> bc.agent.v1.Heartbeat
-	52, // 43: bc.agent.v1.NodeFrame.command_update:type_name -> bc.agent.v1.CommandUpdate
-	53, // 44: bc.agent.v1.NodeFrame.status_report:type_name -> bc.agent.v1.StatusReport
-	68, // 45: bc.agent.v1.NodeFrame.spec_request:type_name -> bc.agent.v1.SpecRequest
-	2,  // 46: bc.agent.v1.NodeFrame.secret_request:type_name -> bc.agent.v1.Envelope
-	69, // 47: bc.agent.v1.NodeFrame.workload_token_request:type_name -> bc.agent.v1.WorkloadTokenRequest
-	70, // 48: bc.agent.v1.NodeFrame.event_ack:type_name -> bc.agent.v1.EventAck
-	50, // 49: bc.agent.v1.NodeFrame.pong:type_name -> bc.agent.v1.Pong
-	47, // 50: bc.agent.v1.GatewayFrame.welcome:type_name -> bc.agent.v1.Welcome
-	51, // 51: bc.agent.v1.GatewayFrame.command:type_name -> bc.agent.v1.CommandDelivery
-	71, // 52: bc.agent.v1.GatewayFrame.desired_state:type_name -> bc.agent.v1.DesiredState
-	49, // 53: bc.agent.v1.GatewayFrame.ping:type_name -> bc.agent.v1.Ping
-	72, // 54: bc.agent.v1.GatewayFrame.drain:type_name -> bc.agent.v1.Drain
-	73, // 55: bc.agent.v1.GatewayFrame.revocation_notice:type_name -> bc.agent.v1.RevocationNotice
-	74, // 56: bc.agent.v1.GatewayFrame.cancel:type_name -> bc.agent.v1.Cancel
-	75, // 57: bc.agent.v1.GatewayFrame.secret_response:type_name -> bc.agent.v1.SecretResponse
-	76, // 58: bc.agent.v1.GatewayFrame.workload_token_response:type_name -> bc.agent.v1.WorkloadTokenResponse
-	77, // 59: bc.agent.v1.GatewayFrame.open_tunnel:type_name -> bc.agent.v1.OpenTunnel
-	70, // 60: bc.agent.v1.GatewayFrame.event_ack:type_name -> bc.agent.v1.EventAck
-	46, // 61: bc.agent.v1.Hello.drivers:type_name -> bc.agent.v1.DriverManifest
-	2,  // 62: bc.agent.v1.CommandDelivery.command:type_name -> bc.agent.v1.Envelope
-	2,  // 63: bc.agent.v1.CommandDelivery.batch_approval:type_name -> bc.agent.v1.Envelope
-	0,  // 64: bc.agent.v1.CommandUpdate.state:type_name -> bc.agent.v1.CommandState
-	2,  // 65: bc.agent.v1.CommandUpdate.result:type_name -> bc.agent.v1.Envelope
-	55, // 66: bc.agent.v1.StatusReport.inventory:type_name -> bc.agent.v1.InventorySection
-	2,  // 67: bc.agent.v1.StatusReport.allocations:type_name -> bc.agent.v1.Envelope
-	62, // 68: bc.agent.v1.StatusReport.released:type_name -> bc.agent.v1.AllocationReleased
-	63, // 69: bc.agent.v1.StatusReport.failed:type_name -> bc.agent.v1.AllocationFailed
-	64, // 70: bc.agent.v1.StatusReport.instances:type_name -> bc.agent.v1.InstanceStatus
-	65, // 71: bc.agent.v1.StatusReport.pressure:type_name -> bc.agent.v1.HostPressure
-	67, // 72: bc.agent.v1.StatusReport.volume_storage:type_name -> bc.agent.v1.VolumeStorage
-	54, // 73: bc.agent.v1.StatusReport.sections:type_name -> bc.agent.v1.SectionStatus
-	66, // 74: bc.agent.v1.StatusReport.volumes:type_name -> bc.agent.v1.VolumeStatus
-	1,  // 75: bc.agent.v1.SectionStatus.state:type_name -> bc.agent.v1.SectionState
-	57, // 76: bc.agent.v1.SystemInventory.numa:type_name -> bc.agent.v1.NumaNode
-	59, // 77: bc.agent.v1.GpuInventory.gpus:type_name -> bc.agent.v1.Gpu
-	61, // 78: bc.agent.v1.NetworkInventory.nics:type_name -> bc.agent.v1.Nic
-	2,  // 79: bc.agent.v1.DesiredState.spec:type_name -> bc.agent.v1.Envelope
-	81, // 80: bc.agent.v1.OpenTunnel.size:type_name -> bc.agent.v1.TerminalSize
-	12, // 81: bc.agent.v1.RenewRequest.node_key:type_name -> bc.agent.v1.TpmCertification
-	2,  // 82: bc.agent.v1.RenewReply.response:type_name -> bc.agent.v1.Envelope
-	81, // 83: bc.agent.v1.TunnelFrame.resize:type_name -> bc.agent.v1.TerminalSize
-	5,  // 84: bc.agent.v1.Join.Join:input_type -> bc.agent.v1.JoinRequest
-	43, // 85: bc.agent.v1.Gateway.Session:input_type -> bc.agent.v1.NodeFrame
-	78, // 86: bc.agent.v1.Gateway.Renew:input_type -> bc.agent.v1.RenewRequest
-	80, // 87: bc.agent.v1.Gateway.Tunnel:input_type -> bc.agent.v1.TunnelFrame
-	13, // 88: bc.agent.v1.Join.Join:output_type -> bc.agent.v1.JoinReply
-	44, // 89: bc.agent.v1.Gateway.Session:output_type -> bc.agent.v1.GatewayFrame
-	79, // 90: bc.agent.v1.Gateway.Renew:output_type -> bc.agent.v1.RenewReply
-	80, // 91: bc.agent.v1.Gateway.Tunnel:output_type -> bc.agent.v1.TunnelFrame
-	88, // [88:92] is the sub-list for method output_type
-	84, // [84:88] is the sub-list for method input_type
-	84, // [84:84] is the sub-list for extension type_name
-	84, // [84:84] is the sub-list for extension extendee
-	0,  // [0:84] is the sub-list for field type_name
+	29, // 22: bc.agent.v1.InstancesSection.volumes:type_name -> bc.agent.v1.VolumeSpec
+	27, // 23: bc.agent.v1.InstanceSpec.nics:type_name -> bc.agent.v1.InstanceNic
+	28, // 24: bc.agent.v1.InstanceSpec.volumes:type_name -> bc.agent.v1.VolumeAttachment
+	26, // 25: bc.agent.v1.InstanceSpec.cpus:type_name -> bc.agent.v1.InstanceCpus
+	24, // 26: bc.agent.v1.InstanceSpec.network_policy:type_name -> bc.agent.v1.NetworkPolicy
+	25, // 27: bc.agent.v1.NetworkPolicy.ingress:type_name -> bc.agent.v1.NetworkRule
+	25, // 28: bc.agent.v1.NetworkPolicy.egress:type_name -> bc.agent.v1.NetworkRule
+	31, // 29: bc.agent.v1.TelemetrySection.resource_attributes:type_name -> bc.agent.v1.Attribute
+	2,  // 30: bc.agent.v1.DaemonSection.manifest:type_name -> bc.agent.v1.Envelope
+	34, // 31: bc.agent.v1.AccessSection.accounts:type_name -> bc.agent.v1.SshAccount
+	35, // 32: bc.agent.v1.AccessSection.revoked_serials:type_name -> bc.agent.v1.RevokedSerials
+	2,  // 33: bc.agent.v1.TrustSection.trust_bundle:type_name -> bc.agent.v1.Envelope
+	4,  // 34: bc.agent.v1.TrustBundle.command_roots:type_name -> bc.agent.v1.PublicKey
+	38, // 35: bc.agent.v1.TrustBundle.quorum:type_name -> bc.agent.v1.Quorum
+	4,  // 36: bc.agent.v1.TrustBundle.tunnels_issuer:type_name -> bc.agent.v1.PublicKey
+	4,  // 37: bc.agent.v1.TrustBundle.workload_issuer:type_name -> bc.agent.v1.PublicKey
+	4,  // 38: bc.agent.v1.Quorum.approvers:type_name -> bc.agent.v1.PublicKey
+	39, // 39: bc.agent.v1.Quorum.tiers:type_name -> bc.agent.v1.QuorumTier
+	42, // 40: bc.agent.v1.NodeStatement.command_result:type_name -> bc.agent.v1.CommandResult
+	43, // 41: bc.agent.v1.NodeStatement.allocation_bound:type_name -> bc.agent.v1.AllocationBound
+	44, // 42: bc.agent.v1.NodeStatement.secret_request:type_name -> bc.agent.v1.SecretRequest
+	0,  // 43: bc.agent.v1.CommandResult.state:type_name -> bc.agent.v1.CommandState
+	47, // 44: bc.agent.v1.NodeFrame.hello:type_name -> bc.agent.v1.Hello
+	50, // 45: bc.agent.v1.NodeFrame.heartbeat:type_name -> bc.agent.v1.Heartbeat
+	54, // 46: bc.agent.v1.NodeFrame.command_update:type_name -> bc.agent.v1.CommandUpdate
+	55, // 47: bc.agent.v1.NodeFrame.status_report:type_name -> bc.agent.v1.StatusReport
+	70, // 48: bc.agent.v1.NodeFrame.spec_request:type_name -> bc.agent.v1.SpecRequest
+	2,  // 49: bc.agent.v1.NodeFrame.secret_request:type_name -> bc.agent.v1.Envelope
+	71, // 50: bc.agent.v1.NodeFrame.workload_token_request:type_name -> bc.agent.v1.WorkloadTokenRequest
+	72, // 51: bc.agent.v1.NodeFrame.event_ack:type_name -> bc.agent.v1.EventAck
+	52, // 52: bc.agent.v1.NodeFrame.pong:type_name -> bc.agent.v1.Pong
+	49, // 53: bc.agent.v1.GatewayFrame.welcome:type_name -> bc.agent.v1.Welcome
+	53, // 54: bc.agent.v1.GatewayFrame.command:type_name -> bc.agent.v1.CommandDelivery
+	73, // 55: bc.agent.v1.GatewayFrame.desired_state:type_name -> bc.agent.v1.DesiredState
+	51, // 56: bc.agent.v1.GatewayFrame.ping:type_name -> bc.agent.v1.Ping
+	74, // 57: bc.agent.v1.GatewayFrame.drain:type_name -> bc.agent.v1.Drain
+	75, // 58: bc.agent.v1.GatewayFrame.revocation_notice:type_name -> bc.agent.v1.RevocationNotice
+	76, // 59: bc.agent.v1.GatewayFrame.cancel:type_name -> bc.agent.v1.Cancel
+	77, // 60: bc.agent.v1.GatewayFrame.secret_response:type_name -> bc.agent.v1.SecretResponse
+	78, // 61: bc.agent.v1.GatewayFrame.workload_token_response:type_name -> bc.agent.v1.WorkloadTokenResponse
+	79, // 62: bc.agent.v1.GatewayFrame.open_tunnel:type_name -> bc.agent.v1.OpenTunnel
+	72, // 63: bc.agent.v1.GatewayFrame.event_ack:type_name -> bc.agent.v1.EventAck
+	48, // 64: bc.agent.v1.Hello.drivers:type_name -> bc.agent.v1.DriverManifest
+	2,  // 65: bc.agent.v1.CommandDelivery.command:type_name -> bc.agent.v1.Envelope
+	2,  // 66: bc.agent.v1.CommandDelivery.batch_approval:type_name -> bc.agent.v1.Envelope
+	0,  // 67: bc.agent.v1.CommandUpdate.state:type_name -> bc.agent.v1.CommandState
+	2,  // 68: bc.agent.v1.CommandUpdate.result:type_name -> bc.agent.v1.Envelope
+	57, // 69: bc.agent.v1.StatusReport.inventory:type_name -> bc.agent.v1.InventorySection
+	2,  // 70: bc.agent.v1.StatusReport.allocations:type_name -> bc.agent.v1.Envelope
+	64, // 71: bc.agent.v1.StatusReport.released:type_name -> bc.agent.v1.AllocationReleased
+	65, // 72: bc.agent.v1.StatusReport.failed:type_name -> bc.agent.v1.AllocationFailed
+	66, // 73: bc.agent.v1.StatusReport.instances:type_name -> bc.agent.v1.InstanceStatus
+	67, // 74: bc.agent.v1.StatusReport.pressure:type_name -> bc.agent.v1.HostPressure
+	69, // 75: bc.agent.v1.StatusReport.volume_storage:type_name -> bc.agent.v1.VolumeStorage
+	56, // 76: bc.agent.v1.StatusReport.sections:type_name -> bc.agent.v1.SectionStatus
+	68, // 77: bc.agent.v1.StatusReport.volumes:type_name -> bc.agent.v1.VolumeStatus
+	1,  // 78: bc.agent.v1.SectionStatus.state:type_name -> bc.agent.v1.SectionState
+	59, // 79: bc.agent.v1.SystemInventory.numa:type_name -> bc.agent.v1.NumaNode
+	61, // 80: bc.agent.v1.GpuInventory.gpus:type_name -> bc.agent.v1.Gpu
+	63, // 81: bc.agent.v1.NetworkInventory.nics:type_name -> bc.agent.v1.Nic
+	2,  // 82: bc.agent.v1.DesiredState.spec:type_name -> bc.agent.v1.Envelope
+	83, // 83: bc.agent.v1.OpenTunnel.size:type_name -> bc.agent.v1.TerminalSize
+	12, // 84: bc.agent.v1.RenewRequest.node_key:type_name -> bc.agent.v1.TpmCertification
+	2,  // 85: bc.agent.v1.RenewReply.response:type_name -> bc.agent.v1.Envelope
+	83, // 86: bc.agent.v1.TunnelFrame.resize:type_name -> bc.agent.v1.TerminalSize
+	5,  // 87: bc.agent.v1.Join.Join:input_type -> bc.agent.v1.JoinRequest
+	45, // 88: bc.agent.v1.Gateway.Session:input_type -> bc.agent.v1.NodeFrame
+	80, // 89: bc.agent.v1.Gateway.Renew:input_type -> bc.agent.v1.RenewRequest
+	82, // 90: bc.agent.v1.Gateway.Tunnel:input_type -> bc.agent.v1.TunnelFrame
+	13, // 91: bc.agent.v1.Join.Join:output_type -> bc.agent.v1.JoinReply
+	46, // 92: bc.agent.v1.Gateway.Session:output_type -> bc.agent.v1.GatewayFrame
+	81, // 93: bc.agent.v1.Gateway.Renew:output_type -> bc.agent.v1.RenewReply
+	82, // 94: bc.agent.v1.Gateway.Tunnel:output_type -> bc.agent.v1.TunnelFrame
+	91, // [91:95] is the sub-list for method output_type
+	87, // [87:91] is the sub-list for method input_type
+	87, // [87:87] is the sub-list for extension type_name
+	87, // [87:87] is the sub-list for extension extendee
+	0,  // [0:87] is the sub-list for field type_name
 }
 
 func init() { file_bc_agent_v1_agent_proto_init() }
@@ -6705,12 +6861,12 @@ func file_bc_agent_v1_agent_proto_init() {
 		(*JoinReply_Challenge)(nil),
 		(*JoinReply_Response)(nil),
 	}
-	file_bc_agent_v1_agent_proto_msgTypes[37].OneofWrappers = []any{
+	file_bc_agent_v1_agent_proto_msgTypes[39].OneofWrappers = []any{
 		(*NodeStatement_CommandResult)(nil),
 		(*NodeStatement_AllocationBound)(nil),
 		(*NodeStatement_SecretRequest)(nil),
 	}
-	file_bc_agent_v1_agent_proto_msgTypes[41].OneofWrappers = []any{
+	file_bc_agent_v1_agent_proto_msgTypes[43].OneofWrappers = []any{
 		(*NodeFrame_Hello)(nil),
 		(*NodeFrame_Heartbeat)(nil),
 		(*NodeFrame_CommandUpdate)(nil),
@@ -6721,7 +6877,7 @@ func file_bc_agent_v1_agent_proto_init() {
 		(*NodeFrame_EventAck)(nil),
 		(*NodeFrame_Pong)(nil),
 	}
-	file_bc_agent_v1_agent_proto_msgTypes[42].OneofWrappers = []any{
+	file_bc_agent_v1_agent_proto_msgTypes[44].OneofWrappers = []any{
 		(*GatewayFrame_Welcome)(nil),
 		(*GatewayFrame_Command)(nil),
 		(*GatewayFrame_DesiredState)(nil),
@@ -6734,7 +6890,7 @@ func file_bc_agent_v1_agent_proto_init() {
 		(*GatewayFrame_OpenTunnel)(nil),
 		(*GatewayFrame_EventAck)(nil),
 	}
-	file_bc_agent_v1_agent_proto_msgTypes[78].OneofWrappers = []any{
+	file_bc_agent_v1_agent_proto_msgTypes[80].OneofWrappers = []any{
 		(*TunnelFrame_Ticket)(nil),
 		(*TunnelFrame_Data)(nil),
 		(*TunnelFrame_Resize)(nil),
@@ -6747,7 +6903,7 @@ func file_bc_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bc_agent_v1_agent_proto_rawDesc), len(file_bc_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   80,
+			NumMessages:   82,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

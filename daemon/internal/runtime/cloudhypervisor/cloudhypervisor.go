@@ -7,7 +7,8 @@
 // that cloud-hypervisor. The guest finds its NoCloud seed through the
 // SMBIOS serial, as in a libvirt domain (runtime/plan.SeedURL). Its NICs
 // have their addresses on the instance network, guarded by the helper as
-// a libvirt domain's are. What this runtime does not carry yet (pinning,
+// a libvirt domain's are, with the domain's network policy (so this
+// runtime is a runtime.PolicyEnforcer). What this runtime does not carry yet (pinning,
 // huge pages, a balloon floor, GPUs, a boot image, TCG) it refuses with
 // runtime.ErrUnsupported rather than run the guest without it; and a host
 // whose cloud-hypervisor binary or working KVM is missing does not have
@@ -53,7 +54,10 @@ type Runtime struct {
 	files *hostfiles.Files
 }
 
-var _ runtime.Runtime = (*Runtime)(nil)
+var (
+	_ runtime.Runtime        = (*Runtime)(nil)
+	_ runtime.PolicyEnforcer = (*Runtime)(nil)
+)
 
 // New returns the runtime.
 func New(opts Options) *Runtime {
@@ -65,6 +69,10 @@ func New(opts Options) *Runtime {
 
 // Name is cloud-hypervisor.
 func (r *Runtime) Name() string { return runtime.NameCloudHypervisor }
+
+// EnforcesNetworkPolicy is true: every NIC is on a tap the helper guards,
+// with the domain's policy.
+func (r *Runtime) EnforcesNetworkPolicy() bool { return true }
 
 // Version is the binary's name (its --version needs no KVM, but a Hello
 // should not wait for it).
@@ -84,6 +92,9 @@ func (r *Runtime) Define(ctx context.Context, d *runtime.Domain) error {
 	if err := plan.Check(d, bridges); err != nil {
 		return err
 	}
+	if err := d.NetworkPolicy.Validate(); err != nil {
+		return err
+	}
 	if why := unsupported(d); why != "" {
 		return fmt.Errorf("%w: cloud-hypervisor: domain %s: %s", runtime.ErrUnsupported, d.ID, why)
 	}
@@ -91,8 +102,14 @@ func (r *Runtime) Define(ctx context.Context, d *runtime.Domain) error {
 	if err := hostfiles.Addresses(r.opts.StateDir).AssignAll(d); err != nil {
 		return err
 	}
+	if err := runtime.CheckPolicyGuarded(d, false); err != nil {
+		return err
+	}
 	if err := r.taps(ctx, d); err != nil {
-		if errors.Is(err, helper.CodeBridge) || errors.Is(err, helper.CodeArgs) {
+		switch {
+		case errors.Is(err, helper.CodePlan):
+			return fmt.Errorf("%w: %s", runtime.ErrUnsupported, err)
+		case errors.Is(err, helper.CodeBridge) || errors.Is(err, helper.CodeArgs):
 			return fmt.Errorf("%w: %s", runtime.ErrInvalid, err)
 		}
 		return err
@@ -123,12 +140,13 @@ func unsupported(d *runtime.Domain) string {
 	return ""
 }
 
-// taps has the helper make the domain's taps, each NIC held to its address.
+// taps has the helper make the domain's taps, each NIC held to its address
+// and to the domain's network policy.
 func (r *Runtime) taps(ctx context.Context, d *runtime.Domain) error {
 	if len(d.NICs) == 0 {
 		return nil
 	}
-	a := helper.DomainArgs{ID: d.ID}
+	a := helper.DomainArgs{ID: d.ID, NetworkPolicy: d.NetworkPolicy}
 	for _, n := range d.NICs {
 		a.NICs = append(a.NICs, helper.NIC{Bridge: n.Bridge, MAC: n.MAC, Address: n.Address})
 	}

@@ -1,6 +1,8 @@
 // Tests of the cloud-hypervisor runtime with a stand-in binary (a shell
 // loop, so its command line stays its own): the command line, start as a
-// process of its own session, stop, and destroy with its taps.
+// process of its own session, stop, and destroy with its taps; a network
+// policy sent with the taps, and the helper's refusal of one turned into
+// ErrUnsupported or ErrInvalid.
 
 package cloudhypervisor
 
@@ -97,5 +99,43 @@ func TestWhatItDoesNotCarryIsRefusedAndAHostWithoutItLacksIt(t *testing.T) {
 	}
 	if ok, why := Available("/bin/sh", runtime.AccelTCG); ok || !strings.Contains(why, "tcg") {
 		t.Fatalf("%v %q", ok, why)
+	}
+}
+
+func TestAPolicyGoesWithTheTaps(t *testing.T) {
+	var got []helper.DomainArgs
+	refuse := ""
+	call := func(_ context.Context, _ string, op string, args, _ any) error {
+		if op == helper.OpChTaps {
+			got = append(got, args.(helper.DomainArgs))
+		}
+		if refuse != "" {
+			return &helper.Refusal{Code: refuse, Message: refuse + ": no"}
+		}
+		return nil
+	}
+	dir := t.TempDir()
+	r := New(Options{Socket: "unused", StateDir: dir, Binary: "/bin/sh", Call: call})
+	if !runtime.EnforcesPolicy(r) {
+		t.Fatal("cloud-hypervisor does not say it enforces policies")
+	}
+	pol := &runtime.NetworkPolicy{Ingress: []runtime.NetworkRule{{Protocol: "icmp", CIDR: "0.0.0.0/0"}}}
+	d := &runtime.Domain{ID: "vm1", VCPUs: 1, MemoryBytes: 1 << 30, NICs: []runtime.NIC{{Bridge: "bcbr0", MAC: "52:54:00:00:00:01"}}, NetworkPolicy: pol}
+	if err := r.Define(context.Background(), d); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].NetworkPolicy != pol || got[0].NICs[0].Address == "" {
+		t.Fatalf("the helper got %+v", got)
+	}
+	for code, want := range map[string]error{string(helper.CodePlan): runtime.ErrUnsupported, string(helper.CodeArgs): runtime.ErrInvalid} {
+		refuse = code
+		if err := r.Define(context.Background(), d); !errors.Is(err, want) {
+			t.Errorf("%s: %v, want %v", code, err, want)
+		}
+	}
+	refuse = ""
+	bad := &runtime.Domain{ID: "vm2", VCPUs: 1, MemoryBytes: 1 << 30, NetworkPolicy: &runtime.NetworkPolicy{Egress: []runtime.NetworkRule{{Protocol: "udp", CIDR: "::/0", PortMin: 53, PortMax: 53}}}}
+	if err := r.Define(context.Background(), bad); !errors.Is(err, runtime.ErrInvalid) || !strings.Contains(err.Error(), "egress rule 0") {
+		t.Fatalf("a policy that does not parse, without NICs: %v", err)
 	}
 }

@@ -23,6 +23,9 @@
 //
 // A domain is running when its file says so and it was started in the
 // current boot: after a reboot every domain is shut off, as on a host.
+// Its guests have no network, so it enforces no network policy: a domain
+// with one is refused (runtime.ErrUnsupported, runtime.CheckPolicy) and
+// its .error says so.
 package fakehw
 
 import (
@@ -179,6 +182,14 @@ func (r *Runtime) Define(_ context.Context, d *runtime.Domain) error {
 	err := r.local(d)
 	if err == nil {
 		err = plan.Check(d, r.opts.Bridges)
+	}
+	if err == nil {
+		err = d.NetworkPolicy.Validate()
+	}
+	if err == nil {
+		// Its guests have no network to hold to a policy: one is refused,
+		// never defined and reported applied without it.
+		err = runtime.CheckPolicy(r, d)
 	}
 	if err != nil {
 		if old, _ := r.Read(d.ID); old == nil && runtime.IDPattern.MatchString(d.ID) {

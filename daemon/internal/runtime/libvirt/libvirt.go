@@ -8,10 +8,11 @@
 // (runtime/guestnet) that the helper's guard holds it to. Every field of
 // the plan goes to the helper (pinning, huge pages, the balloon floor,
 // GPUs, the image, the seed disk's files, the accelerator), which applies
-// it or refuses it (instance-plan: runtime.ErrUnsupported); a running
-// guest is ballooned with domain.setmem and its usage read with
-// domain.stats. bcd keeps its own record and the seed of each domain
-// (runtime/hostfiles).
+// it or refuses it (instance-plan: runtime.ErrUnsupported), and so does
+// the network policy, which the helper adds to each tap's guard (this
+// runtime is a runtime.PolicyEnforcer); a running guest is ballooned with
+// domain.setmem and its usage read with domain.stats. bcd keeps its own
+// record and the seed of each domain (runtime/hostfiles).
 package libvirt
 
 import (
@@ -46,9 +47,10 @@ type Runtime struct {
 }
 
 var (
-	_ runtime.Runtime     = (*Runtime)(nil)
-	_ runtime.Ballooner   = (*Runtime)(nil)
-	_ runtime.UsageReader = (*Runtime)(nil)
+	_ runtime.Runtime        = (*Runtime)(nil)
+	_ runtime.Ballooner      = (*Runtime)(nil)
+	_ runtime.UsageReader    = (*Runtime)(nil)
+	_ runtime.PolicyEnforcer = (*Runtime)(nil)
 )
 
 // New returns the runtime.
@@ -62,6 +64,10 @@ func New(opts Options) *Runtime {
 // Name is libvirt-kvm.
 func (r *Runtime) Name() string { return runtime.NameLibvirtKVM }
 
+// EnforcesNetworkPolicy is true: every NIC is on a tap the helper guards,
+// with the domain's policy.
+func (r *Runtime) EnforcesNetworkPolicy() bool { return true }
+
 // Version is what the Hello says: the helper's libvirt.
 func (r *Runtime) Version() string { return "virsh" }
 
@@ -72,7 +78,8 @@ func (r *Runtime) call(ctx context.Context, op string, args, result any) error {
 // Args are the helper's arguments of a domain: every field of its plan.
 func Args(d *runtime.Domain) helper.DomainArgs {
 	a := helper.DomainArgs{ID: d.ID, VCPUs: d.VCPUs, MemoryBytes: d.MemoryBytes, CPUs: d.CPUs, HugePageBytes: d.HugePageBytes,
-		MemoryFloorBytes: d.MemoryFloorBytes, GPUs: d.GPUs, Image: d.Image, Accelerator: d.Accelerator}
+		MemoryFloorBytes: d.MemoryFloorBytes, GPUs: d.GPUs, Image: d.Image, Accelerator: d.Accelerator,
+		NetworkPolicy: d.NetworkPolicy}
 	for _, n := range d.NICs {
 		a.NICs = append(a.NICs, helper.NIC{Bridge: n.Bridge, MAC: n.MAC, Tap: n.Tap, Address: n.Address})
 	}
@@ -103,11 +110,17 @@ func refusal(err error) error {
 // leaves nothing (an earlier definition keeps its addresses).
 func (r *Runtime) Define(ctx context.Context, d *runtime.Domain) error {
 	d.WithTaps()
+	if err := d.NetworkPolicy.Validate(); err != nil {
+		return err
+	}
 	had, err := r.files.Read(d.ID)
 	if err != nil {
 		return err
 	}
 	err = hostfiles.Addresses(r.opts.StateDir).AssignAll(d)
+	if err == nil {
+		err = runtime.CheckPolicyGuarded(d, true)
+	}
 	if err == nil {
 		d.Seed.NetworkConfig = guestnet.NetworkConfig(d)
 		err = r.files.WriteSeed(d)

@@ -1,6 +1,7 @@
 // Tests of the host libvirt-kvm runtime against a fake helper: the
 // operations it asks for, in order, a refusal turned into ErrInvalid with
-// nothing left, and the record and seed removed by Destroy.
+// nothing left, the record and seed removed by Destroy, and a network
+// policy sent with the taps and the definition (and again at each start).
 
 package libvirt
 
@@ -25,6 +26,7 @@ type fakeHelper struct {
 	ops     []string
 	states  map[string]string
 	defined helper.DomainArgs
+	taps    helper.DomainArgs
 	setmem  uint64
 }
 
@@ -48,6 +50,8 @@ func (f *fakeHelper) call(_ context.Context, _ string, op string, args, result a
 		}
 	}
 	switch op {
+	case helper.OpChTaps:
+		f.taps = a
 	case helper.OpDomainDefine:
 		f.states[a.ID], f.defined = "defined", a
 	case helper.OpDomainStart:
@@ -151,5 +155,37 @@ func TestEveryPlanFieldGoesToTheHelperOrIsRefused(t *testing.T) {
 	}
 	if held, _ := os.ReadDir(filepath.Join(dir, "addresses")); len(held) != 1 {
 		t.Fatalf("the refused domain holds an address: %v", held)
+	}
+}
+
+func TestAPolicyGoesWithTheTapsAndTheDefinition(t *testing.T) {
+	f := &fakeHelper{states: map[string]string{}}
+	dir := t.TempDir()
+	r := New(Options{Socket: "unused", StateDir: dir, Call: f.call})
+	if !runtime.EnforcesPolicy(r) {
+		t.Fatal("libvirt-kvm does not say it enforces policies")
+	}
+	ctx := context.Background()
+	pol := &runtime.NetworkPolicy{Egress: []runtime.NetworkRule{{Protocol: "tcp", CIDR: "10.0.0.0/8", PortMin: 443, PortMax: 443}}}
+	d := &runtime.Domain{ID: "vm1", VCPUs: 1, MemoryBytes: 1 << 30, NICs: []runtime.NIC{{Bridge: "bcbr0", MAC: "52:54:00:00:00:01"}}, NetworkPolicy: pol}
+	if err := r.Define(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	if f.taps.NetworkPolicy != pol || f.defined.NetworkPolicy != pol || f.taps.NICs[0].Address == "" || f.defined.NICs[0].Tap != runtime.TapName("vm1", 0) {
+		t.Fatalf("the helper got taps %+v, define %+v", f.taps, f.defined)
+	}
+	f.taps = helper.DomainArgs{}
+	if err := r.Start(ctx, "vm1"); err != nil {
+		t.Fatal(err)
+	}
+	if p := f.taps.NetworkPolicy; p == nil || len(p.Egress) != 1 || p.Egress[0] != pol.Egress[0] {
+		t.Fatalf("the start's taps lack the policy: %+v", f.taps)
+	}
+	// A policy that does not parse is refused before the helper is asked.
+	f.ops = nil
+	bad := &runtime.Domain{ID: "vm2", VCPUs: 1, MemoryBytes: 1 << 30, NICs: []runtime.NIC{{Bridge: "bcbr0", MAC: "52:54:00:00:00:02"}},
+		NetworkPolicy: &runtime.NetworkPolicy{Egress: []runtime.NetworkRule{{Protocol: "tcp; flush ruleset", CIDR: "10.0.0.0/8", PortMin: 1, PortMax: 1}}}}
+	if err := r.Define(ctx, bad); !errors.Is(err, runtime.ErrInvalid) || !strings.Contains(err.Error(), "network_policy: egress rule 0: protocol") || len(f.ops) != 0 {
+		t.Fatalf("%v %v", err, f.ops)
 	}
 }
