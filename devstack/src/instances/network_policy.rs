@@ -82,6 +82,8 @@ mod tests {
             (rule("tcp", "10.0.0.0/33", 22, 22), "an IPv4 network"),
             (rule("tcp", "10.0.0.0/+8", 22, 22), "an IPv4 network"),
             (rule("tcp", "10.0.0.0/08", 22, 22), "an IPv4 network"),
+            (rule("tcp", "010.0.0.0/8", 22, 22), "an IPv4 network"),
+            (rule("tcp", " 10.0.0.0/8", 22, 22), "an IPv4 network"),
             (rule("tcp", "10.0.0.0", 22, 22), "an IPv4 network"),
             (rule("tcp", "0.0.0.0/0 drop", 22, 22), "an IPv4 network"),
             (rule("tcp", "0.0.0.0/0", 0, 22), "ports 0-22"),
