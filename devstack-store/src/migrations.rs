@@ -45,7 +45,7 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration { version: 14, name: "node cordons, reservation ends", sql: V14 },
     Migration { version: 15, name: "otlp export header names", sql: V15 },
     Migration { version: 16, name: "TLS session ticket keys", sql: V16 },
-    Migration { version: 17, name: "liveness indexes the beat does not rewrite", sql: V17 },
+    Migration { version: 17, name: "the marked nodes' index", sql: V17 },
 ];
 
 /// An export from a node whose telemetry section names a `headers_ref` was
@@ -66,15 +66,11 @@ CREATE TABLE tls_ticket_keys (
 );
 "#;
 
-/// Every gateway's beat rewrites the heard time of each node it holds
-/// (thousands a beat): with `heard_at_ms` indexed, each rewrite wrote an
-/// index entry too (on PostgreSQL no update could stay on its page, "HOT",
-/// and the index grew by a fleet a beat). The marks' scan reads the table
-/// instead (a row per node), and clearing marks finds the marked nodes by a
-/// partial index that holds only them (usually none), where it scanned
-/// every node once per chunk of a beat.
+/// A gateway's beat clears the marks of the nodes it heard: it reads the
+/// marked nodes through a partial index that holds only them (usually
+/// none), where it joined every chunk of its sessions against every
+/// node's liveness.
 const V17: &str = r#"
-DROP INDEX node_liveness_heard;
 CREATE INDEX node_liveness_marked ON node_liveness (node_id) WHERE unreachable_at_ms IS NOT NULL;
 "#;
 

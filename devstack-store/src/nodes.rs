@@ -1,5 +1,7 @@
 //! The `nodes` table.
 
+use std::collections::HashSet;
+
 use crate::params;
 use crate::sql::{Row, SqlError};
 
@@ -187,49 +189,65 @@ pub fn fence(c: &Db<'_>, id: &str, epoch: u64) -> Result<()> {
     }
 }
 
+/// The nodes marked unreachable now (read through a partial index that
+/// holds only them: usually none).
+pub fn marked(c: &Db<'_>) -> Result<HashSet<String>> {
+    Ok(c.query_map("SELECT node_id FROM node_liveness WHERE unreachable_at_ms IS NOT NULL", params![], |r| r.get(0))
+        .map_err(Error::at("read the marked nodes"))?
+        .into_iter()
+        .collect())
+}
+
 /// Records that the nodes of `heard` (id, session epoch, how long ago the
 /// gateway heard from it by its own monotonic clock) were heard: their
 /// liveness row's `heard_at_ms` becomes the store's now less that age (it
-/// never moves back), and an unreachable mark is cleared; a node whose
-/// epoch is no longer the one given is not written (another session owns
-/// it). Returns the nodes whose mark was cleared.
-pub fn heard(c: &Db<'_>, heard: &[(&str, u64, u64)]) -> Result<Vec<String>> {
+/// never moves back), and the unreachable mark of those among `marked`
+/// ([`marked`], read before) is cleared; a node whose epoch is no longer
+/// the one given is not written (another session owns it). Returns the
+/// nodes whose mark was cleared. A gateway's beat writes its sessions a
+/// chunk of [`HEARD_CHUNK`] at a time, each chunk its own transaction: a
+/// beat of thousands in one transaction held their rows for seconds, and
+/// on PostgreSQL lost its race with whatever else wrote one of them and ran
+/// whole again, until its nodes' heard times were older than the liveness
+/// timeout and live nodes were marked unreachable.
+pub fn heard(c: &Db<'_>, heard: &[(&str, u64, u64)], marked: &HashSet<String>) -> Result<Vec<String>> {
     let now = crate::clock::now_ms(c)?;
     let mut cleared = Vec::new();
-    // A statement per chunk of nodes, not per node: a gateway's beat writes
-    // every session it holds (thousands) in one transaction.
+    // A statement per chunk of nodes, not per node.
     for chunk in heard.chunks(HEARD_CHUNK) {
+        for (id, epoch, _) in chunk.iter().filter(|(id, _, _)| marked.contains(*id)) {
+            let unmarked = optional(
+                c.query_row(
+                    "UPDATE node_liveness SET unreachable_at_ms = NULL
+                     WHERE node_id = ?1 AND unreachable_at_ms IS NOT NULL
+                       AND EXISTS (SELECT 1 FROM nodes n WHERE n.id = ?1 AND n.session_epoch = ?2)
+                     RETURNING node_id",
+                    params![id, epoch],
+                    |r| r.get::<String>(0),
+                ),
+                "clear an unreachable mark",
+            )?;
+            if let Some(node_id) = unmarked {
+                c.execute(
+                    "UPDATE liveness_marks SET cleared_at_ms = ?2 WHERE node_id = ?1 AND cleared_at_ms IS NULL",
+                    params![node_id, now],
+                )
+                .map_err(Error::at("clear a liveness mark"))?;
+                cleared.push(node_id);
+            }
+        }
         let ats: Vec<i64> =
             chunk.iter().map(|(_, _, age)| now.saturating_sub(i64::try_from(*age).unwrap_or(i64::MAX))).collect();
         let mut args: Vec<&dyn crate::sql::ToValue> = Vec::with_capacity(chunk.len() * 3);
         for ((id, epoch, _), at) in chunk.iter().zip(&ats) {
             args.extend([id as &dyn crate::sql::ToValue, epoch, at]);
         }
-        let heard_rows = heard_rows(chunk.len());
-        let unmarked: Vec<String> = c
-            .query_map(
-                &format!(
-                    "UPDATE node_liveness SET unreachable_at_ms = NULL
-                     WHERE unreachable_at_ms IS NOT NULL AND node_id IN (SELECT id FROM ({heard_rows}) AS h)
-                     RETURNING node_id"
-                ),
-                &args,
-                |r| r.get(0),
-            )
-            .map_err(Error::at("clear unreachable marks"))?;
-        for node_id in &unmarked {
-            c.execute(
-                "UPDATE liveness_marks SET cleared_at_ms = ?2 WHERE node_id = ?1 AND cleared_at_ms IS NULL",
-                params![node_id, now],
-            )
-            .map_err(Error::at("clear a liveness mark"))?;
-        }
-        cleared.extend(unmarked);
         c.execute(
             &format!(
-                "INSERT INTO node_liveness (node_id, epoch, heard_at_ms) {heard_rows}
+                "INSERT INTO node_liveness (node_id, epoch, heard_at_ms) {}
                  ON CONFLICT (node_id) DO UPDATE SET epoch = excluded.epoch, heard_at_ms = excluded.heard_at_ms
-                 WHERE node_liveness.heard_at_ms < excluded.heard_at_ms"
+                 WHERE node_liveness.heard_at_ms < excluded.heard_at_ms",
+                heard_rows(chunk.len())
             ),
             &args,
         )
@@ -259,8 +277,8 @@ fn heard_rows(len: usize) -> String {
 }
 
 /// How many nodes one statement of [`heard`] writes (3 parameters each,
-/// well under both backends' limits).
-const HEARD_CHUNK: usize = 500;
+/// well under both backends' limits), and one transaction of a beat.
+pub const HEARD_CHUNK: usize = 500;
 
 /// Marks unreachable every node no gateway heard from for `timeout_ms` by
 /// the store's clock (and not marked already), each mark kept in
@@ -345,14 +363,19 @@ mod tests {
     fn a_node_heard_long_ago_is_marked_unreachable_until_heard_again() {
         let store = store_with_node();
         // Heard 10 s ago by epoch 1; epoch 0's word is not written.
-        assert!(store.write(|c| heard(c, &[("n", 0, 0)])).unwrap().is_empty());
+        assert!(store.write(|c| heard(c, &[("n", 0, 0)], &marked(c)?)).unwrap().is_empty());
         assert!(store.write(|c| mark_unreachable(c, 0)).unwrap().is_empty(), "never heard: never marked");
-        assert!(store.write(|c| heard(c, &[("n", 1, 10_000)])).unwrap().is_empty());
+        assert!(store.write(|c| heard(c, &[("n", 1, 10_000)], &marked(c)?)).unwrap().is_empty());
         assert!(store.write(|c| mark_unreachable(c, 60_000)).unwrap().is_empty());
         assert_eq!(store.write(|c| mark_unreachable(c, 5_000)).unwrap(), ["n"]);
         assert!(store.read(|c| get(c, "n")).unwrap().unwrap().unreachable_since_ms.is_some());
         assert!(store.write(|c| mark_unreachable(c, 5_000)).unwrap().is_empty(), "marked once");
-        assert_eq!(store.write(|c| heard(c, &[("n", 1, 0)])).unwrap(), ["n"]);
+        assert_eq!(
+            store.write(|c| heard(c, &[("n", 1, 0)], &HashSet::new())).unwrap(),
+            Vec::<String>::new(),
+            "a mark not read is left"
+        );
+        assert_eq!(store.write(|c| heard(c, &[("n", 1, 0)], &marked(c)?)).unwrap(), ["n"]);
         assert_eq!(store.read(|c| get(c, "n")).unwrap().unwrap().unreachable_since_ms, None);
     }
 }

@@ -149,18 +149,24 @@ fn once(shared: &Shared, judges: bool) -> Result<()> {
     let id = &shared.settings.options.gateway_id;
     let heard = shared.hub.heard();
     let timeout = shared.settings.options.liveness_timeout;
-    // Two transactions: the marks scan every node's liveness, and a
-    // conflict there with another gateway's beat need not run this one's
-    // heard ages again.
-    shared.ledger.write(|c| {
+    // Small transactions: the gateway's beat, then its sessions' heard
+    // ages a chunk at a time (`nodes::heard`: one transaction of thousands
+    // lost its races on PostgreSQL until its nodes looked unreachable),
+    // then the marks, which scan every node's liveness.
+    let marked = shared.ledger.write(|c| {
         gateways::beat(c, id)?;
-        let entries: Vec<(&str, u64, u64)> = heard.iter().map(|(n, e, age)| (n.as_str(), *e, *age)).collect();
-        for node_id in nodes::heard(c, &entries)? {
-            info!(node_id = %node_id, "cluster: node heard again");
-            c.publish(StackEvent::Reachable { node_id });
-        }
-        Ok(())
+        Ok(nodes::marked(c)?)
     })?;
+    let entries: Vec<(&str, u64, u64)> = heard.iter().map(|(n, e, age)| (n.as_str(), *e, *age)).collect();
+    for chunk in entries.chunks(nodes::HEARD_CHUNK) {
+        shared.ledger.write(|c| {
+            for node_id in nodes::heard(c, chunk, &marked)? {
+                info!(node_id = %node_id, "cluster: node heard again");
+                c.publish(StackEvent::Reachable { node_id });
+            }
+            Ok(())
+        })?;
+    }
     if judges {
         shared.ledger.write(|c| {
             let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);

@@ -13,7 +13,7 @@ use crate::seed::{self, read, write};
 pub fn a_mark_is_kept_with_its_heard_time_and_cleared_once(store: &Store) {
     seed::pool_and_nodes(store, &["node_1"]);
     write(store, |c| nodes::take_epoch(c, "node_1", "g1"));
-    write(store, |c| nodes::heard(c, &[("node_1", 1, 60_000)]));
+    write(store, |c| nodes::heard(c, &[("node_1", 1, 60_000)], &nodes::marked(c)?));
     assert_eq!(write(store, |c| nodes::mark_unreachable(c, 30_000)), ["node_1"]);
     assert!(write(store, |c| nodes::mark_unreachable(c, 30_000)).is_empty(), "marked once");
     let marks = read(store, facts::snapshot).marks;
@@ -21,8 +21,8 @@ pub fn a_mark_is_kept_with_its_heard_time_and_cleared_once(store: &Store) {
     let mark = &marks[0];
     assert!(mark.marked_at_ms - mark.heard_at_ms >= 30_000, "{mark:?}");
     assert_eq!(mark.cleared_at_ms, None);
-    write(store, |c| nodes::heard(c, &[("node_1", 1, 0)]));
-    write(store, |c| nodes::heard(c, &[("node_1", 1, 0)]));
+    write(store, |c| nodes::heard(c, &[("node_1", 1, 0)], &nodes::marked(c)?));
+    write(store, |c| nodes::heard(c, &[("node_1", 1, 0)], &nodes::marked(c)?));
     let marks = read(store, facts::snapshot).marks;
     assert_eq!(marks.len(), 1, "heard twice: still one mark");
     assert!(marks[0].cleared_at_ms.is_some_and(|at| at >= marks[0].marked_at_ms), "{marks:?}");

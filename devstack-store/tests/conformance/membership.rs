@@ -187,17 +187,23 @@ pub fn the_unreachable_mark_is_set_and_cleared_by_the_store_s_clock(store: &Stor
     write(store, |c| nodes::take_epoch(c, "node_1", "g1"));
     let mark = || write(store, |c| nodes::mark_unreachable(c, TIMEOUT_MS));
     // Heard a minute ago by its gateway's clock: past the timeout.
-    assert!(write(store, |c| nodes::heard(c, &[("node_1", 1, 60_000)])).is_empty(), "no mark to clear");
+    assert!(
+        write(store, |c| nodes::heard(c, &[("node_1", 1, 60_000)], &nodes::marked(c)?)).is_empty(),
+        "no mark to clear"
+    );
     assert_eq!(mark(), ["node_1"]);
     let since = unreachable_since(store, "node_1").expect("marked");
     assert!((since - read(store, devstack_store::clock::now_ms)).abs() < 60_000, "marked by the store's clock");
     assert!(mark().is_empty(), "marked once");
-    assert!(write(store, |c| nodes::heard(c, &[("node_1", 0, 0)])).is_empty(), "a stale epoch clears nothing");
+    assert!(
+        write(store, |c| nodes::heard(c, &[("node_1", 0, 0)], &nodes::marked(c)?)).is_empty(),
+        "a stale epoch clears nothing"
+    );
     assert_eq!(unreachable_since(store, "node_1"), Some(since));
-    assert_eq!(write(store, |c| nodes::heard(c, &[("node_1", 1, 0)])), ["node_1"]);
+    assert_eq!(write(store, |c| nodes::heard(c, &[("node_1", 1, 0)], &nodes::marked(c)?)), ["node_1"]);
     assert_eq!(unreachable_since(store, "node_1"), None);
     // Heard just now; an older age reported after it does not move it back.
-    write(store, |c| nodes::heard(c, &[("node_1", 1, 120_000)]));
+    write(store, |c| nodes::heard(c, &[("node_1", 1, 120_000)], &nodes::marked(c)?));
     assert!(mark().is_empty());
     assert_eq!(unreachable_since(store, "node_never_heard"), None, "a node never heard is not marked");
 }
