@@ -228,6 +228,9 @@ pub(crate) struct Pool {
     runtime: Option<tokio::runtime::Runtime>,
     free: Mutex<Vec<Conn>>,
     returned: Condvar,
+    /// The liveness lane's own connection (connected at its first use):
+    /// a gateway's beat never waits for one behind its sessions' calls.
+    reserved: Mutex<Option<Conn>>,
 }
 
 impl Pool {
@@ -245,6 +248,7 @@ impl Pool {
             runtime: Some(runtime),
             free: Mutex::new(Vec::new()),
             returned: Condvar::new(),
+            reserved: Mutex::new(None),
         };
         let conns = (0..POOL_SIZE).map(|_| pool.connect()).collect::<Result<Vec<_>>>()?;
         pool.free = Mutex::new(conns);
@@ -296,7 +300,18 @@ impl Pool {
         };
         drop(free);
         let conn = if conn.client.is_closed() { self.connect()? } else { conn };
-        Ok(Checkout { pool: self, conn: Some(conn) })
+        Ok(Checkout { home: Home::Pool(self), conn: Some(conn) })
+    }
+
+    /// The liveness lane's connection (one caller at a time; connected
+    /// again if the server dropped it), returned to the lane when dropped.
+    pub(crate) fn checkout_reserved(&self) -> Result<Checkout<'_>> {
+        let mut lane = self.reserved.lock().unwrap_or_else(|p| p.into_inner());
+        let conn = match lane.take() {
+            Some(conn) if !conn.client.is_closed() => conn,
+            _ => self.connect()?,
+        };
+        Ok(Checkout { home: Home::Reserved(lane), conn: Some(conn) })
     }
 }
 
@@ -360,6 +375,7 @@ impl Pool {
 impl Drop for Pool {
     fn drop(&mut self) {
         self.lock().clear();
+        *self.reserved.lock().unwrap_or_else(|p| p.into_inner()) = None;
         // Dropped inside a runtime (a test's stack): shut ours down without
         // blocking that one.
         if let Some(runtime) = self.runtime.take() {
@@ -368,10 +384,17 @@ impl Drop for Pool {
     }
 }
 
-/// A connection out of the pool.
+/// A connection out of the pool, or the liveness lane's.
 pub(crate) struct Checkout<'a> {
-    pool: &'a Pool,
+    home: Home<'a>,
     conn: Option<Conn>,
+}
+
+/// Where a checked-out connection goes back to.
+enum Home<'a> {
+    Pool(&'a Pool),
+    /// The lane, held locked until the connection is back.
+    Reserved(std::sync::MutexGuard<'a, Option<Conn>>),
 }
 
 impl std::ops::Deref for Checkout<'_> {
@@ -385,8 +408,13 @@ impl std::ops::Deref for Checkout<'_> {
 impl Drop for Checkout<'_> {
     fn drop(&mut self) {
         if let Some(conn) = self.conn.take() {
-            self.pool.lock().push(conn);
-            self.pool.returned.notify_one();
+            match &mut self.home {
+                Home::Pool(pool) => {
+                    pool.lock().push(conn);
+                    pool.returned.notify_one();
+                }
+                Home::Reserved(lane) => **lane = Some(conn),
+            }
         }
     }
 }

@@ -23,7 +23,7 @@ use crate::error::Result;
 use crate::events::StackEvent;
 use crate::hub::{Control, Poke};
 use crate::shared::Shared;
-use crate::store::{commands, gateways, nodes, specs, usage};
+use crate::store::{Lane, commands, gateways, nodes, specs, usage};
 
 /// A poke as the store carries it: `w:`, `s:` or `r:` and the node.
 fn encode(poke: &Poke) -> String {
@@ -153,13 +153,15 @@ fn once(shared: &Shared, judges: bool) -> Result<()> {
     // ages a chunk at a time (`nodes::heard`: one transaction of thousands
     // lost its races on PostgreSQL until its nodes looked unreachable),
     // then the marks, which scan every node's liveness.
-    let marked = shared.ledger.write(|c| {
+    // All of it on the store's liveness lane, never behind the sessions'
+    // calls.
+    let marked = shared.ledger.write_on(Lane::Liveness, |c| {
         gateways::beat(c, id)?;
         Ok(nodes::marked(c)?)
     })?;
     let entries: Vec<(&str, u64, u64)> = heard.iter().map(|(n, e, age)| (n.as_str(), *e, *age)).collect();
     for chunk in entries.chunks(nodes::HEARD_CHUNK) {
-        shared.ledger.write(|c| {
+        shared.ledger.write_on(Lane::Liveness, |c| {
             for node_id in nodes::heard(c, chunk, &marked)? {
                 info!(node_id = %node_id, "cluster: node heard again");
                 c.publish(StackEvent::Reachable { node_id });
@@ -168,7 +170,7 @@ fn once(shared: &Shared, judges: bool) -> Result<()> {
         })?;
     }
     if judges {
-        shared.ledger.write(|c| {
+        shared.ledger.write_on(Lane::Liveness, |c| {
             let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
             for node_id in nodes::mark_unreachable(c, timeout_ms)? {
                 warn!(node_id = %node_id, timeout_ms, "cluster: node unreachable: no gateway heard from it");

@@ -25,7 +25,7 @@ use std::ops::Deref;
 use crate::changes::Changes;
 use crate::error::{Error, Result};
 use crate::events::{EventBus, StackEvent};
-use crate::store::{Db, Store};
+use crate::store::{Db, Lane, Store};
 
 /// The store, the event stream and the change notification, together.
 pub struct Ledger {
@@ -71,10 +71,17 @@ impl Ledger {
     /// A transaction, committed when `f` returns `Ok`; then its events are
     /// published and the change is announced. `f` may run more than once
     /// (a PostgreSQL transaction that lost a race is run again).
-    pub fn write<T>(&self, mut f: impl FnMut(&Tx<'_>) -> Result<T>) -> Result<T> {
+    pub fn write<T>(&self, f: impl FnMut(&Tx<'_>) -> Result<T>) -> Result<T> {
+        self.write_on(Lane::Shared, f)
+    }
+
+    /// [`Ledger::write`] on a lane of the store (the beat's liveness
+    /// bookkeeping has one of its own: `Store::write_on`).
+    pub fn write_on<T>(&self, lane: Lane, mut f: impl FnMut(&Tx<'_>) -> Result<T>) -> Result<T> {
         let events = RefCell::new(Vec::new());
         self.waiting_aside(|| {
-            self.store.write_then(
+            self.store.write_on(
+                lane,
                 |db| {
                     // A transaction run again (it lost a race on PostgreSQL)
                     // publishes what its last run queued, not what each did.

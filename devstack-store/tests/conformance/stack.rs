@@ -1,11 +1,13 @@
 //! The cases of the stack's own tables and of the seam: releases, OTLP
 //! exports, the fleet's counts, the gateways, the store's clock, settings,
-//! and what `Store::write` promises (a failed transaction leaves nothing).
+//! and what `Store::write` promises (a failed transaction leaves nothing;
+//! the liveness lane does not wait behind the shared connections).
 
 use devstack_store::otlp::Bounds;
 use devstack_store::rows::{CommandRow, CommandStatus, FleetCounts, GatewayRow, ReleaseArtifactRow, ReleaseRow};
 use devstack_store::{
-    Error, Store, clock, commands, fleet, gateways, nodes, otlp, pools, releases, settings, ticket_keys,
+    Error, Lane, POOL_SIZE, Store, clock, commands, fleet, gateways, nodes, otlp, pools, releases, settings,
+    ticket_keys,
 };
 
 use crate::seed::{self, read, write};
@@ -169,4 +171,38 @@ pub fn a_write_s_value_comes_back_and_its_rows_are_read(store: &Store) {
         nodes::last_seq(c)
     });
     assert_eq!(read(store, |c| nodes::get(c, "node_1")).map(|n| n.seq), Some(seq));
+}
+
+pub fn the_liveness_lane_does_not_wait_for_the_shared_connections(store: &Store) {
+    if store.backend() == "sqlite" {
+        return; // One connection: both lanes are it.
+    }
+    let (held, all_held) = std::sync::mpsc::channel();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let released = std::sync::Mutex::new(released);
+    std::thread::scope(|scope| {
+        // Every shared connection in a transaction that waits.
+        for _ in 0..POOL_SIZE {
+            let (held, released) = (held.clone(), &released);
+            scope.spawn(move || {
+                write(store, |c| {
+                    let now = clock::now_ms(c)?;
+                    held.send(()).unwrap();
+                    let _ = released.lock().unwrap().recv();
+                    Ok(now)
+                })
+            });
+        }
+        for _ in 0..POOL_SIZE {
+            all_held.recv().unwrap();
+        }
+        // The lane's write goes through at once (a shared checkout would
+        // wait for a connection, and fail after its 30 s).
+        let lane = store.write_on(Lane::Liveness, |c| settings::put(c, "beat", b"1"), |_| {});
+        for _ in 0..POOL_SIZE {
+            release.send(()).unwrap();
+        }
+        lane.expect("the liveness lane's write");
+    });
+    assert_eq!(read(store, |c| settings::get(c, "beat")).as_deref(), Some(&b"1"[..]));
 }
