@@ -283,6 +283,14 @@ pub const HEARD_CHUNK: usize = 500;
 /// Marks unreachable every node no gateway heard from for `timeout_ms` by
 /// the store's clock (and not marked already), each mark kept in
 /// `liveness_marks` with the heard time it judged from; returns them.
+///
+/// A node whose current session is open on a gateway that beat within the
+/// timeout is that gateway's to judge, not the store's: the session ends
+/// after three silent heartbeat intervals, and then the store judges the
+/// node by its heard time. So a gateway that is alive but late to write
+/// the heard times of its sessions (a beat waiting on a loaded store)
+/// never has its live nodes marked; a gateway that stopped beating (dead,
+/// or stopped) leaves its nodes to this judgement.
 pub fn mark_unreachable(c: &Db<'_>, timeout_ms: u64) -> Result<Vec<String>> {
     let now = crate::clock::now_ms(c)?;
     let before = now.saturating_sub(i64::try_from(timeout_ms).unwrap_or(i64::MAX));
@@ -290,6 +298,11 @@ pub fn mark_unreachable(c: &Db<'_>, timeout_ms: u64) -> Result<Vec<String>> {
         .query_map(
             "UPDATE node_liveness SET unreachable_at_ms = ?1
              WHERE heard_at_ms < ?2 AND unreachable_at_ms IS NULL
+               AND NOT EXISTS (
+                 SELECT 1 FROM nodes n
+                 JOIN node_sessions s ON s.node_id = n.id AND s.epoch = n.session_epoch
+                 JOIN gateways g ON g.id = s.gateway_id
+                 WHERE n.id = node_liveness.node_id AND s.disconnected_at_ms IS NULL AND g.beat_at_ms >= ?2)
              RETURNING node_id, heard_at_ms",
             params![now, before],
             |r| Ok((r.get(0)?, r.get(1)?)),
@@ -357,6 +370,51 @@ mod tests {
             .unwrap();
         assert!(plan.iter().any(|l| l.starts_with("SEARCH n USING")), "{plan:?}");
         assert!(!plan.iter().any(|l| l.starts_with("SCAN n")), "every node scanned: {plan:?}");
+    }
+
+    #[test]
+    fn a_node_held_by_a_beating_gateway_is_its_gateway_s_to_judge() {
+        let store = store_with_node();
+        let session = store
+            .write(|c| {
+                crate::gateways::register(c, "g1", "https://g1:1", "https://g1:2", 1)?;
+                crate::gateways::beat(c, "g1")?;
+                let new = crate::sessions::NewSession {
+                    node_id: "n",
+                    journal_id: "jrn_1",
+                    boot_id: "",
+                    daemon_version: "v",
+                    gateway_id: "g1",
+                    now_ms: 1,
+                };
+                // Heard a minute ago: its gateway was late to write it.
+                let session = crate::sessions::open(c, &new, 4)?.expect("a known node");
+                c.execute("UPDATE node_liveness SET heard_at_ms = heard_at_ms - 60000", params![])
+                    .map_err(Error::at("age the heard time"))?;
+                Ok::<_, Error>(session)
+            })
+            .unwrap();
+        let mark = || store.write(|c| mark_unreachable(c, 30_000)).unwrap();
+        assert!(mark().is_empty(), "its session is open on a gateway that beats");
+        // Its gateway stopped beating (dead, or stopped): the store judges.
+        store
+            .write(|c| {
+                c.execute("UPDATE gateways SET beat_at_ms = beat_at_ms - 60000", params![])
+                    .map_err(Error::at("age the beat"))
+            })
+            .unwrap();
+        assert_eq!(mark(), ["n"]);
+        // Or its session closed (its gateway judged it silent).
+        store.write(|c| heard(c, &[("n", session.epoch, 0)], &marked(c)?)).unwrap();
+        store.write(|c| crate::gateways::beat(c, "g1")).unwrap();
+        store
+            .write(|c| {
+                crate::sessions::close(c, session.id, 2)?;
+                c.execute("UPDATE node_liveness SET heard_at_ms = heard_at_ms - 60000", params![])
+                    .map_err(Error::at("age the heard time"))
+            })
+            .unwrap();
+        assert_eq!(mark(), ["n"]);
     }
 
     #[test]

@@ -171,7 +171,7 @@ fn print_figures(scale: &Scale, f: &Figures) {
     if let Some(fo) = &f.failover {
         let [q50, q99, max] = fo.quantiles;
         println!(
-            "failover: {} killed with {} of {} nodes; all back on the others {:.2?} after the kill (each node's new session: p50 {q50:.2?}, p99 {q99:.2?}, max {max:.2?}); 0 lost, 0 doubled, every command once",
+            "failover: {} killed with {} of {} nodes; all back on the others {:.2?} after the kill (each node's new session: p50 {q50:.2?}, p99 {q99:.2?}, max {max:.2?}); 0 lost, 0 doubled, every command once, no node marked unreachable",
             fo.gateway, fo.nodes, scale.nodes, fo.all_back
         );
     }
@@ -350,6 +350,10 @@ async fn run(name: &str, scale: Scale) -> Option<Figures> {
     // one: crypto/tls drops a session whose resumption failed for any
     // reason, a connection cut by the stopping stack included.
     assert!(resumed[0] * 10 >= scale.nodes * 9, "nine reconnections in ten resumed their TLS session: {resumed:?}");
+    // Every node was live throughout (the killed gateway's came back well
+    // within the liveness timeout): none may have been marked unreachable.
+    let marks = plane.stack().fleet_facts().expect("the fleet's facts").marks;
+    assert!(marks.is_empty(), "{} live node(s) marked unreachable, the first {:?}", marks.len(), marks.first());
     let floor = crypto_floor(&procs[0].0, scale.nodes).await;
     plane.env.report();
     let per_session = stack_rss_connected.saturating_sub(rss_before) / scale.nodes as u64;
