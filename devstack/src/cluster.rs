@@ -6,7 +6,9 @@
 //! no gateway heard for the liveness timeout (`node.unreachable`, cleared
 //! on the next heard frame with `node.reachable`), meters the bookings'
 //! usage windows that ended (docs/devstack.md, "Usage"), and wakes its sessions
-//! whose node has a command waiting (the safety net under the pokes). The
+//! whose node has a command waiting (the safety net under the pokes); the
+//! beat and that sweep are two loops, the beat's writes on a store
+//! connection of their own (the liveness lane). The
 //! pokes themselves go between gateways as the store's notifications: a
 //! wake, a new spec or a revocation for a node whose session another
 //! gateway holds, and a change of the store that wakes this process's
@@ -108,8 +110,27 @@ fn resend_specs(shared: &Shared) {
     }
 }
 
-/// The beat, every heartbeat interval until the stack stops.
-async fn beat(shared: Weak<Shared>, mut stop: watch::Receiver<Phase>) {
+/// The beat and the sweep, each every heartbeat interval until the stack
+/// stops, each its own loop: the sweep's store calls wait for a shared
+/// connection behind the sessions' calls, and the beat, which keeps the
+/// gateway and its nodes alive in the store, must never wait behind them.
+async fn beat(shared: Weak<Shared>, stop: watch::Receiver<Phase>) {
+    let sweep = every(shared.clone(), stop.clone(), "sweep", |shared, _| sweep_once(shared));
+    let beat = every(shared, stop, "beat", |shared, serving_for| {
+        liveness_once(shared, serving_for >= shared.settings.options.liveness_timeout)
+    });
+    tokio::join!(sweep, beat);
+}
+
+/// Runs `f` every heartbeat interval, off the runtime's workers (each run
+/// writes for every session the gateway holds), until the stack stops;
+/// `f` is told how long the gateway has served.
+async fn every(
+    shared: Weak<Shared>,
+    mut stop: watch::Receiver<Phase>,
+    what: &'static str,
+    f: impl Fn(&Shared, Duration) -> Result<()> + Send + Sync + Copy + 'static,
+) {
     let interval = match shared.upgrade() {
         Some(shared) => shared.settings.heartbeat_interval,
         None => return,
@@ -125,19 +146,17 @@ async fn beat(shared: Weak<Shared>, mut stop: watch::Receiver<Phase>) {
         if *stop.borrow() != Phase::Serving {
             return;
         }
-        // Off the runtime's workers: a beat writes every session it holds.
-        let judges = serving_since.elapsed() >= shared.settings.options.liveness_timeout;
-        let beat = tokio::task::spawn_blocking(move || once(&shared, judges)).await;
-        match beat {
+        let serving_for = serving_since.elapsed();
+        match tokio::task::spawn_blocking(move || f(&shared, serving_for)).await {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => warn!(error = %e, "cluster: the gateway's beat failed (the next one tries again)"),
-            Err(e) => warn!(error = %e, "cluster: the gateway's beat did not finish"),
+            Ok(Err(e)) => warn!(error = %e, what, "cluster: a run failed (the next one tries again)"),
+            Err(e) => warn!(error = %e, what, "cluster: a run did not finish"),
         }
     }
 }
 
-/// One beat: the gateway's, its sessions' heard ages, the unreachable
-/// marks (once `judges`), the usage meter, and the wakes of the sweep.
+/// One beat: the gateway's, its sessions' heard ages, and the unreachable
+/// marks (once `judges`), all on the store's liveness lane.
 ///
 /// A gateway judges liveness only once it has served for the liveness
 /// timeout: a node can be heard only by a gateway that listens, so after
@@ -145,16 +164,14 @@ async fn beat(shared: Weak<Shared>, mut stop: watch::Receiver<Phase>) {
 /// gets the full timeout to come back before it counts as unreachable. A
 /// gateway that joins others that were serving leaves the judging to them
 /// meanwhile.
-fn once(shared: &Shared, judges: bool) -> Result<()> {
+fn liveness_once(shared: &Shared, judges: bool) -> Result<()> {
     let id = &shared.settings.options.gateway_id;
     let heard = shared.hub.heard();
     let timeout = shared.settings.options.liveness_timeout;
     // Small transactions: the gateway's beat, then its sessions' heard
     // ages a chunk at a time (`nodes::heard`: one transaction of thousands
     // lost its races on PostgreSQL until its nodes looked unreachable),
-    // then the marks, which scan every node's liveness.
-    // All of it on the store's liveness lane, never behind the sessions'
-    // calls.
+    // then the marks.
     let marked = shared.ledger.write_on(Lane::Liveness, |c| {
         gateways::beat(c, id)?;
         Ok(nodes::marked(c)?)
@@ -179,6 +196,13 @@ fn once(shared: &Shared, judges: bool) -> Result<()> {
             Ok(())
         })?;
     }
+    Ok(())
+}
+
+/// One sweep: the usage meter, and a wake for each session this gateway
+/// holds whose node has a command waiting (a lost poke costs at most an
+/// interval).
+fn sweep_once(shared: &Shared) -> Result<()> {
     let window = i64::try_from(shared.settings.options.usage_window.as_millis()).unwrap_or(i64::MAX);
     shared.ledger.write(|c| Ok(usage::meter(c, window)?))?;
     let waiting = shared.ledger.read(commands::nodes_with_pending)?;
