@@ -117,7 +117,8 @@ fn resend_specs(shared: &Shared) {
 async fn beat(shared: Weak<Shared>, stop: watch::Receiver<Phase>) {
     let sweep = every(shared.clone(), stop.clone(), "sweep", |shared, _| sweep_once(shared));
     let beat = every(shared, stop, "beat", |shared, serving_for| {
-        liveness_once(shared, serving_for >= shared.settings.options.liveness_timeout)
+        let options = &shared.settings.options;
+        liveness_once(shared, options.listed && serving_for >= options.liveness_timeout)
     });
     tokio::join!(sweep, beat);
 }
@@ -163,7 +164,9 @@ async fn every(
 /// the whole control plane was down (a restart, a power cut) every node
 /// gets the full timeout to come back before it counts as unreachable. A
 /// gateway that joins others that were serving leaves the judging to them
-/// meanwhile.
+/// meanwhile, and one nodes are not sent to (not listed: it hears no node)
+/// never judges: while the listed ones were all down, it marked the nodes
+/// that had not come back within the timeout of their last heard time.
 fn liveness_once(shared: &Shared, judges: bool) -> Result<()> {
     let id = &shared.settings.options.gateway_id;
     let heard = shared.hub.heard();
