@@ -90,36 +90,32 @@ table bridge %[1]s {
 `, tap)
 		return b.String()
 	}
-	fmt.Fprintf(&b, `	chain egress {
-		ether type arp accept
-		ip daddr %s tcp dport 80 accept
-`, plan.MetadataAddress)
-	for _, r := range pol.Egress {
-		b.WriteString("\t\t" + openRule("daddr", r) + "\n")
-	}
-	for _, r := range pol.Ingress {
-		b.WriteString("\t\t" + replyRule("daddr", r, false) + "\n")
-	}
-	fmt.Fprintf(&b, `		drop
-	}
-	chain ingress {
-		ether type arp accept
-		ip saddr %s tcp sport 80 tcp flags & (syn | ack) != syn accept
-`, plan.MetadataAddress)
-	for _, r := range pol.Ingress {
-		b.WriteString("\t\t" + openRule("saddr", r) + "\n")
-	}
-	for _, r := range pol.Egress {
-		b.WriteString("\t\t" + replyRule("saddr", r, true) + "\n")
-	}
-	fmt.Fprintf(&b, `		drop
-	}
-	chain input { type filter hook input priority 0; policy accept; iifname "%[1]s" jump guard; iifname "%[1]s" jump egress; }
+	// egress: the frames from the guest (its peer is their daddr); ingress:
+	// the frames to it (their saddr).
+	policyChain(&b, "egress", "ip daddr "+plan.MetadataAddress+" tcp dport 80 accept", "daddr", pol.Egress, pol.Ingress, false)
+	policyChain(&b, "ingress", "ip saddr "+plan.MetadataAddress+" tcp sport 80 tcp flags & (syn | ack) != syn accept",
+		"saddr", pol.Ingress, pol.Egress, true)
+	fmt.Fprintf(&b, `	chain input { type filter hook input priority 0; policy accept; iifname "%[1]s" jump guard; iifname "%[1]s" jump egress; }
 	chain forward { type filter hook forward priority 0; policy accept; iifname "%[1]s" jump guard; iifname "%[1]s" jump egress; oifname "%[1]s" jump ingress; }
 	chain output { type filter hook output priority 0; policy accept; oifname "%[1]s" jump ingress; }
 }
 `, tap)
 	return b.String()
+}
+
+// policyChain writes one of a policy's chains: ARP, the metadata line,
+// the flows its side opens (opens), the replies of those the other side
+// opens (replies; toGuest: the chain of the frames to the guest), and a
+// drop of the rest. peer is the peer's address field, "daddr" or "saddr".
+func policyChain(b *strings.Builder, name, metadata, peer string, opens, replies []runtime.Rule, toGuest bool) {
+	fmt.Fprintf(b, "\tchain %s {\n\t\tether type arp accept\n\t\t%s\n", name, metadata)
+	for _, r := range opens {
+		b.WriteString("\t\t" + openRule(peer, r) + "\n")
+	}
+	for _, r := range replies {
+		b.WriteString("\t\t" + replyRule(peer, r, toGuest) + "\n")
+	}
+	b.WriteString("\t\tdrop\n\t}\n")
 }
 
 // openRule passes a flow the rule allows one side to open: peer (the
