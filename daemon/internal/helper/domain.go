@@ -148,7 +148,7 @@ func (s *Server) checkInstance(a *DomainArgs, define bool) error {
 		return err
 	}
 	if err := runtime.CheckPolicyGuarded(domainOf(a), define); err != nil {
-		return refuse(CodePlan, "%s", strings.TrimPrefix(err.Error(), runtime.ErrUnsupported.Error()+": "))
+		return refuse(CodePlan, "%s", runtime.Why(err))
 	}
 	if !define {
 		return nil
@@ -160,7 +160,7 @@ func (s *Server) checkInstance(a *DomainArgs, define bool) error {
 		return refuse(CodeArgs, "a seed disk goes with an image, its files at most %d bytes each", MaxSeedFile)
 	}
 	if err := plan.Check(s.localOf(domainOf(a), a.Seed != nil), s.cfg.Helper.InstanceBridges); err != nil {
-		return refuse(CodeArgs, "%s", strings.TrimPrefix(err.Error(), runtime.ErrInvalid.Error()+": "))
+		return refuse(CodeArgs, "%s", runtime.Why(err))
 	}
 	return s.checkHost(a)
 }
@@ -176,7 +176,7 @@ func (s *Server) volumePath(path string) bool {
 func policyOf(a *DomainArgs) (*runtime.Policy, error) {
 	pol, err := a.NetworkPolicy.Parse()
 	if err != nil {
-		return nil, refuse(CodeArgs, "%s", strings.TrimPrefix(err.Error(), runtime.ErrInvalid.Error()+": "))
+		return nil, refuse(CodeArgs, "%s", runtime.Why(err))
 	}
 	return pol, nil
 }

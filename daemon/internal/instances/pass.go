@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strings"
 
 	"bcd/internal/broker"
 	"bcd/internal/images"
@@ -325,7 +324,7 @@ func (p *pass) converge(id string) error {
 	}
 	if err := runtime.CheckPolicy(rt, dom); err != nil {
 		// Never run, nor reported applied, without its policy.
-		p.settle(w, StateFailed, ReasonPlanUnsupported+": "+strings.TrimPrefix(err.Error(), runtime.ErrUnsupported.Error()+": "), true)
+		p.settle(w, StateFailed, ReasonPlanUnsupported+": "+runtime.Why(err), true)
 		return nil
 	}
 	o := p.domainOf(id)
@@ -397,10 +396,10 @@ func (p *pass) define(rt runtime.Runtime, w *agentv1.InstanceSpec, dom *runtime.
 	}
 	switch {
 	case errors.Is(err, runtime.ErrInvalid):
-		p.settle(w, StateFailed, ReasonInstanceInvalid+": "+strings.TrimPrefix(err.Error(), runtime.ErrInvalid.Error()+": "), true)
+		p.settle(w, StateFailed, ReasonInstanceInvalid+": "+runtime.Why(err), true)
 		return false, nil
 	case errors.Is(err, runtime.ErrUnsupported):
-		p.settle(w, StateFailed, ReasonPlanUnsupported+": "+strings.TrimPrefix(err.Error(), runtime.ErrUnsupported.Error()+": "), true)
+		p.settle(w, StateFailed, ReasonPlanUnsupported+": "+runtime.Why(err), true)
 		return false, nil
 	case err != nil:
 		p.settle(w, StateFailed, fmt.Sprintf("%s: defining %s: %v", ReasonRuntimeFailed, w.GetId(), err), false)
@@ -471,7 +470,7 @@ func (p *pass) domain(w *agentv1.InstanceSpec) (*runtime.Domain, string, bool) {
 	d := &runtime.Domain{ID: w.GetId(), VCPUs: w.GetVcpus(), MemoryBytes: w.GetMemoryBytes(), HugePageBytes: w.GetHugepageBytes(),
 		MemoryFloorBytes: w.GetMemoryFloorBytes(), Accelerator: p.r.cfg.Accelerator, NetworkPolicy: networkPolicy(w.GetNetworkPolicy())}
 	if err := d.NetworkPolicy.Validate(); err != nil {
-		return nil, fmt.Sprintf("%s: instance %s: %s", ReasonInstanceInvalid, w.GetId(), strings.TrimPrefix(err.Error(), runtime.ErrInvalid.Error()+": ")), true
+		return nil, fmt.Sprintf("%s: instance %s: %s", ReasonInstanceInvalid, w.GetId(), runtime.Why(err)), true
 	}
 	if c := w.GetCpus(); c != nil {
 		if why := p.pinnable(c); why != "" {
@@ -552,7 +551,7 @@ func (p *pass) image(id, digest string) (*runtime.Image, string, bool) {
 	case errors.Is(err, images.ErrMismatch):
 		return nil, fmt.Sprintf("%s: instance %s: %v", ReasonImageInvalid, id, err), true
 	case errors.Is(err, runtime.ErrInvalid):
-		return nil, fmt.Sprintf("%s: instance %s: %s", ReasonInstanceInvalid, id, strings.TrimPrefix(err.Error(), runtime.ErrInvalid.Error()+": ")), true
+		return nil, fmt.Sprintf("%s: instance %s: %s", ReasonInstanceInvalid, id, runtime.Why(err)), true
 	}
 	return nil, fmt.Sprintf("%s: instance %s: image %s: %v", ReasonRuntimeFailed, id, digest, err), false
 }

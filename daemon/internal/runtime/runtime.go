@@ -16,6 +16,7 @@ import (
 	"errors"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -39,6 +40,17 @@ var ErrInvalid = errors.New("invalid domain")
 // a balloon floor a runtime does not carry): the domain is not defined
 // rather than run without it. Its text says which field and why.
 var ErrUnsupported = errors.New("unsupported by this runtime")
+
+// Why is an ErrInvalid or ErrUnsupported error's text without the
+// sentinel's own words in front: what a status or a refusal code goes in
+// front of instead.
+func Why(err error) string {
+	text := err.Error()
+	for _, sentinel := range []error{ErrInvalid, ErrUnsupported} {
+		text = strings.TrimPrefix(text, sentinel.Error()+": ")
+	}
+	return text
+}
 
 // The accelerators a domain runs under: KVM (the default, and a
 // production host's), or QEMU's TCG emulation where KVM cannot run a
