@@ -2,7 +2,9 @@
 //! Hello advertises becomes its labels `bc.dev/cap.<capability>` (replaced
 //! at every Hello), and a booking that needs one is refused on a node
 //! without it (`capability-missing`, naming it): a booked share of the
-//! host needs `devices.limits`, a Kubernetes binding `binding.kubernetes`.
+//! host needs `devices.limits`, a Kubernetes binding `binding.kubernetes`
+//! (and an instance with a network policy `instance.network-policy`, which
+//! placement asks for: `instances`).
 //! A node started with an older capability set gets neither.
 
 use tracing::{info, warn};
@@ -17,6 +19,8 @@ use crate::store::labels;
 pub const DEVICES_LIMITS: &str = "devices.limits";
 /// The node binds holds to Kubernetes.
 pub const BINDING_KUBERNETES: &str = "binding.kubernetes";
+/// The node enforces an instance's network policy.
+pub const INSTANCE_NETWORK_POLICY: &str = "instance.network-policy";
 
 /// The most capabilities of a Hello the stack records.
 pub const MAX_CAPABILITIES: usize = 32;

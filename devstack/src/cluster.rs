@@ -123,9 +123,10 @@ async fn beat(shared: Weak<Shared>, stop: watch::Receiver<Phase>) {
     tokio::join!(sweep, beat);
 }
 
-/// Runs `f` every heartbeat interval, off the runtime's workers (each run
-/// writes for every session the gateway holds), until the stack stops;
-/// `f` is told how long the gateway has served.
+/// Runs `f` every heartbeat interval, off the runtime's workers (a beat
+/// writes for every session the gateway holds; a sweep reads every
+/// pending command), until the stack stops; `f` is told how long the
+/// gateway has served.
 async fn every(
     shared: Weak<Shared>,
     mut stop: watch::Receiver<Phase>,

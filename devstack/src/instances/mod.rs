@@ -144,7 +144,7 @@ fn request<'a>(pool: &'a crate::store::rows::PoolRow, row: &'a InstanceRow) -> R
         volumes: row.spec.volumes.iter().map(|v| v.volume_id.clone()).collect(),
         pinned: row.pinned_node.as_deref(),
         pin_cpus: row.spec.cpus.is_some(),
-        capabilities: row.spec.network_policy.as_ref().map(|_| network_policy::CAPABILITY).into_iter().collect(),
+        capabilities: row.spec.network_policy.as_ref().map(|_| crate::capabilities::INSTANCE_NETWORK_POLICY).into_iter().collect(),
     }
 }
 

@@ -3,12 +3,9 @@
 //! bcd and its helper check again on the host (protocol `tcp`, `udp` or
 //! `icmp`; the peer's IPv4 network with no address bits beyond its prefix;
 //! ports 1 to 65535 in order, none for `icmp`; at most 64 rules in each
-//! direction), and the capability a host must advertise to take it.
+//! direction).
 
 use proto::NetworkPolicy;
-
-/// The capability a host must advertise to take an instance with a policy.
-pub const CAPABILITY: &str = "instance.network-policy";
 
 /// The most rules a policy holds in each direction.
 pub const MAX_RULES: usize = 64;
