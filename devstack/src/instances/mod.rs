@@ -23,6 +23,7 @@ use std::time::Duration;
 use crate::store::Db;
 use tracing::{info, warn};
 
+use crate::capabilities::INSTANCE_NETWORK_POLICY;
 use crate::clock::now_ms;
 use crate::error::{Error, Result};
 use crate::gateway::handlers::{HelloHook, Opening};
@@ -144,7 +145,7 @@ fn request<'a>(pool: &'a crate::store::rows::PoolRow, row: &'a InstanceRow) -> R
         volumes: row.spec.volumes.iter().map(|v| v.volume_id.clone()).collect(),
         pinned: row.pinned_node.as_deref(),
         pin_cpus: row.spec.cpus.is_some(),
-        capabilities: row.spec.network_policy.as_ref().map(|_| crate::capabilities::INSTANCE_NETWORK_POLICY).into_iter().collect(),
+        capabilities: if row.spec.network_policy.is_some() { vec![INSTANCE_NETWORK_POLICY] } else { vec![] },
     }
 }
 
