@@ -46,7 +46,18 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration { version: 15, name: "otlp export header names", sql: V15 },
     Migration { version: 16, name: "TLS session ticket keys", sql: V16 },
     Migration { version: 17, name: "the marked nodes' index", sql: V17 },
+    Migration { version: 18, name: "the open sessions' index", sql: V18 },
 ];
+
+/// The open sessions (at most one a node), apart from the closed ones
+/// every node keeps a history of (up to `sessions_kept`, 64, each: ten
+/// times as many rows after a few reconnections): the liveness judge's
+/// "open on a gateway that beats", the count by gateway and the list of
+/// open sessions read them through this partial index instead of scanning
+/// every session ever kept.
+const V18: &str = r#"
+CREATE INDEX node_sessions_open ON node_sessions (node_id, epoch, gateway_id) WHERE disconnected_at_ms IS NULL;
+"#;
 
 /// An export from a node whose telemetry section names a `headers_ref` was
 /// checked against that secret's headers: their names (comma-separated,

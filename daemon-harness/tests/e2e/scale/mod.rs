@@ -38,6 +38,9 @@ const POLL: Duration = Duration::from_millis(100);
 /// How often it reads the store's counts while not all are connected.
 const SLOW_POLL: Duration = Duration::from_secs(1);
 
+/// How often a failover's wait reads the open sessions by gateway.
+const FAILOVER_POLL: Duration = Duration::from_millis(500);
+
 /// A fleet: how many agents, in how many `bcd sim` processes, against
 /// which control plane.
 #[derive(Clone, Copy, Debug)]
@@ -94,9 +97,8 @@ struct Failover {
     /// The gateway killed, and how many nodes it held.
     gateway: String,
     nodes: usize,
-    /// From the kill until all of them had a session on another gateway.
-    all_back: Duration,
-    /// When each node's new session opened, from the kill: p50, p99, max.
+    /// When each node's new session opened, from the kill: p50, p99, and
+    /// the last (all back).
     quantiles: [Duration; 3],
 }
 
@@ -171,10 +173,10 @@ fn print_figures(scale: &Scale, f: &Figures) {
         f.adopted.as_secs_f64() / f.floor.total.as_secs_f64().max(1e-9)
     );
     if let Some(fo) = &f.failover {
-        let [q50, q99, max] = fo.quantiles;
+        let [q50, q99, all] = fo.quantiles;
         println!(
-            "failover: {} killed with {} of {} nodes; all back on the others {:.2?} after the kill (each node's new session: p50 {q50:.2?}, p99 {q99:.2?}, max {max:.2?}); 0 lost, 0 doubled, every command once",
-            fo.gateway, fo.nodes, scale.nodes, fo.all_back
+            "failover: {} killed with {} of {} nodes; all back on the others {all:.2?} after the kill (each node's new session: p50 {q50:.2?}, p99 {q99:.2?}); 0 lost, 0 doubled, every command once",
+            fo.gateway, fo.nodes, scale.nodes
         );
     }
     println!(
@@ -424,25 +426,34 @@ async fn poll(
 
 /// Kills the gateway holding the most sessions, with every agent
 /// connected, and waits until each of its nodes has a session on another
-/// gateway; starts it again after.
+/// gateway; starts it again after. The figures are the store's: when each
+/// node's new session opened, from the kill (the gateways and this
+/// process share the machine's clock). The wait reads one aggregate every
+/// [`FAILOVER_POLL`] and nothing else: a read costs PostgreSQL a scan of the
+/// open sessions, on the cores the failover itself needs, so how often it
+/// reads changes only when the run notices the end, not the figures.
 async fn fail_over(plane: &mut Plane, scale: &Scale, sims: &mut [Background]) -> Failover {
     let by_gateway = plane.sessions_by_gateway();
     let (victim, _) = by_gateway.iter().max_by_key(|(_, n)| *n).cloned().expect("sessions on some gateway");
     let open = plane.stack().view(|v| v.open_sessions()).unwrap();
     let moving: BTreeSet<String> = open.into_iter().filter(|s| s.gateway_id == victim).map(|s| s.node_id).collect();
     let killed_ms = unix_ms();
-    let killed = Instant::now();
     plane.gateway(&victim).kill().await.expect("the gateway is killed");
-    let mut all_back = None;
-    let what = format!("every node of {victim} back on another gateway");
-    poll(plane, scale.nodes, scale.deadline(), &what, sims, |c| {
-        let left = plane.sessions_by_gateway().iter().find(|(g, _)| *g == victim).map_or(0, |(_, n)| *n);
-        if left == 0 && c.sessions == scale.nodes as u64 && all_back.is_none() {
-            all_back = Some(killed.elapsed());
+    let until = Instant::now() + scale.deadline();
+    loop {
+        tokio::time::sleep(FAILOVER_POLL).await;
+        let by_gateway = plane.sessions_by_gateway();
+        let left = by_gateway.iter().find(|(g, _)| *g == victim).map_or(0, |(_, n)| *n);
+        if left == 0 && by_gateway.iter().map(|(_, n)| n).sum::<u64>() == scale.nodes as u64 {
+            break;
         }
-        all_back.is_some()
-    })
-    .await;
+        assert!(sims.iter_mut().all(|s| s.running()), "a bcd sim ended early; {left} of {victim}'s nodes not back");
+        assert!(
+            Instant::now() < until,
+            "every node of {victim} back on another gateway: {left} not within {:?}",
+            scale.deadline()
+        );
+    }
     let open = plane.stack().view(|v| v.open_sessions()).unwrap();
     let mut back: Vec<i64> = open
         .iter()
@@ -454,10 +465,5 @@ async fn fail_over(plane: &mut Plane, scale: &Scale, sims: &mut [Background]) ->
     back.sort_unstable();
     let pick = |q: f64| Duration::from_millis(back[((back.len() - 1) as f64 * q).round() as usize] as u64);
     plane.gateway(&victim).restart().await.expect("the killed gateway starts again");
-    Failover {
-        gateway: victim,
-        nodes: moving.len(),
-        all_back: all_back.expect("all back"),
-        quantiles: [pick(0.5), pick(0.99), pick(1.0)],
-    }
+    Failover { gateway: victim, nodes: moving.len(), quantiles: [pick(0.5), pick(0.99), pick(1.0)] }
 }
