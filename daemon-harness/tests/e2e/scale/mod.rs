@@ -38,8 +38,11 @@ const POLL: Duration = Duration::from_millis(100);
 /// How often it reads the store's counts while not all are connected.
 const SLOW_POLL: Duration = Duration::from_secs(1);
 
-/// How often a failover's wait reads the open sessions by gateway.
-const FAILOVER_POLL: Duration = Duration::from_millis(500);
+/// How often the run reads the connected count when that is the store's
+/// (gateway processes): an aggregate over the open sessions, which costs
+/// PostgreSQL the cores the fleet needs. The figures come from the
+/// sessions' rows, so this changes only when the run sees an end.
+const STORE_POLL: Duration = Duration::from_millis(500);
 
 /// A fleet: how many agents, in how many `bcd sim` processes, against
 /// which control plane.
@@ -309,28 +312,27 @@ async fn run(name: &str, scale: Scale) -> Option<Figures> {
     let shutdown = Instant::now();
     let (restart_shutdown, restart_start) = plane.restart().await;
     let up = Instant::now();
+    let up_ms = unix_ms();
     let stack_pids = plane.pids();
     let cpu_at_up = cpu_times(&stack_pids, &pids);
-    let mut cpu_until_back = [Duration::ZERO; 2];
-    let mut back = None;
-    // When half, 90 % and 99 % of the agents were connected again.
-    let mut quantiles: [Option<Duration>; 3] = [None; 3];
+    let mut cpu_until_back = None;
     poll(&plane, scale.nodes, deadline, "every agent connected again after the restart", &mut sims, |c| {
-        for (at, q) in quantiles.iter_mut().zip([0.5, 0.9, 0.99]) {
-            if at.is_none() && c.sessions as f64 >= scale.nodes as f64 * q {
-                *at = Some(up.elapsed());
-            }
-        }
-        if back.is_none() && c.sessions == scale.nodes as u64 {
-            back = Some(up.elapsed());
+        if cpu_until_back.is_none() && c.sessions == scale.nodes as u64 {
             let now = cpu_times(&stack_pids, &pids);
-            cpu_until_back = [0, 1].map(|i| now[i].saturating_sub(cpu_at_up[i]));
+            cpu_until_back = Some([0, 1].map(|i| now[i].saturating_sub(cpu_at_up[i])));
         }
-        back.is_some() && c.commands_done == c.commands
+        cpu_until_back.is_some() && c.commands_done == c.commands
     })
     .await;
-    let restart_connected = back.expect("all connected again");
-    let restart_quantiles = quantiles.map(|q| q.expect("all connected again"));
+    let cpu_until_back = cpu_until_back.expect("all connected again");
+    // When each node's session opened again, from the start, by the store.
+    let open = plane.stack().view(|v| v.open_sessions()).unwrap();
+    assert_eq!(open.len(), scale.nodes, "every node has a session again");
+    let mut again: Vec<i64> = open.iter().map(|s| (s.connected_at_ms - up_ms).max(0)).collect();
+    again.sort_unstable();
+    let pick_again = |q: f64| Duration::from_millis(again[((again.len() - 1) as f64 * q).round() as usize] as u64);
+    let restart_connected = pick_again(1.0);
+    let restart_quantiles = [0.5, 0.9, 0.99].map(pick_again);
     let restart_connected_since_shutdown = restart_connected + (up - shutdown);
 
     let after = plane.stack().nodes().unwrap();
@@ -389,8 +391,9 @@ async fn run(name: &str, scale: Scale) -> Option<Figures> {
     })
 }
 
-/// Reads the fleet's counts every [`POLL`] until `done` says so, failing at
-/// the deadline or when a bcd sim exits. The live sessions are counted at
+/// Reads the fleet's counts every [`POLL`] (every [`STORE_POLL`] when the
+/// connected count is the store's) until `done` says so, failing at the
+/// deadline or when a bcd sim exits. The live sessions are counted at
 /// every read; the store's counts (a scan of every node and command, under
 /// the store's lock: some 6 ms at 10,000 nodes) only once a [`SLOW_POLL`]
 /// until all `nodes` are connected, and at every read after that, when what
@@ -405,7 +408,7 @@ async fn poll(
     mut done: impl FnMut(&FleetCounts) -> bool,
 ) -> FleetCounts {
     let until = Instant::now() + deadline;
-    let mut tick = tokio::time::interval(POLL);
+    let mut tick = tokio::time::interval(if plane.gateways.is_empty() { POLL } else { STORE_POLL });
     let mut counts = FleetCounts::default();
     let mut read_at: Option<Instant> = None;
     loop {
@@ -428,10 +431,8 @@ async fn poll(
 /// connected, and waits until each of its nodes has a session on another
 /// gateway; starts it again after. The figures are the store's: when each
 /// node's new session opened, from the kill (the gateways and this
-/// process share the machine's clock). The wait reads one aggregate every
-/// [`FAILOVER_POLL`] and nothing else: a read costs PostgreSQL a scan of the
-/// open sessions, on the cores the failover itself needs, so how often it
-/// reads changes only when the run notices the end, not the figures.
+/// process share the machine's clock). The wait reads the count by
+/// gateway every [`STORE_POLL`] and nothing else.
 async fn fail_over(plane: &mut Plane, scale: &Scale, sims: &mut [Background]) -> Failover {
     let by_gateway = plane.sessions_by_gateway();
     let (victim, _) = by_gateway.iter().max_by_key(|(_, n)| *n).cloned().expect("sessions on some gateway");
@@ -441,7 +442,7 @@ async fn fail_over(plane: &mut Plane, scale: &Scale, sims: &mut [Background]) ->
     plane.gateway(&victim).kill().await.expect("the gateway is killed");
     let until = Instant::now() + scale.deadline();
     loop {
-        tokio::time::sleep(FAILOVER_POLL).await;
+        tokio::time::sleep(STORE_POLL).await;
         let by_gateway = plane.sessions_by_gateway();
         let left = by_gateway.iter().find(|(g, _)| *g == victim).map_or(0, |(_, n)| *n);
         if left == 0 && by_gateway.iter().map(|(_, n)| n).sum::<u64>() == scale.nodes as u64 {
