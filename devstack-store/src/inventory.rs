@@ -1,19 +1,48 @@
 //! The `node_inventory` table: the latest verified section of each name.
 
 use crate::params;
+use crate::sql::ToValue;
 
 use crate::rows::InventoryRow;
 use crate::{Db, Error, Result};
 
-/// Stores (or replaces) a verified section.
-pub fn upsert(c: &Db<'_>, node_id: &str, name: &str, sha256: &str, content: &[u8], now_ms: i64) -> Result<()> {
+/// A verified section to store: its name, SHA-256 (hex) and content.
+#[derive(Clone, Copy, Debug)]
+pub struct Section<'a> {
+    /// The section's name.
+    pub name: &'a str,
+    /// The SHA-256 of its content, in hex.
+    pub sha256: &'a str,
+    /// Its content.
+    pub content: &'a [u8],
+}
+
+/// Stores (or replaces) a node's verified sections, one statement for all
+/// of them (a report sends them all again at every reconnection). A name
+/// given twice keeps the last.
+pub fn upsert(c: &Db<'_>, node_id: &str, sections: &[Section<'_>], now_ms: i64) -> Result<()> {
+    let mut last: Vec<&Section<'_>> = Vec::with_capacity(sections.len());
+    for s in sections {
+        last.retain(|kept| kept.name != s.name);
+        last.push(s);
+    }
+    if last.is_empty() {
+        return Ok(());
+    }
+    let mut args: Vec<&dyn ToValue> = Vec::with_capacity(last.len() * 5);
+    for s in &last {
+        args.extend([&node_id as &dyn ToValue, &s.name, &s.sha256, &s.content, &now_ms]);
+    }
     c.execute(
-        "INSERT INTO node_inventory (node_id, name, sha256, content, updated_at_ms) VALUES (?1, ?2, ?3, ?4, ?5)
-         ON CONFLICT (node_id, name) DO UPDATE
-         SET sha256 = excluded.sha256, content = excluded.content, updated_at_ms = excluded.updated_at_ms",
-        params![node_id, name, sha256, content, now_ms],
+        &format!(
+            "INSERT INTO node_inventory (node_id, name, sha256, content, updated_at_ms) VALUES {}
+             ON CONFLICT (node_id, name) DO UPDATE
+             SET sha256 = excluded.sha256, content = excluded.content, updated_at_ms = excluded.updated_at_ms",
+            crate::sql::value_rows(last.len(), 5)
+        ),
+        &args,
     )
-    .map_err(Error::at("store inventory section"))?;
+    .map_err(Error::at("store inventory sections"))?;
     Ok(())
 }
 

@@ -12,7 +12,8 @@
 //!
 //! A write runs `SERIALIZABLE` and is run again when PostgreSQL reports a
 //! serialization failure or a deadlock; a read is one `REPEATABLE READ READ
-//! ONLY` snapshot. `?N` parameters become `$N`; each connection prepares a
+//! ONLY` snapshot, or, for a read of one statement, that statement alone
+//! (its own snapshot: no `BEGIN`, no `COMMIT`). `?N` parameters become `$N`; each connection prepares a
 //! statement once.
 
 use std::cell::{Cell, RefCell};
@@ -191,11 +192,7 @@ impl Conn {
         let bound: Vec<Param<'_>> = values.iter().map(Param).collect();
         let refs: Vec<&(dyn ToSql + Sync)> = bound.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
         let rows = block_on(self.client.query(&statement, &refs))?;
-        let writes = sql
-            .trim_start()
-            .get(..6)
-            .is_some_and(|w| ["INSERT", "UPDATE", "DELETE"].iter().any(|k| w.eq_ignore_ascii_case(k)));
-        if writes && !rows.is_empty() {
+        if writes(sql) && !rows.is_empty() {
             self.changed.set(true);
         }
         rows.iter()
@@ -215,6 +212,11 @@ impl Conn {
     pub(crate) fn changed(&self) -> bool {
         self.changed.get()
     }
+}
+
+/// Whether a statement writes (`INSERT`, `UPDATE`, `DELETE`).
+pub(crate) fn writes(sql: &str) -> bool {
+    sql.trim_start().get(..6).is_some_and(|w| ["INSERT", "UPDATE", "DELETE"].iter().any(|k| w.eq_ignore_ascii_case(k)))
 }
 
 /// Blocks on a client future (it needs no runtime of its own).

@@ -2,7 +2,7 @@
 //! each section of its NodeSpec.
 
 use crate::params;
-use crate::sql::{Row, SqlError};
+use crate::sql::{Row, SqlError, ToValue};
 
 use crate::optional;
 use crate::rows::SectionStatus;
@@ -22,18 +22,36 @@ fn row(r: &Row) -> Result<SectionStatus, SqlError> {
     })
 }
 
-/// Stores (or replaces) a node's status of one section.
-pub fn upsert(c: &Db<'_>, s: &SectionStatus) -> Result<()> {
+/// Stores (or replaces) statuses, one statement for all of them (a node's
+/// report names a few sections, and sends them all again at every
+/// reconnection: one statement each was most of a reconnection's writes on
+/// PostgreSQL). A section named twice keeps the last.
+pub fn upsert(c: &Db<'_>, statuses: &[SectionStatus]) -> Result<()> {
+    let mut last: Vec<&SectionStatus> = Vec::with_capacity(statuses.len());
+    for s in statuses {
+        last.retain(|kept| (&kept.node_id, &kept.section) != (&s.node_id, &s.section));
+        last.push(s);
+    }
+    if last.is_empty() {
+        return Ok(());
+    }
+    let states: Vec<&str> = last.iter().map(|s| s.state.as_str()).collect();
+    let mut args: Vec<&dyn ToValue> = Vec::with_capacity(last.len() * 7);
+    for (s, state) in last.iter().zip(&states) {
+        args.extend([&s.node_id as &dyn ToValue, &s.section, state, &s.reason, &s.message, &s.generation]);
+        args.push(&s.updated_at_ms);
+    }
     c.execute(
         &format!(
-            "INSERT INTO node_section_status ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+            "INSERT INTO node_section_status ({COLUMNS}) VALUES {}
              ON CONFLICT (node_id, section) DO UPDATE
              SET state = excluded.state, reason = excluded.reason, message = excluded.message,
-                 generation = excluded.generation, updated_at_ms = excluded.updated_at_ms"
+                 generation = excluded.generation, updated_at_ms = excluded.updated_at_ms",
+            crate::sql::value_rows(last.len(), 7)
         ),
-        params![s.node_id, s.section, s.state.as_str(), s.reason, s.message, s.generation, s.updated_at_ms],
+        &args,
     )
-    .map_err(Error::at("store section status"))?;
+    .map_err(Error::at("store section statuses"))?;
     Ok(())
 }
 

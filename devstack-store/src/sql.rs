@@ -48,6 +48,10 @@ pub enum SqlError {
         /// Why.
         reason: String,
     },
+    /// A one-statement read ([`crate::Store::read_one`]) that ran a second
+    /// statement, or a write: it has no transaction to hold them together.
+    #[error("a one-statement read {0}")]
+    NotOneRead(&'static str),
     /// A column that does not read as the type asked.
     #[error("column {index}: {reason}")]
     Column {
@@ -155,6 +159,16 @@ impl<T: ToValue> ToValue for Option<T> {
 macro_rules! params {
     () => { &[] as &[&dyn $crate::sql::ToValue] };
     ($($p:expr),+ $(,)?) => { &[$(&$p as &dyn $crate::sql::ToValue),+] as &[&dyn $crate::sql::ToValue] };
+}
+
+/// `rows` rows of `columns` numbered parameters each, for a statement
+/// that writes several rows at once: `(?1, ?2), (?3, ?4)`.
+pub(crate) fn value_rows(rows: usize, columns: usize) -> String {
+    let row = |r: usize| {
+        let params: Vec<String> = (1..=columns).map(|c| format!("?{}", r * columns + c)).collect();
+        format!("({})", params.join(", "))
+    };
+    (0..rows).map(row).collect::<Vec<_>>().join(", ")
 }
 
 /// The parameters as values, or the first the store cannot hold.

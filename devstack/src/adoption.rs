@@ -34,7 +34,7 @@ pub struct FirstSession;
 impl WelcomedHook for FirstSession {
     fn on_welcomed(&self, session: &RequestContext<'_>) -> Result<Effects> {
         let shared = session.shared;
-        let Some(node) = shared.ledger.read(|c| nodes::get(c, &session.node.node_id))? else {
+        let Some(node) = shared.ledger.read_one(|c| nodes::get(c, &session.node.node_id))? else {
             return Ok(Effects::default());
         };
         let spec = on_session_start(shared, &node, session.epoch)?;

@@ -23,7 +23,7 @@ impl EventHandler<proto::StatusReport> for Inventory {
         let node_id = event.node_id();
         let limit = event.shared.settings.options.limits.inventory_sections;
         let mut kept = inventory::names(event.c, node_id)?;
-        let mut stored = 0;
+        let mut stored = Vec::new();
         let (mut beyond, mut mismatched) = (Refused::default(), Refused::default());
         for section in &report.inventory {
             if !limits::valid_name(&section.name) || !limits::admits(&kept, &section.name, limit) {
@@ -34,12 +34,12 @@ impl EventHandler<proto::StatusReport> for Inventory {
                 mismatched.add(&section.name);
                 continue;
             }
-            inventory::upsert(event.c, node_id, &section.name, &section.sha256, &section.content, event.now_ms)?;
+            stored.push(inventory::Section { name: &section.name, sha256: &section.sha256, content: &section.content });
             if !kept.contains(&section.name) {
                 kept.push(section.name.clone());
             }
-            stored += 1;
         }
+        inventory::upsert(event.c, node_id, &stored, event.now_ms)?;
         if beyond.count > 0 {
             warn!(
                 node_id = %node_id,
@@ -60,7 +60,7 @@ impl EventHandler<proto::StatusReport> for Inventory {
             );
         }
         if !report.inventory.is_empty() {
-            debug!(node_id = %node_id, sections = stored, refused = report.inventory.len() - stored, "inventory stored");
+            debug!(node_id = %node_id, sections = stored.len(), refused = report.inventory.len() - stored.len(), "inventory stored");
         }
         Ok(Effects::default())
     }

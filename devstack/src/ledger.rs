@@ -68,6 +68,12 @@ impl Ledger {
         self.waiting_aside(|| self.store.read(|db| f(db).map_err(Into::into)))
     }
 
+    /// A read of one statement ([`Store::read_one`]: on PostgreSQL without
+    /// a transaction around it); a closure that runs more is refused.
+    pub fn read_one<T, E: Into<Error>>(&self, f: impl FnOnce(&Db<'_>) -> Result<T, E>) -> Result<T> {
+        self.waiting_aside(|| self.store.read_one(|db| f(db).map_err(Into::into)))
+    }
+
     /// A transaction, committed when `f` returns `Ok`; then its events are
     /// published and the change is announced. `f` may run more than once
     /// (a PostgreSQL transaction that lost a race is run again).

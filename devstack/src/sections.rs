@@ -28,6 +28,7 @@ impl EventHandler<proto::StatusReport> for Sections {
         let limit = event.shared.settings.options.limits.section_statuses;
         let mut kept = sections::names(event.c, node_id)?;
         let mut refused = limits::Refused::default();
+        let mut statuses = Vec::new();
         for s in &report.sections {
             if !limits::valid_name(&s.section) || !limits::admits(&kept, &s.section, limit) {
                 refused.add(&s.section);
@@ -45,7 +46,6 @@ impl EventHandler<proto::StatusReport> for Sections {
                 generation: s.generation,
                 updated_at_ms: event.now_ms,
             };
-            sections::upsert(event.c, &status)?;
             debug!(
                 node_id = %node_id,
                 section = ?status.section,
@@ -54,7 +54,9 @@ impl EventHandler<proto::StatusReport> for Sections {
                 generation = status.generation,
                 "section status"
             );
+            statuses.push(status);
         }
+        sections::upsert(event.c, &statuses)?;
         if refused.count > 0 {
             warn!(
                 node_id = %node_id,

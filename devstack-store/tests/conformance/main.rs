@@ -90,6 +90,7 @@ const CASES: &[Case] = &[
     ("a ticket key per period", stack::a_ticket_key_is_made_once_per_period_and_forgotten),
     ("a failed write leaves nothing", stack::a_failed_write_leaves_nothing),
     ("a write's value and rows", stack::a_write_s_value_comes_back_and_its_rows_are_read),
+    ("a one-statement read", stack::a_one_statement_read_reads_and_refuses_a_second_statement_or_a_write),
     ("the liveness lane's own connection", stack::the_liveness_lane_does_not_wait_for_the_shared_connections),
 ];
 

@@ -1,7 +1,8 @@
 //! The cases of the stack's own tables and of the seam: releases, OTLP
 //! exports, the fleet's counts, the gateways, the store's clock, settings,
 //! and what `Store::write` promises (a failed transaction leaves nothing;
-//! the liveness lane does not wait behind the shared connections).
+//! the liveness lane does not wait behind the shared connections) and
+//! `Store::read_one` (one statement, never a write).
 
 use devstack_store::otlp::Bounds;
 use devstack_store::rows::{CommandRow, CommandStatus, FleetCounts, GatewayRow, ReleaseArtifactRow, ReleaseRow};
@@ -171,6 +172,24 @@ pub fn a_write_s_value_comes_back_and_its_rows_are_read(store: &Store) {
         nodes::last_seq(c)
     });
     assert_eq!(read(store, |c| nodes::get(c, "node_1")).map(|n| n.seq), Some(seq));
+}
+
+pub fn a_one_statement_read_reads_and_refuses_a_second_statement_or_a_write(store: &Store) {
+    seed::pool_and_nodes(store, &["node_1"]);
+    let node = store.read_one(|c| nodes::get(c, "node_1")).unwrap();
+    assert_eq!(node.map(|n| n.id), Some("node_1".to_string()));
+    assert_eq!(store.read_one(|c| nodes::get(c, "node_unknown")).unwrap(), None);
+    let fenced = store.read_one(|c| nodes::fence(c, "node_1", 7));
+    assert!(matches!(fenced, Err(Error::Fenced { .. })), "{fenced:?}");
+    let not_one = |e: &Error| e.to_string().contains("a one-statement read");
+    let two = store.read_one(|c| nodes::get(c, "node_1").and_then(|_| nodes::get(c, "node_1")));
+    assert!(two.as_ref().is_err_and(not_one), "a second statement: {two:?}");
+    let wrote = store.read_one(|c| settings::put(c, "k", b"v"));
+    assert!(wrote.as_ref().is_err_and(not_one), "a write: {wrote:?}");
+    assert_eq!(read(store, |c| settings::get(c, "k")), None, "nothing written");
+    // The store is as usable after a refused one as before.
+    assert!(store.read_one(|c| nodes::get(c, "node_1")).unwrap().is_some());
+    write(store, |c| settings::put(c, "k", b"v"));
 }
 
 pub fn the_liveness_lane_does_not_wait_for_the_shared_connections(store: &Store) {

@@ -182,9 +182,13 @@ pub fn a_spec_becomes_the_node_s_generation(store: &Store) {
 
 pub fn an_inventory_section_is_replaced_by_the_next_report(store: &Store) {
     seed::pool_and_nodes(store, &["node_1"]);
-    write(store, |c| inventory::upsert(c, "node_1", "system", "s1", b"sys", 1));
-    write(store, |c| inventory::upsert(c, "node_1", "gpus", "g1", b"gpu", 2));
-    write(store, |c| inventory::upsert(c, "node_1", "system", "s2", b"sys2", 3));
+    let at = |name, sha256, content| inventory::Section { name, sha256, content };
+    write(store, |c| inventory::upsert(c, "node_1", &[at("system", "s1", b"sys")], 1));
+    write(store, |c| inventory::upsert(c, "node_1", &[at("gpus", "g1", b"gpu")], 2));
+    // Several in one statement; a name given twice keeps the last.
+    let report = [at("system", "s0", b"sys0"), at("system", "s2", b"sys2")];
+    write(store, |c| inventory::upsert(c, "node_1", &report, 3));
+    write(store, |c| inventory::upsert(c, "node_1", &[], 4));
     let section = |name: &str, sha256: &str, content: &[u8], at| InventoryRow {
         node_id: "node_1".into(),
         name: name.into(),
@@ -216,9 +220,11 @@ pub fn a_section_status_is_replaced_by_the_next_report(store: &Store) {
         status("trust", SectionState::Applied, "Applied", 1),
         status("holds", SectionState::Progressing, "Retrying", 1),
     );
-    write(store, |c| sections::upsert(c, &trust).and_then(|()| sections::upsert(c, &holds)));
+    write(store, |c| sections::upsert(c, &[trust.clone(), holds.clone()]));
+    // A section named twice in one report keeps the last; none writes nothing.
     let failed = status("holds", SectionState::Failed, "HoldFailed", 2);
-    write(store, |c| sections::upsert(c, &failed));
+    write(store, |c| sections::upsert(c, &[holds.clone(), failed.clone()]));
+    write(store, |c| sections::upsert(c, &[]));
     assert_eq!(read(store, |c| sections::get(c, "node_1", "holds")), Some(failed.clone()));
     assert_eq!(read(store, |c| sections::of_node(c, "node_1")), vec![failed, trust], "by section");
     assert_eq!(read(store, |c| sections::names(c, "node_1")), ["holds", "trust"]);

@@ -75,7 +75,7 @@ pub fn authenticate_peer(shared: &Shared, info: Option<&PeerInfo>) -> Result<Aut
     let serial = hex::encode(&described.serial);
     let row = shared
         .ledger
-        .read(|c| certs::get(c, &node_id, &serial))
+        .read_one(|c| certs::get(c, &node_id, &serial))
         .map_err(Status::from)?
         .filter(|row| row.der == *leaf)
         .ok_or_else(|| refuse(Code::CertUnknown, format!("no certificate {serial} of node {node_id}")))?;

@@ -15,7 +15,7 @@ use crate::store::rows::{CommandRow, CommandStatus};
 impl Session {
     /// Delivers every command that is not done.
     pub(super) async fn deliver_open(&mut self) -> Result<(), End> {
-        let open = self.shared.ledger.read(|c| commands::open(c, &self.node.node_id)).map_err(store_end)?;
+        let open = self.shared.ledger.read_one(|c| commands::open(c, &self.node.node_id)).map_err(store_end)?;
         self.deliver(&open).await
     }
 
@@ -36,7 +36,7 @@ impl Session {
         let mut rows = Vec::new();
         for id in due {
             self.busy.remove(&id);
-            match self.shared.ledger.read(|c| commands::get(c, &id)).map_err(store_end)? {
+            match self.shared.ledger.read_one(|c| commands::get(c, &id)).map_err(store_end)? {
                 Some(row) if row.state == CommandStatus::Busy => rows.push(row),
                 _ => {}
             }

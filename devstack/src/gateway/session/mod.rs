@@ -368,7 +368,7 @@ impl Session {
         }
         let node_id = &self.node.node_id;
         if !effects.specs.iter().any(|s| &s.node_id == node_id)
-            && let Some(spec) = self.shared.ledger.read(|c| specs::latest(c, node_id)).map_err(store_end)?
+            && let Some(spec) = self.shared.ledger.read_one(|c| specs::latest(c, node_id)).map_err(store_end)?
         {
             effects.specs.insert(0, spec);
         }
@@ -397,7 +397,7 @@ impl Session {
         match control {
             Control::Wake => {
                 let pending =
-                    self.shared.ledger.read(|c| commands::pending(c, &self.node.node_id)).map_err(store_end)?;
+                    self.shared.ledger.read_one(|c| commands::pending(c, &self.node.node_id)).map_err(store_end)?;
                 self.deliver(&pending).await
             }
             Control::Raw(f) => self.send(*f).await,
@@ -455,7 +455,7 @@ impl Session {
     fn applied_generation(&mut self, generation: u64) -> Result<(), End> {
         let node_id = &self.node.node_id;
         if generation == self.applied {
-            return self.shared.ledger.read(|c| nodes::fence(c, node_id, self.row.epoch)).map_err(store_end);
+            return self.shared.ledger.read_one(|c| nodes::fence(c, node_id, self.row.epoch)).map_err(store_end);
         }
         self.applied = generation;
         let changed = self
