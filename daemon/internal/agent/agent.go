@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"path/filepath"
 	"sync"
 	"time"
@@ -265,7 +266,7 @@ func (a *Agent) gateways() []session.Gateway {
 	if !c.UsesGRPC() {
 		return []session.Gateway{{URL: c.Websocket.URL, Dial: session.WebsocketDialer(c, a.id)}}
 	}
-	urls := c.Gateways()
+	urls := failoverOrder(c.Gateways(), rand.Shuffle)
 	opts := session.DialOptions{AllowH2C: a.opts.AllowH2C}
 	if c.UsesWebsocket() || len(urls) > 1 {
 		opts.ConnectTimeout = FallbackConnectTimeout
