@@ -21,28 +21,22 @@ pub struct Section<'a> {
 /// of them (a report sends them all again at every reconnection). A name
 /// given twice keeps the last.
 pub fn upsert(c: &Db<'_>, node_id: &str, sections: &[Section<'_>], now_ms: i64) -> Result<()> {
-    let mut last: Vec<&Section<'_>> = Vec::with_capacity(sections.len());
-    for s in sections {
-        last.retain(|kept| kept.name != s.name);
-        last.push(s);
+    for rows in crate::sql::last_of_each(sections, |s| s.name) {
+        let mut args: Vec<&dyn ToValue> = Vec::with_capacity(rows.len() * 5);
+        for s in &rows {
+            args.extend([&node_id as &dyn ToValue, &s.name, &s.sha256, &s.content, &now_ms]);
+        }
+        c.execute(
+            &format!(
+                "INSERT INTO node_inventory (node_id, name, sha256, content, updated_at_ms) VALUES {}
+                 ON CONFLICT (node_id, name) DO UPDATE
+                 SET sha256 = excluded.sha256, content = excluded.content, updated_at_ms = excluded.updated_at_ms",
+                crate::sql::value_rows(rows.len(), 5)
+            ),
+            &args,
+        )
+        .map_err(Error::at("store inventory sections"))?;
     }
-    if last.is_empty() {
-        return Ok(());
-    }
-    let mut args: Vec<&dyn ToValue> = Vec::with_capacity(last.len() * 5);
-    for s in &last {
-        args.extend([&node_id as &dyn ToValue, &s.name, &s.sha256, &s.content, &now_ms]);
-    }
-    c.execute(
-        &format!(
-            "INSERT INTO node_inventory (node_id, name, sha256, content, updated_at_ms) VALUES {}
-             ON CONFLICT (node_id, name) DO UPDATE
-             SET sha256 = excluded.sha256, content = excluded.content, updated_at_ms = excluded.updated_at_ms",
-            crate::sql::value_rows(last.len(), 5)
-        ),
-        &args,
-    )
-    .map_err(Error::at("store inventory sections"))?;
     Ok(())
 }
 

@@ -187,8 +187,9 @@ impl Store {
     /// runs alone, its own snapshot, without the read transaction's `BEGIN`
     /// and `COMMIT`: a third of the round trips. The gateways' hottest reads
     /// (a session's fence at every heartbeat, the latest spec and the open
-    /// commands at every Welcome) are such; a second statement, or a
-    /// write, is refused ([`sql::SqlError::NotOneRead`]).
+    /// commands at every Welcome) are such; a second statement, or one
+    /// that begins `INSERT`, `UPDATE` or `DELETE`, is refused
+    /// ([`sql::SqlError::NotOneRead`]), on both backends.
     pub fn read_one<T, E: From<Error>>(&self, f: impl FnOnce(&Db<'_>) -> Result<T, E>) -> Result<T, E> {
         match &self.backend {
             Backend::Sqlite(conn) => f(&Db::one_read(Inner::Sqlite(&Self::lock(conn)))),

@@ -13,8 +13,8 @@
 //! A write runs `SERIALIZABLE` and is run again when PostgreSQL reports a
 //! serialization failure or a deadlock; a read is one `REPEATABLE READ READ
 //! ONLY` snapshot, or, for a read of one statement, that statement alone
-//! (its own snapshot: no `BEGIN`, no `COMMIT`). `?N` parameters become `$N`; each connection prepares a
-//! statement once.
+//! (its own snapshot: no `BEGIN`, no `COMMIT`). `?N` parameters become
+//! `$N`; each connection prepares a statement once.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;

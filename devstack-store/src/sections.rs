@@ -27,31 +27,25 @@ fn row(r: &Row) -> Result<SectionStatus, SqlError> {
 /// reconnection: one statement each was most of a reconnection's writes on
 /// PostgreSQL). A section named twice keeps the last.
 pub fn upsert(c: &Db<'_>, statuses: &[SectionStatus]) -> Result<()> {
-    let mut last: Vec<&SectionStatus> = Vec::with_capacity(statuses.len());
-    for s in statuses {
-        last.retain(|kept| (&kept.node_id, &kept.section) != (&s.node_id, &s.section));
-        last.push(s);
+    for rows in crate::sql::last_of_each(statuses, |s| (s.node_id.as_str(), s.section.as_str())) {
+        let states: Vec<&str> = rows.iter().map(|s| s.state.as_str()).collect();
+        let mut args: Vec<&dyn ToValue> = Vec::with_capacity(rows.len() * 7);
+        for (s, state) in rows.iter().zip(&states) {
+            args.extend([&s.node_id as &dyn ToValue, &s.section, state, &s.reason, &s.message, &s.generation]);
+            args.push(&s.updated_at_ms);
+        }
+        c.execute(
+            &format!(
+                "INSERT INTO node_section_status ({COLUMNS}) VALUES {}
+                 ON CONFLICT (node_id, section) DO UPDATE
+                 SET state = excluded.state, reason = excluded.reason, message = excluded.message,
+                     generation = excluded.generation, updated_at_ms = excluded.updated_at_ms",
+                crate::sql::value_rows(rows.len(), 7)
+            ),
+            &args,
+        )
+        .map_err(Error::at("store section statuses"))?;
     }
-    if last.is_empty() {
-        return Ok(());
-    }
-    let states: Vec<&str> = last.iter().map(|s| s.state.as_str()).collect();
-    let mut args: Vec<&dyn ToValue> = Vec::with_capacity(last.len() * 7);
-    for (s, state) in last.iter().zip(&states) {
-        args.extend([&s.node_id as &dyn ToValue, &s.section, state, &s.reason, &s.message, &s.generation]);
-        args.push(&s.updated_at_ms);
-    }
-    c.execute(
-        &format!(
-            "INSERT INTO node_section_status ({COLUMNS}) VALUES {}
-             ON CONFLICT (node_id, section) DO UPDATE
-             SET state = excluded.state, reason = excluded.reason, message = excluded.message,
-                 generation = excluded.generation, updated_at_ms = excluded.updated_at_ms",
-            crate::sql::value_rows(last.len(), 7)
-        ),
-        &args,
-    )
-    .map_err(Error::at("store section statuses"))?;
     Ok(())
 }
 

@@ -171,6 +171,24 @@ pub(crate) fn value_rows(rows: usize, columns: usize) -> String {
     (0..rows).map(row).collect::<Vec<_>>().join(", ")
 }
 
+/// The rows a statement that writes several at once may take: the last
+/// of each key, in linear time (a node's report may name one section many
+/// times, and one statement cannot write a row twice), at most
+/// [`MAX_ROWS`] to a statement.
+pub(crate) fn last_of_each<'a, T, K: Eq + std::hash::Hash>(
+    items: &'a [T],
+    key: impl Fn(&'a T) -> K,
+) -> Vec<Vec<&'a T>> {
+    let mut seen = std::collections::HashSet::new();
+    let mut last: Vec<&T> = items.iter().rev().filter(|item| seen.insert(key(item))).collect();
+    last.reverse();
+    last.chunks(MAX_ROWS).map(<[&T]>::to_vec).collect()
+}
+
+/// The most rows one statement writes (PostgreSQL binds at most 65,535
+/// parameters to a statement).
+pub(crate) const MAX_ROWS: usize = 1_000;
+
 /// The parameters as values, or the first the store cannot hold.
 pub(crate) fn values(params: &[&dyn ToValue]) -> Result<Vec<Value>, SqlError> {
     params
@@ -276,5 +294,30 @@ impl Row {
     pub fn parse<T: std::str::FromStr<Err = String>>(&self, index: usize) -> Result<T, SqlError> {
         let text: String = self.get(index)?;
         text.parse().map_err(|reason| SqlError::Column { index, reason })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_written_at_once_keep_the_last_of_each_key_in_statements_of_at_most_max_rows() {
+        let items = [("a", 1), ("b", 2), ("a", 3), ("c", 4), ("b", 5)];
+        let rows = last_of_each(&items, |(k, _)| *k);
+        assert_eq!(rows, vec![vec![&("a", 3), &("c", 4), &("b", 5)]]);
+        let many: Vec<usize> = (0..2 * MAX_ROWS + 1).collect();
+        let sizes: Vec<usize> = last_of_each(&many, |n| *n).iter().map(Vec::len).collect();
+        assert_eq!(sizes, [MAX_ROWS, MAX_ROWS, 1]);
+        // A key repeated many times costs linear time and writes one row.
+        let repeated = vec![("trust", 0); 100_000];
+        assert_eq!(last_of_each(&repeated, |(k, _)| *k), vec![vec![&("trust", 0)]]);
+        assert!(last_of_each(&[] as &[u8], |n| *n).is_empty());
+    }
+
+    #[test]
+    fn value_rows_number_their_parameters_row_by_row() {
+        assert_eq!(value_rows(2, 3), "(?1, ?2, ?3), (?4, ?5, ?6)");
+        assert_eq!(value_rows(1, 1), "(?1)");
     }
 }
