@@ -320,7 +320,7 @@ impl<'a> Db<'a> {
         match &self.one {
             None => Ok(()),
             Some(ran) if ran.get() => Err(sql::SqlError::NotOneRead("ran a second statement")),
-            Some(_) if pg::writes(sql) => Err(sql::SqlError::NotOneRead("wrote")),
+            Some(_) if sql::writes(sql) => Err(sql::SqlError::NotOneRead("wrote")),
             Some(ran) => {
                 ran.set(true);
                 Ok(())

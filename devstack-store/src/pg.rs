@@ -192,7 +192,7 @@ impl Conn {
         let bound: Vec<Param<'_>> = values.iter().map(Param).collect();
         let refs: Vec<&(dyn ToSql + Sync)> = bound.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
         let rows = block_on(self.client.query(&statement, &refs))?;
-        if writes(sql) && !rows.is_empty() {
+        if sql::writes(sql) && !rows.is_empty() {
             self.changed.set(true);
         }
         rows.iter()
@@ -212,11 +212,6 @@ impl Conn {
     pub(crate) fn changed(&self) -> bool {
         self.changed.get()
     }
-}
-
-/// Whether a statement writes (`INSERT`, `UPDATE`, `DELETE`).
-pub(crate) fn writes(sql: &str) -> bool {
-    sql.trim_start().get(..6).is_some_and(|w| ["INSERT", "UPDATE", "DELETE"].iter().any(|k| w.eq_ignore_ascii_case(k)))
 }
 
 /// Blocks on a client future (it needs no runtime of its own).

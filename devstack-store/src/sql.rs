@@ -161,6 +161,11 @@ macro_rules! params {
     ($($p:expr),+ $(,)?) => { &[$(&$p as &dyn $crate::sql::ToValue),+] as &[&dyn $crate::sql::ToValue] };
 }
 
+/// Whether a statement writes (`INSERT`, `UPDATE`, `DELETE`).
+pub(crate) fn writes(sql: &str) -> bool {
+    sql.trim_start().get(..6).is_some_and(|w| ["INSERT", "UPDATE", "DELETE"].iter().any(|k| w.eq_ignore_ascii_case(k)))
+}
+
 /// `rows` rows of `columns` numbered parameters each, for a statement
 /// that writes several rows at once: `(?1, ?2), (?3, ?4)`.
 pub(crate) fn value_rows(rows: usize, columns: usize) -> String {

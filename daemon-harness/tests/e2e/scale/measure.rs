@@ -159,6 +159,12 @@ pub fn agents_parent() -> std::path::PathBuf {
     if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() }
 }
 
+/// The quantiles `qs` of milliseconds (nearest rank; 1.0 is the largest).
+pub fn quantiles<const N: usize>(mut ms: Vec<i64>, qs: [f64; N]) -> [Duration; N] {
+    ms.sort_unstable();
+    qs.map(|q| Duration::from_millis(ms[((ms.len() - 1) as f64 * q).round() as usize].max(0) as u64))
+}
+
 pub fn unix_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }

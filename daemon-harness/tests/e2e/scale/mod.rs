@@ -25,7 +25,8 @@ use serde_json::json;
 use crate::common::SEED;
 use crate::plane::{Plane, Topology};
 use measure::{
-    Floor, agents_parent, config_node_id, cpu_times, crypto_floor, executions, peak_rss, resumed_sessions, rss, unix_ms,
+    Floor, agents_parent, config_node_id, cpu_times, crypto_floor, executions, peak_rss, quantiles, resumed_sessions,
+    rss, unix_ms,
 };
 
 /// The heartbeat of a scale run: one Ping per session every 10 s (the
@@ -275,8 +276,6 @@ async fn run(name: &str, scale: Scale) -> Option<Figures> {
         joined_last = joined_last.max(n.created_at_ms);
         latencies.push(n.adopted_at_ms.expect("an adopted node has its time") - n.created_at_ms);
     }
-    latencies.sort_unstable();
-    let pick = |q: f64| Duration::from_millis(latencies[((latencies.len() - 1) as f64 * q).round() as usize] as u64);
     let tokens = plane.stack().join_tokens(&pool).unwrap();
     assert_eq!(tokens[0].uses as usize, scale.nodes, "one use per agent, none spent twice");
 
@@ -328,11 +327,9 @@ async fn run(name: &str, scale: Scale) -> Option<Figures> {
     // When each node's session opened again, from the start, by the store.
     let open = plane.stack().view(|v| v.open_sessions()).unwrap();
     assert_eq!(open.len(), scale.nodes, "every node has a session again");
-    let mut again: Vec<i64> = open.iter().map(|s| (s.connected_at_ms - up_ms).max(0)).collect();
-    again.sort_unstable();
-    let pick_again = |q: f64| Duration::from_millis(again[((again.len() - 1) as f64 * q).round() as usize] as u64);
-    let restart_connected = pick_again(1.0);
-    let restart_quantiles = [0.5, 0.9, 0.99].map(pick_again);
+    let again: Vec<i64> = open.iter().map(|s| s.connected_at_ms - up_ms).collect();
+    let [q50, q90, q99, restart_connected] = quantiles(again, [0.5, 0.9, 0.99, 1.0]);
+    let restart_quantiles = [q50, q90, q99];
     let restart_connected_since_shutdown = restart_connected + (up - shutdown);
 
     let after = plane.stack().nodes().unwrap();
@@ -373,7 +370,7 @@ async fn run(name: &str, scale: Scale) -> Option<Figures> {
         joined: Duration::from_millis((joined_last - started_ms).max(0) as u64),
         connected: at[1].unwrap(),
         adopted: at[2].unwrap(),
-        join_to_adopted: [pick(0.5), pick(0.99), pick(1.0)],
+        join_to_adopted: quantiles(latencies, [0.5, 0.99, 1.0]),
         stack_peak_rss,
         stack_rss_per_session: per_session,
         sim_rss_per_agent: sim_rss / scale.nodes as u64,
@@ -456,15 +453,13 @@ async fn fail_over(plane: &mut Plane, scale: &Scale, sims: &mut [Background]) ->
         );
     }
     let open = plane.stack().view(|v| v.open_sessions()).unwrap();
-    let mut back: Vec<i64> = open
+    let back: Vec<i64> = open
         .iter()
         .filter(|s| moving.contains(&s.node_id))
         .inspect(|s| assert_ne!(s.gateway_id, victim, "{} is back on another gateway", s.node_id))
-        .map(|s| (s.connected_at_ms - killed_ms).max(0))
+        .map(|s| s.connected_at_ms - killed_ms)
         .collect();
     assert_eq!(back.len(), moving.len(), "every node of {victim} has a session again");
-    back.sort_unstable();
-    let pick = |q: f64| Duration::from_millis(back[((back.len() - 1) as f64 * q).round() as usize] as u64);
     plane.gateway(&victim).restart().await.expect("the killed gateway starts again");
-    Failover { gateway: victim, nodes: moving.len(), quantiles: [pick(0.5), pick(0.99), pick(1.0)] }
+    Failover { gateway: victim, nodes: moving.len(), quantiles: quantiles(back, [0.5, 0.99, 1.0]) }
 }
